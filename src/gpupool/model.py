@@ -1,0 +1,257 @@
+"""The vocabulary of gpupool: plain frozen dataclasses and enums, no I/O.
+
+Times are seconds as floats on whatever clock the driver uses (virtual in the
+simulator, wall in the service); the core only ever compares and subtracts them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+
+JobId = str
+
+
+class JobState(StrEnum):
+    PENDING = "pending"
+    STARTING = "starting"
+    RUNNING = "running"
+    PREEMPTING = "preempting"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TRANSITIONS: Mapping[JobState, frozenset[JobState]] = {
+    JobState.PENDING: frozenset({JobState.STARTING, JobState.CANCELLED}),
+    JobState.STARTING: frozenset(
+        {JobState.RUNNING, JobState.PREEMPTING, JobState.PENDING, JobState.FAILED, JobState.CANCELLED}
+    ),
+    JobState.RUNNING: frozenset(
+        {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.PREEMPTING, JobState.PENDING}
+    ),
+    # A job given notice goes back in line whatever its exit code; only a cancel ends it.
+    JobState.PREEMPTING: frozenset({JobState.PENDING, JobState.CANCELLED}),
+    JobState.SUCCEEDED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.CANCELLED: frozenset(),
+}
+
+
+class InvalidTransition(ValueError):
+    def __init__(self, job_id: JobId, from_state: JobState, to_state: JobState) -> None:
+        super().__init__(f"job {job_id}: cannot go from {from_state} to {to_state}")
+        self.job_id = job_id
+        self.from_state = from_state
+        self.to_state = to_state
+
+
+def transition(job_id: JobId, from_state: JobState, to_state: JobState) -> JobState:
+    """Return `to_state` if the state machine allows the move, else raise `InvalidTransition`."""
+    if to_state not in TRANSITIONS[from_state]:
+        raise InvalidTransition(job_id, from_state, to_state)
+    return to_state
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClass:
+    """A named priority level. Higher `value` is more important."""
+
+    name: str
+    value: int
+    may_preempt: bool
+    preemptible: bool
+    min_runtime: float = 0.0
+    """Seconds an attempt runs before it can be preempted (anti-thrash)."""
+    grace_period: float = 30.0
+    """Seconds between notice and the hard kill."""
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityBudget:
+    """At most `gpu_hours` at class `priority` per rolling `window` seconds."""
+
+    priority: str
+    gpu_hours: float
+    window: float
+
+
+@dataclass(frozen=True, slots=True)
+class Team:
+    name: str
+    weight: float = 1.0
+    guaranteed_gpus: int = 0
+    budgets: tuple[PriorityBudget, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    gpus: int
+    gpu_type: str = "gpu"
+    team: str | None = None
+    """A node dedicated to one team (a partition); `None` is the shared pool."""
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A request for GPUs, as the core sees it."""
+
+    id: JobId
+    team: str
+    priority: str
+    gpus: int
+    submit_time: float
+    """Original submit time: a requeued job keeps it, and so its place in line."""
+    gpus_per_node: int | None = None
+    gpu_type: str | None = None
+    preemptions: int = 0
+    max_preemptions: int | None = None
+    """Per-job cap on preemptions; `None` falls back to `Config.max_preemptions`."""
+    expected_restart: float = 0.0
+    """Seconds the next attempt needs before its first productive step."""
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    node: str
+    gpus: tuple[int, ...]
+
+
+Placement = tuple[Allocation, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """An in-flight preemption: the victim is draining for `for_job` until `deadline`."""
+
+    for_job: JobId
+    deadline: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    job: Job
+    placement: Placement
+    started_at: float
+    """Start of the current attempt."""
+    last_checkpoint_at: float | None = None
+    """Time of the last committed checkpoint; `None` if the attempt has committed none."""
+    notice: Notice | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything `decide` looks at. `decide` never mutates it."""
+
+    nodes: Sequence[Node]
+    running: Sequence[RunningJob]
+    pending: Sequence[Job]
+    usage: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    """GPU-seconds spent by (team, priority class) inside each budget's window."""
+
+
+class QueueOrder(StrEnum):
+    PRIORITY = "priority"
+    """Class value, then the team's weighted share, then submit time."""
+    FIFO = "fifo"
+    """Submit time only."""
+
+
+class QueueMode(StrEnum):
+    BACKFILL = "backfill"
+    """Any job may take GPUs that are free now, whatever waits before it."""
+    STRICT = "strict"
+    """A job that does not fit blocks every later job that could use the same nodes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The policy the core applies. Built by `gpupool.config` from YAML or by the simulator."""
+
+    classes: tuple[PriorityClass, ...]
+    teams: Mapping[str, Team] = field(default_factory=dict)
+    order: QueueOrder = QueueOrder.PRIORITY
+    queue: QueueMode = QueueMode.BACKFILL
+    preemption: bool = True
+    reclaim: bool = True
+    max_preemptions: int | None = 10
+    explain_waits: bool = True
+    """Emit a `Wait` for every pending job not started (drivers that never show them may skip it)."""
+
+    def priority_class(self, name: str) -> PriorityClass:
+        for cls in self.classes:
+            if cls.name == name:
+                return cls
+        known = ", ".join(c.name for c in self.classes)
+        raise ValueError(f"unknown priority class {name!r} (known: {known})")
+
+    def team(self, name: str) -> Team:
+        return self.teams.get(name) or Team(name)
+
+
+DEFAULT_CLASSES: tuple[PriorityClass, ...] = (
+    PriorityClass("urgent", 1000, may_preempt=True, preemptible=False, min_runtime=0.0, grace_period=60.0),
+    PriorityClass("high", 100, may_preempt=True, preemptible=True, min_runtime=600.0, grace_period=120.0),
+    PriorityClass("normal", 10, may_preempt=True, preemptible=True, min_runtime=300.0, grace_period=120.0),
+    PriorityClass("low", 0, may_preempt=False, preemptible=True, min_runtime=120.0, grace_period=60.0),
+)
+
+
+class Reason(StrEnum):
+    FREE_GPUS = "free_gpus"
+    PRIORITY = "priority"
+    RECLAIM = "reclaim"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    AWAITING_DRAIN = "awaiting_drain"
+    NO_FIT = "no_fit"
+    NO_VICTIMS = "no_victims"
+    NEVER_FITS = "never_fits"
+    QUEUE_BLOCKED = "queue_blocked"
+
+
+class Fit(IntEnum):
+    """How a job fits, ordered from lowest to highest preference."""
+
+    NO_FIT = 0
+    NEEDS_PREEMPTION = 1
+    AWAITS_DRAIN = 2
+    FITS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    job: JobId
+    placement: Placement
+    priority: str
+    """The class the attempt runs at (one lower than asked when the team is over budget)."""
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    victim: JobId
+    for_job: JobId
+    deadline: float
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    job: JobId
+    reason: Reason
+    message: str
+    placement: Placement = ()
+    """For `AWAITING_DRAIN`: the GPUs held for the job while its victims drain."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    starts: tuple[Start, ...] = ()
+    preemptions: tuple[Preempt, ...] = ()
+    waits: tuple[Wait, ...] = ()
+    retry_at: float | None = None
+    """Earliest time a protection that blocked a preemption expires: decide again then."""
