@@ -1,0 +1,289 @@
+"""The pure scheduling core: `decide(snapshot, config, now) -> Plan`.
+
+No clock, no I/O, no randomness: the same snapshot, config and time give the same plan.
+The stages are plain modules: `order` (queue order), `place` (where), `preempt` (whom),
+`budget` (priority budgets); this module wires them into one decision.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from gpupool.model import (
+    Allocation,
+    Config,
+    Job,
+    JobId,
+    Placement,
+    Plan,
+    Preempt,
+    PriorityClass,
+    QueueMode,
+    Reason,
+    RunningJob,
+    Snapshot,
+    Start,
+    Wait,
+)
+from gpupool.policy import messages
+from gpupool.policy.budget import Effective, effective_class
+from gpupool.policy.order import queue_order
+from gpupool.policy.place import FreeGpus, Group, Shape, can_ever_fit, choose_slots, job_shapes
+from gpupool.policy.preempt import (
+    Holder,
+    Preemptor,
+    Victim,
+    VictimPool,
+    find_victims,
+    lost_work,
+    protection,
+    victim_order,
+)
+
+__all__ = ["decide"]
+
+
+def decide(snapshot: Snapshot, config: Config, now: float) -> Plan:
+    """Decide which pending jobs start where and which running jobs get notice.
+
+    1. Build a private working state (free GPUs, GPUs per team) from the snapshot.
+    2. Jobs whose victims are draining hold the GPUs being freed for them.
+    3. Take the queue in order; place each job on free GPUs, else preempt for it when the
+       policy allows and a sufficient set of victims exists, else say why it waits.
+    """
+    cycle = _Cycle(snapshot, config, now)
+    cycle.hold_for_drains()
+    cycle.place_queue()
+    return cycle.plan()
+
+
+@dataclass(slots=True)
+class _Cycle:
+    snapshot: Snapshot
+    config: Config
+    now: float
+    free: FreeGpus = field(init=False)
+    pool: VictimPool = field(init=False)
+    holders: dict[JobId, Holder] = field(init=False)
+    draining_for: dict[JobId, list[RunningJob]] = field(init=False)
+    effective: dict[tuple[str, str], Effective] = field(init=False)
+    starts: list[Start] = field(default_factory=list)
+    preemptions: list[Preempt] = field(default_factory=list)
+    waits: list[Wait] = field(default_factory=list)
+    settled: set[JobId] = field(default_factory=set)
+    retry_at: float | None = None
+    blocked: set[Group] = field(default_factory=set)
+    no_fit: set[Shape] = field(default_factory=set)
+    no_victims: set[tuple[Shape, int, str | None]] = field(default_factory=set)
+    shapes: dict[tuple[str, str | None, int, int | None], tuple[Shape, ...]] = field(default_factory=dict)
+    nodes_of: dict[tuple[Group, ...], list[int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        snapshot = self.snapshot
+        self.free = FreeGpus(snapshot.nodes, (a for r in snapshot.running for a in r.placement))
+        self.effective = {}
+        self.holders = {}
+        self.draining_for = defaultdict(list)
+        alloc: Counter[str] = Counter()
+        on_node: list[list[Holder]] = [[] for _ in snapshot.nodes]
+        for running in snapshot.running:
+            if running.notice is not None:
+                self.draining_for[running.notice.for_job].append(running)
+                continue
+            job = running.job
+            cls = self.effective_of(job).cls
+            slots = tuple((self.free.node_index(a.node), a.gpus) for a in running.placement)
+            holder = Holder(running, cls, slots)
+            holder.protection = protection(running, cls, self.now, self.config)
+            if (
+                holder.protection is not None
+                and cls.preemptible
+                and self.now - running.started_at < cls.min_runtime
+            ):
+                holder.protected_until = running.started_at + cls.min_runtime
+            holder.cost = lost_work(running, self.now)
+            self.holders[job.id] = holder
+            alloc[job.team] += job.gpus
+            for i in {i for i, _ in slots}:
+                on_node[i].append(holder)
+        for holders in on_node:
+            holders.sort(key=victim_order)
+        guarantee = {name: team.guaranteed_gpus for name, team in self.config.teams.items()}
+        self.pool = VictimPool(self.free, on_node, alloc, guarantee)
+
+    # --- lookups -------------------------------------------------------------------------
+
+    def effective_of(self, job: Job) -> Effective:
+        key = (job.team, job.priority)
+        if key not in self.effective:
+            self.effective[key] = effective_class(self.config, self.snapshot.usage, job.team, job.priority)
+        return self.effective[key]
+
+    def shapes_of(self, job: Job) -> tuple[Shape, ...]:
+        key = (job.team, job.gpu_type, job.gpus, job.gpus_per_node)
+        if key not in self.shapes:
+            self.shapes[key] = job_shapes(job, self.snapshot.nodes)
+        return self.shapes[key]
+
+    def nodes_in(self, groups: tuple[Group, ...]) -> list[int]:
+        if groups not in self.nodes_of:
+            self.nodes_of[groups] = [i for i, g in enumerate(self.free.group) if g in groups]
+        return self.nodes_of[groups]
+
+    # --- 2. GPUs held for jobs whose victims drain ------------------------------------------
+
+    def hold_for_drains(self) -> None:
+        pending = {job.id: job for job in self.snapshot.pending}
+        waiting = [pending[j] for j in self.draining_for if j in pending]
+        for job in queue_order(
+            [(self.effective_of(j).cls.value, j) for j in waiting], self.config.order, self.share
+        ):
+            if self.start_on_free(job):
+                continue
+            victims = sorted(self.draining_for[job.id], key=lambda r: r.job.id)
+            lent = [(self.free.node_index(a.node), a.gpus) for r in victims for a in r.placement]
+            for i, gpus in lent:
+                self.free.give(i, gpus)
+            slots = self.first_fit(job, lent=True)
+            placement: Placement = self.free.allocate(slots) if slots else ()
+            for i, gpus in lent:
+                still_free = [g for g in gpus if g in self.free.free[i]]
+                if still_free:
+                    self.free.take(i, still_free)
+            if placement:
+                deadline = max(r.notice.deadline for r in victims if r.notice is not None)
+                self.hold(job, placement, [r.job.id for r in victims], deadline)
+
+    def hold(self, job: Job, placement: Placement, victims: Sequence[JobId], deadline: float) -> None:
+        self.pool.alloc[job.team] += job.gpus
+        self.settled.add(job.id)
+        message = messages.awaiting_drain(victims, deadline, self.now)
+        self.waits.append(Wait(job.id, Reason.AWAITING_DRAIN, message, placement))
+
+    # --- 3. the queue --------------------------------------------------------------------
+
+    def share(self, team: str) -> float:
+        return self.pool.alloc[team] / max(self.config.team(team).weight, 1e-9)
+
+    def place_queue(self) -> None:
+        pending = [
+            (self.effective_of(j).cls.value, j) for j in self.snapshot.pending if j.id not in self.settled
+        ]
+        for job in queue_order(pending, self.config.order, self.share):
+            if job.id in self.settled:
+                continue
+            shapes = self.shapes_of(job)
+            if self.blocked and any(g in self.blocked for s in shapes for g in s.groups):
+                self.wait(job, Reason.QUEUE_BLOCKED, "waits behind an earlier job (strict queue)")
+                continue
+            if self.start_on_free(job):
+                continue
+            if not any(can_ever_fit(s, self.snapshot.nodes) for s in shapes):
+                self.wait(job, Reason.NEVER_FITS, messages.never_fits(job))
+            elif not self.preempt_for(job, shapes) and self.config.queue is QueueMode.STRICT:
+                self.blocked.update(g for s in shapes for g in s.groups)
+
+    def first_fit(self, job: Job, *, lent: bool = False) -> list[tuple[int, int]] | None:
+        """Slots on the first shape that fits. Free GPUs only shrink during a cycle, so a
+        shape that did not fit never will: remember it, unless GPUs were lent for the try."""
+        for shape in self.shapes_of(job):
+            if not lent and shape in self.no_fit:
+                continue
+            slots = choose_slots(shape, self.free)
+            if slots is not None:
+                return slots
+            if not lent:
+                self.no_fit.add(shape)
+        return None
+
+    def start_on_free(self, job: Job) -> bool:
+        slots = self.first_fit(job)
+        if slots is None:
+            return False
+        placement = self.free.allocate(slots)
+        eff = self.effective_of(job)
+        self.pool.alloc[job.team] += job.gpus
+        self.settled.add(job.id)
+        reason = Reason.BUDGET_EXCEEDED if eff.demoted_from else Reason.FREE_GPUS
+        self.starts.append(
+            Start(job.id, placement, eff.cls.name, reason, messages.started(job, placement, eff))
+        )
+        return True
+
+    def preempt_for(self, job: Job, shapes: tuple[Shape, ...]) -> bool:
+        """Give notice to the cheapest sufficient victims; False (with a Wait) if none."""
+        eff = self.effective_of(job)
+        if not self.config.preemption:
+            self.wait(job, Reason.NO_FIT, messages.no_fit(job, self.free.total(shapes[0].groups)))
+            return False
+        guarantee = self.config.team(job.team).guaranteed_gpus
+        may_reclaim = self.config.reclaim and self.pool.alloc[job.team] + job.gpus <= guarantee
+        if not (eff.cls.may_preempt or may_reclaim):
+            self.wait(job, Reason.NO_FIT, messages.no_fit(job, self.free.total(shapes[0].groups)))
+            return False
+        who = Preemptor(job.id, job.team, eff.cls, may_reclaim)
+        for shape in shapes:
+            key = (shape, eff.cls.value, job.team if may_reclaim else None)
+            if key in self.no_victims:
+                continue
+            found = find_victims(who, shape, self.pool, self.nodes_in(shape.groups))
+            if found is None:
+                self.no_victims.add(key)
+                continue
+            slots, victims = found
+            self.give_notice(job, eff.cls, slots, victims)
+            return True
+        self.note_retry(eff.cls)
+        self.wait(job, Reason.NO_VICTIMS, messages.no_victims(job, eff.cls))
+        return False
+
+    def give_notice(
+        self, job: Job, cls: PriorityClass, slots: list[tuple[int, int]], victims: list[Victim]
+    ) -> None:
+        placement = []
+        for i, want in slots:
+            mine = list(self.free.free[i][:want])
+            if mine:
+                self.free.take(i, mine)
+            for victim in victims:
+                for node, gpus in victim.holder.slots:
+                    if node == i and len(mine) < want:
+                        mine.extend(gpus[: want - len(mine)])
+            placement.append((i, tuple(sorted(mine))))
+        deadlines = []
+        for victim in victims:
+            holder = victim.holder
+            self.pool.chosen.add(holder.id)
+            self.pool.alloc[holder.team] -= holder.gpus
+            deadline = self.now + holder.cls.grace_period
+            deadlines.append(deadline)
+            self.preemptions.append(
+                Preempt(
+                    holder.id,
+                    job.id,
+                    deadline,
+                    victim.reason,
+                    messages.preempted(holder, job, cls, victim.reason, self.now),
+                )
+            )
+        held = tuple(Allocation(self.snapshot.nodes[i].name, gpus) for i, gpus in placement)
+        self.hold(job, held, [v.holder.id for v in victims], max(deadlines))
+
+    def note_retry(self, cls: PriorityClass) -> None:
+        ends = [
+            h.protected_until
+            for h in self.holders.values()
+            if h.protected_until is not None and h.cls.value < cls.value
+        ]
+        if ends and (self.retry_at is None or min(ends) < self.retry_at):
+            self.retry_at = min(ends)
+
+    def wait(self, job: Job, reason: Reason, message: str) -> None:
+        self.settled.add(job.id)
+        if self.config.explain_waits:
+            self.waits.append(Wait(job.id, reason, message))
+
+    def plan(self) -> Plan:
+        return Plan(tuple(self.starts), tuple(self.preemptions), tuple(self.waits), self.retry_at)

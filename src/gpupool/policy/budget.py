@@ -1,0 +1,45 @@
+"""Priority budgets: past its budget, a team's jobs run one class lower."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpupool.model import Config, PriorityClass
+
+
+@dataclass(frozen=True, slots=True)
+class Effective:
+    """The class a team's job is treated as, and why it differs from the asked one."""
+
+    cls: PriorityClass
+    demoted_from: PriorityClass | None = None
+    note: str = ""
+
+
+def next_lower(config: Config, cls: PriorityClass) -> PriorityClass | None:
+    lower = [c for c in config.classes if c.value < cls.value]
+    return max(lower, key=lambda c: c.value) if lower else None
+
+
+def effective_class(
+    config: Config, usage: Mapping[tuple[str, str], float], team: str, priority: str
+) -> Effective:
+    """The class `team` gets for `priority` given its metered use inside the budget window."""
+    cls = config.priority_class(priority)
+    for budget in config.team(team).budgets:
+        if budget.priority != priority:
+            continue
+        spent_hours = usage.get((team, priority), 0.0) / 3600.0
+        if spent_hours < budget.gpu_hours:
+            continue
+        lower = next_lower(config, cls)
+        if lower is None:
+            continue
+        window_hours = budget.window / 3600.0
+        note = (
+            f"team {team} is over its {priority} budget "
+            f"({spent_hours:.1f} of {budget.gpu_hours:g} GPU-h per {window_hours:g} h): runs as {lower.name}"
+        )
+        return Effective(lower, cls, note)
+    return Effective(cls)

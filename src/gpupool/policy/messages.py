@@ -1,0 +1,68 @@
+"""The words of decisions: every Start, Preempt and Wait says why, with the numbers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpupool.model import Job, Placement, PriorityClass, Reason
+from gpupool.policy.budget import Effective
+from gpupool.policy.preempt import Holder
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def where(placement: Placement) -> str:
+    return ", ".join(f"{a.node}[{','.join(map(str, a.gpus))}]" for a in placement)
+
+
+def who(job: Job, priority: str | None = None) -> str:
+    return f"job {job.id} (team {job.team}, {priority or job.priority})"
+
+
+def started(job: Job, placement: Placement, eff: Effective) -> str:
+    text = f"started {who(job, eff.cls.name)} on free GPUs {where(placement)}"
+    return f"{text}; {eff.note}" if eff.note else text
+
+
+def preempted(victim: Holder, job: Job, cls: PriorityClass, reason: Reason, now: float) -> str:
+    running = victim.running
+    if running.last_checkpoint_at is not None:
+        checkpoint = f"last checkpoint {duration(now - running.last_checkpoint_at)} ago"
+    else:
+        checkpoint = f"no checkpoint in {duration(now - running.started_at)} of running"
+    v = running.job
+    text = (
+        f"preempted job {v.id} (team {v.team}, {victim.cls.name}, {checkpoint}) "
+        f"for job {job.id} (team {job.team}, {cls.name})"
+    )
+    if reason is Reason.RECLAIM:
+        text += f": team {job.team} reclaims its guaranteed GPUs from team {v.team}, which is above its own"
+    return text
+
+
+def awaiting_drain(victims: Sequence[str], deadline: float, now: float) -> str:
+    return f"GPUs held while job(s) {', '.join(victims)} drain (deadline in {duration(deadline - now)})"
+
+
+def never_fits(job: Job) -> str:
+    layout = f", {job.gpus_per_node} per node" if job.gpus_per_node else ""
+    kind = f" of type {job.gpu_type}" if job.gpu_type else ""
+    return f"can never fit: {job.gpus} GPUs{kind}{layout} is more than any placement in its nodes"
+
+
+def no_fit(job: Job, free: int) -> str:
+    return f"waits for {job.gpus} GPUs ({free} free in its nodes, not enough in one placement)"
+
+
+def no_victims(job: Job, cls: PriorityClass) -> str:
+    return (
+        f"waits for {job.gpus} GPUs: no set of preemptible jobs below {cls.name} "
+        f"(or above their team's guarantee) frees a placement now"
+    )

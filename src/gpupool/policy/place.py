@@ -1,0 +1,166 @@
+"""Where a job goes: free-GPU bookkeeping, gang shapes and best-fit placement."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from gpupool.model import Allocation, Job, Node, Placement
+
+Group = tuple[str, str | None]
+"""Nodes that are interchangeable for eligibility: (gpu_type, dedicated team or None)."""
+
+Slot = tuple[int, int]
+"""(node index, GPUs wanted on it): one member of a gang on one node."""
+
+
+class FreeGpus:
+    """A mutable working copy of the free GPUs of every node, bucketed by free count.
+
+    Buckets make best-fit a lookup of at most `max GPUs per node` dictionaries, so placing a
+    job costs the same on 10 nodes as on 10,000.
+    """
+
+    def __init__(self, nodes: Sequence[Node], held: Iterable[Allocation]) -> None:
+        self.nodes = nodes
+        self.index = {node.name: i for i, node in enumerate(nodes)}
+        if len(self.index) != len(nodes):
+            raise ValueError("node names must be unique")
+        taken: list[set[int]] = [set() for _ in nodes]
+        for alloc in held:
+            i = self.node_index(alloc.node)
+            for gpu in alloc.gpus:
+                if not 0 <= gpu < nodes[i].gpus:
+                    raise ValueError(f"node {alloc.node} has no GPU {gpu}")
+                if gpu in taken[i]:
+                    raise ValueError(f"GPU {gpu} of node {alloc.node} is held twice")
+                taken[i].add(gpu)
+        self.free: list[list[int]] = [
+            [g for g in range(node.gpus) if g not in taken[i]] for i, node in enumerate(nodes)
+        ]
+        self.group: list[Group] = [(node.gpu_type, node.team) for node in nodes]
+        self.capacity = max((node.gpus for node in nodes), default=0)
+        self.buckets: dict[Group, list[dict[int, None]]] = {}
+        for i in range(len(nodes)):
+            self._bucket(i)[len(self.free[i])][i] = None
+
+    def node_index(self, name: str) -> int:
+        try:
+            return self.index[name]
+        except KeyError:
+            raise ValueError(f"unknown node {name!r}") from None
+
+    def _bucket(self, i: int) -> list[dict[int, None]]:
+        group = self.group[i]
+        if group not in self.buckets:
+            self.buckets[group] = [{} for _ in range(self.capacity + 1)]
+        return self.buckets[group]
+
+    def take(self, i: int, gpus: Iterable[int]) -> None:
+        buckets = self._bucket(i)
+        del buckets[len(self.free[i])][i]
+        gone = set(gpus)
+        self.free[i] = [g for g in self.free[i] if g not in gone]
+        buckets[len(self.free[i])][i] = None
+
+    def give(self, i: int, gpus: Iterable[int]) -> None:
+        buckets = self._bucket(i)
+        del buckets[len(self.free[i])][i]
+        self.free[i] = sorted({*self.free[i], *gpus})
+        buckets[len(self.free[i])][i] = None
+
+    def best_fit(self, want: int, groups: Sequence[Group], exclude: set[int]) -> int | None:
+        """The node of `groups` with the fewest free GPUs that still has `want`, or None."""
+        for count in range(want, self.capacity + 1):
+            for group in groups:
+                buckets = self.buckets.get(group)
+                if buckets is None:
+                    continue
+                for i in buckets[count]:
+                    if i not in exclude:
+                        return i
+        return None
+
+    def total(self, groups: Sequence[Group]) -> int:
+        return sum(
+            count * len(bucket)
+            for group in groups
+            for count, bucket in enumerate(self.buckets.get(group, ()))
+        )
+
+    def allocate(self, slots: Sequence[Slot]) -> Placement:
+        """Take the lowest free GPU ids for each slot and return them as a placement."""
+        placement = []
+        for i, want in slots:
+            gpus = tuple(self.free[i][:want])
+            self.take(i, gpus)
+            placement.append(Allocation(self.nodes[i].name, gpus))
+        return tuple(placement)
+
+
+def eligible_groups(job: Job, nodes: Sequence[Node]) -> list[list[Group]]:
+    """Alternatives a job may be placed on, one per GPU type (a gang never mixes types).
+
+    A job may use shared nodes and nodes dedicated to its own team.
+    """
+    types = sorted({n.gpu_type for n in nodes}) if job.gpu_type is None else [job.gpu_type]
+    teams = (None, job.team)
+    return [[(t, team) for team in teams] for t in types]
+
+
+def gang_shapes(job: Job, largest_node: int) -> tuple[int, ...]:
+    """GPUs per node of a job, largest first.
+
+    `gpus_per_node` gives equal members. Without it, a job that fits one node stays on one
+    node; a larger one takes whole nodes and puts the remainder on one more (fewest nodes).
+    """
+    if job.gpus_per_node is not None:
+        if job.gpus_per_node <= 0 or job.gpus % job.gpus_per_node:
+            raise ValueError(
+                f"job {job.id}: gpus ({job.gpus}) must be a multiple of gpus_per_node ({job.gpus_per_node})"
+            )
+        return (job.gpus_per_node,) * (job.gpus // job.gpus_per_node)
+    if job.gpus <= largest_node or largest_node <= 0:
+        return (job.gpus,)
+    whole, rest = divmod(job.gpus, largest_node)
+    return (largest_node,) * whole + ((rest,) if rest else ())
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """A job's gang on one alternative group of nodes."""
+
+    groups: tuple[Group, ...]
+    slots: tuple[int, ...]
+
+
+def job_shapes(job: Job, nodes: Sequence[Node]) -> tuple[Shape, ...]:
+    """Every way the job could be laid out, in the order to try them."""
+    shapes = []
+    for groups in eligible_groups(job, nodes):
+        largest = max((n.gpus for n in nodes if (n.gpu_type, n.team) in groups), default=0)
+        shapes.append(Shape(tuple(groups), gang_shapes(job, largest)))
+    return tuple(shapes)
+
+
+def choose_slots(shape: Shape, free: FreeGpus) -> list[Slot] | None:
+    """Best-fit each gang member, largest first, onto distinct nodes; None if it does not fit."""
+    used: set[int] = set()
+    slots = []
+    for want in shape.slots:
+        i = free.best_fit(want, shape.groups, used)
+        if i is None:
+            return None
+        used.add(i)
+        slots.append((i, want))
+    return slots
+
+
+def can_ever_fit(shape: Shape, nodes: Sequence[Node]) -> bool:
+    """Whether the gang fits the nodes of its groups when they are all empty."""
+    sizes = sorted((n.gpus for n in nodes if (n.gpu_type, n.team) in shape.groups), reverse=True)
+    if len(sizes) < len(shape.slots):
+        return False
+    # Members and nodes both sorted largest first: if the k-th largest node cannot hold the
+    # k-th largest member, no assignment can.
+    return all(want <= size for want, size in zip(shape.slots, sizes, strict=False))

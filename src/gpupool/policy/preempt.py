@@ -1,0 +1,192 @@
+"""Whom to give notice: protection rules and the victim search."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gpupool.model import Config, JobId, PriorityClass, Reason, RunningJob
+from gpupool.policy.place import FreeGpus, Shape, Slot
+
+
+@dataclass(slots=True)
+class Holder:
+    """A running job as the working state of one decision sees it."""
+
+    running: RunningJob
+    cls: PriorityClass
+    """Its effective class (budgets may have lowered it)."""
+    slots: tuple[tuple[int, tuple[int, ...]], ...]
+    """(node index, GPU ids) it holds."""
+    protection: str | None = None
+    protected_until: float | None = None
+    """When a minimum-runtime protection ends; None for protections that never end."""
+    cost: float = 0.0
+
+    @property
+    def id(self) -> JobId:
+        return self.running.job.id
+
+    @property
+    def team(self) -> str:
+        return self.running.job.team
+
+    @property
+    def gpus(self) -> int:
+        return self.running.job.gpus
+
+    def gpus_on(self, node: int) -> int:
+        return sum(len(gpus) for i, gpus in self.slots if i == node)
+
+
+def protection(running: RunningJob, cls: PriorityClass, now: float, config: Config) -> str | None:
+    """Why this running job may not be preempted now, or None if it may."""
+    if not cls.preemptible:
+        return f"class {cls.name} is not preemptible"
+    ran = now - running.started_at
+    if ran < cls.min_runtime:
+        return f"inside its minimum runtime ({ran:.0f} of {cls.min_runtime:.0f} s)"
+    cap = running.job.max_preemptions if running.job.max_preemptions is not None else config.max_preemptions
+    if cap is not None and running.job.preemptions >= cap:
+        return f"reached its preemption cap ({running.job.preemptions} of {cap})"
+    return None
+
+
+def lost_work(running: RunningJob, now: float) -> float:
+    """GPU-seconds lost if the job were stopped now without notice: work since the last
+    committed checkpoint plus the restart of its next attempt."""
+    since = running.last_checkpoint_at if running.last_checkpoint_at is not None else running.started_at
+    return running.job.gpus * (max(0.0, now - since) + running.job.expected_restart)
+
+
+def victim_order(holder: Holder) -> tuple[int, float, float, str]:
+    """Lower class first, then cheapest lost work, then most recently started; the id
+    keeps the order total (an arbitrary but deterministic tie-break)."""
+    return (holder.cls.value, holder.cost, -holder.running.started_at, holder.id)
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    holder: Holder
+    reason: Reason
+
+
+@dataclass(slots=True)
+class VictimPool:
+    """Preemption candidates of one decision, indexed by node; chosen ones are taken out."""
+
+    free: FreeGpus
+    on_node: list[list[Holder]]
+    alloc: Counter[str]
+    """GPUs per team held by running jobs that are not draining."""
+    guarantee: Mapping[str, int]
+    chosen: set[JobId] = field(default_factory=set)
+
+    def over_guarantee(self, team: str) -> bool:
+        return self.alloc[team] > self.guarantee.get(team, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Preemptor:
+    id: JobId
+    team: str
+    cls: PriorityClass
+    may_reclaim: bool
+    """Its team is below its guarantee, and stays within it with this job."""
+
+
+def eligibility(holder: Holder, who: Preemptor, pool: VictimPool) -> Reason | None:
+    if who.cls.may_preempt and holder.cls.value < who.cls.value:
+        return Reason.PRIORITY
+    if who.may_reclaim and holder.cls.value <= who.cls.value and pool.over_guarantee(holder.team):
+        return Reason.RECLAIM
+    return None
+
+
+def find_victims(
+    who: Preemptor, shape: Shape, pool: VictimPool, nodes_of: Sequence[int]
+) -> tuple[list[Slot], list[Victim]] | None:
+    """The cheapest sufficient set of victims that makes the gang fit, with its placement.
+
+    Gang members are placed largest first. For each, every node is scored by the victims it
+    would need, `(highest victim class, total lost work, number of victims, free GPUs, node)`,
+    and the best node is kept: nodes that need no victim always win. On a node, candidates are
+    taken in `victim_order` until the member fits, then reprieved in reverse while it still
+    fits. Reclaim never takes a victim that would push its team below its guarantee.
+    Returns None, choosing nobody, when no such set exists.
+    """
+    free = pool.free
+    removed: Counter[str] = Counter()
+    freed: Counter[int] = Counter()
+    chosen: dict[JobId, Victim] = {}
+    used: set[int] = set()
+    slots: list[Slot] = []
+    for want in shape.slots:
+        best: tuple[tuple[float, float, int, int, int], int, list[Victim]] | None = None
+        for i in nodes_of:
+            if i in used:
+                continue
+            have = len(free.free[i]) + freed[i]
+            picked: list[Victim] = []
+            if have < want:
+                found = _victims_on_node(i, want - have, who, pool, chosen, removed)
+                if found is None:
+                    continue
+                picked = found
+            score = (
+                max((v.holder.cls.value for v in picked), default=-(2**62)),
+                sum(v.holder.cost for v in picked),
+                len(picked),
+                have,
+                i,
+            )
+            if best is None or score < best[0]:
+                best = (score, i, picked)
+        if best is None:
+            return None
+        _, node, picked = best
+        used.add(node)
+        slots.append((node, want))
+        for victim in picked:
+            chosen[victim.holder.id] = victim
+            removed[victim.holder.team] += victim.holder.gpus
+            for i, gpus in victim.holder.slots:
+                freed[i] += len(gpus)
+    return slots, list(chosen.values())
+
+
+def _victims_on_node(
+    node: int,
+    need: int,
+    who: Preemptor,
+    pool: VictimPool,
+    chosen: Mapping[JobId, Victim],
+    removed: Counter[str],
+) -> list[Victim] | None:
+    taken: list[Victim] = []
+    taken_gpus: Counter[str] = Counter()
+    got = 0
+    for holder in pool.on_node[node]:
+        if holder.id in chosen or holder.id in pool.chosen or holder.protection is not None:
+            continue
+        reason = eligibility(holder, who, pool)
+        if reason is None:
+            continue
+        if reason is Reason.RECLAIM:
+            left = pool.alloc[holder.team] - removed[holder.team] - taken_gpus[holder.team] - holder.gpus
+            if left < pool.guarantee.get(holder.team, 0):
+                continue
+        taken.append(Victim(holder, reason))
+        taken_gpus[holder.team] += holder.gpus
+        got += holder.gpus_on(node)
+        if got >= need:
+            break
+    if got < need:
+        return None
+    for victim in reversed(list(taken)):
+        spare = victim.holder.gpus_on(node)
+        if got - spare >= need:
+            taken.remove(victim)
+            got -= spare
+    return taken

@@ -1,0 +1,160 @@
+"""The simulated pool: nodes, and each team's slice of it (its partition, or its guarantee)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpupool.model import Node
+from gpupool.sim.trace import TraceError, _open_text, _read_rows
+
+VC_SIZE_COLUMNS: tuple[str, ...] = ("vc", "node num")
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    nodes: tuple[Node, ...]
+    team_gpus: dict[str, int]
+    """Each team's slice in GPUs: its partition when nodes are dedicated, else its guarantee."""
+
+    @property
+    def gpus(self) -> int:
+        """Total GPUs of all nodes."""
+        return sum(node.gpus for node in self.nodes)
+
+
+def load_vc_sizes(path: Path) -> dict[str, int]:
+    """Read a `vc,node num` file into {vc: node count}, in file order.
+
+    Every vc must be non-empty and unique, every count a positive integer; problems raise TraceError
+    with the line and column.
+    """
+    sizes: dict[str, int] = {}
+    first_line: dict[str, int] = {}
+    with _open_text(path) as stream:
+        header, rows = _read_rows(path, stream, VC_SIZE_COLUMNS)
+        i_vc, i_nodes = (header.index(name) for name in VC_SIZE_COLUMNS)
+        for line, row in rows:
+            vc = row[i_vc].strip()
+            if not vc:
+                raise TraceError(path, "empty", line=line, column="vc")
+            if vc in first_line:
+                raise TraceError(
+                    path, f"vc {vc!r} already listed on line {first_line[vc]}", line=line, column="vc"
+                )
+            first_line[vc] = line
+            text = row[i_nodes].strip()
+            try:
+                count = int(text)
+            except ValueError:
+                count = 0
+            if count < 1:
+                raise TraceError(path, f"{text!r} is not a positive integer", line=line, column="node num")
+            sizes[vc] = count
+    if not sizes:
+        raise TraceError(path, "no vc rows")
+    return sizes
+
+
+def _round_half_up(value: float) -> int:
+    # The tolerance keeps products like 0.7 × 15 = 10.499999999999998 on the half they were meant to hit.
+    return math.floor(value + 0.5 + 1e-9 * max(1.0, abs(value)))
+
+
+def scale_sizes(sizes: Mapping[str, int], factor: float) -> dict[str, int]:
+    """Multiply each node count by `factor` (> 0), rounding half up, at least 1 node each; order kept."""
+    if not (math.isfinite(factor) and factor > 0):
+        raise ValueError(f"scale factor must be a finite number > 0, not {factor!r}")
+    return {team: max(1, _round_half_up(count * factor)) for team, count in sizes.items()}
+
+
+def _check_gpus_per_node(gpus_per_node: int) -> None:
+    if gpus_per_node < 1:
+        raise ValueError(f"gpus_per_node must be at least 1, not {gpus_per_node}")
+
+
+def cluster_from_sizes(sizes: Mapping[str, int], gpus_per_node: int = 8, *, dedicated: bool) -> Cluster:
+    """One node per count, named f"{team}-{i:03d}" (i from 0), teams in `sizes` order.
+
+    Dedicated nodes belong to their team (a partition); otherwise they are shared and the team's
+    nodes × gpus_per_node is its guarantee. Counts must be ≥ 1 and team names non-empty.
+    """
+    _check_gpus_per_node(gpus_per_node)
+    nodes: list[Node] = []
+    team_gpus: dict[str, int] = {}
+    for team, count in sizes.items():
+        if not team:
+            raise ValueError("team names must be non-empty")
+        if count < 1:
+            raise ValueError(f"team {team!r} needs at least 1 node, not {count}")
+        owner = team if dedicated else None
+        nodes.extend(Node(f"{team}-{i:03d}", gpus_per_node, team=owner) for i in range(count))
+        team_gpus[team] = count * gpus_per_node
+    return Cluster(nodes=tuple(nodes), team_gpus=team_gpus)
+
+
+def _split_nodes(nodes: int, team_weights: Mapping[str, float]) -> dict[str, int]:
+    """Apportion `nodes` among teams in proportion to their weights, at least one node each.
+
+    Teams whose proportional share is under one node get exactly one and the rest is shared among the
+    others again; the final shares are rounded by largest remainder, ties to the smaller team name.
+    Weights must be finite, ≥ 0 and not all 0; `nodes` must be at least the number of teams.
+    """
+    if not team_weights:
+        raise ValueError("no teams to split the nodes among")
+    for team, weight in team_weights.items():
+        if not (math.isfinite(weight) and weight >= 0):
+            raise ValueError(f"team {team!r}: weight must be a finite number ≥ 0, not {weight!r}")
+    total_weight = sum(team_weights.values())
+    if total_weight <= 0:
+        raise ValueError("team weights are all 0: nothing to split the nodes by")
+    if not math.isfinite(total_weight):
+        raise ValueError("team weights overflow when summed: scale them down")
+    if nodes < len(team_weights):
+        raise ValueError(
+            f"{nodes} node(s) cannot give each of the {len(team_weights)} teams at least one node"
+        )
+
+    counts: dict[str, int] = {}
+    rest = dict(team_weights)
+    while True:
+        left = nodes - len(counts)
+        total = sum(rest.values())
+        quotas = {team: left * weight / total for team, weight in rest.items()}
+        # The tolerances keep an exact share of one node (or k.0) from being lost to float noise.
+        small = [team for team, quota in quotas.items() if quota < 1 - 1e-9]
+        if not small:
+            break
+        for team in small:
+            counts[team] = 1
+            del rest[team]
+    floors = {team: math.floor(quota + 1e-9) for team, quota in quotas.items()}
+    spare = left - sum(floors.values())
+    # Rounded remainders so that float noise does not decide ties the team name should decide.
+    by_remainder = sorted(quotas, key=lambda team: (-round(quotas[team] - floors[team], 9), team))
+    for team in by_remainder[:spare]:
+        floors[team] += 1
+    counts.update(floors)
+    return {team: counts[team] for team in team_weights}
+
+
+def cluster_uniform(
+    nodes: int, gpus_per_node: int, team_weights: Mapping[str, float], *, dedicated: bool
+) -> Cluster:
+    """`nodes` identical nodes named f"node-{i:04d}" (i from 0), split among the teams by `_split_nodes`.
+
+    Dedicated nodes belong to their team, consecutive in `team_weights` order; shared nodes belong to
+    none, and each team's share × gpus_per_node is still recorded as its guarantee.
+    """
+    _check_gpus_per_node(gpus_per_node)
+    counts = _split_nodes(nodes, team_weights)
+    built: list[Node] = []
+    for team, count in counts.items():
+        owner = team if dedicated else None
+        first = len(built)
+        built.extend(Node(f"node-{i:04d}", gpus_per_node, team=owner) for i in range(first, first + count))
+    return Cluster(
+        nodes=tuple(built), team_gpus={team: count * gpus_per_node for team, count in counts.items()}
+    )

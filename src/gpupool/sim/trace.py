@@ -1,0 +1,246 @@
+"""Load a job trace in the normalised `jobs.csv` format (see shared/data/traces/README.md).
+
+Required columns: `job_id, submit_time, num_gpus, duration, vc`. Others (`submit_datetime`,
+`user`, `status`, trace-specific ones) are optional; only `submit_datetime` is read.
+A `.gz` suffix means the file is gzip-compressed.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TextIO
+
+REQUIRED_COLUMNS: tuple[str, ...] = ("job_id", "submit_time", "num_gpus", "duration", "vc")
+DEFAULT_TEAM = "default"
+DATETIME_FORMAT = "YYYY-MM-DD HH:MM:SS"
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be read, with the file, line (1-based; header = 1) and column at fault."""
+
+    def __init__(
+        self, path: Path, detail: str, *, line: int | None = None, column: str | None = None
+    ) -> None:
+        where = str(path)
+        if line is not None:
+            where += f" line {line}"
+            if column is not None:
+                where += f", column {column}"
+        super().__init__(f"{where}: {detail}")
+        self.path = path
+        self.line = line
+        self.column = column
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    job_id: str
+    submit_time: float
+    """Seconds, as in the file (not rebased)."""
+    gpus: int
+    duration: float
+    """Seconds of run time as recorded by the trace."""
+    team: str
+    """The trace's `vc`, or `"default"` where it is empty."""
+    submit_datetime: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    path: Path
+    jobs: tuple[TraceJob, ...]
+    """Sorted by submit time; ties keep file order."""
+    zero_gpu_jobs: int
+    """Rows asking for 0 GPUs (CPU-only pods), skipped."""
+    outside_window: int
+    """Rows with GPUs whose submit_datetime falls outside the asked window, skipped."""
+    no_duration: int = 0
+    """Rows with an empty duration (never scheduled, as in alibaba-openb-2023), skipped."""
+
+
+def _open_text(path: Path) -> TextIO:
+    """Open `path` as UTF-8 text for csv (gzip when it ends in `.gz`); OS errors become TraceError."""
+    try:
+        if path.suffix == ".gz":
+            return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
+        return path.open(encoding="utf-8-sig", newline="")
+    except FileNotFoundError:
+        raise TraceError(path, "no such file") from None
+    except IsADirectoryError:
+        raise TraceError(path, "is a directory, not a file") from None
+    except OSError as exc:
+        raise TraceError(path, f"cannot open: {exc.strerror or exc}") from None
+
+
+def _read_rows(
+    path: Path, stream: TextIO, required: Sequence[str]
+) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
+    """Read the header, check that each `required` column is there, and return it with the rows.
+
+    Rows come as (line, fields), blank lines skipped; a row whose field count differs from the
+    header's, undecodable bytes and malformed csv raise TraceError with their line.
+    """
+    reader = csv.reader(stream)
+    try:
+        header = next(reader, None)
+    except (csv.Error, UnicodeDecodeError, EOFError, OSError) as exc:
+        raise TraceError(path, f"unreadable: {exc}", line=1) from None
+    if not header:
+        raise TraceError(path, "empty file, no header", line=1)
+    header = [name.strip() for name in header]
+    duplicated = sorted({name for name in header if header.count(name) > 1})
+    if duplicated:
+        raise TraceError(path, f"duplicate column(s) {', '.join(duplicated)}", line=1)
+    missing = [name for name in required if name not in header]
+    if missing:
+        raise TraceError(path, f"missing column(s) {', '.join(missing)}")
+
+    def rows() -> Iterator[tuple[int, list[str]]]:
+        width = len(header)
+        try:
+            for row in reader:
+                if len(row) != width:
+                    if not row:
+                        continue
+                    raise TraceError(
+                        path, f"{len(row)} field(s), the header has {width}", line=reader.line_num
+                    )
+                # line_num counts physical lines, so quoted newlines and blank lines do not shift it.
+                yield reader.line_num, row
+        except csv.Error as exc:
+            raise TraceError(path, f"malformed csv: {exc}", line=reader.line_num) from None
+        except (UnicodeDecodeError, EOFError, OSError) as exc:
+            # Text is decoded in chunks, so the failing line is not known, only the last good one.
+            raise TraceError(path, f"unreadable after line {reader.line_num}: {exc}") from None
+
+    return header, rows()
+
+
+def _parse_datetime(text: str) -> datetime | None:
+    """`YYYY-MM-DD HH:MM:SS` → naive datetime, or None if `text` is not exactly that shape."""
+    # fromisoformat is ~50x faster than strptime but accepts more shapes: pin the shape first.
+    if (
+        len(text) != 19
+        or text[4] != "-"
+        or text[7] != "-"
+        or text[10] != " "
+        or text[13] != ":"
+        or text[16] != ":"
+        or not (text[:4] + text[5:7] + text[8:10] + text[11:13] + text[14:16] + text[17:]).isdigit()
+    ):
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def load_trace(path: Path, *, start: datetime | None = None, end: datetime | None = None) -> Trace:
+    """Read and validate a normalised trace; keep the jobs with GPUs submitted in [start, end).
+
+    Every row is validated, also rows that are then skipped. A window (`start` and/or `end`, naive
+    datetimes) needs a `submit_datetime` column with a value on every row. Raises TraceError naming
+    the file, line and column of the first problem, ValueError for a bad window.
+    """
+    windowed = start is not None or end is not None
+    for bound in (start, end):
+        if bound is not None and bound.tzinfo is not None:
+            raise ValueError(f"window bound {bound.isoformat()} must be naive, like the trace's datetimes")
+    if start is not None and end is not None and start >= end:
+        raise ValueError(f"empty window: start {start} is not before end {end}")
+
+    jobs: list[TraceJob] = []
+    first_line: dict[str, int] = {}
+    zero_gpu = 0
+    outside = 0
+    unrecorded = 0
+    with _open_text(path) as stream:
+        header, rows = _read_rows(path, stream, REQUIRED_COLUMNS)
+        i_id, i_submit, i_gpus, i_duration, i_vc = (header.index(name) for name in REQUIRED_COLUMNS)
+        i_dt = header.index("submit_datetime") if "submit_datetime" in header else None
+        if windowed and i_dt is None:
+            raise TraceError(path, "a window was asked but the trace has no submit_datetime column")
+        isfinite = math.isfinite
+        for line, row in rows:
+            job_id = row[i_id].strip()
+            if not job_id:
+                raise TraceError(path, "empty", line=line, column="job_id")
+            seen = first_line.get(job_id)
+            if seen is not None:
+                raise TraceError(
+                    path, f"job_id {job_id!r} already used on line {seen}", line=line, column="job_id"
+                )
+            first_line[job_id] = line
+
+            text = row[i_submit]
+            try:
+                submit_time = float(text)
+            except ValueError:
+                submit_time = math.nan
+            if not (isfinite(submit_time) and submit_time >= 0):
+                raise TraceError(path, f"{text!r} is not a number ≥ 0", line=line, column="submit_time")
+
+            text = row[i_gpus]
+            try:
+                gpus = int(text)
+            except ValueError:
+                try:
+                    as_float = float(text)
+                except ValueError:
+                    as_float = math.nan
+                gpus = int(as_float) if as_float.is_integer() else -1
+            if gpus < 0:
+                raise TraceError(path, f"{text!r} is not a positive integer", line=line, column="num_gpus")
+
+            text = row[i_duration]
+            try:
+                duration = float(text) if text.strip() else -1.0
+            except ValueError:
+                duration = math.nan
+            if duration == -1.0 and not text.strip():
+                unrecorded += 1
+                continue
+            if not (isfinite(duration) and duration >= 0):
+                raise TraceError(path, f"{text!r} is not a number ≥ 0", line=line, column="duration")
+
+            submitted: datetime | None = None
+            if i_dt is not None:
+                text = row[i_dt].strip()
+                if text:
+                    submitted = _parse_datetime(text)
+                    if submitted is None:
+                        raise TraceError(
+                            path,
+                            f"{text!r} is not a {DATETIME_FORMAT} time",
+                            line=line,
+                            column="submit_datetime",
+                        )
+                elif windowed:
+                    raise TraceError(
+                        path,
+                        "empty, but a window needs every submit time",
+                        line=line,
+                        column="submit_datetime",
+                    )
+
+            if gpus == 0:
+                zero_gpu += 1
+                continue
+            if submitted is not None and (
+                (start is not None and submitted < start) or (end is not None and submitted >= end)
+            ):
+                outside += 1
+                continue
+            team = row[i_vc].strip() or DEFAULT_TEAM
+            jobs.append(TraceJob(job_id, submit_time, gpus, duration, team, submitted))
+
+    jobs.sort(key=lambda job: job.submit_time)
+    return Trace(
+        path=path, jobs=tuple(jobs), zero_gpu_jobs=zero_gpu, outside_window=outside, no_duration=unrecorded
+    )

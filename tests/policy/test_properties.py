@@ -1,0 +1,227 @@
+"""Invariants of the core, on random pools, workloads and in-flight preemptions."""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from dataclasses import replace
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpupool.model import (
+    DEFAULT_CLASSES,
+    Allocation,
+    Config,
+    Job,
+    Node,
+    Notice,
+    Plan,
+    PriorityBudget,
+    Reason,
+    RunningJob,
+    Snapshot,
+    Team,
+)
+from gpupool.policy import decide
+from gpupool.policy.budget import effective_class
+
+NOW = 5_000.0
+TEAMS = ("a", "b", "c")
+CLASSES = tuple(c.name for c in DEFAULT_CLASSES)
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[Snapshot, Config]:
+    nodes = [
+        Node(
+            f"n{i}",
+            draw(st.sampled_from([2, 4, 8])),
+            draw(st.sampled_from(["v100", "h100"])),
+            draw(st.sampled_from([None, None, None, "a"])),
+        )
+        for i in range(draw(st.integers(1, 5)))
+    ]
+    free = {n.name: list(range(n.gpus)) for n in nodes}
+    ids = iter(range(10_000))
+    pending = [_job(draw, f"p{next(ids)}") for _ in range(draw(st.integers(0, 8)))]
+    running: list[RunningJob] = []
+    for _ in range(draw(st.integers(0, 12))):
+        job = _job(draw, f"r{next(ids)}")
+        placement = _pack(job, nodes, free)
+        if placement is None:
+            continue
+        started = draw(st.floats(0, NOW))
+        ckpt = draw(st.one_of(st.none(), st.floats(started, NOW)))
+        notice = None
+        if pending and draw(st.integers(0, 4)) == 0:
+            notice = Notice(draw(st.sampled_from(pending)).id, NOW + draw(st.floats(0, 100)))
+        running.append(RunningJob(job, placement, started, ckpt, notice))
+    teams = {
+        t: Team(
+            t,
+            weight=draw(st.sampled_from([1.0, 2.0])),
+            guaranteed_gpus=draw(st.integers(0, 8)),
+            budgets=(PriorityBudget("high", 1.0, 3600.0),) if draw(st.booleans()) else (),
+        )
+        for t in TEAMS
+    }
+    usage = {(t, "high"): draw(st.sampled_from([0.0, 7200.0])) for t in TEAMS}
+    config = Config(DEFAULT_CLASSES, teams, max_preemptions=draw(st.sampled_from([None, 1, 3])))
+    return Snapshot(nodes, running, pending, usage), config
+
+
+def _job(draw: st.DrawFn, id: str) -> Job:
+    gpus = draw(st.sampled_from([1, 1, 2, 4, 8, 12, 16]))
+    per_node = (
+        draw(st.sampled_from([None, None, g]))
+        if (g := draw(st.sampled_from([1, 2, 4]))) and gpus % g == 0
+        else None
+    )
+    return Job(
+        id,
+        draw(st.sampled_from(TEAMS)),
+        draw(st.sampled_from(CLASSES)),
+        gpus,
+        draw(st.floats(0, NOW)),
+        gpus_per_node=per_node,
+        gpu_type=draw(st.sampled_from([None, None, "v100", "h100"])),
+        preemptions=draw(st.integers(0, 4)),
+        expected_restart=draw(st.floats(0, 120)),
+    )
+
+
+def _pack(job: Job, nodes: list[Node], free: dict[str, list[int]]) -> tuple[Allocation, ...] | None:
+    """A simple first-fit layout for generated running jobs (any split is legal for them)."""
+    placement = []
+    left = job.gpus
+    for node in nodes:
+        if left and free[node.name]:
+            take = free[node.name][: min(left, len(free[node.name]))]
+            placement.append(Allocation(node.name, tuple(take)))
+            left -= len(take)
+    if left:
+        return None
+    for alloc in placement:
+        del free[alloc.node][: len(alloc.gpus)]
+    return tuple(placement)
+
+
+def held(snapshot: Snapshot) -> dict[tuple[str, int], RunningJob]:
+    return {(a.node, g): r for r in snapshot.running for a in r.placement for g in a.gpus}
+
+
+def layouts(plan: Plan) -> dict[str, tuple[Allocation, ...]]:
+    out = {s.job: s.placement for s in plan.starts}
+    out.update({w.job: w.placement for w in plan.waits if w.reason is Reason.AWAITING_DRAIN})
+    return out
+
+
+@given(scenarios())
+def test_never_over_allocates_a_gpu(scenario: tuple[Snapshot, Config]) -> None:
+    snapshot, config = scenario
+    plan = decide(snapshot, config, NOW)
+    holders = held(snapshot)
+    nodes = {n.name: n for n in snapshot.nodes}
+    jobs = {j.id: j for j in snapshot.pending}
+    victims_of: dict[str, set[str]] = {}
+    for r in snapshot.running:
+        if r.notice is not None:
+            victims_of.setdefault(r.notice.for_job, set()).add(r.job.id)
+    for p in plan.preemptions:
+        victims_of.setdefault(p.for_job, set()).add(p.victim)
+    used: Counter[tuple[str, int]] = Counter()
+    started = {s.job for s in plan.starts}
+    for job_id, placement in layouts(plan).items():
+        job = jobs[job_id]
+        assert sum(len(a.gpus) for a in placement) == job.gpus
+        assert len({a.node for a in placement}) == len(placement), "a gang member per node"
+        types = {nodes[a.node].gpu_type for a in placement}
+        assert len(types) == 1
+        assert job.gpu_type in (None, *types)
+        for alloc in placement:
+            node = nodes[alloc.node]
+            assert node.team in (None, job.team)
+            if job.gpus_per_node is not None:
+                assert len(alloc.gpus) == job.gpus_per_node
+            for gpu in alloc.gpus:
+                assert 0 <= gpu < node.gpus
+                used[(alloc.node, gpu)] += 1
+                holder = holders.get((alloc.node, gpu))
+                if job_id in started:
+                    assert holder is None, f"{job_id} started on a GPU held by {holder}"
+                else:
+                    assert holder is None or holder.job.id in victims_of.get(job_id, set())
+    assert all(count == 1 for count in used.values()), "a GPU was given twice"
+
+
+@given(scenarios())
+def test_never_preempts_a_protected_job(scenario: tuple[Snapshot, Config]) -> None:
+    snapshot, config = scenario
+    plan = decide(snapshot, config, NOW)
+    running = {r.job.id: r for r in snapshot.running}
+    for p in plan.preemptions:
+        victim = running[p.victim]
+        assert victim.notice is None, "already draining"
+        cls = effective_class(config, snapshot.usage, victim.job.team, victim.job.priority).cls
+        assert cls.preemptible
+        assert NOW - victim.started_at >= cls.min_runtime
+        assert config.max_preemptions is None or victim.job.preemptions < config.max_preemptions
+    assert len({p.victim for p in plan.preemptions}) == len(plan.preemptions)
+
+
+@given(scenarios())
+def test_never_preempts_without_the_preemptor_fitting(scenario: tuple[Snapshot, Config]) -> None:
+    snapshot, config = scenario
+    plan = decide(snapshot, config, NOW)
+    jobs = {j.id: j for j in snapshot.pending}
+    running = {r.job.id: r for r in snapshot.running}
+    held_for = {w.job for w in plan.waits if w.reason is Reason.AWAITING_DRAIN and w.placement}
+    for p in plan.preemptions:
+        assert p.for_job in held_for, f"{p.victim} preempted for {p.for_job}, which holds no placement"
+        preemptor = jobs[p.for_job]
+        mine = effective_class(config, snapshot.usage, preemptor.team, preemptor.priority).cls
+        theirs = effective_class(
+            config, snapshot.usage, running[p.victim].job.team, running[p.victim].job.priority
+        ).cls
+        if p.reason is Reason.PRIORITY:
+            assert mine.may_preempt
+            assert theirs.value < mine.value
+        else:
+            assert p.reason is Reason.RECLAIM
+            assert theirs.value <= mine.value
+
+
+@given(scenarios())
+def test_reclaim_never_pushes_a_team_below_its_guarantee(scenario: tuple[Snapshot, Config]) -> None:
+    snapshot, config = scenario
+    plan = decide(snapshot, config, NOW)
+    leaving = {p.victim for p in plan.preemptions}
+    after: Counter[str] = Counter()
+    for r in snapshot.running:
+        if r.notice is None and r.job.id not in leaving:
+            after[r.job.team] += r.job.gpus
+    # Jobs this plan starts, or holds GPUs for, count for their team: they will hold them.
+    jobs = {j.id: j for j in snapshot.pending}
+    for job_id in layouts(plan):
+        after[jobs[job_id].team] += jobs[job_id].gpus
+    running = {r.job.id: r for r in snapshot.running}
+    for p in plan.preemptions:
+        if p.reason is Reason.RECLAIM:
+            team = running[p.victim].job.team
+            assert after[team] >= config.team(team).guaranteed_gpus
+
+
+@given(scenarios(), st.randoms(use_true_random=False))
+def test_decisions_are_identical_for_identical_input(scenario: tuple[Snapshot, Config], rnd: object) -> None:
+    snapshot, config = scenario
+    before = copy.deepcopy(snapshot)
+    plan = decide(snapshot, config, NOW)
+    assert snapshot == before, "decide modified its snapshot"
+    assert decide(copy.deepcopy(snapshot), config, NOW) == plan
+    shuffled = replace(
+        snapshot,
+        running=sorted(snapshot.running, key=lambda r: r.job.id, reverse=True),
+        pending=sorted(snapshot.pending, key=lambda j: j.id, reverse=True),
+    )
+    assert decide(shuffled, config, NOW) == plan
