@@ -8,8 +8,9 @@ The stages are plain modules: `order` (queue order), `place` (where), `preempt` 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from gpupool.model import (
     Allocation,
@@ -79,6 +80,7 @@ class _Cycle:
     no_victims: set[tuple[Shape, int, str | None]] = field(default_factory=set)
     shapes: dict[tuple[str, str | None, int, int | None], tuple[Shape, ...]] = field(default_factory=dict)
     nodes_of: dict[tuple[Group, ...], list[int]] = field(default_factory=dict)
+    ever_fits: dict[tuple[Shape, ...], bool] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         snapshot = self.snapshot
@@ -176,14 +178,19 @@ class _Cycle:
                 continue
             shapes = self.shapes_of(job)
             if self.blocked and any(g in self.blocked for s in shapes for g in s.groups):
-                self.wait(job, Reason.QUEUE_BLOCKED, "waits behind an earlier job (strict queue)")
+                self.wait(job, Reason.QUEUE_BLOCKED, messages.queue_blocked)
                 continue
             if self.start_on_free(job):
                 continue
-            if not any(can_ever_fit(s, self.snapshot.nodes) for s in shapes):
-                self.wait(job, Reason.NEVER_FITS, messages.never_fits(job))
+            if not self.fits_ever(shapes):
+                self.wait(job, Reason.NEVER_FITS, partial(messages.never_fits, job))
             elif not self.preempt_for(job, shapes) and self.config.queue is QueueMode.STRICT:
                 self.blocked.update(g for s in shapes for g in s.groups)
+
+    def fits_ever(self, shapes: tuple[Shape, ...]) -> bool:
+        if shapes not in self.ever_fits:
+            self.ever_fits[shapes] = any(can_ever_fit(s, self.snapshot.nodes) for s in shapes)
+        return self.ever_fits[shapes]
 
     def first_fit(self, job: Job, *, lent: bool = False) -> list[tuple[int, int]] | None:
         """Slots on the first shape that fits. Free GPUs only shrink during a cycle, so a
@@ -215,13 +222,10 @@ class _Cycle:
     def preempt_for(self, job: Job, shapes: tuple[Shape, ...]) -> bool:
         """Give notice to the cheapest sufficient victims; False (with a Wait) if none."""
         eff = self.effective_of(job)
-        if not self.config.preemption:
-            self.wait(job, Reason.NO_FIT, messages.no_fit(job, self.free.total(shapes[0].groups)))
-            return False
         guarantee = self.config.team(job.team).guaranteed_gpus
         may_reclaim = self.config.reclaim and self.pool.alloc[job.team] + job.gpus <= guarantee
-        if not (eff.cls.may_preempt or may_reclaim):
-            self.wait(job, Reason.NO_FIT, messages.no_fit(job, self.free.total(shapes[0].groups)))
+        if not self.config.preemption or not (eff.cls.may_preempt or may_reclaim):
+            self.wait(job, Reason.NO_FIT, partial(messages.no_fit, job, self.free, shapes[0].groups))
             return False
         who = Preemptor(job.id, job.team, eff.cls, may_reclaim)
         for shape in shapes:
@@ -236,7 +240,7 @@ class _Cycle:
             self.give_notice(job, eff.cls, slots, victims)
             return True
         self.note_retry(eff.cls)
-        self.wait(job, Reason.NO_VICTIMS, messages.no_victims(job, eff.cls))
+        self.wait(job, Reason.NO_VICTIMS, partial(messages.no_victims, job, eff.cls))
         return False
 
     def give_notice(
@@ -280,10 +284,11 @@ class _Cycle:
         if ends and (self.retry_at is None or min(ends) < self.retry_at):
             self.retry_at = min(ends)
 
-    def wait(self, job: Job, reason: Reason, message: str) -> None:
+    def wait(self, job: Job, reason: Reason, message: Callable[[], str]) -> None:
+        """Record why the job waits; the words are only written when waits are explained."""
         self.settled.add(job.id)
         if self.config.explain_waits:
-            self.waits.append(Wait(job.id, reason, message))
+            self.waits.append(Wait(job.id, reason, message()))
 
     def plan(self) -> Plan:
         return Plan(tuple(self.starts), tuple(self.preemptions), tuple(self.waits), self.retry_at)

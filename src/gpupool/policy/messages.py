@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from gpupool.model import Job, Placement, PriorityClass, Reason
 from gpupool.policy.budget import Effective
+from gpupool.policy.place import FreeGpus, Group
 from gpupool.policy.preempt import Holder
 
 
@@ -57,8 +58,12 @@ def never_fits(job: Job) -> str:
     return f"can never fit: {job.gpus} GPUs{kind}{layout} is more than any placement in its nodes"
 
 
-def no_fit(job: Job, free: int) -> str:
-    return f"waits for {job.gpus} GPUs ({free} free in its nodes, not enough in one placement)"
+def no_fit(job: Job, free: FreeGpus, groups: Sequence[Group]) -> str:
+    return f"waits for {job.gpus} GPUs ({free.total(groups)} free in its nodes, not enough in one placement)"
+
+
+def queue_blocked() -> str:
+    return "waits behind an earlier job that does not fit (strict queue)"
 
 
 def no_victims(job: Job, cls: PriorityClass) -> str:

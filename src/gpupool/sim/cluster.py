@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpupool.model import Node
-from gpupool.sim.trace import TraceError, _open_text, _read_rows
+from gpupool.sim.trace import TraceError, open_text, read_rows
 
 VC_SIZE_COLUMNS: tuple[str, ...] = ("vc", "node num")
 
@@ -33,8 +33,8 @@ def load_vc_sizes(path: Path) -> dict[str, int]:
     """
     sizes: dict[str, int] = {}
     first_line: dict[str, int] = {}
-    with _open_text(path) as stream:
-        header, rows = _read_rows(path, stream, VC_SIZE_COLUMNS)
+    with open_text(path) as stream:
+        header, rows = read_rows(path, stream, VC_SIZE_COLUMNS)
         i_vc, i_nodes = (header.index(name) for name in VC_SIZE_COLUMNS)
         for line, row in rows:
             vc = row[i_vc].strip()

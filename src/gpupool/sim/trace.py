@@ -64,7 +64,7 @@ class Trace:
     """Rows with an empty duration (never scheduled, as in alibaba-openb-2023), skipped."""
 
 
-def _open_text(path: Path) -> TextIO:
+def open_text(path: Path) -> TextIO:
     """Open `path` as UTF-8 text for csv (gzip when it ends in `.gz`); OS errors become TraceError."""
     try:
         if path.suffix == ".gz":
@@ -78,7 +78,7 @@ def _open_text(path: Path) -> TextIO:
         raise TraceError(path, f"cannot open: {exc.strerror or exc}") from None
 
 
-def _read_rows(
+def read_rows(
     path: Path, stream: TextIO, required: Sequence[str]
 ) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
     """Read the header, check that each `required` column is there, and return it with the rows.
@@ -160,8 +160,8 @@ def load_trace(path: Path, *, start: datetime | None = None, end: datetime | Non
     zero_gpu = 0
     outside = 0
     unrecorded = 0
-    with _open_text(path) as stream:
-        header, rows = _read_rows(path, stream, REQUIRED_COLUMNS)
+    with open_text(path) as stream:
+        header, rows = read_rows(path, stream, REQUIRED_COLUMNS)
         i_id, i_submit, i_gpus, i_duration, i_vc = (header.index(name) for name in REQUIRED_COLUMNS)
         i_dt = header.index("submit_datetime") if "submit_datetime" in header else None
         if windowed and i_dt is None:

@@ -1,0 +1,224 @@
+"""The simulator: a virtual clock and an event heap driving the very `decide` of the service.
+
+Events at one instant are handled in rank order (releases and completions, then arrivals,
+then the scheduling pass), and same-rank events in the order they were scheduled, so a run
+is a pure function of its inputs.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from enum import IntEnum
+
+from gpupool.model import Config, Job, Node, Notice, Plan, RunningJob, Snapshot
+from gpupool.policy import decide
+from gpupool.sim.jobmodel import Attempt, Interruption, JobModel, interrupt
+
+
+@dataclass(frozen=True, slots=True)
+class SimJob:
+    """A job to replay: what the trace says it asked for and how long it runs."""
+
+    id: str
+    team: str
+    priority: str
+    gpus: int
+    submit: float
+    work: float
+    """Seconds of computation the job needs, without checkpoints or restarts."""
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """What happened to one job; GPU-seconds for the lost-work fields."""
+
+    job: SimJob
+    first_start: float | None = None
+    finish: float | None = None
+    wait: float = 0.0
+    """Seconds spent pending, over all its waits (requeues included)."""
+    preemptions: int = 0
+    allocated: float = 0.0
+    rework: float = 0.0
+    drain: float = 0.0
+    restart: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """A change in allocated GPUs: the series behind utilization plots."""
+
+    time: float
+    priority: str
+    gpus: int
+
+
+@dataclass(slots=True)
+class Outcome:
+    records: list[JobRecord]
+    usage: list[Usage]
+    decisions: int
+    capacity: int
+
+
+class Rank(IntEnum):
+    RELEASE = 0
+    ARRIVAL = 1
+    DECIDE = 2
+
+
+@dataclass(slots=True)
+class _Live:
+    """A simulated job's changing state."""
+
+    record: JobRecord
+    core: Job
+    committed: float = 0.0
+    attempt_no: int = -1
+    attempt: Attempt | None = None
+    running: RunningJob | None = None
+    notice_at: float | None = None
+    cut: Interruption | None = None
+    """Set with the notice: when the attempt will release its GPUs and what it keeps."""
+
+
+@dataclass(slots=True)
+class Simulation:
+    jobs: Sequence[SimJob]
+    nodes: Sequence[Node]
+    config: Config
+    model: JobModel
+    on_progress: Callable[[int], None] | None = None
+    """Called now and then with the number of jobs finished so far."""
+    heap: list[tuple[float, int, int, str, int]] = field(default_factory=list)
+    seq: itertools.count[int] = field(default_factory=itertools.count)
+    live: dict[str, _Live] = field(default_factory=dict)
+    pending: dict[str, _Live] = field(default_factory=dict)
+    running: dict[str, _Live] = field(default_factory=dict)
+    pending_since: dict[str, float] = field(default_factory=dict)
+    usage: list[Usage] = field(default_factory=list)
+    finished: int = 0
+    decisions: int = 0
+
+    def run(self) -> Outcome:
+        """Replay every job to its end and return what happened."""
+        for job in sorted(self.jobs, key=lambda j: (j.submit, j.id)):
+            self.live[job.id] = _Live(
+                JobRecord(job), Job(job.id, job.team, job.priority, job.gpus, job.submit)
+            )
+            self.push(job.submit, Rank.ARRIVAL, job.id)
+        while self.heap:
+            now = self.heap[0][0]
+            dirty = False
+            while self.heap and self.heap[0][0] == now:
+                _, rank, _, job_id, attempt_no = heapq.heappop(self.heap)
+                dirty |= self.handle(now, Rank(rank), job_id, attempt_no)
+            if dirty and self.pending:
+                self.apply(decide(self.snapshot(now), self.config, now), now)
+        return Outcome(
+            [live.record for live in self.live.values()],
+            self.usage,
+            self.decisions,
+            sum(n.gpus for n in self.nodes),
+        )
+
+    def push(self, time: float, rank: Rank, job_id: str = "", attempt_no: int = -1) -> None:
+        heapq.heappush(self.heap, (time, int(rank), next(self.seq), job_id, attempt_no))
+
+    def handle(self, now: float, rank: Rank, job_id: str, attempt_no: int) -> bool:
+        """Apply one event; True when the scheduler should look again."""
+        if rank is Rank.DECIDE:
+            return True
+        live = self.live[job_id]
+        if rank is Rank.ARRIVAL:
+            self.pending[job_id] = live
+            self.pending_since[job_id] = now
+            return True
+        if live.attempt is None or live.attempt_no != attempt_no:
+            return False  # the attempt this event was for has already ended
+        if live.cut is not None and live.cut.release_at < live.attempt.finish_time():
+            self.release(live, live.cut, now)
+        else:
+            self.complete(live, now)
+        return True
+
+    def complete(self, live: _Live, now: float) -> None:
+        self.end_attempt(live, now)
+        live.record.finish = now
+        self.finished += 1
+        if self.on_progress is not None and self.finished % 1000 == 0:
+            self.on_progress(self.finished)
+
+    def release(self, live: _Live, cut: Interruption, now: float) -> None:
+        assert live.notice_at is not None
+        gpus = live.record.job.gpus
+        live.record.rework += gpus * cut.rework
+        live.record.drain += gpus * (cut.release_at - live.notice_at)
+        live.record.preemptions += 1
+        live.committed = cut.committed
+        live.core = replace(
+            live.core, preemptions=live.core.preemptions + 1, expected_restart=self.model.restart_cost
+        )
+        self.end_attempt(live, now)
+        self.pending[live.record.job.id] = live
+        self.pending_since[live.record.job.id] = now
+
+    def end_attempt(self, live: _Live, now: float) -> None:
+        attempt = live.attempt
+        assert attempt is not None
+        job = live.record.job
+        live.record.allocated += job.gpus * (now - attempt.start)
+        live.record.restart += job.gpus * min(attempt.restore, now - attempt.start)
+        live.attempt = None
+        live.running = None
+        live.notice_at = None
+        live.cut = None
+        del self.running[job.id]
+        self.usage.append(Usage(now, job.priority, -job.gpus))
+
+    def snapshot(self, now: float) -> Snapshot:
+        running = []
+        for live in self.running.values():
+            assert live.attempt is not None and live.running is not None
+            last = live.attempt.at(now).last_commit_at
+            if last != live.running.last_checkpoint_at:
+                live.running = replace(live.running, last_checkpoint_at=last)
+            running.append(live.running)
+        return Snapshot(self.nodes, running, [live.core for live in self.pending.values()])
+
+    def apply(self, plan: Plan, now: float) -> None:
+        self.decisions += 1
+        for start in plan.starts:
+            live = self.pending.pop(start.job)
+            job = live.record.job
+            live.record.wait += now - self.pending_since.pop(start.job)
+            if live.record.first_start is None:
+                live.record.first_start = now
+            live.attempt_no += 1
+            restore = self.model.restart_cost if live.attempt_no > 0 else 0.0
+            live.attempt = Attempt(
+                now,
+                restore,
+                live.committed,
+                job.work,
+                self.model.interval_of(job.priority),
+                self.model.save_cost,
+            )
+            live.running = RunningJob(live.core, start.placement, now)
+            self.running[job.id] = live
+            self.usage.append(Usage(now, job.priority, job.gpus))
+            self.push(live.attempt.finish_time(), Rank.RELEASE, job.id, live.attempt_no)
+        for preempt in plan.preemptions:
+            live = self.running[preempt.victim]
+            assert live.attempt is not None and live.running is not None
+            live.notice_at = now
+            live.running = replace(live.running, notice=Notice(preempt.for_job, preempt.deadline))
+            cls = self.config.priority_class(live.record.job.priority)
+            live.cut = interrupt(live.attempt, now, cls.grace_period)
+            if live.cut.release_at < live.attempt.finish_time():
+                self.push(live.cut.release_at, Rank.RELEASE, preempt.victim, live.attempt_no)
+        if plan.retry_at is not None and plan.retry_at > now:
+            self.push(plan.retry_at, Rank.DECIDE)

@@ -1,0 +1,103 @@
+"""What a replay measured: waits, completion times, utilization, lost work, goodput, fairness."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from gpupool.sim.engine import JobRecord, Outcome
+
+Stats = dict[str, float]
+
+
+def stats(values: Sequence[float]) -> Stats:
+    """Mean and p50/p95/p99 (linear interpolation), in seconds; zeros for no values."""
+    if not values:
+        return {"mean": 0.0, "p50": 0.0, "p95": 0.0, "p99": 0.0}
+    array = np.asarray(values, dtype=float)
+    p50, p95, p99 = np.percentile(array, [50, 95, 99])
+    return {"mean": _r(array.mean()), "p50": _r(p50), "p95": _r(p95), "p99": _r(p99)}
+
+
+def _r(value: float) -> float:
+    """Round for stable, readable JSON."""
+    return round(float(value), 6)
+
+
+def jct(record: JobRecord) -> float:
+    assert record.finish is not None
+    return record.finish - record.job.submit
+
+
+def slowdown(record: JobRecord) -> float:
+    return jct(record) / max(record.job.work, 1.0)
+
+
+def jain(values: Iterable[float]) -> float:
+    """Jain's index: 1 when all equal, 1/n when one takes everything."""
+    xs = list(values)
+    if not xs:
+        return 1.0
+    total = sum(xs)
+    squares = sum(x * x for x in xs)
+    return _r(total * total / (len(xs) * squares)) if squares else 1.0
+
+
+def young_daly(save_cost: float, records: Sequence[JobRecord]) -> float | None:
+    """The checkpoint interval √(2·δ·M) for the observed mean time M between interruptions
+    of a running job, or None when nothing was interrupted."""
+    interruptions = sum(r.preemptions for r in records)
+    if not interruptions:
+        return None
+    running_seconds = sum(r.allocated / r.job.gpus for r in records)
+    return _r(math.sqrt(2 * save_cost * running_seconds / interruptions))
+
+
+def group(records: Sequence[JobRecord]) -> dict[str, Any]:
+    return {
+        "jobs": len(records),
+        "wait": stats([r.wait for r in records]),
+        "jct": stats([jct(r) for r in records]),
+        "preemptions": sum(r.preemptions for r in records),
+        "gpu_hours": _r(sum(r.job.gpus * r.job.work for r in records) / 3600),
+    }
+
+
+def summarize(policy: str, outcome: Outcome, save_cost: float) -> dict[str, Any]:
+    """The report of one policy's replay, in the shape of `gpupool simulate --json`."""
+    done = [r for r in outcome.records if r.finish is not None]
+    by_priority: dict[str, list[JobRecord]] = defaultdict(list)
+    by_team: dict[str, list[JobRecord]] = defaultdict(list)
+    for r in done:
+        by_priority[r.job.priority].append(r)
+        by_team[r.job.team].append(r)
+    allocated = sum(r.allocated for r in done)
+    useful = sum(r.job.gpus * r.job.work for r in done)
+    span = max(r.finish or 0.0 for r in done) - min(r.job.submit for r in done) if done else 0.0
+    rework, drain, restart = (sum(getattr(r, f) for r in done) / 3600 for f in ("rework", "drain", "restart"))
+    return {
+        "policy": policy,
+        "jobs": len(done),
+        "gpus": outcome.capacity,
+        "utilization": _r(allocated / (outcome.capacity * span)) if span > 0 else 0.0,
+        "jct": stats([jct(r) for r in done]),
+        "wait": stats([r.wait for r in done]),
+        "by_priority": {name: group(rs) for name, rs in sorted(by_priority.items())},
+        "by_team": {name: group(rs) for name, rs in sorted(by_team.items())},
+        "preemptions": sum(r.preemptions for r in done),
+        "lost_gpu_hours": {
+            "rework": _r(rework),
+            "drain": _r(drain),
+            "restart": _r(restart),
+            "total": _r(rework + drain + restart),
+        },
+        "trace_gpu_hours": _r(useful / 3600),
+        "goodput": _r(useful / allocated) if allocated else 1.0,
+        "fairness": jain(float(np.mean([slowdown(r) for r in rs])) for rs in by_team.values()),
+        "young_daly_interval": young_daly(save_cost, done),
+        "decisions": outcome.decisions,
+    }

@@ -1,0 +1,150 @@
+"""One replay: a trace, a cluster and a policy in, a report out."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from gpupool.model import DEFAULT_CLASSES, Config, Job, PriorityClass, QueueMode, QueueOrder, Team
+from gpupool.policy.place import can_ever_fit, job_shapes
+from gpupool.sim.cluster import Cluster, cluster_from_sizes, cluster_uniform, scale_sizes
+from gpupool.sim.engine import Outcome, SimJob, Simulation
+from gpupool.sim.jobmodel import JobModel
+from gpupool.sim.metrics import summarize
+from gpupool.sim.trace import Trace
+from gpupool.sim.workload import assign_priority
+
+DEFAULT_MIX: tuple[tuple[str, float], ...] = (("urgent", 0.02), ("high", 0.08), ("normal", 0.5), ("low", 0.4))
+
+
+class Policy(StrEnum):
+    PARTITIONED = "partitioned"
+    """Each team alone on its slice of the pool, first come first served: the reservation."""
+    POOL_FIFO = "pool-fifo"
+    """One pool, first come first served, no preemption."""
+    POOL_PRIORITY = "pool-priority"
+    """gpupool: one pool, priority classes, preemption with notice, reclaim of guarantees."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    """Per-team node counts (`vc_sizes`, times `scale`) or `nodes` shared by GPU-hours."""
+
+    vc_sizes: Mapping[str, int] | None = None
+    scale: float = 1.0
+    nodes: int | None = None
+    gpus_per_node: int = 8
+
+    def build(self, trace: Trace, *, dedicated: bool) -> Cluster:
+        if self.vc_sizes is not None:
+            return cluster_from_sizes(
+                scale_sizes(self.vc_sizes, self.scale), self.gpus_per_node, dedicated=dedicated
+            )
+        if self.nodes is None:
+            raise ValueError("a cluster needs either VC sizes or a node count")
+        hours: dict[str, float] = defaultdict(float)
+        for job in trace.jobs:
+            hours[job.team] += job.gpus * job.duration
+        weights = {team: hours[team] or 1.0 for team in sorted(hours)}
+        return cluster_uniform(self.nodes, self.gpus_per_node, weights, dedicated=dedicated)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything but the trace, the cluster and the policy."""
+
+    model: JobModel
+    mix: tuple[tuple[str, float], ...] = DEFAULT_MIX
+    classes: tuple[PriorityClass, ...] = DEFAULT_CLASSES
+    queue: QueueMode = QueueMode.BACKFILL
+    """Queue discipline of the two baselines; pool-priority always backfills."""
+
+
+def policy_config(policy: Policy, cluster: Cluster, settings: Settings) -> Config:
+    teams = {
+        name: Team(name, weight=max(gpus, 1), guaranteed_gpus=gpus)
+        for name, gpus in cluster.team_gpus.items()
+    }
+    if policy is Policy.POOL_PRIORITY:
+        return Config(settings.classes, teams, QueueOrder.PRIORITY, QueueMode.BACKFILL, explain_waits=False)
+    return Config(
+        settings.classes,
+        teams,
+        QueueOrder.FIFO,
+        settings.queue,
+        preemption=False,
+        reclaim=False,
+        explain_waits=False,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    report: dict[str, Any]
+    """What `--json` writes for this policy (see `metrics.summarize`)."""
+    outcome: Outcome
+    """Every job's record and the allocation series, for plots."""
+
+
+def replay(
+    trace: Trace,
+    spec: ClusterSpec,
+    policy: Policy,
+    settings: Settings,
+    on_progress: Callable[[int], None] | None = None,
+) -> Replayed:
+    """Replay `trace` under `policy`."""
+    began = time.perf_counter()
+    cluster = spec.build(trace, dedicated=policy is Policy.PARTITIONED)
+    jobs, left_out, never_fit = admissible(trace, cluster, settings)
+    config = policy_config(policy, cluster, settings)
+    outcome = Simulation(jobs, cluster.nodes, config, settings.model, on_progress).run()
+    report = summarize(policy.value, outcome, settings.model.save_cost)
+    report["left_out"] = {"team_not_sized": left_out, "never_fits": never_fit}
+    report["wall_seconds"] = round(time.perf_counter() - began, 3)
+    return Replayed(report, outcome)
+
+
+def admissible(trace: Trace, cluster: Cluster, settings: Settings) -> tuple[list[SimJob], int, int]:
+    """The trace's jobs this cluster can run, with priorities from the mix; and how many
+    were left out because their team has no size, or because they can never fit."""
+    sized = set(cluster.team_gpus)
+    fits: dict[tuple[str, int], bool] = {}
+    jobs: list[SimJob] = []
+    left_out = never_fit = 0
+    for t in trace.jobs:
+        if t.team not in sized:
+            left_out += 1
+            continue
+        key = (t.team, t.gpus)
+        if key not in fits:
+            probe = Job(t.job_id, t.team, "low", t.gpus, 0.0)
+            fits[key] = any(can_ever_fit(s, cluster.nodes) for s in job_shapes(probe, cluster.nodes))
+        if not fits[key]:
+            never_fit += 1
+            continue
+        jobs.append(
+            SimJob(
+                t.job_id, t.team, assign_priority(t.job_id, settings.mix), t.gpus, t.submit_time, t.duration
+            )
+        )
+    return jobs, left_out, never_fit
+
+
+def compare(
+    trace: Trace,
+    spec: ClusterSpec,
+    policies: Sequence[Policy],
+    settings: Settings,
+    on_progress: Callable[[Policy, int], None] | None = None,
+) -> list[Replayed]:
+    """Replay the same trace and cluster under each policy, in the order given."""
+    reports = []
+    for policy in policies:
+        progress = None if on_progress is None else (lambda done, p=policy: on_progress(p, done))
+        reports.append(replay(trace, spec, policy, settings, progress))
+    return reports
