@@ -150,6 +150,9 @@ class Snapshot:
     pending: Sequence[Job]
     usage: Mapping[tuple[str, str], float] = field(default_factory=dict)
     """GPU-seconds spent by (team, priority class) inside each budget's window."""
+    free: Mapping[str, tuple[int, ...]] | None = None
+    """GPU ids free on each node, for drivers that keep them up to date; it must equal every
+    GPU outside the running placements. None derives it from `running` (and checks them)."""
 
 
 class QueueOrder(StrEnum):

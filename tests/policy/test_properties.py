@@ -225,3 +225,13 @@ def test_decisions_are_identical_for_identical_input(scenario: tuple[Snapshot, C
         pending=sorted(snapshot.pending, key=lambda j: j.id, reverse=True),
     )
     assert decide(shuffled, config, NOW) == plan
+
+
+@given(scenarios())
+def test_free_gpus_given_by_the_driver_decide_the_same_as_derived_ones(
+    scenario: tuple[Snapshot, Config],
+) -> None:
+    snapshot, config = scenario
+    taken = held(snapshot)
+    free = {n.name: tuple(g for g in range(n.gpus) if (n.name, g) not in taken) for n in snapshot.nodes}
+    assert decide(replace(snapshot, free=free), config, NOW) == decide(snapshot, config, NOW)

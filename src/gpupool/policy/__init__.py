@@ -67,7 +67,7 @@ class _Cycle:
     now: float
     free: FreeGpus = field(init=False)
     pool: VictimPool = field(init=False)
-    holders: dict[JobId, Holder] = field(init=False)
+    holders: dict[JobId, Holder] = field(default_factory=dict)
     draining_for: dict[JobId, list[RunningJob]] = field(init=False)
     effective: dict[tuple[str, str], Effective] = field(init=False)
     starts: list[Start] = field(default_factory=list)
@@ -84,18 +84,26 @@ class _Cycle:
 
     def __post_init__(self) -> None:
         snapshot = self.snapshot
-        self.free = FreeGpus(snapshot.nodes, (a for r in snapshot.running for a in r.placement))
+        self.free = FreeGpus(snapshot.nodes, snapshot.running, snapshot.free)
         self.effective = {}
-        self.holders = {}
         self.draining_for = defaultdict(list)
         alloc: Counter[str] = Counter()
-        on_node: list[list[Holder]] = [[] for _ in snapshot.nodes]
         for running in snapshot.running:
             if running.notice is not None:
                 self.draining_for[running.notice.for_job].append(running)
+            else:
+                alloc[running.job.team] += running.job.gpus
+        guarantee = {name: team.guaranteed_gpus for name, team in self.config.teams.items()}
+        self.pool = VictimPool(self.free, alloc, guarantee, self.index_candidates)
+
+    def index_candidates(self) -> list[list[Holder]]:
+        """Running jobs that are not draining, by node, in victim order. Built only when a
+        job first needs preemption: most decisions never look at victims."""
+        on_node: list[list[Holder]] = [[] for _ in self.snapshot.nodes]
+        for running in self.snapshot.running:
+            if running.notice is not None:
                 continue
-            job = running.job
-            cls = self.effective_of(job).cls
+            cls = self.effective_of(running.job).cls
             slots = tuple((self.free.node_index(a.node), a.gpus) for a in running.placement)
             holder = Holder(running, cls, slots)
             holder.protection = protection(running, cls, self.now, self.config)
@@ -106,14 +114,12 @@ class _Cycle:
             ):
                 holder.protected_until = running.started_at + cls.min_runtime
             holder.cost = lost_work(running, self.now)
-            self.holders[job.id] = holder
-            alloc[job.team] += job.gpus
+            self.holders[running.job.id] = holder
             for i in {i for i, _ in slots}:
                 on_node[i].append(holder)
         for holders in on_node:
             holders.sort(key=victim_order)
-        guarantee = {name: team.guaranteed_gpus for name, team in self.config.teams.items()}
-        self.pool = VictimPool(self.free, on_node, alloc, guarantee)
+        return on_node
 
     # --- lookups -------------------------------------------------------------------------
 
@@ -126,7 +132,7 @@ class _Cycle:
     def shapes_of(self, job: Job) -> tuple[Shape, ...]:
         key = (job.team, job.gpu_type, job.gpus, job.gpus_per_node)
         if key not in self.shapes:
-            self.shapes[key] = job_shapes(job, self.snapshot.nodes)
+            self.shapes[key] = job_shapes(job, self.free)
         return self.shapes[key]
 
     def nodes_in(self, groups: tuple[Group, ...]) -> list[int]:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpupool.model import Allocation, Job, Node, Placement
+from gpupool.model import Allocation, Job, Node, Placement, RunningJob
 
 Group = tuple[str, str | None]
 """Nodes that are interchangeable for eligibility: (gpu_type, dedicated team or None)."""
@@ -21,28 +21,54 @@ class FreeGpus:
     job costs the same on 10 nodes as on 10,000.
     """
 
-    def __init__(self, nodes: Sequence[Node], held: Iterable[Allocation]) -> None:
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        running: Iterable[RunningJob],
+        free: Mapping[str, tuple[int, ...]] | None = None,
+    ) -> None:
         self.nodes = nodes
         self.index = {node.name: i for i, node in enumerate(nodes)}
         if len(self.index) != len(nodes):
             raise ValueError("node names must be unique")
-        taken: list[set[int]] = [set() for _ in nodes]
-        for alloc in held:
-            i = self.node_index(alloc.node)
-            for gpu in alloc.gpus:
-                if not 0 <= gpu < nodes[i].gpus:
-                    raise ValueError(f"node {alloc.node} has no GPU {gpu}")
-                if gpu in taken[i]:
-                    raise ValueError(f"GPU {gpu} of node {alloc.node} is held twice")
-                taken[i].add(gpu)
-        self.free: list[list[int]] = [
-            [g for g in range(node.gpus) if g not in taken[i]] for i, node in enumerate(nodes)
-        ]
+        self.free: list[tuple[int, ...]] = (
+            [free[node.name] for node in nodes] if free is not None else self._derive(running)
+        )
         self.group: list[Group] = [(node.gpu_type, node.team) for node in nodes]
-        self.capacity = max((node.gpus for node in nodes), default=0)
-        self.buckets: dict[Group, list[dict[int, None]]] = {}
-        for i in range(len(nodes)):
-            self._bucket(i)[len(self.free[i])][i] = None
+        self.types = sorted({node.gpu_type for node in nodes})
+        self.largest: dict[Group, int] = {}
+        largest = self.largest
+        for node, group in zip(nodes, self.group, strict=True):
+            if node.gpus > largest.get(group, 0):
+                largest[group] = node.gpus
+        self.capacity = max(self.largest.values(), default=0)
+        self.buckets: dict[Group, list[dict[int, None]]] = {
+            group: [{} for _ in range(self.capacity + 1)] for group in self.largest
+        }
+        buckets = self.buckets
+        for i, gpus in enumerate(self.free):
+            buckets[self.group[i]][len(gpus)][i] = None
+
+    def _derive(self, running: Iterable[RunningJob]) -> list[tuple[int, ...]]:
+        """Free GPU ids per node: every GPU not in a running job's placement."""
+        taken: dict[int, list[int]] = {}
+        for job in running:
+            for alloc in job.placement:
+                taken.setdefault(self.node_index(alloc.node), []).extend(alloc.gpus)
+        # Free lists are tuples, replaced and never changed in place, so idle nodes of one size
+        # share one: building the working state stays cheap on large pools.
+        everything = {n: tuple(range(n)) for n in {node.gpus for node in self.nodes}}
+        free = [everything[node.gpus] for node in self.nodes]
+        for i, gpus in taken.items():
+            held = set(gpus)
+            name = self.nodes[i].name
+            if len(held) != len(gpus):
+                twice = next(g for g in gpus if gpus.count(g) > 1)
+                raise ValueError(f"GPU {twice} of node {name} is held twice")
+            if not held <= set(free[i]):
+                raise ValueError(f"node {name} has no GPU {min(held - set(free[i]))}")
+            free[i] = tuple(g for g in free[i] if g not in held)
+        return free
 
     def node_index(self, name: str) -> int:
         try:
@@ -50,23 +76,17 @@ class FreeGpus:
         except KeyError:
             raise ValueError(f"unknown node {name!r}") from None
 
-    def _bucket(self, i: int) -> list[dict[int, None]]:
-        group = self.group[i]
-        if group not in self.buckets:
-            self.buckets[group] = [{} for _ in range(self.capacity + 1)]
-        return self.buckets[group]
-
     def take(self, i: int, gpus: Iterable[int]) -> None:
-        buckets = self._bucket(i)
+        buckets = self.buckets[self.group[i]]
         del buckets[len(self.free[i])][i]
         gone = set(gpus)
-        self.free[i] = [g for g in self.free[i] if g not in gone]
+        self.free[i] = tuple(g for g in self.free[i] if g not in gone)
         buckets[len(self.free[i])][i] = None
 
     def give(self, i: int, gpus: Iterable[int]) -> None:
-        buckets = self._bucket(i)
+        buckets = self.buckets[self.group[i]]
         del buckets[len(self.free[i])][i]
-        self.free[i] = sorted({*self.free[i], *gpus})
+        self.free[i] = tuple(sorted({*self.free[i], *gpus}))
         buckets[len(self.free[i])][i] = None
 
     def best_fit(self, want: int, groups: Sequence[Group], exclude: set[int]) -> int | None:
@@ -98,14 +118,13 @@ class FreeGpus:
         return tuple(placement)
 
 
-def eligible_groups(job: Job, nodes: Sequence[Node]) -> list[list[Group]]:
+def eligible_groups(job: Job, types: Sequence[str]) -> list[list[Group]]:
     """Alternatives a job may be placed on, one per GPU type (a gang never mixes types).
 
     A job may use shared nodes and nodes dedicated to its own team.
     """
-    types = sorted({n.gpu_type for n in nodes}) if job.gpu_type is None else [job.gpu_type]
     teams = (None, job.team)
-    return [[(t, team) for team in teams] for t in types]
+    return [[(t, team) for team in teams] for t in (types if job.gpu_type is None else [job.gpu_type])]
 
 
 def gang_shapes(job: Job, largest_node: int) -> tuple[int, ...]:
@@ -134,11 +153,11 @@ class Shape:
     slots: tuple[int, ...]
 
 
-def job_shapes(job: Job, nodes: Sequence[Node]) -> tuple[Shape, ...]:
-    """Every way the job could be laid out, in the order to try them."""
+def job_shapes(job: Job, free: FreeGpus) -> tuple[Shape, ...]:
+    """Every way the job could be laid out on the pool of `free`, in the order to try them."""
     shapes = []
-    for groups in eligible_groups(job, nodes):
-        largest = max((n.gpus for n in nodes if (n.gpu_type, n.team) in groups), default=0)
+    for groups in eligible_groups(job, free.types):
+        largest = max((free.largest.get(g, 0) for g in groups), default=0)
         shapes.append(Shape(tuple(groups), gang_shapes(job, largest)))
     return tuple(shapes)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpupool.model import Config, JobId, PriorityClass, Reason, RunningJob
@@ -77,11 +77,19 @@ class VictimPool:
     """Preemption candidates of one decision, indexed by node; chosen ones are taken out."""
 
     free: FreeGpus
-    on_node: list[list[Holder]]
     alloc: Counter[str]
     """GPUs per team held by running jobs that are not draining."""
     guarantee: Mapping[str, int]
+    index: Callable[[], list[list[Holder]]]
+    """Builds the candidates by node, on first use."""
     chosen: set[JobId] = field(default_factory=set)
+    _on_node: list[list[Holder]] | None = None
+
+    @property
+    def on_node(self) -> list[list[Holder]]:
+        if self._on_node is None:
+            self._on_node = self.index()
+        return self._on_node
 
     def over_guarantee(self, team: str) -> bool:
         return self.alloc[team] > self.guarantee.get(team, 0)

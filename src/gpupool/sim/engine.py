@@ -94,17 +94,22 @@ class Simulation:
     on_progress: Callable[[int], None] | None = None
     """Called now and then with the number of jobs finished so far."""
     heap: list[tuple[float, int, int, str, int]] = field(default_factory=list)
+    commits: list[tuple[float, str, int]] = field(default_factory=list)
+    """(time, job, attempt) of the next checkpoint commit of each running attempt."""
     seq: itertools.count[int] = field(default_factory=itertools.count)
     live: dict[str, _Live] = field(default_factory=dict)
     pending: dict[str, _Live] = field(default_factory=dict)
     running: dict[str, _Live] = field(default_factory=dict)
     pending_since: dict[str, float] = field(default_factory=dict)
     usage: list[Usage] = field(default_factory=list)
+    free: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """Free GPU ids per node, kept up to date so a snapshot costs no pass over the running jobs."""
     finished: int = 0
     decisions: int = 0
 
     def run(self) -> Outcome:
         """Replay every job to its end and return what happened."""
+        self.free = {node.name: tuple(range(node.gpus)) for node in self.nodes}
         for job in sorted(self.jobs, key=lambda j: (j.submit, j.id)):
             self.live[job.id] = _Live(
                 JobRecord(job), Job(job.id, job.team, job.priority, job.gpus, job.submit)
@@ -172,6 +177,9 @@ class Simulation:
         job = live.record.job
         live.record.allocated += job.gpus * (now - attempt.start)
         live.record.restart += job.gpus * min(attempt.restore, now - attempt.start)
+        assert live.running is not None
+        for alloc in live.running.placement:
+            self.free[alloc.node] = tuple(sorted(self.free[alloc.node] + alloc.gpus))
         live.attempt = None
         live.running = None
         live.notice_at = None
@@ -180,14 +188,21 @@ class Simulation:
         self.usage.append(Usage(now, job.priority, -job.gpus))
 
     def snapshot(self, now: float) -> Snapshot:
-        running = []
-        for live in self.running.values():
-            assert live.attempt is not None and live.running is not None
-            last = live.attempt.at(now).last_commit_at
-            if last != live.running.last_checkpoint_at:
-                live.running = replace(live.running, last_checkpoint_at=last)
-            running.append(live.running)
-        return Snapshot(self.nodes, running, [live.core for live in self.pending.values()])
+        while self.commits and self.commits[0][0] <= now:
+            _, job_id, attempt_no = heapq.heappop(self.commits)
+            live = self.live[job_id]
+            if live.attempt is None or live.running is None or live.attempt_no != attempt_no:
+                continue
+            live.running = replace(live.running, last_checkpoint_at=live.attempt.at(now).last_commit_at)
+            self.watch_commits(live, now)
+        running = [live.running for live in self.running.values() if live.running is not None]
+        return Snapshot(self.nodes, running, [live.core for live in self.pending.values()], free=self.free)
+
+    def watch_commits(self, live: _Live, now: float) -> None:
+        assert live.attempt is not None
+        commit = live.attempt.next_commit_after(now)
+        if commit is not None:
+            heapq.heappush(self.commits, (commit, live.record.job.id, live.attempt_no))
 
     def apply(self, plan: Plan, now: float) -> None:
         self.decisions += 1
@@ -208,9 +223,12 @@ class Simulation:
                 self.model.save_cost,
             )
             live.running = RunningJob(live.core, start.placement, now)
+            for alloc in start.placement:
+                self.free[alloc.node] = tuple(g for g in self.free[alloc.node] if g not in alloc.gpus)
             self.running[job.id] = live
             self.usage.append(Usage(now, job.priority, job.gpus))
             self.push(live.attempt.finish_time(), Rank.RELEASE, job.id, live.attempt_no)
+            self.watch_commits(live, now)
         for preempt in plan.preemptions:
             live = self.running[preempt.victim]
             assert live.attempt is not None and live.running is not None

@@ -72,6 +72,15 @@ class Attempt:
         )
         return self.productive_start + remaining + saves * self.save_cost
 
+    def next_commit_after(self, t: float) -> float | None:
+        """When the first checkpoint commit after t ends, or None if none comes before the finish."""
+        if not math.isfinite(self.interval):
+            return None
+        cycle = self.interval + self.save_cost
+        k = max(0, math.floor((t - self.productive_start) / cycle) + 1)
+        commit = self.productive_start + k * cycle
+        return commit if commit < self.finish_time() else None
+
     def at(self, t: float) -> Progress:
         """Where the attempt stands at time t (t before the finish time)."""
         if t < self.productive_start:

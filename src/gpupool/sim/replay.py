@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 from gpupool.model import DEFAULT_CLASSES, Config, Job, PriorityClass, QueueMode, QueueOrder, Team
-from gpupool.policy.place import can_ever_fit, job_shapes
+from gpupool.policy.place import FreeGpus, can_ever_fit, job_shapes
 from gpupool.sim.cluster import Cluster, cluster_from_sizes, cluster_uniform, scale_sizes
 from gpupool.sim.engine import Outcome, SimJob, Simulation
 from gpupool.sim.jobmodel import JobModel
@@ -113,6 +113,7 @@ def admissible(trace: Trace, cluster: Cluster, settings: Settings) -> tuple[list
     """The trace's jobs this cluster can run, with priorities from the mix; and how many
     were left out because their team has no size, or because they can never fit."""
     sized = set(cluster.team_gpus)
+    empty = FreeGpus(cluster.nodes, ())
     fits: dict[tuple[str, int], bool] = {}
     jobs: list[SimJob] = []
     left_out = never_fit = 0
@@ -123,7 +124,7 @@ def admissible(trace: Trace, cluster: Cluster, settings: Settings) -> tuple[list
         key = (t.team, t.gpus)
         if key not in fits:
             probe = Job(t.job_id, t.team, "low", t.gpus, 0.0)
-            fits[key] = any(can_ever_fit(s, cluster.nodes) for s in job_shapes(probe, cluster.nodes))
+            fits[key] = any(can_ever_fit(s, cluster.nodes) for s in job_shapes(probe, empty))
         if not fits[key]:
             never_fit += 1
             continue

@@ -1,0 +1,139 @@
+"""Replay reports for people (Rich tables) and for programs (stable JSON)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from gpupool.model import DEFAULT_CLASSES
+
+NONE = "—"
+
+
+def human_seconds(seconds: float) -> str:
+    """A duration in the largest unit that keeps it readable: "42 s", "3.5 min", "2.1 h", "1.3 d"."""
+    if math.isnan(seconds):
+        return NONE
+    if seconds < 0:
+        return "-" + human_seconds(-seconds)
+    if math.isinf(seconds):
+        return "∞"
+    if round(seconds) < 60:
+        return f"{round(seconds)} s"
+    # Units are picked on the rounded value so that 3599 s reads "1.0 h", never "60.0 min".
+    for unit, size, limit in (("min", 60.0, 60.0), ("h", 3600.0, 24.0)):
+        if round(seconds / size, 1) < limit:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds / 86400:.1f} d"
+
+
+def ordered_classes(names: Iterable[str]) -> list[str]:
+    """Priority class names in the order of `DEFAULT_CLASSES`, unknown ones after, by name."""
+    present = set(names)
+    known = [c.name for c in DEFAULT_CLASSES if c.name in present]
+    return known + sorted(present - set(known))
+
+
+def _percent(fraction: float) -> str:
+    value = fraction * 100
+    return f"{value:.2f} %" if 0 < abs(value) < 1 else f"{value:.1f} %"
+
+
+def _gpu_hours(hours: float) -> str:
+    return f"{hours:,.1f}"
+
+
+def _left_out(report: Mapping[str, Any]) -> str:
+    left_out = report.get("left_out")
+    if left_out is None:
+        return NONE
+    return f"{left_out['never_fits'] + left_out['team_not_sized']:,}"
+
+
+def comparison_table(reports: Sequence[Mapping[str, Any]]) -> Table:
+    """One row per policy: size, utilization, completion and wait times, lost work, fairness."""
+    classes = ordered_classes(name for r in reports for name in r["by_priority"])
+    table = Table(
+        title="Policies compared",
+        caption="lost GPU-h: rework + drain + restart (share of the trace's GPU-h); "
+        "left out: jobs that never fit + jobs of teams without a size",
+    )
+    table.add_column("policy", no_wrap=True)
+    for header in ("jobs", "GPUs", "util.", "mean JCT", "p95 wait"):
+        table.add_column(header, justify="right")
+    for name in classes:
+        table.add_column(f"p95 wait {name}", justify="right")
+    for header in ("preemptions", "lost GPU-h", "goodput", "fairness (Jain)", "left out"):
+        table.add_column(header, justify="right")
+    for r in reports:
+        lost = r["lost_gpu_hours"]["total"]
+        trace = r["trace_gpu_hours"]
+        by_class = [
+            human_seconds(r["by_priority"][name]["wait"]["p95"]) if name in r["by_priority"] else NONE
+            for name in classes
+        ]
+        table.add_row(
+            r["policy"],
+            f"{r['jobs']:,}",
+            f"{r['gpus']:,}",
+            _percent(r["utilization"]),
+            human_seconds(r["jct"]["mean"]),
+            human_seconds(r["wait"]["p95"]),
+            *by_class,
+            f"{r['preemptions']:,}",
+            f"{_gpu_hours(lost)} ({_percent(lost / trace if trace else 0.0)})",
+            _percent(r["goodput"]),
+            f"{r['fairness']:.3f}",
+            _left_out(r),
+        )
+    return table
+
+
+def team_table(report: Mapping[str, Any]) -> Table:
+    """One row per team of one policy's report, the team with the most GPU-hours first."""
+    table = Table(title=f"{report['policy']}: teams")
+    table.add_column("team", no_wrap=True)
+    for header in ("jobs", "GPU-h", "mean wait", "p95 wait", "mean JCT", "preemptions"):
+        table.add_column(header, justify="right")
+    teams = sorted(report["by_team"].items(), key=lambda item: (-item[1]["gpu_hours"], item[0]))
+    for name, t in teams:
+        table.add_row(
+            name,
+            f"{t['jobs']:,}",
+            _gpu_hours(t["gpu_hours"]),
+            human_seconds(t["wait"]["mean"]),
+            human_seconds(t["wait"]["p95"]),
+            human_seconds(t["jct"]["mean"]),
+            f"{t['preemptions']:,}",
+        )
+    return table
+
+
+def lost_work_table(reports: Sequence[Mapping[str, Any]]) -> Table:
+    """Lost GPU-hours by cause per policy, and the checkpoint interval Young/Daly would pick."""
+    table = Table(
+        title="Lost work",
+        caption="Young/Daly: checkpoint interval √(2 · save cost · mean time between interruptions)",
+    )
+    table.add_column("policy", no_wrap=True)
+    for header in ("rework GPU-h", "drain GPU-h", "restart GPU-h", "total GPU-h", "Young/Daly interval"):
+        table.add_column(header, justify="right")
+    for r in reports:
+        lost = r["lost_gpu_hours"]
+        interval = r["young_daly_interval"]
+        table.add_row(
+            r["policy"],
+            *(_gpu_hours(lost[key]) for key in ("rework", "drain", "restart", "total")),
+            NONE if interval is None else human_seconds(interval),
+        )
+    return table
+
+
+def write_json(reports: Sequence[Mapping[str, Any]], path: Path) -> None:
+    """Write the reports as one JSON list, keys sorted, so equal reports give equal bytes."""
+    path.write_text(json.dumps(list(reports), indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -1,0 +1,87 @@
+"""The simulator against numbers known in closed form."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from gpupool.model import DEFAULT_CLASSES, Config, QueueMode, QueueOrder, Team
+from gpupool.sim.engine import SimJob, Simulation
+from gpupool.sim.jobmodel import JobModel
+from gpupool.sim.metrics import summarize
+from gpupool.testing import pool
+
+G = 8
+T = 1800.0
+R = 60.0
+HOUR = 3600.0
+
+
+def preemption_storm(grace: float, save_cost: float, preemptions: int, seed: int) -> tuple[float, int]:
+    """One long low job of G GPUs on a G-GPU pool; high jobs of G GPUs arrive as a Poisson
+    stream, each preempting it. Returns the mean lost GPU-seconds per preemption."""
+    classes = tuple(
+        replace(c, min_runtime=0.0, grace_period=grace) if c.name == "low" else c for c in DEFAULT_CLASSES
+    )
+    rng = random.Random(seed)
+    mean_gap = 100 * HOUR  # rare next to T, so the time since the last checkpoint is ~uniform on [0, T)
+    jobs = [SimJob("victim", "a", "low", G, 0.0, work=mean_gap * preemptions * 1.2)]
+    t = 0.0
+    for i in range(int(preemptions * 1.1)):
+        t += rng.expovariate(1 / mean_gap)
+        jobs.append(SimJob(f"h{i}", "b", "high", G, t, work=60.0))
+    model = JobModel({}, T, save_cost=save_cost, restart_cost=R)
+    outcome = Simulation(jobs, pool(1, G), Config(classes, max_preemptions=None), model).run()
+    victim = next(r for r in outcome.records if r.job.id == "victim")
+    lost = victim.rework + victim.drain + victim.restart
+    return lost / victim.preemptions, victim.preemptions
+
+
+@pytest.mark.slow
+def test_lost_work_without_notice_is_half_an_interval_plus_restart() -> None:
+    mean, count = preemption_storm(grace=0.0, save_cost=1.0, preemptions=10_000, seed=1)
+    assert count >= 10_000
+    assert mean == pytest.approx(G * (T / 2 + R), rel=0.02)
+
+
+@pytest.mark.slow
+def test_lost_work_with_an_emergency_save_is_drain_plus_restart() -> None:
+    save_cost = 30.0
+    mean, count = preemption_storm(grace=60.0, save_cost=save_cost, preemptions=10_000, seed=2)
+    assert count >= 10_000
+    assert mean == pytest.approx(G * (save_cost + R), rel=0.02)
+
+
+def test_partitioned_utilization_meets_the_bound_of_its_slices() -> None:
+    """Each team alone on 8 GPUs: team a offers half its slice, team b twice its slice, team c
+    nothing. Over the busy span, utilization must be Σ min(load, slice) / capacity."""
+    rng = random.Random(7)
+    jobs: list[SimJob] = []
+    for team, load in (("a", 4.0), ("b", 16.0)):
+        t = 0.0
+        mean_work = 2 * HOUR
+        while t < 200 * HOUR:
+            jobs.append(SimJob(f"{team}{len(jobs)}", team, "normal", 1, t, rng.expovariate(1 / mean_work)))
+            t += rng.expovariate(load / mean_work)
+    nodes = [
+        *pool(1, 8, prefix="a", team="a"),
+        *pool(1, 8, prefix="b", team="b"),
+        *pool(1, 8, prefix="c", team="c"),
+    ]
+    config = Config(
+        DEFAULT_CLASSES,
+        {t: Team(t, guaranteed_gpus=8) for t in "abc"},
+        QueueOrder.FIFO,
+        QueueMode.BACKFILL,
+        preemption=False,
+        reclaim=False,
+        explain_waits=False,
+    )
+    outcome = Simulation(jobs, nodes, config, JobModel({}, T, 30.0, R)).run()
+    report = summarize("partitioned", outcome, 30.0)
+    span = max(r.finish or 0.0 for r in outcome.records) - min(j.submit for j in jobs)
+    bound = sum(min(sum(j.gpus * j.work for j in jobs if j.team == team) / span, 8.0) for team in "abc") / 24
+    assert report["utilization"] == pytest.approx(bound, abs=0.01)
+    assert report["preemptions"] == 0
