@@ -93,6 +93,8 @@ class Simulation:
     model: JobModel
     on_progress: Callable[[int], None] | None = None
     """Called now and then with the number of jobs finished so far."""
+    on_plan: Callable[[float, Plan], None] | None = None
+    """Called with every plan `decide` returns, before it is carried out."""
     heap: list[tuple[float, int, int, str, int]] = field(default_factory=list)
     commits: list[tuple[float, str, int]] = field(default_factory=list)
     """(time, job, attempt) of the next checkpoint commit of each running attempt."""
@@ -206,6 +208,8 @@ class Simulation:
 
     def apply(self, plan: Plan, now: float) -> None:
         self.decisions += 1
+        if self.on_plan is not None:
+            self.on_plan(now, plan)
         for start in plan.starts:
             live = self.pending.pop(start.job)
             job = live.record.job

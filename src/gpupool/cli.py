@@ -1,0 +1,196 @@
+"""The `gpupool` command line."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from gpupool import config as configuration
+from gpupool.config import ConfigError, parse_duration
+from gpupool.sim.cluster import load_vc_sizes
+from gpupool.sim.jobmodel import JobModel
+from gpupool.sim.replay import DEFAULT_MIX, ClusterSpec, Policy, Replayed, Settings, compare
+from gpupool.sim.trace import Trace, TraceError, load_trace
+from gpupool.sim.workload import parse_priority_mix
+
+app = typer.Typer(
+    help="gpupool: one shared GPU pool, priority as a job attribute.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+errors = Console(stderr=True)
+
+
+class UsageError(typer.Exit):
+    """Bad input: print what is wrong and exit with status 2."""
+
+    def __init__(self, message: str) -> None:
+        errors.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+        super().__init__(code=2)
+
+
+def parse_when(text: str, option: str) -> datetime:
+    for layout in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%d"):
+        try:
+            return datetime.strptime(text, layout)
+        except ValueError:
+            continue
+    raise UsageError(f"{option} {text!r}: use YYYY-MM-DD or 'YYYY-MM-DD HH:MM:SS'")
+
+
+def parse_policies(policy: str | None, compared: str | None) -> list[Policy]:
+    if policy and compared:
+        raise UsageError("give --policy or --compare, not both")
+    names = [p.strip() for p in (compared or policy or Policy.POOL_PRIORITY.value).split(",") if p.strip()]
+    known = ", ".join(p.value for p in Policy)
+    chosen = []
+    for name in names:
+        try:
+            chosen.append(Policy(name))
+        except ValueError:
+            raise UsageError(f"unknown policy {name!r} (known: {known})") from None
+    return chosen
+
+
+def parse_intervals(text: str, classes: list[str]) -> tuple[dict[str, float], float]:
+    """`30m`, or per class with an optional default: `low=10m,high=1h,30m`."""
+    per_class: dict[str, float] = {}
+    default = 1800.0
+    for item in (part.strip() for part in text.split(",") if part.strip()):
+        name, _, value = item.rpartition("=")
+        try:
+            seconds = parse_duration(value) if value.strip().lower() not in ("inf", "never") else float("inf")
+        except ValueError as exc:
+            raise UsageError(f"--checkpoint-interval {item!r}: {exc}") from None
+        if seconds <= 0:
+            raise UsageError(f"--checkpoint-interval {item!r}: the interval must be > 0")
+        if not name:
+            default = seconds
+        elif name not in classes:
+            raise UsageError(f"--checkpoint-interval {item!r}: unknown priority class {name!r}")
+        else:
+            per_class[name] = seconds
+    return per_class, default
+
+
+def duration_option(text: str, option: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+
+
+@app.command()
+def simulate(
+    trace: Annotated[Path, typer.Option(help="Trace in the normalised jobs.csv format (.gz too).")],
+    vc_sizes: Annotated[Path | None, typer.Option(help="Per-team node counts (vc,node num).")] = None,
+    nodes: Annotated[int | None, typer.Option(help="Nodes, shared among teams by GPU-hours.")] = None,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node.")] = 8,
+    scale: Annotated[float, typer.Option(help="Multiply every team's node count (with --vc-sizes).")] = 1.0,
+    start: Annotated[str | None, typer.Option("--from", help="Keep jobs submitted from this date.")] = None,
+    end: Annotated[str | None, typer.Option("--to", help="Keep jobs submitted before this date.")] = None,
+    policy: Annotated[
+        str | None, typer.Option(help="One policy: partitioned, pool-fifo, pool-priority.")
+    ] = None,
+    compared: Annotated[
+        str | None, typer.Option("--compare", help="Policies to compare, comma-separated.")
+    ] = None,
+    queue: Annotated[str, typer.Option(help="Queue of the baselines: backfill or strict.")] = "backfill",
+    priority_mix: Annotated[
+        str | None, typer.Option(help="e.g. urgent=0.02,high=0.08,normal=0.5,low=0.4")
+    ] = None,
+    checkpoint_interval: Annotated[str, typer.Option(help="30m, or per class: low=10m,high=1h,30m")] = "30m",
+    save_cost: Annotated[str, typer.Option(help="Blocking time of one checkpoint save.")] = "30s",
+    restart_cost: Annotated[str, typer.Option(help="Resumed attempt's time to its first step.")] = "60s",
+    config_file: Annotated[Path | None, typer.Option("--config", help="YAML with priority classes.")] = None,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Write the reports as JSON.")] = None,
+    plots: Annotated[Path | None, typer.Option(help="Write PNG plots into this folder.")] = None,
+) -> None:
+    """Replay a GPU-cluster trace through the scheduling core under one or more policies."""
+    from gpupool.model import QueueMode
+    from gpupool.sim.report import comparison_table, lost_work_table, write_json
+
+    try:
+        config = configuration.load(config_file)
+        classes = [c.name for c in config.classes]
+        mix = parse_priority_mix(priority_mix, classes) if priority_mix else DEFAULT_MIX
+        if not priority_mix and not set(classes) >= {name for name, _ in DEFAULT_MIX}:
+            raise UsageError("the configured classes differ from the defaults: give --priority-mix")
+        if (vc_sizes is None) == (nodes is None):
+            raise UsageError("give the cluster as --vc-sizes FILE or as --nodes N, one of the two")
+        spec = ClusterSpec(
+            load_vc_sizes(vc_sizes) if vc_sizes is not None else None, scale, nodes, gpus_per_node
+        )
+        intervals, default_interval = parse_intervals(checkpoint_interval, classes)
+        model = JobModel(
+            intervals,
+            default_interval,
+            duration_option(save_cost, "--save-cost"),
+            duration_option(restart_cost, "--restart-cost"),
+        )
+        try:
+            mode = QueueMode(queue)
+        except ValueError:
+            raise UsageError(f"--queue {queue!r}: use backfill or strict") from None
+        settings = Settings(model, mix, config.classes, mode)
+        chosen = parse_policies(policy, compared)
+        window = (
+            parse_when(start, "--from") if start else None,
+            parse_when(end, "--to") if end else None,
+        )
+        loaded = load_trace(trace, start=window[0], end=window[1])
+        runs = replay_with_progress(loaded, spec, chosen, settings)
+    except (TraceError, ConfigError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+
+    skipped = loaded.zero_gpu_jobs + loaded.no_duration
+    console.print(
+        f"[bold]{trace}[/]: {len(loaded.jobs):,} jobs"
+        + (f" ({loaded.outside_window:,} outside the window)" if loaded.outside_window else "")
+        + (f", {skipped:,} without GPUs or run time skipped" if skipped else "")
+    )
+    console.print(comparison_table([run.report for run in runs]))
+    console.print(lost_work_table([run.report for run in runs]))
+    if json_file is not None:
+        write_json([run.report for run in runs], json_file)
+        console.print(f"JSON report: {json_file}")
+    if plots is not None:
+        from gpupool.sim.plots import write_plots
+
+        for path in write_plots(runs, plots):
+            console.print(f"plot: {path}")
+
+
+def replay_with_progress(
+    trace: Trace, spec: ClusterSpec, policies: list[Policy], settings: Settings
+) -> list[Replayed]:
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=errors, transient=True) as progress:
+        tasks = {p: progress.add_task(f"replaying {p.value}", total=len(trace.jobs)) for p in policies}
+        return compare(
+            trace, spec, policies, settings, lambda p, done: progress.update(tasks[p], completed=done)
+        )
+
+
+@app.command()
+def demo() -> None:
+    """A short demonstration on a workload it makes itself."""
+    from gpupool.demo import run_demo
+
+    run_demo(console)
+
+
+def main() -> None:
+    app()
