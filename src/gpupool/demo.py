@@ -38,6 +38,8 @@ def run_demo(console: Console) -> Outcome:
     model = JobModel({}, default_interval=10 * MINUTE, save_cost=15.0, restart_cost=30.0)
     console.rule("[bold]gpupool demo[/]: one pool of 8 virtual GPUs, two teams, four priority classes")
 
+    attempts: dict[str, int] = {}
+
     def tell(now: float, plan: Plan) -> None:
         clock = f"[dim]t={human_seconds(now):>8}[/]"
         for p in plan.preemptions:
@@ -45,7 +47,13 @@ def run_demo(console: Console) -> Outcome:
                 f"{clock} [bold red]notice[/]  {p.message}; deadline in {human_seconds(p.deadline - now)}"
             )
         for s in plan.starts:
-            console.print(f"{clock} [green]start[/]   {s.message}")
+            attempts[s.job] = attempts.get(s.job, -1) + 1
+            again = (
+                f" [cyan](attempt {attempts[s.job]}: resumes from its checkpoint)[/]"
+                if attempts[s.job]
+                else ""
+            )
+            console.print(f"{clock} [green]start[/]   {s.message}{again}")
 
     outcome = Simulation(workload(), nodes, config, model, on_plan=tell).run()
     report = summarize("pool-priority", outcome, model.save_cost)

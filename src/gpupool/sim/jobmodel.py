@@ -77,7 +77,7 @@ class Attempt:
         if not math.isfinite(self.interval):
             return None
         cycle = self.interval + self.save_cost
-        k = max(0, math.floor((t - self.productive_start) / cycle) + 1)
+        k = max(1, math.floor((t - self.productive_start) / cycle) + 1)
         commit = self.productive_start + k * cycle
         return commit if commit < self.finish_time() else None
 

@@ -1,0 +1,3 @@
+from gpupool.cli import main
+
+main()

@@ -1,0 +1,73 @@
+"""The closed form of a simulated job's progress, checkpoints and interruptions."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gpupool.sim.jobmodel import Attempt, Phase, interrupt
+
+# Resumed attempt: 10 s restore, then 100 s of work between checkpoints, 5 s per save.
+ATTEMPT = Attempt(start=0.0, restore=10.0, committed=50.0, work=1000.0, interval=100.0, save_cost=5.0)
+
+
+def test_finish_time_counts_restore_work_and_every_save_but_the_last() -> None:
+    # 950 s of work left: saves after 100, 200, ..., 900 s of it (9 saves).
+    assert ATTEMPT.finish_time() == 10 + 950 + 9 * 5
+
+
+def test_finish_time_without_checkpoints_is_restore_plus_work() -> None:
+    attempt = Attempt(0.0, 10.0, 0.0, 300.0, math.inf, 5.0)
+    assert attempt.finish_time() == 310.0
+    assert attempt.next_commit_after(0.0) is None
+
+
+@pytest.mark.parametrize(
+    ("t", "phase", "progress", "committed", "last_commit"),
+    [
+        (5.0, Phase.RESTORE, 50.0, 50.0, None),
+        (60.0, Phase.TRAIN, 100.0, 50.0, None),
+        (112.0, Phase.SAVE, 150.0, 50.0, None),
+        (115.0, Phase.TRAIN, 150.0, 150.0, 115.0),
+        (225.0, Phase.TRAIN, 255.0, 250.0, 220.0),
+    ],
+)
+def test_progress_at_a_time(
+    t: float, phase: Phase, progress: float, committed: float, last_commit: float | None
+) -> None:
+    now = ATTEMPT.at(t)
+    assert (now.phase, now.progress, now.committed, now.last_commit_at) == (
+        phase,
+        progress,
+        committed,
+        last_commit,
+    )
+
+
+def test_next_commit_is_the_end_of_the_next_save() -> None:
+    assert ATTEMPT.next_commit_after(0.0) == 115.0
+    assert ATTEMPT.next_commit_after(115.0) == 220.0
+
+
+@pytest.mark.parametrize(
+    ("t", "grace", "release", "committed", "rework", "restore_lost"),
+    [
+        (5.0, 60.0, 5.0, 50.0, 0.0, 5.0),  # during restore: nothing to save, the restore is lost
+        (60.0, 60.0, 65.0, 100.0, 0.0, 0.0),  # emergency save fits the grace
+        (60.0, 2.0, 60.0, 50.0, 50.0, 0.0),  # it does not: stop at once, lose the work since the commit
+        (112.0, 3.0, 115.0, 150.0, 0.0, 0.0),  # mid-save, the rest of it fits: finish it
+        (112.0, 1.0, 112.0, 50.0, 100.0, 0.0),  # mid-save, it does not fit: the save is lost too
+        (115.0, 60.0, 115.0, 150.0, 0.0, 0.0),  # just committed: nothing new to save
+    ],
+)
+def test_interruption(
+    t: float, grace: float, release: float, committed: float, rework: float, restore_lost: float
+) -> None:
+    cut = interrupt(ATTEMPT, t, grace)
+    assert (cut.release_at, cut.committed, cut.rework, cut.restore_lost) == (
+        release,
+        committed,
+        rework,
+        restore_lost,
+    )

@@ -1,0 +1,117 @@
+"""The command line, as a person runs it: real processes for the main paths, clear errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpupool.cli import app
+
+runner = CliRunner()
+
+
+def gpupool(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "gpupool", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+    )
+
+
+def simulate_tiresias(traces_dir: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return gpupool(
+        "simulate",
+        "--trace",
+        str(traces_dir / "tiresias-sample" / "jobs.csv"),
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "8",
+        "--compare",
+        "partitioned,pool-fifo,pool-priority",
+        "--json",
+        str(out),
+        *extra,
+    )
+
+
+def without_wall_time(path: Path) -> list[dict[str, object]]:
+    reports: list[dict[str, object]] = json.loads(path.read_text())
+    for report in reports:
+        report.pop("wall_seconds")
+    return reports
+
+
+def test_simulate_writes_one_report_per_policy_and_the_same_bytes_twice(
+    traces_dir: Path, tmp_path: Path
+) -> None:
+    first = simulate_tiresias(traces_dir, tmp_path / "a.json", "--plots", str(tmp_path / "plots"))
+    assert first.returncode == 0, first.stderr
+    assert "Policies compared" in first.stdout
+    second = simulate_tiresias(traces_dir, tmp_path / "b.json")
+    assert second.returncode == 0, second.stderr
+    reports = without_wall_time(tmp_path / "a.json")
+    assert [r["policy"] for r in reports] == ["partitioned", "pool-fifo", "pool-priority"]
+    keys = {"policy", "jobs", "gpus", "utilization", "jct", "wait", "by_priority", "by_team", "preemptions"}
+    assert keys | {"lost_gpu_hours", "goodput", "fairness", "young_daly_interval"} <= set(reports[0])
+    assert all(r["jobs"] == 60 for r in reports)
+    assert reports == without_wall_time(tmp_path / "b.json")
+    pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
+    assert "lost-work.png" in pngs
+    assert "wait-cdf.png" in pngs
+    assert "utilization-pool-priority.png" in pngs
+
+
+def test_demo_shows_a_preemption_a_resume_and_a_summary() -> None:
+    result = gpupool("demo")
+    assert result.returncode == 0, result.stderr
+    assert "notice" in result.stdout
+    assert "resumes from its checkpoint" in result.stdout
+    assert "Waits per priority class" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--nodes", "2", "--policy", "fastest"], "unknown policy 'fastest'"),
+        (["--nodes", "2", "--policy", "pool-fifo", "--compare", "partitioned"], "not both"),
+        ([], "give the cluster as --vc-sizes FILE or as --nodes N"),
+        (["--nodes", "2", "--priority-mix", "high=0.5,low=0.4"], "sum"),
+        (["--nodes", "2", "--priority-mix", "vip=1"], "vip"),
+        (["--nodes", "2", "--from", "yesterday"], "--from 'yesterday'"),
+        (["--nodes", "2", "--checkpoint-interval", "low=soon"], "--checkpoint-interval 'low=soon'"),
+        (["--nodes", "2", "--checkpoint-interval", "vip=10m"], "unknown priority class 'vip'"),
+        (["--nodes", "2", "--queue", "lifo"], "--queue 'lifo'"),
+        (["--nodes", "2", "--restart-cost", "-5"], "--restart-cost"),
+    ],
+)
+def test_bad_options_say_what_is_wrong(traces_dir: Path, args: list[str], message: str) -> None:
+    trace = str(traces_dir / "tiresias-sample" / "jobs.csv")
+    result = runner.invoke(app, ["simulate", "--trace", trace, *args])
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_a_bad_trace_row_is_reported_with_file_line_and_column(tmp_path: Path) -> None:
+    trace = tmp_path / "jobs.csv"
+    trace.write_text("job_id,submit_time,num_gpus,duration,vc\na,0,1,10,x\nb,5,-2,10,x\n")
+    result = runner.invoke(app, ["simulate", "--trace", str(trace), "--nodes", "1"])
+    assert result.exit_code == 2
+    assert "line 3, column num_gpus: '-2'" in result.output
+
+
+def test_a_window_on_a_trace_without_datetimes_is_refused(traces_dir: Path) -> None:
+    trace = str(traces_dir / "tiresias-sample" / "jobs.csv")
+    result = runner.invoke(app, ["simulate", "--trace", trace, "--nodes", "2", "--from", "2017-10-01"])
+    assert result.exit_code == 2
+    assert "no submit_datetime column" in result.output
