@@ -67,7 +67,8 @@ class _Cycle:
     now: float
     free: FreeGpus = field(init=False)
     pool: VictimPool = field(init=False)
-    holders: dict[JobId, Holder] = field(default_factory=dict)
+    expiring: dict[int, float] = field(default_factory=dict)
+    """Per class value, the earliest end of a minimum-runtime protection."""
     draining_for: dict[JobId, list[RunningJob]] = field(init=False)
     effective: dict[tuple[str, str], Effective] = field(init=False)
     starts: list[Start] = field(default_factory=list)
@@ -114,7 +115,11 @@ class _Cycle:
             ):
                 holder.protected_until = running.started_at + cls.min_runtime
             holder.cost = lost_work(running, self.now)
-            self.holders[running.job.id] = holder
+            if holder.protected_until is not None:
+                value = cls.value
+                self.expiring[value] = min(
+                    self.expiring.get(value, holder.protected_until), holder.protected_until
+                )
             for i in {i for i, _ in slots}:
                 on_node[i].append(holder)
         for holders in on_node:
@@ -282,11 +287,7 @@ class _Cycle:
         self.hold(job, held, [v.holder.id for v in victims], max(deadlines))
 
     def note_retry(self, cls: PriorityClass) -> None:
-        ends = [
-            h.protected_until
-            for h in self.holders.values()
-            if h.protected_until is not None and h.cls.value < cls.value
-        ]
+        ends = [until for value, until in self.expiring.items() if value < cls.value]
         if ends and (self.retry_at is None or min(ends) < self.retry_at):
             self.retry_at = min(ends)
 

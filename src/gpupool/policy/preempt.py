@@ -23,18 +23,14 @@ class Holder:
     protected_until: float | None = None
     """When a minimum-runtime protection ends; None for protections that never end."""
     cost: float = 0.0
+    id: JobId = field(init=False)
+    team: str = field(init=False)
+    gpus: int = field(init=False)
 
-    @property
-    def id(self) -> JobId:
-        return self.running.job.id
-
-    @property
-    def team(self) -> str:
-        return self.running.job.team
-
-    @property
-    def gpus(self) -> int:
-        return self.running.job.gpus
+    def __post_init__(self) -> None:
+        self.id = self.running.job.id
+        self.team = self.running.job.team
+        self.gpus = self.running.job.gpus
 
     def gpus_on(self, node: int) -> int:
         return sum(len(gpus) for i, gpus in self.slots if i == node)
@@ -84,12 +80,30 @@ class VictimPool:
     """Builds the candidates by node, on first use."""
     chosen: set[JobId] = field(default_factory=set)
     _on_node: list[list[Holder]] | None = None
+    _bounds: dict[tuple[int, bool], list[int]] = field(default_factory=dict)
 
     @property
     def on_node(self) -> list[list[Holder]]:
         if self._on_node is None:
             self._on_node = self.index()
         return self._on_node
+
+    def bound(self, who: Preemptor) -> list[int]:
+        """Per node, an upper bound of the GPUs preemption could free for `who`: the unprotected
+        jobs of a lower class (of an equal one too, when it may reclaim). Lets the victim
+        search skip at a glance the nodes that cannot help."""
+        limit, inclusive = who.cls.value, who.may_reclaim
+        key = (limit, inclusive)
+        if key not in self._bounds:
+            self._bounds[key] = [
+                sum(
+                    h.gpus_on(i)
+                    for h in holders
+                    if h.protection is None and (h.cls.value < limit or (inclusive and h.cls.value == limit))
+                )
+                for i, holders in enumerate(self.on_node)
+            ]
+        return self._bounds[key]
 
     def over_guarantee(self, team: str) -> bool:
         return self.alloc[team] > self.guarantee.get(team, 0)
@@ -125,6 +139,7 @@ def find_victims(
     Returns None, choosing nobody, when no such set exists.
     """
     free = pool.free
+    bound = pool.bound(who)
     removed: Counter[str] = Counter()
     freed: Counter[int] = Counter()
     chosen: dict[JobId, Victim] = {}
@@ -137,6 +152,8 @@ def find_victims(
                 continue
             have = len(free.free[i]) + freed[i]
             picked: list[Victim] = []
+            if have < want and have + bound[i] < want:
+                continue
             if have < want:
                 found = _victims_on_node(i, want - have, who, pool, chosen, removed)
                 if found is None:

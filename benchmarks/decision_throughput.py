@@ -1,0 +1,153 @@
+"""Core decision throughput on a large pool.
+
+1,000 nodes × 8 GPUs; 10,000 pending gang jobs with Philly's GPU-count mix; 3 priority
+classes; 10 teams. Two phases:
+
+  fill    the pool starts empty; `decide` runs cycle after cycle, each start becoming a
+          running job, until a cycle starts nothing. Placements/s = starts / time in decide.
+  storm   the pool is full and the backlog still pending; high-priority jobs arrive one by
+          one, each cycle preempting for it; victims release before the next arrival.
+
+Prints placements/s, the p50/p99 decision cycle and the p50/p99 victim search.
+Run: .venv/bin/python benchmarks/decision_throughput.py
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from gpupool import policy
+from gpupool.model import (
+    Config,
+    Job,
+    Node,
+    Plan,
+    PriorityClass,
+    RunningJob,
+    Snapshot,
+    Team,
+)
+from gpupool.policy import decide
+
+NODES = 1000
+GPUS = 8
+PENDING = 10_000
+TEAMS = [f"team-{i}" for i in range(10)]
+CLASSES = (
+    PriorityClass("high", 100, may_preempt=True, preemptible=False),
+    PriorityClass("normal", 10, may_preempt=True, preemptible=True, min_runtime=0.0),
+    PriorityClass("low", 0, may_preempt=False, preemptible=True, min_runtime=0.0),
+)
+# GPUs per job in Philly's jobs.csv (counts per size, 82,247 jobs).
+PHILLY_SIZES = {1: 76627, 2: 1818, 4: 1870, 8: 1643, 16: 199, 32: 67, 64: 6, 128: 3}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def workload(rng: random.Random) -> list[Job]:
+    sizes = list(PHILLY_SIZES)
+    weights = list(PHILLY_SIZES.values())
+    jobs = []
+    for i in range(PENDING):
+        gpus = rng.choices(sizes, weights)[0]
+        cls = rng.choices(["normal", "low"], [0.55, 0.45])[0]
+        jobs.append(
+            Job(f"j{i}", rng.choice(TEAMS), cls, gpus, float(i), gpus_per_node=8 if gpus > 8 else None)
+        )
+    return jobs
+
+
+def timed_victim_search(samples: list[float]) -> Callable[..., Any]:
+    original = policy.find_victims
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            samples.append(time.perf_counter() - began)
+
+    return wrapper
+
+
+def apply(plan: Plan, running: dict[str, RunningJob], pending: dict[str, Job], now: float) -> None:
+    """Carry a plan out at once: victims drain instantly, preemptors take the GPUs held for them."""
+    for p in plan.preemptions:
+        victim = running.pop(p.victim)
+        pending[victim.job.id] = replace(victim.job, preemptions=victim.job.preemptions + 1)
+    held = [(w.job, w.placement) for w in plan.waits if w.placement]
+    for job_id, placement in [*held, *((s.job, s.placement) for s in plan.starts)]:
+        running[job_id] = RunningJob(pending.pop(job_id), placement, now, now)
+
+
+def main() -> None:
+    rng = random.Random(42)
+    nodes = [Node(f"n{i:04d}", GPUS) for i in range(NODES)]
+    teams = {t: Team(t, weight=1.0, guaranteed_gpus=NODES * GPUS // len(TEAMS)) for t in TEAMS}
+    config = Config(CLASSES, teams, explain_waits=False, max_preemptions=None)
+    pending = {j.id: j for j in workload(rng)}
+    running: dict[str, RunningJob] = {}
+    now = 1000.0
+
+    # 1. Fill an empty pool, then let normal jobs preempt low ones until nothing moves.
+    fill_cycles: list[float] = []
+    placed = fill_starts = 0
+    while True:
+        snapshot = Snapshot(nodes, list(running.values()), list(pending.values()))
+        began = time.perf_counter()
+        plan = decide(snapshot, config, now)
+        fill_cycles.append(time.perf_counter() - began)
+        placed += len(plan.starts)
+        if len(fill_cycles) == 1:
+            fill_starts = len(plan.starts)
+        if not plan.starts and not plan.preemptions:
+            break
+        apply(plan, running, pending, now)
+    used = sum(r.job.gpus for r in running.values())
+    print(
+        f"fill: {placed:,} placements ({used:,} of {NODES * GPUS:,} GPUs busy) in {len(fill_cycles)} cycles"
+    )
+    first = fill_cycles[0]
+    print(
+        f"      first cycle placed the empty pool at {fill_starts / first:,.0f} placements/s ({first * 1e3:.0f} ms)"
+    )
+
+    # 2. A stream of high-priority arrivals into the full pool, the backlog still pending.
+    searches: list[float] = []
+    policy.find_victims = timed_victim_search(searches)  # type: ignore[attr-defined]
+    storm_cycles: list[float] = []
+    preempted = 0
+    for i in range(200):
+        now += 60.0
+        gpus = rng.choices([1, 2, 4, 8, 16], [40, 15, 15, 25, 5])[0]
+        urgent = Job(f"h{i}", rng.choice(TEAMS), "high", gpus, now, gpus_per_node=8 if gpus > 8 else None)
+        snapshot = Snapshot(nodes, list(running.values()), [urgent, *pending.values()])
+        began = time.perf_counter()
+        plan = decide(snapshot, config, now)
+        storm_cycles.append(time.perf_counter() - began)
+        preempted += len(plan.preemptions)
+        pending[urgent.id] = urgent
+        apply(plan, running, pending, now)
+    print(f"storm: 200 high-priority arrivals, {preempted} preemptions, {len(pending):,} jobs still pending")
+    print(
+        f"       decision cycle p50 {statistics.median(storm_cycles) * 1e3:.1f} ms, "
+        f"p99 {percentile(storm_cycles, 0.99) * 1e3:.1f} ms"
+    )
+    print(
+        f"       victim search ({len(searches)} calls) p50 {statistics.median(searches) * 1e3:.1f} ms, "
+        f"p99 {percentile(searches, 0.99) * 1e3:.1f} ms"
+    )
+    all_cycles = fill_cycles + storm_cycles
+    print(f"all cycles: p99 {percentile(all_cycles, 0.99) * 1e3:.1f} ms over {len(all_cycles)} cycles")
+
+
+if __name__ == "__main__":
+    main()
