@@ -52,9 +52,7 @@ def without_wall_time(path: Path) -> list[dict[str, object]]:
     return reports
 
 
-def test_simulate_writes_one_report_per_policy_and_the_same_bytes_twice(
-    traces_dir: Path, tmp_path: Path
-) -> None:
+def test_simulate_writes_one_report_per_policy_and_the_same_bytes_twice(traces_dir: Path, tmp_path: Path) -> None:
     first = simulate_tiresias(traces_dir, tmp_path / "a.json", "--plots", str(tmp_path / "plots"))
     assert first.returncode == 0, first.stderr
     assert "Policies compared" in first.stdout

@@ -73,11 +73,7 @@ policy: {queue: strict, max_preemptions: null}
         ),
         ({"classes": {"a": {"value": 1}}}, "c.yaml: classes.a.may_preempt: Field required"),
         (
-            {
-                "classes": {
-                    "a": {"value": 1, "may_preempt": True, "preemptible": True, "grace_period": "soon"}
-                }
-            },
+            {"classes": {"a": {"value": 1, "may_preempt": True, "preemptible": True, "grace_period": "soon"}}},
             "'soon' is not a duration",
         ),
         (

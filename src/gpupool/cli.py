@@ -96,16 +96,10 @@ def simulate(
     scale: Annotated[float, typer.Option(help="Multiply every team's node count (with --vc-sizes).")] = 1.0,
     start: Annotated[str | None, typer.Option("--from", help="Keep jobs submitted from this date.")] = None,
     end: Annotated[str | None, typer.Option("--to", help="Keep jobs submitted before this date.")] = None,
-    policy: Annotated[
-        str | None, typer.Option(help="One policy: partitioned, pool-fifo, pool-priority.")
-    ] = None,
-    compared: Annotated[
-        str | None, typer.Option("--compare", help="Policies to compare, comma-separated.")
-    ] = None,
+    policy: Annotated[str | None, typer.Option(help="One policy: partitioned, pool-fifo, pool-priority.")] = None,
+    compared: Annotated[str | None, typer.Option("--compare", help="Policies to compare, comma-separated.")] = None,
     queue: Annotated[str, typer.Option(help="Queue of the baselines: backfill or strict.")] = "backfill",
-    priority_mix: Annotated[
-        str | None, typer.Option(help="e.g. urgent=0.02,high=0.08,normal=0.5,low=0.4")
-    ] = None,
+    priority_mix: Annotated[str | None, typer.Option(help="e.g. urgent=0.02,high=0.08,normal=0.5,low=0.4")] = None,
     checkpoint_interval: Annotated[str, typer.Option(help="30m, or per class: low=10m,high=1h,30m")] = "30m",
     save_cost: Annotated[str, typer.Option(help="Blocking time of one checkpoint save.")] = "30s",
     restart_cost: Annotated[str, typer.Option(help="Resumed attempt's time to its first step.")] = "60s",
@@ -125,9 +119,7 @@ def simulate(
             raise UsageError("the configured classes differ from the defaults: give --priority-mix")
         if (vc_sizes is None) == (nodes is None):
             raise UsageError("give the cluster as --vc-sizes FILE or as --nodes N, one of the two")
-        spec = ClusterSpec(
-            load_vc_sizes(vc_sizes) if vc_sizes is not None else None, scale, nodes, gpus_per_node
-        )
+        spec = ClusterSpec(load_vc_sizes(vc_sizes) if vc_sizes is not None else None, scale, nodes, gpus_per_node)
         intervals, default_interval = parse_intervals(checkpoint_interval, classes)
         model = JobModel(
             intervals,
@@ -168,9 +160,7 @@ def simulate(
             console.print(f"plot: {path}")
 
 
-def replay_with_progress(
-    trace: Trace, spec: ClusterSpec, policies: list[Policy], settings: Settings
-) -> list[Replayed]:
+def replay_with_progress(trace: Trace, spec: ClusterSpec, policies: list[Policy], settings: Settings) -> list[Replayed]:
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -179,9 +169,7 @@ def replay_with_progress(
     )
     with Progress(*columns, console=errors, transient=True) as progress:
         tasks = {p: progress.add_task(f"replaying {p.value}", total=len(trace.jobs)) for p in policies}
-        return compare(
-            trace, spec, policies, settings, lambda p, done: progress.update(tasks[p], completed=done)
-        )
+        return compare(trace, spec, policies, settings, lambda p, done: progress.update(tasks[p], completed=done))
 
 
 @app.command()

@@ -43,16 +43,10 @@ def run_demo(console: Console) -> Outcome:
     def tell(now: float, plan: Plan) -> None:
         clock = f"[dim]t={human_seconds(now):>8}[/]"
         for p in plan.preemptions:
-            console.print(
-                f"{clock} [bold red]notice[/]  {p.message}; deadline in {human_seconds(p.deadline - now)}"
-            )
+            console.print(f"{clock} [bold red]notice[/]  {p.message}; deadline in {human_seconds(p.deadline - now)}")
         for s in plan.starts:
             attempts[s.job] = attempts.get(s.job, -1) + 1
-            again = (
-                f" [cyan](attempt {attempts[s.job]}: resumes from its checkpoint)[/]"
-                if attempts[s.job]
-                else ""
-            )
+            again = f" [cyan](attempt {attempts[s.job]}: resumes from its checkpoint)[/]" if attempts[s.job] else ""
             console.print(f"{clock} [green]start[/]   {s.message}{again}")
 
     outcome = Simulation(workload(), nodes, config, model, on_plan=tell).run()

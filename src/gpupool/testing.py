@@ -71,9 +71,7 @@ def fill(nodes: Iterable[Node], jobs: Iterable[Job], started: float = 0.0) -> li
 def summary(plan: Plan) -> list[tuple[object, ...]]:
     """A plan without its prose: what a scenario table compares."""
     rows: list[tuple[object, ...]] = []
-    rows += [
-        ("start", s.job, tuple((a.node, a.gpus) for a in s.placement), s.reason.value) for s in plan.starts
-    ]
+    rows += [("start", s.job, tuple((a.node, a.gpus) for a in s.placement), s.reason.value) for s in plan.starts]
     rows += [("preempt", p.victim, p.for_job, p.reason.value) for p in plan.preemptions]
     rows += [("wait", w.job, w.reason.value) for w in plan.waits]
     return rows

@@ -74,9 +74,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Snapshot, Config]:
 def _job(draw: st.DrawFn, id: str) -> Job:
     gpus = draw(st.sampled_from([1, 1, 2, 4, 8, 12, 16]))
     per_node = (
-        draw(st.sampled_from([None, None, g]))
-        if (g := draw(st.sampled_from([1, 2, 4]))) and gpus % g == 0
-        else None
+        draw(st.sampled_from([None, None, g])) if (g := draw(st.sampled_from([1, 2, 4]))) and gpus % g == 0 else None
     )
     return Job(
         id,
@@ -181,9 +179,7 @@ def test_never_preempts_without_the_preemptor_fitting(scenario: tuple[Snapshot, 
         assert p.for_job in held_for, f"{p.victim} preempted for {p.for_job}, which holds no placement"
         preemptor = jobs[p.for_job]
         mine = effective_class(config, snapshot.usage, preemptor.team, preemptor.priority).cls
-        theirs = effective_class(
-            config, snapshot.usage, running[p.victim].job.team, running[p.victim].job.priority
-        ).cls
+        theirs = effective_class(config, snapshot.usage, running[p.victim].job.team, running[p.victim].job.priority).cls
         if p.reason is Reason.PRIORITY:
             assert mine.may_preempt
             assert theirs.value < mine.value

@@ -106,9 +106,7 @@ CASES = [
     ),
     case(
         "submit-time-breaks-ties-and-requeued-jobs-keep-theirs",
-        Snapshot(
-            pool(1, 4), [], [job("new", gpus=4, submit=50), job("requeued", gpus=4, submit=10, preemptions=1)]
-        ),
+        Snapshot(pool(1, 4), [], [job("new", gpus=4, submit=50), job("requeued", gpus=4, submit=10, preemptions=1)]),
         [("start", "requeued", (("n0", (0, 1, 2, 3)),), "free_gpus"), ("wait", "new", "no_fit")],
     ),
     case(
@@ -158,9 +156,7 @@ CASES = [
         Snapshot(
             pool(2, 4),
             [
-                running(
-                    job("normal", cls="normal", gpus=4), on("n0", 0, 1, 2, 3), started=0, last_ckpt=NOW - 1
-                ),
+                running(job("normal", cls="normal", gpus=4), on("n0", 0, 1, 2, 3), started=0, last_ckpt=NOW - 1),
                 running(job("low", cls="low", gpus=4), on("n1", 0, 1, 2, 3), started=0),
             ],
             [job("h", cls="high", gpus=4)],
@@ -225,9 +221,7 @@ CASES = [
     ),
     case(
         "equal-class-is-never-preempted-without-reclaim",
-        Snapshot(
-            pool(1, 2), fill(pool(1, 2), [job("x", cls="high", gpus=2)]), [job("y", cls="high", gpus=2)]
-        ),
+        Snapshot(pool(1, 2), fill(pool(1, 2), [job("x", cls="high", gpus=2)]), [job("y", cls="high", gpus=2)]),
         [("wait", "y", "no_victims")],
     ),
     # --- protection --------------------------------------------------------------------

@@ -22,9 +22,7 @@ HOUR = 3600.0
 def preemption_storm(grace: float, save_cost: float, preemptions: int, seed: int) -> tuple[float, int]:
     """One long low job of G GPUs on a G-GPU pool; high jobs of G GPUs arrive as a Poisson
     stream, each preempting it. Returns the mean lost GPU-seconds per preemption."""
-    classes = tuple(
-        replace(c, min_runtime=0.0, grace_period=grace) if c.name == "low" else c for c in DEFAULT_CLASSES
-    )
+    classes = tuple(replace(c, min_runtime=0.0, grace_period=grace) if c.name == "low" else c for c in DEFAULT_CLASSES)
     rng = random.Random(seed)
     mean_gap = 100 * HOUR  # rare next to T, so the time since the last checkpoint is ~uniform on [0, T)
     jobs = [SimJob("victim", "a", "low", G, 0.0, work=mean_gap * preemptions * 1.2)]

@@ -177,9 +177,7 @@ def test_uniform_split_is_largest_remainder_with_at_least_one_node_each(
         (4, {"a": 1e308, "b": 1e308}, "overflow"),
     ],
 )
-def test_uniform_split_refuses_impossible_requests(
-    nodes: int, weights: dict[str, float], message: str
-) -> None:
+def test_uniform_split_refuses_impossible_requests(nodes: int, weights: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         cluster_uniform(nodes, 8, weights, dedicated=False)
 
@@ -193,9 +191,7 @@ def test_uniform_split_refuses_impossible_requests(
     ),
     extra=st.integers(min_value=0, max_value=500),
 )
-def test_uniform_split_hands_out_every_node_and_at_least_one_each(
-    weights: dict[str, float], extra: int
-) -> None:
+def test_uniform_split_hands_out_every_node_and_at_least_one_each(weights: dict[str, float], extra: int) -> None:
     if sum(weights.values()) <= 0:
         return
     nodes = len(weights) + extra

@@ -13,9 +13,7 @@ MODEL = JobModel({}, default_interval=100.0, save_cost=5.0, restart_cost=10.0)
 DEFAULTS = Config(DEFAULT_CLASSES)
 
 
-def replay(
-    jobs: list[SimJob], config: Config = DEFAULTS, gpus: int = 4
-) -> tuple[list[tuple[object, ...]], Simulation]:
+def replay(jobs: list[SimJob], config: Config = DEFAULTS, gpus: int = 4) -> tuple[list[tuple[object, ...]], Simulation]:
     log: list[tuple[object, ...]] = []
 
     def record(now: float, plan: Plan) -> None:
@@ -28,9 +26,7 @@ def replay(
 
 
 def test_a_high_job_preempts_a_low_one_which_saves_and_resumes_later() -> None:
-    log, sim = replay(
-        [SimJob("low", "a", "low", 4, 0.0, 1000.0), SimJob("high", "b", "high", 4, 300.0, 50.0)]
-    )
+    log, sim = replay([SimJob("low", "a", "low", 4, 0.0, 1000.0), SimJob("high", "b", "high", 4, 300.0, 50.0)])
     # Notice at 300; the emergency save takes 5 s; high runs 300+5 .. 355; low resumes then.
     assert log == [
         (0.0, "start", "low"),

@@ -65,9 +65,7 @@ def replayed(policy: str, config: Config) -> Replayed:
 
 def test_write_plots_writes_every_figure_as_a_png_and_closes_them(tmp_path: Path) -> None:
     runs = [
-        replayed(
-            "pool-fifo", Config(DEFAULT_CLASSES, order=QueueOrder.FIFO, preemption=False, reclaim=False)
-        ),
+        replayed("pool-fifo", Config(DEFAULT_CLASSES, order=QueueOrder.FIFO, preemption=False, reclaim=False)),
         replayed("pool-priority", Config(DEFAULT_CLASSES)),
     ]
     directory = tmp_path / "out" / "plots"

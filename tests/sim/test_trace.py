@@ -103,9 +103,7 @@ def test_a_window_on_a_trace_without_submit_datetime_names_the_file(tmp_path: Pa
         (datetime.fromisoformat("2017-01-01T00:00:00+00:00"), None),
     ],
 )
-def test_an_empty_or_timezone_aware_window_is_refused(
-    tmp_path: Path, start: datetime, end: datetime | None
-) -> None:
+def test_an_empty_or_timezone_aware_window_is_refused(tmp_path: Path, start: datetime, end: datetime | None) -> None:
     with pytest.raises(ValueError, match="window"):
         load_trace(write(tmp_path / "jobs.csv", HEADER + ROWS), start=start, end=end)
 
@@ -177,9 +175,7 @@ def test_the_error_message_reads_file_line_column_and_value(tmp_path: Path) -> N
         ("submit_datetime", "2017-10-01", "'2017-10-01' is not a YYYY-MM-DD HH:MM:SS time"),
     ],
 )
-def test_a_bad_value_is_reported_with_its_line_and_column(
-    tmp_path: Path, column: str, value: str, detail: str
-) -> None:
+def test_a_bad_value_is_reported_with_its_line_and_column(tmp_path: Path, column: str, value: str, detail: str) -> None:
     fields = {"job_id": "second", "submit_time": "1", "submit_datetime": "", "num_gpus": "1", "duration": "1"}
     fields[column] = value
     row = ",".join([fields["job_id"], fields["submit_time"], fields["submit_datetime"]])

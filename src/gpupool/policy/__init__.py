@@ -108,18 +108,12 @@ class _Cycle:
             slots = tuple((self.free.node_index(a.node), a.gpus) for a in running.placement)
             holder = Holder(running, cls, slots)
             holder.protection = protection(running, cls, self.now, self.config)
-            if (
-                holder.protection is not None
-                and cls.preemptible
-                and self.now - running.started_at < cls.min_runtime
-            ):
+            if holder.protection is not None and cls.preemptible and self.now - running.started_at < cls.min_runtime:
                 holder.protected_until = running.started_at + cls.min_runtime
             holder.cost = lost_work(running, self.now)
             if holder.protected_until is not None:
                 value = cls.value
-                self.expiring[value] = min(
-                    self.expiring.get(value, holder.protected_until), holder.protected_until
-                )
+                self.expiring[value] = min(self.expiring.get(value, holder.protected_until), holder.protected_until)
             for i in {i for i, _ in slots}:
                 on_node[i].append(holder)
         for holders in on_node:
@@ -150,9 +144,7 @@ class _Cycle:
     def hold_for_drains(self) -> None:
         pending = {job.id: job for job in self.snapshot.pending}
         waiting = [pending[j] for j in self.draining_for if j in pending]
-        for job in queue_order(
-            [(self.effective_of(j).cls.value, j) for j in waiting], self.config.order, self.share
-        ):
+        for job in queue_order([(self.effective_of(j).cls.value, j) for j in waiting], self.config.order, self.share):
             if self.start_on_free(job):
                 continue
             victims = sorted(self.draining_for[job.id], key=lambda r: r.job.id)
@@ -181,11 +173,17 @@ class _Cycle:
         return self.pool.alloc[team] / max(self.config.team(team).weight, 1e-9)
 
     def place_queue(self) -> None:
-        pending = [
-            (self.effective_of(j).cls.value, j) for j in self.snapshot.pending if j.id not in self.settled
-        ]
+        pending = [(self.effective_of(j).cls.value, j) for j in self.snapshot.pending if j.id not in self.settled]
+        # Free GPUs and candidates only shrink during a cycle: a kind of job that could neither
+        # start nor preempt cannot later in the same cycle, so the rest of its kind wait at once.
+        stuck: dict[tuple[str, str | None, int, int | None, str], Reason] = {}
         for job in queue_order(pending, self.config.order, self.share):
             if job.id in self.settled:
+                continue
+            kind = (job.team, job.gpu_type, job.gpus, job.gpus_per_node, job.priority)
+            reason = stuck.get(kind)
+            if reason is not None:
+                self.wait(job, reason, partial(self.explain, job, reason))
                 continue
             shapes = self.shapes_of(job)
             if self.blocked and any(g in self.blocked for s in shapes for g in s.groups):
@@ -194,9 +192,22 @@ class _Cycle:
             if self.start_on_free(job):
                 continue
             if not self.fits_ever(shapes):
-                self.wait(job, Reason.NEVER_FITS, partial(messages.never_fits, job))
-            elif not self.preempt_for(job, shapes) and self.config.queue is QueueMode.STRICT:
-                self.blocked.update(g for s in shapes for g in s.groups)
+                reason = Reason.NEVER_FITS
+            else:
+                reason = self.preempt_for(job, shapes)
+                if reason is None:
+                    continue  # its victims drain; the GPUs are held for it
+                if self.config.queue is QueueMode.STRICT:
+                    self.blocked.update(g for s in shapes for g in s.groups)
+            stuck[kind] = reason
+            self.wait(job, reason, partial(self.explain, job, reason))
+
+    def explain(self, job: Job, reason: Reason) -> str:
+        if reason is Reason.NEVER_FITS:
+            return messages.never_fits(job)
+        if reason is Reason.NO_VICTIMS:
+            return messages.no_victims(job, self.effective_of(job).cls)
+        return messages.no_fit(job, self.free, self.shapes_of(job)[0].groups)
 
     def fits_ever(self, shapes: tuple[Shape, ...]) -> bool:
         if shapes not in self.ever_fits:
@@ -225,19 +236,16 @@ class _Cycle:
         self.pool.alloc[job.team] += job.gpus
         self.settled.add(job.id)
         reason = Reason.BUDGET_EXCEEDED if eff.demoted_from else Reason.FREE_GPUS
-        self.starts.append(
-            Start(job.id, placement, eff.cls.name, reason, messages.started(job, placement, eff))
-        )
+        self.starts.append(Start(job.id, placement, eff.cls.name, reason, messages.started(job, placement, eff)))
         return True
 
-    def preempt_for(self, job: Job, shapes: tuple[Shape, ...]) -> bool:
-        """Give notice to the cheapest sufficient victims; False (with a Wait) if none."""
+    def preempt_for(self, job: Job, shapes: tuple[Shape, ...]) -> Reason | None:
+        """Give notice to the cheapest sufficient victims; if there are none, say why not."""
         eff = self.effective_of(job)
         guarantee = self.config.team(job.team).guaranteed_gpus
         may_reclaim = self.config.reclaim and self.pool.alloc[job.team] + job.gpus <= guarantee
         if not self.config.preemption or not (eff.cls.may_preempt or may_reclaim):
-            self.wait(job, Reason.NO_FIT, partial(messages.no_fit, job, self.free, shapes[0].groups))
-            return False
+            return Reason.NO_FIT
         who = Preemptor(job.id, job.team, eff.cls, may_reclaim)
         for shape in shapes:
             key = (shape, eff.cls.value, job.team if may_reclaim else None)
@@ -249,14 +257,11 @@ class _Cycle:
                 continue
             slots, victims = found
             self.give_notice(job, eff.cls, slots, victims)
-            return True
+            return None
         self.note_retry(eff.cls)
-        self.wait(job, Reason.NO_VICTIMS, partial(messages.no_victims, job, eff.cls))
-        return False
+        return Reason.NO_VICTIMS
 
-    def give_notice(
-        self, job: Job, cls: PriorityClass, slots: list[tuple[int, int]], victims: list[Victim]
-    ) -> None:
+    def give_notice(self, job: Job, cls: PriorityClass, slots: list[tuple[int, int]], victims: list[Victim]) -> None:
         placement = []
         for i, want in slots:
             mine = list(self.free.free[i][:want])

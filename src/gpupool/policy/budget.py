@@ -22,9 +22,7 @@ def next_lower(config: Config, cls: PriorityClass) -> PriorityClass | None:
     return max(lower, key=lambda c: c.value) if lower else None
 
 
-def effective_class(
-    config: Config, usage: Mapping[tuple[str, str], float], team: str, priority: str
-) -> Effective:
+def effective_class(config: Config, usage: Mapping[tuple[str, str], float], team: str, priority: str) -> Effective:
     """The class `team` gets for `priority` given its metered use inside the budget window."""
     cls = config.priority_class(priority)
     for budget in config.team(team).budgets:

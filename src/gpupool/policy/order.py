@@ -13,9 +13,7 @@ def submit_key(job: Job) -> tuple[float, str]:
     return (job.submit_time, job.id)
 
 
-def queue_order(
-    pending: Sequence[tuple[int, Job]], order: QueueOrder, share: Callable[[str], float]
-) -> Iterator[Job]:
+def queue_order(pending: Sequence[tuple[int, Job]], order: QueueOrder, share: Callable[[str], float]) -> Iterator[Job]:
     """Yield pending jobs, given as (effective class value, job), best first.
 
     `PRIORITY`: by `(-class value, team's weighted share, submit time, job id)`. The share is

@@ -102,11 +102,7 @@ class FreeGpus:
         return None
 
     def total(self, groups: Sequence[Group]) -> int:
-        return sum(
-            count * len(bucket)
-            for group in groups
-            for count, bucket in enumerate(self.buckets.get(group, ()))
-        )
+        return sum(count * len(bucket) for group in groups for count, bucket in enumerate(self.buckets.get(group, ())))
 
     def allocate(self, slots: Sequence[Slot]) -> Placement:
         """Take the lowest free GPU ids for each slot and return them as a placement."""

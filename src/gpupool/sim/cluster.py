@@ -41,9 +41,7 @@ def load_vc_sizes(path: Path) -> dict[str, int]:
             if not vc:
                 raise TraceError(path, "empty", line=line, column="vc")
             if vc in first_line:
-                raise TraceError(
-                    path, f"vc {vc!r} already listed on line {first_line[vc]}", line=line, column="vc"
-                )
+                raise TraceError(path, f"vc {vc!r} already listed on line {first_line[vc]}", line=line, column="vc")
             first_line[vc] = line
             text = row[i_nodes].strip()
             try:
@@ -113,9 +111,7 @@ def _split_nodes(nodes: int, team_weights: Mapping[str, float]) -> dict[str, int
     if not math.isfinite(total_weight):
         raise ValueError("team weights overflow when summed: scale them down")
     if nodes < len(team_weights):
-        raise ValueError(
-            f"{nodes} node(s) cannot give each of the {len(team_weights)} teams at least one node"
-        )
+        raise ValueError(f"{nodes} node(s) cannot give each of the {len(team_weights)} teams at least one node")
 
     counts: dict[str, int] = {}
     rest = dict(team_weights)
@@ -140,9 +136,7 @@ def _split_nodes(nodes: int, team_weights: Mapping[str, float]) -> dict[str, int
     return {team: counts[team] for team in team_weights}
 
 
-def cluster_uniform(
-    nodes: int, gpus_per_node: int, team_weights: Mapping[str, float], *, dedicated: bool
-) -> Cluster:
+def cluster_uniform(nodes: int, gpus_per_node: int, team_weights: Mapping[str, float], *, dedicated: bool) -> Cluster:
     """`nodes` identical nodes named f"node-{i:04d}" (i from 0), split among the teams by `_split_nodes`.
 
     Dedicated nodes belong to their team, consecutive in `team_weights` order; shared nodes belong to
@@ -155,6 +149,4 @@ def cluster_uniform(
         owner = team if dedicated else None
         first = len(built)
         built.extend(Node(f"node-{i:04d}", gpus_per_node, team=owner) for i in range(first, first + count))
-    return Cluster(
-        nodes=tuple(built), team_gpus={team: count * gpus_per_node for team, count in counts.items()}
-    )
+    return Cluster(nodes=tuple(built), team_gpus={team: count * gpus_per_node for team, count in counts.items()})

@@ -65,11 +65,7 @@ class Attempt:
 
     def finish_time(self) -> float:
         remaining = max(0.0, self.work - self.committed)
-        saves = (
-            0
-            if not math.isfinite(self.interval) or remaining == 0
-            else math.ceil(remaining / self.interval) - 1
-        )
+        saves = 0 if not math.isfinite(self.interval) or remaining == 0 else math.ceil(remaining / self.interval) - 1
         return self.productive_start + remaining + saves * self.save_cost
 
     def next_commit_after(self, t: float) -> float | None:

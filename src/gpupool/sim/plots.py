@@ -91,9 +91,7 @@ def utilization_over_time(outcome: Outcome, path: Path, *, title: str, bins: int
         )
     else:
         ax.text(0.5, 0.5, "no job ever ran", transform=ax.transAxes, ha="center", va="center")
-    ax.axhline(
-        outcome.capacity, color="black", linestyle="--", linewidth=1, label=f"capacity ({outcome.capacity})"
-    )
+    ax.axhline(outcome.capacity, color="black", linestyle="--", linewidth=1, label=f"capacity ({outcome.capacity})")
     ax.set_xlim(hours[0], hours[-1])
     ax.set_ylim(0, max(outcome.capacity, 1) * 1.08)
     ax.set_xlabel("time since the first event (hours)")
@@ -164,9 +162,7 @@ def wait_cdf(outcomes: Mapping[str, Outcome], path: Path) -> None:
             ax.text(0.5, 0.5, "no finished jobs", transform=ax.transAxes, ha="center", va="center")
         elif all(values[-1] <= 1 / 60 for values in per.values()):
             # A lone vertical line at the left edge is easy to miss: say it.
-            ax.text(
-                0.5, 0.5, "every job started\nwithin 1 s", transform=ax.transAxes, ha="center", va="center"
-            )
+            ax.text(0.5, 0.5, "every job started\nwithin 1 s", transform=ax.transAxes, ha="center", va="center")
         ax.set_xscale("log")
         ax.set_xlim(1 / 60 / 1.3, max(longest * 1.5, 1.0))
         ax.xaxis.set_major_locator(FixedLocator([t for t, _ in ticks]))

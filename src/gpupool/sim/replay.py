@@ -41,9 +41,7 @@ class ClusterSpec:
 
     def build(self, trace: Trace, *, dedicated: bool) -> Cluster:
         if self.vc_sizes is not None:
-            return cluster_from_sizes(
-                scale_sizes(self.vc_sizes, self.scale), self.gpus_per_node, dedicated=dedicated
-            )
+            return cluster_from_sizes(scale_sizes(self.vc_sizes, self.scale), self.gpus_per_node, dedicated=dedicated)
         if self.nodes is None:
             raise ValueError("a cluster needs either VC sizes or a node count")
         hours: dict[str, float] = defaultdict(float)
@@ -65,10 +63,7 @@ class Settings:
 
 
 def policy_config(policy: Policy, cluster: Cluster, settings: Settings) -> Config:
-    teams = {
-        name: Team(name, weight=max(gpus, 1), guaranteed_gpus=gpus)
-        for name, gpus in cluster.team_gpus.items()
-    }
+    teams = {name: Team(name, weight=max(gpus, 1), guaranteed_gpus=gpus) for name, gpus in cluster.team_gpus.items()}
     if policy is Policy.POOL_PRIORITY:
         return Config(settings.classes, teams, QueueOrder.PRIORITY, QueueMode.BACKFILL, explain_waits=False)
     return Config(
@@ -129,9 +124,7 @@ def admissible(trace: Trace, cluster: Cluster, settings: Settings) -> tuple[list
             never_fit += 1
             continue
         jobs.append(
-            SimJob(
-                t.job_id, t.team, assign_priority(t.job_id, settings.mix), t.gpus, t.submit_time, t.duration
-            )
+            SimJob(t.job_id, t.team, assign_priority(t.job_id, settings.mix), t.gpus, t.submit_time, t.duration)
         )
     return jobs, left_out, never_fit
 

@@ -24,9 +24,7 @@ DATETIME_FORMAT = "YYYY-MM-DD HH:MM:SS"
 class TraceError(ValueError):
     """A trace file that cannot be read, with the file, line (1-based; header = 1) and column at fault."""
 
-    def __init__(
-        self, path: Path, detail: str, *, line: int | None = None, column: str | None = None
-    ) -> None:
+    def __init__(self, path: Path, detail: str, *, line: int | None = None, column: str | None = None) -> None:
         where = str(path)
         if line is not None:
             where += f" line {line}"
@@ -78,9 +76,7 @@ def open_text(path: Path) -> TextIO:
         raise TraceError(path, f"cannot open: {exc.strerror or exc}") from None
 
 
-def read_rows(
-    path: Path, stream: TextIO, required: Sequence[str]
-) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
+def read_rows(path: Path, stream: TextIO, required: Sequence[str]) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
     """Read the header, check that each `required` column is there, and return it with the rows.
 
     Rows come as (line, fields), blank lines skipped; a row whose field count differs from the
@@ -108,9 +104,7 @@ def read_rows(
                 if len(row) != width:
                     if not row:
                         continue
-                    raise TraceError(
-                        path, f"{len(row)} field(s), the header has {width}", line=reader.line_num
-                    )
+                    raise TraceError(path, f"{len(row)} field(s), the header has {width}", line=reader.line_num)
                 # line_num counts physical lines, so quoted newlines and blank lines do not shift it.
                 yield reader.line_num, row
         except csv.Error as exc:
@@ -173,9 +167,7 @@ def load_trace(path: Path, *, start: datetime | None = None, end: datetime | Non
                 raise TraceError(path, "empty", line=line, column="job_id")
             seen = first_line.get(job_id)
             if seen is not None:
-                raise TraceError(
-                    path, f"job_id {job_id!r} already used on line {seen}", line=line, column="job_id"
-                )
+                raise TraceError(path, f"job_id {job_id!r} already used on line {seen}", line=line, column="job_id")
             first_line[job_id] = line
 
             text = row[i_submit]
@@ -241,6 +233,4 @@ def load_trace(path: Path, *, start: datetime | None = None, end: datetime | Non
             jobs.append(TraceJob(job_id, submit_time, gpus, duration, team, submitted))
 
     jobs.sort(key=lambda job: job.submit_time)
-    return Trace(
-        path=path, jobs=tuple(jobs), zero_gpu_jobs=zero_gpu, outside_window=outside, no_duration=unrecorded
-    )
+    return Trace(path=path, jobs=tuple(jobs), zero_gpu_jobs=zero_gpu, outside_window=outside, no_duration=unrecorded)
