@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.config import ConfigError, load, parse, parse_duration
+from gpupool.config import ConfigError, load, parse
 from gpupool.model import DEFAULT_CLASSES, PriorityBudget, QueueMode
+from gpupool.units import parse_duration
 
 
 @pytest.mark.parametrize(

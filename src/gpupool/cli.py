@@ -11,12 +11,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gpupool import config as configuration
-from gpupool.config import ConfigError, parse_duration
+from gpupool.config import ConfigError
 from gpupool.sim.cluster import load_vc_sizes
 from gpupool.sim.jobmodel import JobModel
 from gpupool.sim.replay import DEFAULT_MIX, ClusterSpec, Policy, Replayed, Settings, compare
 from gpupool.sim.trace import Trace, TraceError, load_trace
 from gpupool.sim.workload import parse_priority_mix
+from gpupool.units import parse_duration
 
 app = typer.Typer(
     help="gpupool: one shared GPU pool, priority as a job attribute.",

@@ -15,7 +15,6 @@ Durations are seconds or a number with a unit: `90s`, `30m`, `1.5h`, `7d`.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,29 +22,11 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from gpupool.model import DEFAULT_CLASSES, Config, PriorityBudget, PriorityClass, QueueMode, QueueOrder, Team
-
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)\s*$")
+from gpupool.units import parse_duration
 
 
 class ConfigError(ValueError):
     """A configuration that cannot be used; the message names the file and the key."""
-
-
-def parse_duration(value: object) -> float:
-    """Seconds from a number or a string like `90s`, `30m`, `1.5h`, `7d`."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        match = _DURATION.match(str(value))
-        if match is None:
-            raise ValueError(f"{value!r} is not a duration (use seconds or 90s, 30m, 1.5h, 7d)")
-        seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
-    if not seconds >= 0 or seconds == float("inf"):
-        raise ValueError(f"{value!r} is not a duration ≥ 0")
-    return seconds
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]

@@ -14,7 +14,8 @@ from gpupool.model import DEFAULT_CLASSES, Config, Node, Plan, Team
 from gpupool.sim.engine import Outcome, SimJob, Simulation
 from gpupool.sim.jobmodel import JobModel
 from gpupool.sim.metrics import summarize
-from gpupool.sim.report import human_seconds, ordered_classes
+from gpupool.sim.report import ordered_classes
+from gpupool.units import human_seconds
 
 MINUTE = 60.0
 

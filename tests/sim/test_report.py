@@ -13,12 +13,12 @@ from gpupool.sim.engine import JobRecord, Outcome, SimJob
 from gpupool.sim.metrics import summarize
 from gpupool.sim.report import (
     comparison_table,
-    human_seconds,
     lost_work_table,
     ordered_classes,
     team_table,
     write_json,
 )
+from gpupool.units import human_seconds
 
 
 def record(

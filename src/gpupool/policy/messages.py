@@ -8,15 +8,7 @@ from gpupool.model import Job, Placement, PriorityClass, Reason
 from gpupool.policy.budget import Effective
 from gpupool.policy.place import FreeGpus, Group
 from gpupool.policy.preempt import Holder
-
-
-def duration(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+from gpupool.units import human_seconds
 
 
 def where(placement: Placement) -> str:
@@ -35,9 +27,9 @@ def started(job: Job, placement: Placement, eff: Effective) -> str:
 def preempted(victim: Holder, job: Job, cls: PriorityClass, reason: Reason, now: float) -> str:
     running = victim.running
     if running.last_checkpoint_at is not None:
-        checkpoint = f"last checkpoint {duration(now - running.last_checkpoint_at)} ago"
+        checkpoint = f"last checkpoint {human_seconds(now - running.last_checkpoint_at)} ago"
     else:
-        checkpoint = f"no checkpoint in {duration(now - running.started_at)} of running"
+        checkpoint = f"no checkpoint in {human_seconds(now - running.started_at)} of running"
     v = running.job
     text = (
         f"preempted job {v.id} (team {v.team}, {victim.cls.name}, {checkpoint}) "
@@ -49,7 +41,7 @@ def preempted(victim: Holder, job: Job, cls: PriorityClass, reason: Reason, now:
 
 
 def awaiting_drain(victims: Sequence[str], deadline: float, now: float) -> str:
-    return f"GPUs held while job(s) {', '.join(victims)} drain (deadline in {duration(deadline - now)})"
+    return f"GPUs held while job(s) {', '.join(victims)} drain (deadline in {human_seconds(deadline - now)})"
 
 
 def never_fits(job: Job) -> str:

@@ -18,7 +18,8 @@ from matplotlib.ticker import FixedLocator, NullLocator
 
 from gpupool.sim.engine import Outcome, Usage
 from gpupool.sim.replay import Replayed
-from gpupool.sim.report import human_seconds, ordered_classes
+from gpupool.sim.report import ordered_classes
+from gpupool.units import human_seconds
 
 FIXED_COLOURS: dict[str, str] = {
     "urgent": "tab:red",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -11,25 +10,7 @@ from typing import Any
 from rich.table import Table
 
 from gpupool.model import DEFAULT_CLASSES
-
-NONE = "—"
-
-
-def human_seconds(seconds: float) -> str:
-    """A duration in the largest unit that keeps it readable: "42 s", "3.5 min", "2.1 h", "1.3 d"."""
-    if math.isnan(seconds):
-        return NONE
-    if seconds < 0:
-        return "-" + human_seconds(-seconds)
-    if math.isinf(seconds):
-        return "∞"
-    if round(seconds) < 60:
-        return f"{round(seconds)} s"
-    # Units are picked on the rounded value so that 3599 s reads "1.0 h", never "60.0 min".
-    for unit, size, limit in (("min", 60.0, 60.0), ("h", 3600.0, 24.0)):
-        if round(seconds / size, 1) < limit:
-            return f"{seconds / size:.1f} {unit}"
-    return f"{seconds / 86400:.1f} d"
+from gpupool.units import NONE, human_seconds
 
 
 def ordered_classes(names: Iterable[str]) -> list[str]:

@@ -1,0 +1,46 @@
+"""Durations for people and from people: `human_seconds(5400) == "1.5 h"`, `parse_duration("30m") == 1800`.
+
+Pure and dependency-free, so the scheduling core may use it for its messages.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+NONE = "—"
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)\s*$")
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from a number or a string like `90s`, `30m`, `1.5h`, `7d`."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if match is None:
+            raise ValueError(f"{value!r} is not a duration (use seconds or 90s, 30m, 1.5h, 7d)")
+        seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
+    if not seconds >= 0 or seconds == float("inf"):
+        raise ValueError(f"{value!r} is not a duration ≥ 0")
+    return seconds
+
+
+def human_seconds(seconds: float) -> str:
+    """A duration in the largest unit that keeps it readable: "42 s", "3.5 min", "2.1 h", "1.3 d"."""
+    if math.isnan(seconds):
+        return NONE
+    if seconds < 0:
+        return "-" + human_seconds(-seconds)
+    if math.isinf(seconds):
+        return "∞"
+    if round(seconds) < 60:
+        return f"{round(seconds)} s"
+    # Units are picked on the rounded value so that 3599 s reads "1.0 h", never "60.0 min".
+    for unit, size, limit in (("min", 60.0, 60.0), ("h", 3600.0, 24.0)):
+        if round(seconds / size, 1) < limit:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds / 86400:.1f} d"
