@@ -57,46 +57,48 @@ def young_daly(save_cost: float, records: Sequence[JobRecord]) -> float | None:
     return _r(math.sqrt(2 * save_cost * running_seconds / interruptions))
 
 
-def group(records: Sequence[JobRecord]) -> dict[str, Any]:
+def group(records: Sequence[JobRecord], capacity: int, span: float) -> dict[str, Any]:
+    """The measures of a set of finished jobs (a class, a team or all of them) on a pool of
+    `capacity` GPUs busy for `span` seconds."""
+    allocated = sum(r.allocated for r in records)
+    useful = sum(r.job.gpus * r.job.work for r in records)
+    rework, drain, restart = (sum(getattr(r, f) for r in records) / 3600 for f in ("rework", "drain", "restart"))
     return {
         "jobs": len(records),
+        "utilization": _r(allocated / (capacity * span)) if span > 0 else 0.0,
         "wait": stats([r.wait for r in records]),
         "jct": stats([jct(r) for r in records]),
         "preemptions": sum(r.preemptions for r in records),
-        "gpu_hours": _r(sum(r.job.gpus * r.job.work for r in records) / 3600),
-    }
-
-
-def summarize(policy: str, outcome: Outcome, save_cost: float) -> dict[str, Any]:
-    """The report of one policy's replay, in the shape of `gpupool simulate --json`."""
-    done = [r for r in outcome.records if r.finish is not None]
-    by_priority: dict[str, list[JobRecord]] = defaultdict(list)
-    by_team: dict[str, list[JobRecord]] = defaultdict(list)
-    for r in done:
-        by_priority[r.job.priority].append(r)
-        by_team[r.job.team].append(r)
-    allocated = sum(r.allocated for r in done)
-    useful = sum(r.job.gpus * r.job.work for r in done)
-    span = max(r.finish or 0.0 for r in done) - min(r.job.submit for r in done) if done else 0.0
-    rework, drain, restart = (sum(getattr(r, f) for r in done) / 3600 for f in ("rework", "drain", "restart"))
-    return {
-        "policy": policy,
-        "jobs": len(done),
-        "gpus": outcome.capacity,
-        "utilization": _r(allocated / (outcome.capacity * span)) if span > 0 else 0.0,
-        "jct": stats([jct(r) for r in done]),
-        "wait": stats([r.wait for r in done]),
-        "by_priority": {name: group(rs) for name, rs in sorted(by_priority.items())},
-        "by_team": {name: group(rs) for name, rs in sorted(by_team.items())},
-        "preemptions": sum(r.preemptions for r in done),
+        "gpu_hours": _r(useful / 3600),
         "lost_gpu_hours": {
             "rework": _r(rework),
             "drain": _r(drain),
             "restart": _r(restart),
             "total": _r(rework + drain + restart),
         },
-        "trace_gpu_hours": _r(useful / 3600),
         "goodput": _r(useful / allocated) if allocated else 1.0,
+    }
+
+
+def summarize(policy: str, outcome: Outcome, save_cost: float) -> dict[str, Any]:
+    """The report of one policy's replay, in the shape of `gpupool simulate --json`: the measures
+    of `group` for all jobs, per priority class and per team, and fairness across teams."""
+    done = [r for r in outcome.records if r.finish is not None]
+    by_priority: dict[str, list[JobRecord]] = defaultdict(list)
+    by_team: dict[str, list[JobRecord]] = defaultdict(list)
+    for r in done:
+        by_priority[r.job.priority].append(r)
+        by_team[r.job.team].append(r)
+    span = max(r.finish or 0.0 for r in done) - min(r.job.submit for r in done) if done else 0.0
+    overall = group(done, outcome.capacity, span)
+    trace_gpu_hours = overall.pop("gpu_hours")
+    return {
+        "policy": policy,
+        "gpus": outcome.capacity,
+        **overall,
+        "by_priority": {name: group(rs, outcome.capacity, span) for name, rs in sorted(by_priority.items())},
+        "by_team": {name: group(rs, outcome.capacity, span) for name, rs in sorted(by_team.items())},
+        "trace_gpu_hours": trace_gpu_hours,
         "fairness": jain(float(np.mean([slowdown(r) for r in rs])) for rs in by_team.values()),
         "young_daly_interval": young_daly(save_cost, done),
         "decisions": outcome.decisions,
