@@ -21,11 +21,12 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from gpupool.errors import InvalidInput
 from gpupool.model import DEFAULT_CLASSES, Config, PriorityBudget, PriorityClass, QueueMode, QueueOrder, Team
 from gpupool.units import parse_duration
 
 
-class ConfigError(ValueError):
+class ConfigError(InvalidInput, ValueError):
     """A configuration that cannot be used; the message names the file and the key."""
 
 

@@ -1,0 +1,30 @@
+"""What can go wrong, for the API to map to HTTP codes and the CLI to exit codes.
+
+GpupoolError
+├── InvalidInput    the request or file is wrong: says what and where (HTTP 400/422)
+├── NotFound        no such job, team, class or node (HTTP 404)
+├── Forbidden       the token may not do this (HTTP 403)
+└── Conflict        the request is valid but the state forbids it now (HTTP 409)
+"""
+
+from __future__ import annotations
+
+
+class GpupoolError(Exception):
+    """Base of every error gpupool reports to a person."""
+
+
+class InvalidInput(GpupoolError):
+    pass
+
+
+class NotFound(GpupoolError):
+    pass
+
+
+class Forbidden(GpupoolError):
+    pass
+
+
+class Conflict(GpupoolError):
+    pass

@@ -1,0 +1,1 @@
+"""Persistence: SQLite in the data directory by default, PostgreSQL by URL."""

@@ -1,0 +1,165 @@
+"""The tables of the store. Alembic migrations in `migrations/` build exactly this schema.
+
+One row per job and per attempt; placements are one row per GPU an attempt held, with the
+time it held it. A GPU held by two live attempts at once is refused by the database itself
+(a unique index over the placements that have not ended).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, ForeignKeyConstraint, Index, Integer, String, text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    gpus: Mapped[int] = mapped_column(Integer)
+    gpu_type: Mapped[str] = mapped_column(String(100))
+    virtual: Mapped[bool] = mapped_column(Boolean, default=False)
+    team: Mapped[str | None] = mapped_column(String(200), default=None)
+
+
+class PriorityClassRow(Base):
+    __tablename__ = "priority_classes"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    value: Mapped[int] = mapped_column(Integer, unique=True)
+    may_preempt: Mapped[bool] = mapped_column(Boolean)
+    preemptible: Mapped[bool] = mapped_column(Boolean)
+    min_runtime: Mapped[float] = mapped_column(Float)
+    grace_period: Mapped[float] = mapped_column(Float)
+
+
+class TeamRow(Base):
+    __tablename__ = "teams"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
+    guaranteed_gpus: Mapped[int] = mapped_column(Integer, default=0)
+    token_hash: Mapped[str | None] = mapped_column(String(128), default=None)
+
+
+class BudgetRow(Base):
+    __tablename__ = "budgets"
+
+    team: Mapped[str] = mapped_column(ForeignKey("teams.name", ondelete="CASCADE"), primary_key=True)
+    priority: Mapped[str] = mapped_column(ForeignKey("priority_classes.name"), primary_key=True)
+    gpu_hours: Mapped[float] = mapped_column(Float)
+    window: Mapped[float] = mapped_column(Float)
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_state", "state"), Index("ix_jobs_team_state", "team", "state"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200))
+    team: Mapped[str] = mapped_column(ForeignKey("teams.name"))
+    priority: Mapped[str] = mapped_column(ForeignKey("priority_classes.name"))
+    gpus: Mapped[int] = mapped_column(Integer)
+    gpus_per_node: Mapped[int | None] = mapped_column(Integer, default=None)
+    gpu_type: Mapped[str | None] = mapped_column(String(100), default=None)
+    command: Mapped[list[str]] = mapped_column(JSON)
+    workdir: Mapped[str] = mapped_column(String(4096))
+    env: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    state: Mapped[str] = mapped_column(String(20))
+    submit_time: Mapped[float] = mapped_column(Float)
+    """Original submit time: a requeued job keeps its place in line."""
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    """Attempts started so far; the next one is numbered `attempts`."""
+    preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    max_failures: Mapped[int] = mapped_column(Integer, default=0)
+    """Retries after failed attempts, a budget separate from preemptions."""
+    max_preemptions: Mapped[int | None] = mapped_column(Integer, default=None)
+    ended_at: Mapped[float | None] = mapped_column(Float, default=None)
+    exit_code: Mapped[int | None] = mapped_column(Integer, default=None)
+
+
+class AttemptRow(Base):
+    __tablename__ = "attempts"
+    __table_args__ = (Index("ix_attempts_live", "ended_at"),)
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    started_at: Mapped[float] = mapped_column(Float)
+    """When the GPUs were allocated."""
+    pid: Mapped[int | None] = mapped_column(Integer, default=None)
+    pid_started: Mapped[str | None] = mapped_column(String(64), default=None)
+    """The process's start time as the OS reports it: a pid alone is reused."""
+    token_hash: Mapped[str | None] = mapped_column(String(128), default=None)
+    last_heartbeat_at: Mapped[float | None] = mapped_column(Float, default=None)
+    step: Mapped[int | None] = mapped_column(Integer, default=None)
+    phase: Mapped[str | None] = mapped_column(String(20), default=None)
+    productive_at: Mapped[float | None] = mapped_column(Float, default=None)
+    """First productive step of this attempt (end of startup and restore)."""
+    last_checkpoint_at: Mapped[float | None] = mapped_column(Float, default=None)
+    notice_at: Mapped[float | None] = mapped_column(Float, default=None)
+    notice_deadline: Mapped[float | None] = mapped_column(Float, default=None)
+    notice_for: Mapped[int | None] = mapped_column(Integer, default=None)
+    acked_at: Mapped[float | None] = mapped_column(Float, default=None)
+    ended_at: Mapped[float | None] = mapped_column(Float, default=None)
+    outcome: Mapped[str | None] = mapped_column(String(20), default=None)
+    exit_code: Mapped[int | None] = mapped_column(Integer, default=None)
+
+
+class PlacementRow(Base):
+    __tablename__ = "placements"
+    __table_args__ = (
+        ForeignKeyConstraint(["job_id", "attempt"], ["attempts.job_id", "attempts.attempt"], ondelete="CASCADE"),
+        # At most one live holder per GPU, enforced where no bug in the service can get around it.
+        Index(
+            "ux_placements_live_gpu",
+            "node",
+            "gpu",
+            unique=True,
+            sqlite_where=text("held_until IS NULL"),
+            postgresql_where=text("held_until IS NULL"),
+        ),
+        Index("ix_placements_attempt", "job_id", "attempt"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(Integer)
+    attempt: Mapped[int] = mapped_column(Integer)
+    node: Mapped[str] = mapped_column(ForeignKey("nodes.name"))
+    gpu: Mapped[int] = mapped_column(Integer)
+    held_from: Mapped[float] = mapped_column(Float)
+    held_until: Mapped[float | None] = mapped_column(Float, default=None)
+
+
+class EventRow(Base):
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_job", "job_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    time: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(40))
+    job_id: Mapped[int | None] = mapped_column(Integer, default=None)
+    attempt: Mapped[int | None] = mapped_column(Integer, default=None)
+    reason: Mapped[str | None] = mapped_column(String(40), default=None)
+    message: Mapped[str] = mapped_column(String(2000), default="")
+    data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class CheckpointRow(Base):
+    __tablename__ = "checkpoint_commits"
+    __table_args__ = (
+        ForeignKeyConstraint(["job_id", "attempt"], ["attempts.job_id", "attempts.attempt"], ondelete="CASCADE"),
+        Index("ix_checkpoints_job", "job_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(Integer)
+    attempt: Mapped[int] = mapped_column(Integer)
+    time: Mapped[float] = mapped_column(Float)
+    step: Mapped[int | None] = mapped_column(Integer, default=None)
+    path: Mapped[str | None] = mapped_column(String(4096), default=None)

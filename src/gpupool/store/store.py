@@ -1,0 +1,249 @@
+"""The store: what the service knows, written before anything is acted on.
+
+Every method is one transaction. Rows come back detached (plain values, safe to read after
+the transaction), never as live objects bound to a session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Engine, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpupool.errors import Conflict, InvalidInput, NotFound
+from gpupool.model import Allocation, Config, JobState, Node, transition
+from gpupool.store.engine import connect, migrate
+from gpupool.store.schema import (
+    AttemptRow,
+    BudgetRow,
+    EventRow,
+    JobRow,
+    NodeRow,
+    PlacementRow,
+    PriorityClassRow,
+    TeamRow,
+)
+
+DEFAULT_TEAM = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """What a person asks for when they submit a job."""
+
+    command: Sequence[str]
+    team: str = DEFAULT_TEAM
+    priority: str = "normal"
+    gpus: int = 1
+    name: str = ""
+    gpus_per_node: int | None = None
+    gpu_type: str | None = None
+    workdir: str = "."
+    env: dict[str, str] = field(default_factory=dict)
+    max_failures: int = 0
+    max_preemptions: int | None = None
+
+
+class Store:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    @classmethod
+    def open(cls, url: str) -> Store:
+        """Connect to `url` and bring its schema to the newest revision."""
+        engine = connect(url)
+        migrate(engine)
+        return cls(engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        with self._sessions.begin() as session:
+            yield session
+
+    # --- configuration -----------------------------------------------------------------
+
+    def sync_config(self, config: Config) -> None:
+        """Make the classes, teams and budgets match `config` (team tokens are kept)."""
+        with self.transaction() as s:
+            for cls in config.classes:
+                s.merge(
+                    PriorityClassRow(
+                        name=cls.name,
+                        value=cls.value,
+                        may_preempt=cls.may_preempt,
+                        preemptible=cls.preemptible,
+                        min_runtime=cls.min_runtime,
+                        grace_period=cls.grace_period,
+                    )
+                )
+            teams = {DEFAULT_TEAM: config.team(DEFAULT_TEAM), **config.teams}
+            for team in teams.values():
+                row = s.get(TeamRow, team.name) or TeamRow(name=team.name)
+                row.weight = team.weight
+                row.guaranteed_gpus = team.guaranteed_gpus
+                s.add(row)
+                s.flush()
+                for old in s.scalars(select(BudgetRow).where(BudgetRow.team == team.name)):
+                    s.delete(old)
+                for budget in team.budgets:
+                    s.add(
+                        BudgetRow(
+                            team=team.name, priority=budget.priority, gpu_hours=budget.gpu_hours, window=budget.window
+                        )
+                    )
+
+    def set_nodes(self, nodes: Sequence[Node], *, virtual: bool) -> None:
+        with self.transaction() as s:
+            for node in nodes:
+                s.merge(
+                    NodeRow(name=node.name, gpus=node.gpus, gpu_type=node.gpu_type, virtual=virtual, team=node.team)
+                )
+
+    def nodes(self) -> list[NodeRow]:
+        with self.transaction() as s:
+            return list(s.scalars(select(NodeRow).order_by(NodeRow.name)))
+
+    # --- jobs ----------------------------------------------------------------------------
+
+    def submit(self, spec: JobSpec, now: float) -> JobRow:
+        """Record a new pending job, or raise `InvalidInput` saying what is wrong with it."""
+        if not spec.command:
+            raise InvalidInput("command: give the command to run")
+        if spec.gpus < 1:
+            raise InvalidInput(f"gpus: {spec.gpus} is not a positive number of GPUs")
+        if spec.gpus_per_node is not None and (spec.gpus_per_node < 1 or spec.gpus % spec.gpus_per_node):
+            raise InvalidInput(f"gpus_per_node: {spec.gpus} GPUs do not split into members of {spec.gpus_per_node}")
+        with self.transaction() as s:
+            if s.get(TeamRow, spec.team) is None:
+                raise InvalidInput(f"team: unknown team {spec.team!r}")
+            if s.get(PriorityClassRow, spec.priority) is None:
+                known = ", ".join(s.scalars(select(PriorityClassRow.name).order_by(PriorityClassRow.value.desc())))
+                raise InvalidInput(f"priority: unknown priority class {spec.priority!r} (known: {known})")
+            job = JobRow(
+                name=spec.name or spec.command[0].rsplit("/", 1)[-1],
+                team=spec.team,
+                priority=spec.priority,
+                gpus=spec.gpus,
+                gpus_per_node=spec.gpus_per_node,
+                gpu_type=spec.gpu_type,
+                command=list(spec.command),
+                workdir=spec.workdir,
+                env=dict(spec.env),
+                state=JobState.PENDING.value,
+                submit_time=now,
+                max_failures=spec.max_failures,
+                max_preemptions=spec.max_preemptions,
+            )
+            s.add(job)
+            s.flush()
+            s.add(EventRow(time=now, kind="submitted", job_id=job.id, message=f"submitted by team {spec.team}"))
+            return job
+
+    def job(self, job_id: int) -> JobRow:
+        with self.transaction() as s:
+            job = s.get(JobRow, job_id)
+            if job is None:
+                raise NotFound(f"no job {job_id}")
+            return job
+
+    def jobs(self, *, states: Sequence[JobState] = (), team: str | None = None, limit: int = 1000) -> list[JobRow]:
+        query = select(JobRow).order_by(JobRow.id).limit(limit)
+        if states:
+            query = query.where(JobRow.state.in_([s.value for s in states]))
+        if team is not None:
+            query = query.where(JobRow.team == team)
+        with self.transaction() as s:
+            return list(s.scalars(query))
+
+    def cancel_pending(self, job_id: int, now: float) -> JobRow:
+        """Cancel a job that holds no GPUs; a running one needs its attempt stopped first."""
+        with self.transaction() as s:
+            job = s.get(JobRow, job_id, with_for_update=True)
+            if job is None:
+                raise NotFound(f"no job {job_id}")
+            if job.state != JobState.PENDING.value:
+                raise Conflict(f"job {job_id} is {job.state}: only a pending job is cancelled at once")
+            self._move(s, job, JobState.CANCELLED, now, "cancelled")
+            job.ended_at = now
+            return job
+
+    # --- attempts and placements -----------------------------------------------------------
+
+    def start_attempt(self, job_id: int, placement: Sequence[Allocation], now: float, message: str) -> AttemptRow:
+        """Move a pending job to STARTING on `placement`, as a new attempt holding those GPUs.
+
+        Raises `Conflict`, changing nothing, if a GPU of the placement is held by a live attempt.
+        """
+        try:
+            with self.transaction() as s:
+                job = s.get(JobRow, job_id, with_for_update=True)
+                if job is None:
+                    raise NotFound(f"no job {job_id}")
+                attempt = AttemptRow(job_id=job_id, attempt=job.attempts, started_at=now)
+                s.add(attempt)
+                job.attempts += 1
+                self._move(s, job, JobState.STARTING, now, message, attempt=attempt.attempt)
+                s.flush()
+                for alloc in placement:
+                    for gpu in alloc.gpus:
+                        s.add(
+                            PlacementRow(
+                                job_id=job_id, attempt=attempt.attempt, node=alloc.node, gpu=gpu, held_from=now
+                            )
+                        )
+                s.flush()
+                return attempt
+        except IntegrityError as exc:
+            raise Conflict(f"job {job_id}: a GPU of its placement is held by another attempt") from exc
+
+    def release(self, job_id: int, attempt: int, now: float) -> int:
+        """End the attempt's hold on its GPUs; returns how many GPUs were released."""
+        with self.transaction() as s:
+            result = s.execute(
+                update(PlacementRow)
+                .where(
+                    PlacementRow.job_id == job_id, PlacementRow.attempt == attempt, PlacementRow.held_until.is_(None)
+                )
+                .values(held_until=now)
+            )
+            return int(getattr(result, "rowcount", 0))
+
+    def held(self) -> list[PlacementRow]:
+        """The GPUs held right now by live attempts."""
+        with self.transaction() as s:
+            return list(s.scalars(select(PlacementRow).where(PlacementRow.held_until.is_(None))))
+
+    # --- events --------------------------------------------------------------------------
+
+    def events(self, *, job_id: int | None = None, after: int = 0, limit: int = 1000) -> list[EventRow]:
+        query = select(EventRow).where(EventRow.id > after).order_by(EventRow.id).limit(limit)
+        if job_id is not None:
+            query = query.where(EventRow.job_id == job_id)
+        with self.transaction() as s:
+            return list(s.scalars(query))
+
+    @staticmethod
+    def _move(
+        s: Session, job: JobRow, to: JobState, now: float, message: str, *, attempt: int | None = None, **data: Any
+    ) -> None:
+        transition(str(job.id), JobState(job.state), to)
+        s.add(
+            EventRow(
+                time=now,
+                kind=to.value,
+                job_id=job.id,
+                attempt=attempt,
+                message=message,
+                data={"from": job.state, **data},
+            )
+        )
+        job.state = to.value
