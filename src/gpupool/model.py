@@ -31,8 +31,9 @@ TRANSITIONS: Mapping[JobState, frozenset[JobState]] = {
     JobState.RUNNING: frozenset(
         {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.PREEMPTING, JobState.PENDING}
     ),
-    # A job given notice goes back in line whatever its exit code; only a cancel ends it.
-    JobState.PREEMPTING: frozenset({JobState.PENDING, JobState.CANCELLED}),
+    # A job given notice goes back in line whatever its exit code, unless it reported that it
+    # finished (success) or is cancelled.
+    JobState.PREEMPTING: frozenset({JobState.PENDING, JobState.SUCCEEDED, JobState.CANCELLED}),
     JobState.SUCCEEDED: frozenset(),
     JobState.FAILED: frozenset(),
     JobState.CANCELLED: frozenset(),

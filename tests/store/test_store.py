@@ -9,8 +9,8 @@ from sqlalchemy import inspect
 
 from gpupool.errors import Conflict, InvalidInput, NotFound
 from gpupool.model import DEFAULT_CLASSES, Allocation, Config, JobState, Node, PriorityBudget, Team
+from gpupool.store import JobSpec, Store
 from gpupool.store.engine import head, migrate, revision
-from gpupool.store.store import JobSpec, Store
 
 CONFIG = Config(
     DEFAULT_CLASSES,
@@ -103,3 +103,77 @@ def test_configuration_is_synced_and_tokens_survive_a_resync(store: Store) -> No
         assert nlp is not None
         assert (nlp.weight, nlp.guaranteed_gpus) == (3.0, 16)
         assert s.query(BudgetRow).count() == 0
+
+
+def started(store: Store, gpus: int = 1, **spec: object) -> int:
+    job = store.submit(JobSpec(["train"], gpus=gpus, **spec), now=1.0)  # type: ignore[arg-type]
+    store.start_attempt(job.id, [Allocation("n0", tuple(range(gpus)))], now=2.0, message="started")
+    store.mark_running(job.id, 0, pid=4242, pid_started="123456", token_hash="h", now=2.5)
+    return job.id
+
+
+def test_exit_zero_without_notice_succeeds_and_frees_the_gpus(store: Store) -> None:
+    job = started(store)
+    assert store.job(job).state == JobState.RUNNING.value
+    assert store.end_attempt(job, 0, 0, now=10.0) is JobState.SUCCEEDED
+    assert store.held() == []
+    assert store.job(job).ended_at == 10.0
+
+
+def test_a_job_given_notice_is_requeued_even_when_it_exits_zero(store: Store) -> None:
+    job = started(store, gpus=2)
+    store.give_notice(job, 0, for_job=99, deadline=40.0, now=10.0, reason="priority", message="preempted for 99")
+    assert store.job(job).state == JobState.PREEMPTING.value
+    assert store.end_attempt(job, 0, 0, now=12.0) is JobState.PENDING
+    row = store.job(job)
+    assert (row.preemptions, row.failures, row.attempts, row.submit_time) == (1, 0, 1, 1.0)
+    assert store.held() == []
+    kinds = [e.kind for e in store.events(job_id=job)]
+    assert kinds == ["submitted", "starting", "running", "preempting", "pending"]
+
+
+def test_a_job_that_reported_completion_succeeds_even_after_notice(store: Store) -> None:
+    job = started(store)
+    store.give_notice(job, 0, for_job=99, deadline=40.0, now=10.0, reason="priority", message="preempted")
+    store.report_completed(job, 0, now=11.0)
+    assert store.end_attempt(job, 0, 143, now=12.0) is JobState.SUCCEEDED
+
+
+def test_failures_are_retried_within_their_own_budget_then_fail(store: Store) -> None:
+    job = started(store, max_failures=1)
+    assert store.end_attempt(job, 0, 1, now=5.0) is JobState.PENDING
+    store.start_attempt(job, [Allocation("n1", (0,))], now=6.0, message="started")
+    store.mark_running(job, 1, pid=4243, pid_started="1", token_hash="h", now=6.5)
+    assert store.end_attempt(job, 1, 1, now=7.0) is JobState.FAILED
+    assert (store.job(job).failures, store.job(job).exit_code) == (2, 1)
+
+
+def test_reports_from_an_older_attempt_are_refused(store: Store) -> None:
+    job = started(store, max_failures=3)
+    store.end_attempt(job, 0, 1, now=5.0)
+    store.start_attempt(job, [Allocation("n0", (0,))], now=6.0, message="started")
+    for report in (
+        lambda: store.heartbeat(job, 0, now=7.0, step=10, phase="train"),
+        lambda: store.commit_checkpoint(job, 0, now=7.0, step=10, path="/ckpt"),
+        lambda: store.report_completed(job, 0, now=7.0),
+        lambda: store.end_attempt(job, 0, 0, now=7.0),
+    ):
+        with pytest.raises(Conflict, match=r"attempt 0 of job \d+ is not its live attempt"):
+            report()
+
+
+def test_heartbeats_and_commits_are_recorded_on_the_live_attempt(store: Store) -> None:
+    job = started(store)
+    store.heartbeat(job, 0, now=3.0, step=0, phase="restore")
+    row = store.heartbeat(job, 0, now=4.0, step=1, phase="train")
+    assert (row.step, row.phase, row.productive_at, row.notice_deadline) == (1, "train", 4.0, None)
+    store.commit_checkpoint(job, 0, now=5.0, step=100, path="/ckpt/100")
+    store.give_notice(job, 0, for_job=7, deadline=65.0, now=6.0, reason="priority", message="preempted")
+    assert store.heartbeat(job, 0, now=7.0, step=101, phase="save").notice_deadline == 65.0
+    store.acknowledge(job, 0, now=7.5)
+    with store.transaction() as s:
+        from gpupool.store.schema import AttemptRow
+
+        attempt = s.get(AttemptRow, (job, 0))
+        assert attempt is not None
+        assert (attempt.last_checkpoint_at, attempt.acked_at) == (5.0, 7.5)

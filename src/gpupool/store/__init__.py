@@ -1,1 +1,22 @@
-"""Persistence: SQLite in the data directory by default, PostgreSQL by URL."""
+"""Persistence: SQLite in the data directory by default, PostgreSQL by URL.
+
+`Store` is one object with every operation; each call is one transaction, and rows come back
+detached (plain values, safe to read after it), never bound to a session.
+"""
+
+from __future__ import annotations
+
+from gpupool.store.attempts import AttemptsStore
+from gpupool.store.engine import connect, migrate
+from gpupool.store.jobs import DEFAULT_TEAM, JobSpec, JobsStore
+
+__all__ = ["DEFAULT_TEAM", "JobSpec", "Store"]
+
+
+class Store(JobsStore, AttemptsStore):
+    @classmethod
+    def open(cls, url: str) -> Store:
+        """Connect to `url` and bring its schema to the newest revision."""
+        engine = connect(url)
+        migrate(engine)
+        return cls(engine)

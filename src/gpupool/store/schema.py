@@ -106,6 +106,8 @@ class AttemptRow(Base):
     notice_deadline: Mapped[float | None] = mapped_column(Float, default=None)
     notice_for: Mapped[int | None] = mapped_column(Integer, default=None)
     acked_at: Mapped[float | None] = mapped_column(Float, default=None)
+    completed_at: Mapped[float | None] = mapped_column(Float, default=None)
+    """When the job reported that it finished: success whatever happens after."""
     ended_at: Mapped[float | None] = mapped_column(Float, default=None)
     outcome: Mapped[str | None] = mapped_column(String(20), default=None)
     exit_code: Mapped[int | None] = mapped_column(Integer, default=None)

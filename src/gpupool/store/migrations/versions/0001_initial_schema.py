@@ -124,6 +124,7 @@ def upgrade() -> None:
         sa.Column("notice_deadline", sa.Float(), nullable=True),
         sa.Column("notice_for", sa.Integer(), nullable=True),
         sa.Column("acked_at", sa.Float(), nullable=True),
+        sa.Column("completed_at", sa.Float(), nullable=True),
         sa.Column("ended_at", sa.Float(), nullable=True),
         sa.Column("outcome", sa.String(length=20), nullable=True),
         sa.Column("exit_code", sa.Integer(), nullable=True),

@@ -1,33 +1,16 @@
-"""The store: what the service knows, written before anything is acted on.
-
-Every method is one transaction. Rows come back detached (plain values, safe to read after
-the transaction), never as live objects bound to a session.
-"""
+"""Configuration, nodes, jobs and events in the store."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from sqlalchemy import Engine, select, update
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy import select
 
 from gpupool.errors import Conflict, InvalidInput, NotFound
-from gpupool.model import Allocation, Config, JobState, Node, transition
-from gpupool.store.engine import connect, migrate
-from gpupool.store.schema import (
-    AttemptRow,
-    BudgetRow,
-    EventRow,
-    JobRow,
-    NodeRow,
-    PlacementRow,
-    PriorityClassRow,
-    TeamRow,
-)
+from gpupool.model import Config, JobState, Node
+from gpupool.store.base import StoreBase
+from gpupool.store.schema import BudgetRow, EventRow, JobRow, NodeRow, PriorityClassRow, TeamRow
 
 DEFAULT_TEAM = "default"
 
@@ -49,26 +32,7 @@ class JobSpec:
     max_preemptions: int | None = None
 
 
-class Store:
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self._sessions = sessionmaker(engine, expire_on_commit=False)
-
-    @classmethod
-    def open(cls, url: str) -> Store:
-        """Connect to `url` and bring its schema to the newest revision."""
-        engine = connect(url)
-        migrate(engine)
-        return cls(engine)
-
-    def close(self) -> None:
-        self.engine.dispose()
-
-    @contextmanager
-    def transaction(self) -> Iterator[Session]:
-        with self._sessions.begin() as session:
-            yield session
-
+class JobsStore(StoreBase):
     # --- configuration -----------------------------------------------------------------
 
     def sync_config(self, config: Config) -> None:
@@ -167,60 +131,12 @@ class Store:
     def cancel_pending(self, job_id: int, now: float) -> JobRow:
         """Cancel a job that holds no GPUs; a running one needs its attempt stopped first."""
         with self.transaction() as s:
-            job = s.get(JobRow, job_id, with_for_update=True)
-            if job is None:
-                raise NotFound(f"no job {job_id}")
+            job = self.locked_job(s, job_id)
             if job.state != JobState.PENDING.value:
                 raise Conflict(f"job {job_id} is {job.state}: only a pending job is cancelled at once")
-            self._move(s, job, JobState.CANCELLED, now, "cancelled")
+            self.move(s, job, JobState.CANCELLED, now, "cancelled")
             job.ended_at = now
             return job
-
-    # --- attempts and placements -----------------------------------------------------------
-
-    def start_attempt(self, job_id: int, placement: Sequence[Allocation], now: float, message: str) -> AttemptRow:
-        """Move a pending job to STARTING on `placement`, as a new attempt holding those GPUs.
-
-        Raises `Conflict`, changing nothing, if a GPU of the placement is held by a live attempt.
-        """
-        try:
-            with self.transaction() as s:
-                job = s.get(JobRow, job_id, with_for_update=True)
-                if job is None:
-                    raise NotFound(f"no job {job_id}")
-                attempt = AttemptRow(job_id=job_id, attempt=job.attempts, started_at=now)
-                s.add(attempt)
-                job.attempts += 1
-                self._move(s, job, JobState.STARTING, now, message, attempt=attempt.attempt)
-                s.flush()
-                for alloc in placement:
-                    for gpu in alloc.gpus:
-                        s.add(
-                            PlacementRow(
-                                job_id=job_id, attempt=attempt.attempt, node=alloc.node, gpu=gpu, held_from=now
-                            )
-                        )
-                s.flush()
-                return attempt
-        except IntegrityError as exc:
-            raise Conflict(f"job {job_id}: a GPU of its placement is held by another attempt") from exc
-
-    def release(self, job_id: int, attempt: int, now: float) -> int:
-        """End the attempt's hold on its GPUs; returns how many GPUs were released."""
-        with self.transaction() as s:
-            result = s.execute(
-                update(PlacementRow)
-                .where(
-                    PlacementRow.job_id == job_id, PlacementRow.attempt == attempt, PlacementRow.held_until.is_(None)
-                )
-                .values(held_until=now)
-            )
-            return int(getattr(result, "rowcount", 0))
-
-    def held(self) -> list[PlacementRow]:
-        """The GPUs held right now by live attempts."""
-        with self.transaction() as s:
-            return list(s.scalars(select(PlacementRow).where(PlacementRow.held_until.is_(None))))
 
     # --- events --------------------------------------------------------------------------
 
@@ -230,20 +146,3 @@ class Store:
             query = query.where(EventRow.job_id == job_id)
         with self.transaction() as s:
             return list(s.scalars(query))
-
-    @staticmethod
-    def _move(
-        s: Session, job: JobRow, to: JobState, now: float, message: str, *, attempt: int | None = None, **data: Any
-    ) -> None:
-        transition(str(job.id), JobState(job.state), to)
-        s.add(
-            EventRow(
-                time=now,
-                kind=to.value,
-                job_id=job.id,
-                attempt=attempt,
-                message=message,
-                data={"from": job.state, **data},
-            )
-        )
-        job.state = to.value

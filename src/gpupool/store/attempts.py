@@ -1,0 +1,150 @@
+"""Attempts: GPUs held, notices given, heartbeats, checkpoint commits and how each ended."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from gpupool.errors import Conflict
+from gpupool.model import Allocation, JobState
+from gpupool.store.base import StoreBase
+from gpupool.store.schema import AttemptRow, CheckpointRow, EventRow, PlacementRow
+
+
+class AttemptsStore(StoreBase):
+    def start_attempt(self, job_id: int, placement: Sequence[Allocation], now: float, message: str) -> AttemptRow:
+        """Move a pending job to STARTING on `placement`, as a new attempt holding those GPUs.
+
+        Raises `Conflict`, changing nothing, if a GPU of the placement is held by a live attempt.
+        """
+        try:
+            with self.transaction() as s:
+                job = self.locked_job(s, job_id)
+                attempt = AttemptRow(job_id=job_id, attempt=job.attempts, started_at=now)
+                s.add(attempt)
+                job.attempts += 1
+                self.move(s, job, JobState.STARTING, now, message, attempt=attempt.attempt)
+                s.flush()
+                for alloc in placement:
+                    for gpu in alloc.gpus:
+                        s.add(
+                            PlacementRow(
+                                job_id=job_id, attempt=attempt.attempt, node=alloc.node, gpu=gpu, held_from=now
+                            )
+                        )
+                s.flush()
+                return attempt
+        except IntegrityError as exc:
+            raise Conflict(f"job {job_id}: a GPU of its placement is held by another attempt") from exc
+
+    def release(self, job_id: int, attempt: int, now: float) -> int:
+        """End the attempt's hold on its GPUs; returns how many GPUs were released."""
+        with self.transaction() as s:
+            return self._release(s, job_id, attempt, now)
+
+    @staticmethod
+    def _release(s: Session, job_id: int, attempt: int, now: float) -> int:
+        live = (PlacementRow.job_id == job_id, PlacementRow.attempt == attempt, PlacementRow.held_until.is_(None))
+        result = s.execute(update(PlacementRow).where(*live).values(held_until=now))
+        return int(getattr(result, "rowcount", 0))
+
+    def held(self) -> list[PlacementRow]:
+        """The GPUs held right now by live attempts."""
+        with self.transaction() as s:
+            return list(s.scalars(select(PlacementRow).where(PlacementRow.held_until.is_(None))))
+
+    def live_attempt(self, s: Session, job_id: int, attempt: int) -> AttemptRow:
+        """The attempt, if it is the job's newest and has not ended; reports of older attempts
+        are refused, so a stale process can never speak for the job."""
+        job = self.locked_job(s, job_id)
+        row = s.get(AttemptRow, (job_id, attempt))
+        if row is None or attempt != job.attempts - 1 or row.ended_at is not None:
+            raise Conflict(f"attempt {attempt} of job {job_id} is not its live attempt")
+        return row
+
+    def mark_running(self, job_id: int, attempt: int, pid: int, pid_started: str, token_hash: str, now: float) -> None:
+        """The attempt's process exists: STARTING → RUNNING."""
+        with self.transaction() as s:
+            row = self.live_attempt(s, job_id, attempt)
+            row.pid, row.pid_started, row.token_hash = pid, pid_started, token_hash
+            job = self.locked_job(s, job_id)
+            if job.state == JobState.STARTING.value:
+                self.move(s, job, JobState.RUNNING, now, f"running as pid {pid}", attempt=attempt)
+
+    def give_notice(
+        self, job_id: int, attempt: int, for_job: int, deadline: float, now: float, reason: str, message: str
+    ) -> None:
+        """Record a preemption before it is carried out: RUNNING or STARTING → PREEMPTING."""
+        with self.transaction() as s:
+            row = self.live_attempt(s, job_id, attempt)
+            row.notice_at, row.notice_deadline, row.notice_for = now, deadline, for_job
+            job = self.locked_job(s, job_id)
+            self.move(s, job, JobState.PREEMPTING, now, message, attempt=attempt, reason=reason, deadline=deadline)
+
+    def heartbeat(self, job_id: int, attempt: int, now: float, step: int | None, phase: str | None) -> AttemptRow:
+        """Note that the attempt is alive (and productive from its first `train` phase);
+        returns the attempt, whose notice fields tell the job whether to stop."""
+        with self.transaction() as s:
+            row = self.live_attempt(s, job_id, attempt)
+            row.last_heartbeat_at, row.step, row.phase = now, step, phase
+            if phase == "train" and row.productive_at is None:
+                row.productive_at = now
+            return row
+
+    def commit_checkpoint(self, job_id: int, attempt: int, now: float, step: int | None, path: str | None) -> None:
+        with self.transaction() as s:
+            row = self.live_attempt(s, job_id, attempt)
+            row.last_checkpoint_at = now
+            s.add(CheckpointRow(job_id=job_id, attempt=attempt, time=now, step=step, path=path))
+            s.add(
+                EventRow(
+                    time=now, kind="checkpoint", job_id=job_id, attempt=attempt, message=f"checkpoint at step {step}"
+                )
+            )
+
+    def acknowledge(self, job_id: int, attempt: int, now: float) -> None:
+        with self.transaction() as s:
+            row = self.live_attempt(s, job_id, attempt)
+            if row.notice_at is None:
+                raise Conflict(f"attempt {attempt} of job {job_id} has no notice to acknowledge")
+            row.acked_at = now
+
+    def report_completed(self, job_id: int, attempt: int, now: float) -> None:
+        """The job says it finished: the attempt succeeds whatever its exit code."""
+        with self.transaction() as s:
+            self.live_attempt(s, job_id, attempt).completed_at = now
+
+    def end_attempt(self, job_id: int, attempt: int, exit_code: int | None, now: float) -> JobState:
+        """The attempt's process is gone: release its GPUs and decide what becomes of the job.
+
+        Success if the job reported completion, or exited 0 with no notice. After a notice the
+        job goes back in line whatever its exit code (a preemption, not a success or failure).
+        Otherwise it failed: retried while its failure budget lasts, else FAILED.
+        """
+        with self.transaction() as s:
+            row = self.live_attempt(s, job_id, attempt)
+            job = self.locked_job(s, job_id)
+            row.ended_at, row.exit_code = now, exit_code
+            self._release(s, job_id, attempt, now)
+            code = f"exit code {exit_code}" if exit_code is not None else "no exit code (lost)"
+            if row.completed_at is not None or (exit_code == 0 and row.notice_at is None):
+                row.outcome = "succeeded"
+                self.move(s, job, JobState.SUCCEEDED, now, f"succeeded ({code})", attempt=attempt)
+            elif row.notice_at is not None:
+                row.outcome = "preempted"
+                job.preemptions += 1
+                self.move(s, job, JobState.PENDING, now, f"requeued after notice ({code})", attempt=attempt)
+            else:
+                row.outcome = "failed"
+                job.failures += 1
+                if job.failures <= job.max_failures:
+                    retry = f"failed ({code}); retry {job.failures} of {job.max_failures}"
+                    self.move(s, job, JobState.PENDING, now, retry, attempt=attempt)
+                else:
+                    self.move(s, job, JobState.FAILED, now, f"failed ({code})", attempt=attempt)
+            if job.state in (JobState.SUCCEEDED.value, JobState.FAILED.value):
+                job.ended_at, job.exit_code = now, exit_code
+            return JobState(job.state)

@@ -1,0 +1,58 @@
+"""What every part of the store shares: the engine, one transaction per call, and the one
+place a job changes state (checked against the state machine, with its event)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpupool.errors import Conflict, NotFound
+from gpupool.model import InvalidTransition, JobState, transition
+from gpupool.store.schema import EventRow, JobRow
+
+
+class StoreBase:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        """One transaction: committed when the block ends, rolled back if it raises."""
+        with self._sessions.begin() as session:
+            yield session
+
+    @staticmethod
+    def locked_job(s: Session, job_id: int) -> JobRow:
+        job = s.get(JobRow, job_id, with_for_update=True)
+        if job is None:
+            raise NotFound(f"no job {job_id}")
+        return job
+
+    @staticmethod
+    def move(
+        s: Session, job: JobRow, to: JobState, now: float, message: str, *, attempt: int | None = None, **data: Any
+    ) -> None:
+        """Change a job's state as the state machine allows, and record why."""
+        try:
+            transition(str(job.id), JobState(job.state), to)
+        except InvalidTransition as exc:
+            raise Conflict(str(exc)) from None
+        s.add(
+            EventRow(
+                time=now,
+                kind=to.value,
+                job_id=job.id,
+                attempt=attempt,
+                message=message,
+                data={"from": job.state, **data},
+            )
+        )
+        job.state = to.value
