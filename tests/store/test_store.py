@@ -177,3 +177,51 @@ def test_heartbeats_and_commits_are_recorded_on_the_live_attempt(store: Store) -
         attempt = s.get(AttemptRow, (job, 0))
         assert attempt is not None
         assert (attempt.last_checkpoint_at, attempt.acked_at) == (5.0, 7.5)
+
+
+def test_a_plan_is_recorded_whole_and_the_snapshot_reads_it_back(store: Store) -> None:
+    from gpupool.policy import decide
+
+    low = store.submit(JobSpec(["sweep"], team="vision", priority="low", gpus=4), now=1.0)
+    plan = decide(store.snapshot(now=2.0), CONFIG, 2.0)
+    assert [s.job for s in plan.starts] == [str(low.id)]
+    store.record_plan(plan, now=2.0)
+    store.mark_running(low.id, 0, pid=1, pid_started="1", token_hash="h", now=2.0)
+    other = store.submit(JobSpec(["sweep"], team="vision", priority="low", gpus=4), now=3.0)
+    urgent = store.submit(JobSpec(["pretrain"], team="nlp", priority="urgent", gpus=8), now=500.0)
+    snapshot = store.snapshot(now=500.0)
+    assert [r.job.id for r in snapshot.running] == [str(low.id)]
+    assert [j.id for j in snapshot.pending] == [str(other.id), str(urgent.id)]
+    plan = decide(snapshot, CONFIG, 500.0)
+    assert [(p.victim, p.for_job) for p in plan.preemptions] == [(str(low.id), str(urgent.id))]
+    store.record_plan(plan, now=500.0)
+    assert store.job(low.id).state == JobState.PREEMPTING.value
+    assert store.job(other.id).wait_reason == "no_fit"
+    again = store.snapshot(now=501.0)
+    assert again.running[0].notice is not None
+    assert again.running[0].notice.for_job == str(urgent.id)
+    # Nothing new is decided while the victim drains: the urgent job holds its placement.
+    assert decide(again, CONFIG, 501.0).preemptions == ()
+
+
+def test_a_plan_that_would_hold_a_held_gpu_writes_nothing(store: Store) -> None:
+    from gpupool.model import Plan, Reason, Start
+
+    a = store.submit(JobSpec(["a"], gpus=1), now=1.0)
+    b = store.submit(JobSpec(["b"], gpus=1), now=1.0)
+    store.start_attempt(a.id, [Allocation("n0", (0,))], now=2.0, message="started")
+    clash = Plan(starts=(Start(str(b.id), (Allocation("n0", (0,)),), "normal", Reason.FREE_GPUS, "started"),))
+    with pytest.raises(Conflict, match="nothing was recorded"):
+        store.record_plan(clash, now=3.0)
+    assert store.job(b.id).state == JobState.PENDING.value
+    assert [e.kind for e in store.events(job_id=b.id)] == ["submitted"]
+
+
+def test_budget_use_is_metered_inside_its_window(store: Store) -> None:
+    job = store.submit(JobSpec(["x"], team="nlp", priority="high", gpus=2), now=0.0)
+    store.start_attempt(job.id, [Allocation("n0", (0, 1))], now=0.0, message="started")
+    store.mark_running(job.id, 0, pid=1, pid_started="1", token_hash="h", now=0.0)
+    assert store.snapshot(now=3600.0).usage[("nlp", "high")] == 2 * 3600.0
+    store.end_attempt(job.id, 0, 0, now=7200.0)
+    # A day's window seen two days later holds only the last day of it: nothing.
+    assert store.snapshot(now=7200.0 + 86400.0 * 2).usage[("nlp", "high")] == 0.0

@@ -6,14 +6,14 @@ detached (plain values, safe to read after it), never bound to a session.
 
 from __future__ import annotations
 
-from gpupool.store.attempts import AttemptsStore
 from gpupool.store.engine import connect, migrate
 from gpupool.store.jobs import DEFAULT_TEAM, JobSpec, JobsStore
+from gpupool.store.scheduling import SchedulingStore
 
 __all__ = ["DEFAULT_TEAM", "JobSpec", "Store"]
 
 
-class Store(JobsStore, AttemptsStore):
+class Store(JobsStore, SchedulingStore):
     @classmethod
     def open(cls, url: str) -> Store:
         """Connect to `url` and bring its schema to the newest revision."""

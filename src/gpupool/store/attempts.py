@@ -22,23 +22,26 @@ class AttemptsStore(StoreBase):
         """
         try:
             with self.transaction() as s:
-                job = self.locked_job(s, job_id)
-                attempt = AttemptRow(job_id=job_id, attempt=job.attempts, started_at=now)
-                s.add(attempt)
-                job.attempts += 1
-                self.move(s, job, JobState.STARTING, now, message, attempt=attempt.attempt)
-                s.flush()
-                for alloc in placement:
-                    for gpu in alloc.gpus:
-                        s.add(
-                            PlacementRow(
-                                job_id=job_id, attempt=attempt.attempt, node=alloc.node, gpu=gpu, held_from=now
-                            )
-                        )
-                s.flush()
-                return attempt
+                return self.start_in(s, job_id, placement, now, message)
         except IntegrityError as exc:
             raise Conflict(f"job {job_id}: a GPU of its placement is held by another attempt") from exc
+
+    def start_in(
+        self, s: Session, job_id: int, placement: Sequence[Allocation], now: float, message: str
+    ) -> AttemptRow:
+        job = self.locked_job(s, job_id)
+        attempt = AttemptRow(job_id=job_id, attempt=job.attempts, started_at=now)
+        s.add(attempt)
+        job.attempts += 1
+        self.move(s, job, JobState.STARTING, now, message, attempt=attempt.attempt)
+        s.flush()
+        s.add_all(
+            PlacementRow(job_id=job_id, attempt=attempt.attempt, node=a.node, gpu=gpu, held_from=now)
+            for a in placement
+            for gpu in a.gpus
+        )
+        s.flush()
+        return attempt
 
     def release(self, job_id: int, attempt: int, now: float) -> int:
         """End the attempt's hold on its GPUs; returns how many GPUs were released."""
@@ -79,10 +82,23 @@ class AttemptsStore(StoreBase):
     ) -> None:
         """Record a preemption before it is carried out: RUNNING or STARTING → PREEMPTING."""
         with self.transaction() as s:
-            row = self.live_attempt(s, job_id, attempt)
-            row.notice_at, row.notice_deadline, row.notice_for = now, deadline, for_job
-            job = self.locked_job(s, job_id)
-            self.move(s, job, JobState.PREEMPTING, now, message, attempt=attempt, reason=reason, deadline=deadline)
+            self.notice_in(s, job_id, attempt, for_job, deadline, now, reason, message)
+
+    def notice_in(
+        self,
+        s: Session,
+        job_id: int,
+        attempt: int,
+        for_job: int,
+        deadline: float,
+        now: float,
+        reason: str,
+        message: str,
+    ) -> None:
+        row = self.live_attempt(s, job_id, attempt)
+        row.notice_at, row.notice_deadline, row.notice_for = now, deadline, for_job
+        job = self.locked_job(s, job_id)
+        self.move(s, job, JobState.PREEMPTING, now, message, attempt=attempt, reason=reason, deadline=deadline)
 
     def heartbeat(self, job_id: int, attempt: int, now: float, step: int | None, phase: str | None) -> AttemptRow:
         """Note that the attempt is alive (and productive from its first `train` phase);

@@ -82,6 +82,9 @@ class JobRow(Base):
     max_preemptions: Mapped[int | None] = mapped_column(Integer, default=None)
     ended_at: Mapped[float | None] = mapped_column(Float, default=None)
     exit_code: Mapped[int | None] = mapped_column(Integer, default=None)
+    wait_reason: Mapped[str | None] = mapped_column(String(40), default=None)
+    wait_message: Mapped[str | None] = mapped_column(String(2000), default=None)
+    """Why the job waited at the last decision, for people."""
 
 
 class AttemptRow(Base):

@@ -1,7 +1,7 @@
 """initial schema
 
 Revision ID: 0001
-Revises:
+Revises: (none)
 """
 
 from __future__ import annotations
@@ -93,6 +93,8 @@ def upgrade() -> None:
         sa.Column("max_preemptions", sa.Integer(), nullable=True),
         sa.Column("ended_at", sa.Float(), nullable=True),
         sa.Column("exit_code", sa.Integer(), nullable=True),
+        sa.Column("wait_reason", sa.String(length=40), nullable=True),
+        sa.Column("wait_message", sa.String(length=2000), nullable=True),
         sa.ForeignKeyConstraint(
             ["priority"],
             ["priority_classes.name"],

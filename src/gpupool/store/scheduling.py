@@ -1,0 +1,112 @@
+"""The store as the scheduling core sees it: a snapshot in, a plan recorded before it is acted on."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from gpupool.errors import Conflict
+from gpupool.model import Allocation, Job, JobState, Node, Notice, Plan, RunningJob, Snapshot
+from gpupool.store.attempts import AttemptsStore
+from gpupool.store.schema import AttemptRow, BudgetRow, JobRow, NodeRow, PlacementRow
+
+
+def core_job(row: JobRow, expected_restart: float = 0.0) -> Job:
+    return Job(
+        str(row.id),
+        row.team,
+        row.priority,
+        row.gpus,
+        row.submit_time,
+        row.gpus_per_node,
+        row.gpu_type,
+        row.preemptions,
+        row.max_preemptions,
+        expected_restart,
+    )
+
+
+class SchedulingStore(AttemptsStore):
+    def snapshot(self, now: float) -> Snapshot:
+        """Nodes, live attempts with their GPUs, pending jobs and budget use, in one read."""
+        with self.transaction() as s:
+            nodes = [
+                Node(n.name, n.gpus, n.gpu_type, n.team) for n in s.scalars(select(NodeRow).order_by(NodeRow.name))
+            ]
+            held: dict[tuple[int, int], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+            for p in s.scalars(select(PlacementRow).where(PlacementRow.held_until.is_(None))):
+                held[(p.job_id, p.attempt)][p.node].append(p.gpu)
+            live = s.execute(select(AttemptRow, JobRow).join(JobRow).where(AttemptRow.ended_at.is_(None))).all()
+            startup = self._startup_times(s)
+            running = []
+            for attempt, job in live:
+                placement = tuple(
+                    Allocation(node, tuple(sorted(gpus)))
+                    for node, gpus in sorted(held[(job.id, attempt.attempt)].items())
+                )
+                notice = None
+                if attempt.notice_at is not None and attempt.notice_deadline is not None:
+                    notice = Notice(str(attempt.notice_for), attempt.notice_deadline)
+                running.append(
+                    RunningJob(
+                        core_job(job, startup.get(job.id, 0.0)),
+                        placement,
+                        attempt.started_at,
+                        attempt.last_checkpoint_at,
+                        notice,
+                    )
+                )
+            pending_rows = s.scalars(select(JobRow).where(JobRow.state == JobState.PENDING.value).order_by(JobRow.id))
+            pending = [core_job(j, startup.get(j.id, 0.0)) for j in pending_rows]
+            return Snapshot(nodes, running, pending, self._usage(s, now))
+
+    @staticmethod
+    def _startup_times(s: Session) -> dict[int, float]:
+        """Per job, how long its latest attempt took from allocation to its first productive
+        step: the best guess of what its next restart costs."""
+        rows = s.execute(
+            select(AttemptRow.job_id, AttemptRow.started_at, AttemptRow.productive_at)
+            .where(AttemptRow.productive_at.is_not(None))
+            .order_by(AttemptRow.job_id, AttemptRow.attempt)
+        )
+        return {job_id: (productive or started) - started for job_id, started, productive in rows}
+
+    @staticmethod
+    def _usage(s: Session, now: float) -> dict[tuple[str, str], float]:
+        """GPU-seconds per (team, class) inside each budget's window, for the budgets that exist."""
+        budgets = list(s.scalars(select(BudgetRow)))
+        usage: dict[tuple[str, str], float] = {}
+        for budget in budgets:
+            since = now - budget.window
+            rows = s.execute(
+                select(AttemptRow.started_at, AttemptRow.ended_at, JobRow.gpus)
+                .join(JobRow)
+                .where(JobRow.team == budget.team, JobRow.priority == budget.priority)
+                .where((AttemptRow.ended_at.is_(None)) | (AttemptRow.ended_at > since))
+            )
+            usage[(budget.team, budget.priority)] = sum(
+                gpus * max(0.0, min(ended if ended is not None else now, now) - max(started, since))
+                for started, ended, gpus in rows
+            )
+        return usage
+
+    def record_plan(self, plan: Plan, now: float) -> None:
+        """Write every decision of `plan`, with its reason, in one transaction, before any of it
+        is carried out. If any start would hold a GPU that is already held, nothing is written."""
+        try:
+            with self.transaction() as s:
+                for p in plan.preemptions:
+                    victim = int(p.victim)
+                    attempt = self.locked_job(s, victim).attempts - 1
+                    self.notice_in(s, victim, attempt, int(p.for_job), p.deadline, now, p.reason.value, p.message)
+                for start in plan.starts:
+                    self.start_in(s, int(start.job), start.placement, now, start.message)
+                for wait in plan.waits:
+                    job = s.get(JobRow, int(wait.job))
+                    if job is not None:
+                        job.wait_reason, job.wait_message = wait.reason.value, wait.message
+        except IntegrityError as exc:
+            raise Conflict("the plan would hold a GPU that is already held; nothing was recorded") from exc
