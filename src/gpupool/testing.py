@@ -10,7 +10,9 @@ snapshot = Snapshot(
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
+from gpupool.executors import Exit, Handle, Launch
 from gpupool.model import Allocation, Job, Node, Notice, Placement, Plan, RunningJob
 
 
@@ -75,3 +77,40 @@ def summary(plan: Plan) -> list[tuple[object, ...]]:
     rows += [("preempt", p.victim, p.for_job, p.reason.value) for p in plan.preemptions]
     rows += [("wait", w.job, w.reason.value) for w in plan.waits]
     return rows
+
+
+class FakeExecutor:
+    """An executor without processes: it records what it was told, and a test ends attempts
+    with `finish(job, attempt, exit_code)`."""
+
+    def __init__(self) -> None:
+        self.started: list[Launch] = []
+        self.notified: list[tuple[int, int, float]] = []
+        self.killed: list[tuple[int, int]] = []
+        self.alive: set[tuple[int, int]] = set()
+        self.ended: list[Exit] = []
+        self.pids = iter(range(1000, 10**9))
+
+    def start(self, launch: Launch) -> Handle:
+        self.started.append(launch)
+        self.alive.add((launch.job_id, launch.attempt))
+        return Handle(next(self.pids), "0")
+
+    def notify(self, job_id: int, attempt: int, deadline: float) -> None:
+        self.notified.append((job_id, attempt, deadline))
+
+    def kill(self, job_id: int, attempt: int) -> None:
+        self.killed.append((job_id, attempt))
+        self.finish(job_id, attempt, -9)
+
+    def finish(self, job_id: int, attempt: int, exit_code: int | None) -> None:
+        if (job_id, attempt) in self.alive:
+            self.alive.discard((job_id, attempt))
+            self.ended.append(Exit(job_id, attempt, exit_code))
+
+    def poll(self) -> list[Exit]:
+        ended, self.ended = self.ended, []
+        return ended
+
+    def adopt(self, job_id: int, attempt: int, handle: Handle, attempt_dir: Path) -> bool:
+        return (job_id, attempt) in self.alive

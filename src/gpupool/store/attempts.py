@@ -138,6 +138,8 @@ class AttemptsStore(StoreBase):
 
         Success if the job reported completion, or exited 0 with no notice. After a notice the
         job goes back in line whatever its exit code (a preemption, not a success or failure).
+        An attempt whose process vanished with no status (`exit_code` None: the scheduler was
+        down when it ended) goes back in line too, without using the failure budget.
         Otherwise it failed: retried while its failure budget lasts, else FAILED.
         """
         with self.transaction() as s:
@@ -153,6 +155,9 @@ class AttemptsStore(StoreBase):
                 row.outcome = "preempted"
                 job.preemptions += 1
                 self.move(s, job, JobState.PENDING, now, f"requeued after notice ({code})", attempt=attempt)
+            elif exit_code is None:
+                row.outcome = "lost"
+                self.move(s, job, JobState.PENDING, now, "requeued: its process ended while the scheduler was down")
             else:
                 row.outcome = "failed"
                 job.failures += 1
@@ -164,3 +169,9 @@ class AttemptsStore(StoreBase):
             if job.state in (JobState.SUCCEEDED.value, JobState.FAILED.value):
                 job.ended_at, job.exit_code = now, exit_code
             return JobState(job.state)
+
+    def live_attempts(self) -> list[AttemptRow]:
+        """Attempts that have not ended, oldest first."""
+        with self.transaction() as s:
+            query = select(AttemptRow).where(AttemptRow.ended_at.is_(None))
+            return list(s.scalars(query.order_by(AttemptRow.started_at, AttemptRow.job_id)))

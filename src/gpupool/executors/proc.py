@@ -1,0 +1,34 @@
+"""What the operating system says about a process and an attempt's folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def process_started(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat), or None
+    if there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def recorded_exit(attempt_dir: Path) -> int | None:
+    try:
+        code: int = json.loads((attempt_dir / "exit.json").read_text())["exit_code"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return code
+
+
+def recorded_launcher(attempt_dir: Path) -> tuple[int, str] | None:
+    """The launcher's pid and start time, as it wrote them when it started."""
+    try:
+        data = json.loads((attempt_dir / "launcher.json").read_text())
+        return int(data["pid"]), str(data["started"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

@@ -1,0 +1,163 @@
+"""The control loop: store → snapshot → decide → store → executor, on the wall clock.
+
+`tick(now)` is one iteration and does not sleep, so tests drive it with any clock. `run()`
+ticks again at once when a tick did work, and otherwise sleeps until the next notice deadline,
+the next `retry_at`, a wake-up from an event (submit, exit, report, cancel) or `interval`.
+Decisions are recorded in the store before the executor acts on them; after a crash,
+`reconcile()` adopts the attempts whose processes still run and requeues the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from hashlib import sha256
+from pathlib import Path
+
+from gpupool.errors import Conflict
+from gpupool.executors import Executor, Handle, Launch
+from gpupool.executors.proc import recorded_exit, recorded_launcher
+from gpupool.model import Config, JobState, Plan
+from gpupool.policy import decide
+from gpupool.store import Store
+
+log = logging.getLogger("gpupool.service")
+
+
+def token_hash(token: str) -> str:
+    return sha256(token.encode()).hexdigest()
+
+
+@dataclass
+class ControlLoop:
+    store: Store
+    config: Config
+    executor: Executor
+    data_dir: Path
+    api_url: str = ""
+    interval: float = 1.0
+    wakeup: threading.Event = field(default_factory=threading.Event)
+    retry_at: float | None = None
+    killed: set[tuple[int, int]] = field(default_factory=set)
+
+    # --- where an attempt lives on disk -------------------------------------------------------
+
+    def job_dir(self, job_id: int) -> Path:
+        return self.data_dir / "jobs" / str(job_id)
+
+    def attempt_dir(self, job_id: int, attempt: int) -> Path:
+        return self.job_dir(job_id) / f"attempt-{attempt}"
+
+    # --- one iteration -----------------------------------------------------------------------
+
+    def tick(self, now: float) -> bool:
+        """Reap ended attempts, kill those past their deadline, then decide and act.
+        Returns whether anything changed."""
+        changed = self.reap(now)
+        self.enforce_deadlines(now)
+        snapshot = self.store.snapshot(now)
+        if not snapshot.pending:
+            self.retry_at = None
+            return changed
+        plan = decide(snapshot, self.config, now)
+        self.retry_at = plan.retry_at
+        try:
+            self.store.record_plan(plan, now)
+        except Conflict:
+            log.exception("a plan was refused by the store; deciding again from a fresh snapshot")
+            return True
+        self.carry_out(plan, now)
+        return changed or bool(plan.starts or plan.preemptions)
+
+    def reap(self, now: float) -> bool:
+        ended = self.executor.poll()
+        for exit in ended:
+            self.killed.discard((exit.job_id, exit.attempt))
+            try:
+                self.store.end_attempt(exit.job_id, exit.attempt, exit.exit_code, now)
+            except Conflict:
+                log.warning("job %s attempt %s ended but is not live in the store", exit.job_id, exit.attempt)
+        return bool(ended)
+
+    def enforce_deadlines(self, now: float) -> None:
+        for attempt in self.store.live_attempts():
+            key = (attempt.job_id, attempt.attempt)
+            if attempt.notice_deadline is not None and attempt.notice_deadline <= now and key not in self.killed:
+                self.killed.add(key)
+                self.executor.kill(*key)
+
+    def carry_out(self, plan: Plan, now: float) -> None:
+        for preempt in plan.preemptions:
+            victim = int(preempt.victim)
+            self.executor.notify(victim, self.store.job(victim).attempts - 1, preempt.deadline)
+        for start in plan.starts:
+            self.launch(int(start.job), now)
+
+    def launch(self, job_id: int, now: float) -> None:
+        job = self.store.job(job_id)
+        attempt = job.attempts - 1
+        held = [p for p in self.store.held() if p.job_id == job_id and p.attempt == attempt]
+        gpus: dict[str, list[int]] = {}
+        for p in sorted(held, key=lambda p: (p.node, p.gpu)):
+            gpus.setdefault(p.node, []).append(p.gpu)
+        attempt_dir = self.attempt_dir(job_id, attempt)
+        checkpoints = self.job_dir(job_id) / "checkpoints"
+        checkpoints.mkdir(parents=True, exist_ok=True)
+        token = secrets.token_urlsafe(24)
+        env = {
+            **{k: str(v) for k, v in job.env.items()},
+            "GPUPOOL_JOB_ID": str(job_id),
+            "GPUPOOL_ATTEMPT": str(attempt),
+            "GPUPOOL_CHECKPOINT_DIR": str(checkpoints),
+            "GPUPOOL_NOTICE_FILE": str(attempt_dir / "notice"),
+            "GPUPOOL_API": self.api_url,
+            "GPUPOOL_TOKEN": token,
+            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for ids in gpus.values() for g in ids),
+        }
+        launch = Launch(job_id, attempt, job.command, Path(job.workdir), env, attempt_dir, gpus)
+        handle = self.executor.start(launch)
+        self.store.mark_running(job_id, attempt, handle.pid, handle.started, token_hash(token), now)
+
+    # --- after a restart -----------------------------------------------------------------------
+
+    def reconcile(self, now: float) -> None:
+        """Adopt every live attempt whose process is still the one it started; requeue the rest
+        (their recorded exit status, if any, decides how they ended)."""
+        for attempt in self.store.live_attempts():
+            attempt_dir = self.attempt_dir(attempt.job_id, attempt.attempt)
+            known = (attempt.pid, attempt.pid_started) if attempt.pid is not None else recorded_launcher(attempt_dir)
+            if known is not None and self.executor.adopt(
+                attempt.job_id, attempt.attempt, Handle(known[0], known[1] or ""), attempt_dir
+            ):
+                if self.store.job(attempt.job_id).state == JobState.STARTING.value:
+                    self.store.mark_running(attempt.job_id, attempt.attempt, known[0], known[1] or "", "", now)
+                continue
+            self.store.end_attempt(attempt.job_id, attempt.attempt, recorded_exit(attempt_dir), now)
+
+    def next_wakeup(self, now: float) -> float:
+        times = [now + self.interval]
+        times += [
+            a.notice_deadline
+            for a in self.store.live_attempts()
+            if a.notice_deadline is not None and (a.job_id, a.attempt) not in self.killed
+        ]
+        if self.retry_at is not None:
+            times.append(self.retry_at)
+        return max(now, min(times))
+
+    def run(self, stop: threading.Event, clock: Callable[[], float] = time.time) -> None:
+        self.reconcile(clock())
+        while not stop.is_set():
+            try:
+                changed = self.tick(clock())
+            except Exception:
+                log.exception("control loop tick failed; going on")
+                changed = False
+            if changed:
+                continue
+            self.wakeup.wait(max(0.0, self.next_wakeup(clock()) - clock()))
+            self.wakeup.clear()

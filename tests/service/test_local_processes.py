@@ -1,0 +1,120 @@
+"""The control loop with real processes: notice by signal and file, requeue, resume, deadlines."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gpupool.executors.local import LocalExecutor
+from gpupool.model import DEFAULT_CLASSES, Config, JobState, Node, Team
+from gpupool.service import ControlLoop
+from gpupool.store import JobSpec, Store
+
+GRACE = 3.0
+CLASSES = tuple(replace(c, grace_period=GRACE, min_runtime=0.0) for c in DEFAULT_CLASSES)
+CONFIG = Config(CLASSES, {"vision": Team("vision"), "nlp": Team("nlp")})
+
+# A job in the protocol's terms: on SIGTERM it saves a "checkpoint" and exits 0 (if asked to);
+# a resumed attempt finds the checkpoint and finishes.
+TRAINER = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    from pathlib import Path
+    ckpt = Path(os.environ["GPUPOOL_CHECKPOINT_DIR"]) / "state"
+    attempt = os.environ["GPUPOOL_ATTEMPT"]
+    if sys.argv[1] == "cooperate":
+        def stop(signum, frame):
+            ckpt.write_text("step 42")
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, stop)
+    else:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print("attempt", attempt, "gpus", os.environ["CUDA_VISIBLE_DEVICES"], flush=True)
+    if ckpt.exists():
+        print("resumed from", ckpt.read_text(), flush=True)
+        sys.exit(0)
+    time.sleep(float(sys.argv[2]))
+    """
+)
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[tuple[Store, ControlLoop]]:
+    store = Store.open(f"sqlite:///{tmp_path / 'gpupool.db'}")
+    store.sync_config(CONFIG)
+    store.set_nodes([Node("local", 2, "virtual")], virtual=True)
+    (tmp_path / "trainer.py").write_text(TRAINER)
+    loop = ControlLoop(store, CONFIG, LocalExecutor(), tmp_path / "data", interval=0.5)
+    loop.executor = LocalExecutor(on_exit=loop.wakeup.set)
+    stop = threading.Event()
+    runner = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+    runner.start()
+    yield store, loop
+    stop.set()
+    loop.wakeup.set()
+    runner.join(timeout=10)
+    for attempt in store.live_attempts():
+        loop.executor.kill(attempt.job_id, attempt.attempt)
+    store.close()
+
+
+def submit(store: Store, loop: ControlLoop, tmp: Path, *args: str, **spec: object) -> int:
+    command = [sys.executable, str(tmp / "trainer.py"), *args]
+    job = store.submit(JobSpec(command, workdir=str(tmp), **spec), now=time.time())  # type: ignore[arg-type]
+    loop.wakeup.set()
+    return job.id
+
+
+def training(loop: ControlLoop, job: int, attempt: int = 0) -> Callable[[], bool]:
+    """The attempt has set up its signal handling (it prints once it has)."""
+    log = loop.attempt_dir(job, attempt) / "stdout.log"
+    return lambda: log.exists() and f"attempt {attempt}" in log.read_text()
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> float:
+    began = time.monotonic()
+    while not condition():
+        if time.monotonic() - began > timeout:
+            raise AssertionError("timed out")
+        time.sleep(0.02)
+    return time.monotonic() - began
+
+
+def test_a_cooperating_victim_checkpoints_is_requeued_and_resumes(
+    service: tuple[Store, ControlLoop], tmp_path: Path
+) -> None:
+    store, loop = service
+    low = submit(store, loop, tmp_path, "cooperate", "60", team="vision", priority="low", gpus=2)
+    wait_for(training(loop, low))
+    high = submit(store, loop, tmp_path, "cooperate", "0.2", team="nlp", priority="high", gpus=2)
+    latency = wait_for(lambda: store.job(high).state == JobState.RUNNING.value)
+    assert latency < 1.0, f"the preemptor took {latency:.2f} s to start"
+    wait_for(lambda: store.job(high).state == JobState.SUCCEEDED.value)
+    wait_for(lambda: store.job(low).state == JobState.SUCCEEDED.value)
+    job = store.job(low)
+    assert (job.attempts, job.preemptions, job.failures) == (2, 1, 0)
+    log = (loop.attempt_dir(low, 1) / "stdout.log").read_text()
+    assert "attempt 1 gpus 0,1" in log
+    assert "resumed from step 42" in log
+    kinds = [e.kind for e in store.events(job_id=low)]
+    assert kinds == ["submitted", "starting", "running", "preempting", "pending", "starting", "running", "succeeded"]
+
+
+def test_a_victim_that_ignores_its_notice_is_killed_at_the_deadline(
+    service: tuple[Store, ControlLoop], tmp_path: Path
+) -> None:
+    store, loop = service
+    low = submit(store, loop, tmp_path, "ignore", "60", team="vision", priority="low", gpus=2)
+    wait_for(training(loop, low))
+    high = submit(store, loop, tmp_path, "cooperate", "0.2", team="nlp", priority="high", gpus=2)
+    latency = wait_for(lambda: store.job(high).state == JobState.RUNNING.value)
+    assert GRACE - 0.5 < latency < GRACE + 1.0, f"the preemptor started after {latency:.2f} s"
+    assert store.job(low).state == JobState.PENDING.value
+    assert (loop.attempt_dir(low, 0) / "notice").exists()

@@ -1,0 +1,102 @@
+"""The control loop with a fake executor: what it records, launches, notifies and kills."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpupool.model import DEFAULT_CLASSES, Config, JobState, Node, Team
+from gpupool.service import ControlLoop
+from gpupool.store import JobSpec, Store
+from gpupool.testing import FakeExecutor
+
+CONFIG = Config(DEFAULT_CLASSES, {"vision": Team("vision"), "nlp": Team("nlp")})
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    store = Store.open(f"sqlite:///{tmp_path / 'gpupool.db'}")
+    store.sync_config(CONFIG)
+    store.set_nodes([Node("gpu0", 4, "virtual")], virtual=True)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def loop(store: Store, tmp_path: Path) -> ControlLoop:
+    return ControlLoop(store, CONFIG, FakeExecutor(), tmp_path / "data", api_url="http://127.0.0.1:1")
+
+
+def fake(loop: ControlLoop) -> FakeExecutor:
+    assert isinstance(loop.executor, FakeExecutor)
+    return loop.executor
+
+
+def test_a_submitted_job_is_launched_with_the_job_protocol(loop: ControlLoop, store: Store) -> None:
+    job = store.submit(JobSpec(["python", "train.py"], team="vision", gpus=2, env={"SEED": "1"}), now=0.0)
+    assert loop.tick(1.0)
+    [launch] = fake(loop).started
+    assert (launch.job_id, launch.attempt, list(launch.command)) == (job.id, 0, ["python", "train.py"])
+    env = launch.env
+    assert env["SEED"] == "1"
+    assert (env["GPUPOOL_JOB_ID"], env["GPUPOOL_ATTEMPT"], env["CUDA_VISIBLE_DEVICES"]) == (str(job.id), "0", "0,1")
+    assert env["GPUPOOL_CHECKPOINT_DIR"].endswith(f"jobs/{job.id}/checkpoints")
+    assert env["GPUPOOL_NOTICE_FILE"].endswith(f"jobs/{job.id}/attempt-0/notice")
+    assert len(env["GPUPOOL_TOKEN"]) >= 24
+    assert store.job(job.id).state == JobState.RUNNING.value
+    assert not loop.tick(2.0), "nothing left to do"
+
+
+def test_preemption_notice_deadline_kill_requeue_and_resume(loop: ControlLoop, store: Store) -> None:
+    low = store.submit(JobSpec(["sweep"], team="vision", priority="low", gpus=4), now=0.0)
+    loop.tick(0.0)
+    high = store.submit(JobSpec(["pretrain"], team="nlp", priority="high", gpus=4), now=500.0)
+    loop.tick(500.0)
+    assert fake(loop).notified == [(low.id, 0, 560.0)]
+    assert store.job(low.id).state == JobState.PREEMPTING.value
+    loop.tick(530.0)
+    assert fake(loop).killed == [], "the grace period is not over"
+    # The victim ignores its notice: at the deadline it is killed, requeued, and the preemptor starts.
+    loop.tick(560.0)
+    assert fake(loop).killed == [(low.id, 0)]
+    loop.tick(560.0)
+    assert store.job(low.id).state == JobState.PENDING.value
+    assert store.job(high.id).state == JobState.RUNNING.value
+    fake(loop).finish(high.id, 0, 0)
+    loop.tick(900.0)
+    assert store.job(high.id).state == JobState.SUCCEEDED.value
+    assert [(s.job_id, s.attempt) for s in fake(loop).started] == [(low.id, 0), (high.id, 0), (low.id, 1)]
+    assert fake(loop).started[-1].env["GPUPOOL_ATTEMPT"] == "1"
+    assert fake(loop).started[-1].env["GPUPOOL_CHECKPOINT_DIR"] == fake(loop).started[0].env["GPUPOOL_CHECKPOINT_DIR"]
+
+
+def test_a_cooperating_victim_frees_its_gpus_before_the_deadline(loop: ControlLoop, store: Store) -> None:
+    low = store.submit(JobSpec(["sweep"], team="vision", priority="low", gpus=4), now=0.0)
+    loop.tick(0.0)
+    high = store.submit(JobSpec(["pretrain"], team="nlp", priority="high", gpus=4), now=500.0)
+    loop.tick(500.0)
+    fake(loop).finish(low.id, 0, 0)  # saved its checkpoint and left
+    loop.tick(500.2)
+    assert store.job(high.id).state == JobState.RUNNING.value
+    assert store.job(low.id).state == JobState.PENDING.value
+    assert fake(loop).killed == []
+
+
+def test_after_a_restart_live_processes_are_adopted_and_vanished_ones_requeued(
+    loop: ControlLoop, store: Store, tmp_path: Path
+) -> None:
+    a = store.submit(JobSpec(["a"], gpus=2), now=0.0)
+    b = store.submit(JobSpec(["b"], gpus=2), now=0.0)
+    loop.tick(0.0)
+    executor = fake(loop)
+    executor.alive.discard((b.id, 0))  # b's process died while the scheduler was down
+    restarted = ControlLoop(store, CONFIG, executor, tmp_path / "data")
+    restarted.reconcile(10.0)
+    assert store.job(a.id).state == JobState.RUNNING.value
+    assert store.job(b.id).state == JobState.PENDING.value
+    assert store.job(b.id).failures == 0
+    restarted.tick(11.0)
+    assert store.job(b.id).state == JobState.RUNNING.value
+    assert len(store.held()) == 4
