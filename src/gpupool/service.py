@@ -43,6 +43,8 @@ class ControlLoop:
     wakeup: threading.Event = field(default_factory=threading.Event)
     retry_at: float | None = None
     killed: set[tuple[int, int]] = field(default_factory=set)
+    stopping: dict[tuple[int, int], float] = field(default_factory=dict)
+    """Attempts of cancelled jobs that got SIGTERM, with when they get SIGKILL."""
 
     # --- where an attempt lives on disk -------------------------------------------------------
 
@@ -77,6 +79,7 @@ class ControlLoop:
         ended = self.executor.poll()
         for exit in ended:
             self.killed.discard((exit.job_id, exit.attempt))
+            self.stopping.pop((exit.job_id, exit.attempt), None)
             try:
                 self.store.end_attempt(exit.job_id, exit.attempt, exit.exit_code, now)
             except Conflict:
@@ -84,9 +87,18 @@ class ControlLoop:
         return bool(ended)
 
     def enforce_deadlines(self, now: float) -> None:
+        """Kill attempts past their notice deadline; stop those of cancelled jobs (SIGTERM,
+        then SIGKILL after their class's grace period)."""
+        for attempt in self.store.cancelling():
+            key = (attempt.job_id, attempt.attempt)
+            if key not in self.stopping:
+                grace = self.config.priority_class(self.store.job(attempt.job_id).priority).grace_period
+                self.stopping[key] = now + grace
+                self.executor.notify(*key, now + grace)
         for attempt in self.store.live_attempts():
             key = (attempt.job_id, attempt.attempt)
-            if attempt.notice_deadline is not None and attempt.notice_deadline <= now and key not in self.killed:
+            deadline = min(attempt.notice_deadline or float("inf"), self.stopping.get(key, float("inf")))
+            if deadline <= now and key not in self.killed:
                 self.killed.add(key)
                 self.executor.kill(*key)
 
@@ -145,6 +157,7 @@ class ControlLoop:
             for a in self.store.live_attempts()
             if a.notice_deadline is not None and (a.job_id, a.attempt) not in self.killed
         ]
+        times += [deadline for key, deadline in self.stopping.items() if key not in self.killed]
         if self.retry_at is not None:
             times.append(self.retry_at)
         return max(now, min(times))

@@ -47,7 +47,7 @@ def test_a_submitted_job_is_pending_with_its_event(store: Store) -> None:
 def test_jobs_are_listed_by_state_and_team(store: Store) -> None:
     a = store.submit(JobSpec(["a"], team="nlp"), now=1.0)
     b = store.submit(JobSpec(["b"], team="vision"), now=2.0)
-    store.cancel_pending(b.id, now=3.0)
+    store.cancel(b.id, now=3.0)
     assert [j.id for j in store.jobs(states=[JobState.PENDING])] == [a.id]
     assert [j.id for j in store.jobs(team="vision")] == [b.id]
     assert store.job(b.id).state == JobState.CANCELLED.value
@@ -85,13 +85,25 @@ def test_a_gpu_is_never_held_by_two_live_attempts(store: Store) -> None:
     assert sorted((p.node, p.gpu) for p in store.held()) == [("n0", 1), ("n0", 2)]
 
 
-def test_a_state_change_the_state_machine_forbids_is_refused(store: Store) -> None:
+def test_cancelling_a_running_job_asks_for_its_attempt_to_stop(store: Store) -> None:
     job = store.submit(JobSpec(["a"]), now=1.0)
     store.start_attempt(job.id, [Allocation("n1", (0,))], now=2.0, message="started")
-    with pytest.raises(Conflict, match="only a pending job"):
-        store.cancel_pending(job.id, now=3.0)
+    store.mark_running(job.id, 0, pid=1, pid_started="1", token_hash="h", now=2.0)
+    assert store.cancel(job.id, now=3.0).state == JobState.RUNNING.value
+    assert [(a.job_id, a.attempt) for a in store.cancelling()] == [(job.id, 0)]
+    assert store.end_attempt(job.id, 0, -15, now=4.0) is JobState.CANCELLED
+    with pytest.raises(Conflict, match="already ended"):
+        store.cancel(job.id, now=5.0)
     with pytest.raises(NotFound):
         store.job(999)
+
+
+def test_a_state_change_the_state_machine_forbids_is_refused(store: Store) -> None:
+    job = started(store)
+    store.give_notice(job, 0, for_job=9, deadline=10.0, now=3.0, reason="priority", message="preempted")
+    with pytest.raises(Conflict, match=r"job \d+: cannot go from preempting to preempting"):
+        store.give_notice(job, 0, for_job=9, deadline=10.0, now=4.0, reason="priority", message="again")
+    assert store.job(job).state == JobState.PREEMPTING.value
 
 
 def test_configuration_is_synced_and_tokens_survive_a_resync(store: Store) -> None:

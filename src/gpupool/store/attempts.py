@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from gpupool.errors import Conflict
 from gpupool.model import Allocation, JobState
 from gpupool.store.base import StoreBase
-from gpupool.store.schema import AttemptRow, CheckpointRow, EventRow, PlacementRow
+from gpupool.store.schema import AttemptRow, CheckpointRow, EventRow, JobRow, PlacementRow
 
 
 class AttemptsStore(StoreBase):
@@ -151,6 +151,9 @@ class AttemptsStore(StoreBase):
             if row.completed_at is not None or (exit_code == 0 and row.notice_at is None):
                 row.outcome = "succeeded"
                 self.move(s, job, JobState.SUCCEEDED, now, f"succeeded ({code})", attempt=attempt)
+            elif job.cancel_requested_at is not None:
+                row.outcome = "cancelled"
+                self.move(s, job, JobState.CANCELLED, now, f"cancelled ({code})", attempt=attempt)
             elif row.notice_at is not None:
                 row.outcome = "preempted"
                 job.preemptions += 1
@@ -166,7 +169,7 @@ class AttemptsStore(StoreBase):
                     self.move(s, job, JobState.PENDING, now, retry, attempt=attempt)
                 else:
                     self.move(s, job, JobState.FAILED, now, f"failed ({code})", attempt=attempt)
-            if job.state in (JobState.SUCCEEDED.value, JobState.FAILED.value):
+            if job.state in (JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.CANCELLED.value):
                 job.ended_at, job.exit_code = now, exit_code
             return JobState(job.state)
 
@@ -175,3 +178,13 @@ class AttemptsStore(StoreBase):
         with self.transaction() as s:
             query = select(AttemptRow).where(AttemptRow.ended_at.is_(None))
             return list(s.scalars(query.order_by(AttemptRow.started_at, AttemptRow.job_id)))
+
+    def cancelling(self) -> list[AttemptRow]:
+        """Live attempts of jobs whose cancel was asked for."""
+        with self.transaction() as s:
+            query = (
+                select(AttemptRow)
+                .join(JobRow)
+                .where(AttemptRow.ended_at.is_(None), JobRow.cancel_requested_at.is_not(None))
+            )
+            return list(s.scalars(query))

@@ -128,17 +128,21 @@ class JobsStore(StoreBase):
         with self.transaction() as s:
             return list(s.scalars(query))
 
-    def cancel_pending(self, job_id: int, now: float) -> JobRow:
-        """Cancel a job that holds no GPUs; a running one needs its attempt stopped first."""
+    def cancel(self, job_id: int, now: float) -> JobRow:
+        """Cancel a job: at once if it holds no GPUs, else ask the control loop to stop its
+        attempt (the job is CANCELLED when the attempt has ended). Ended jobs are a `Conflict`."""
         with self.transaction() as s:
             job = self.locked_job(s, job_id)
-            if job.state != JobState.PENDING.value:
-                raise Conflict(f"job {job_id} is {job.state}: only a pending job is cancelled at once")
-            self.move(s, job, JobState.CANCELLED, now, "cancelled")
-            job.ended_at = now
+            if job.state == JobState.PENDING.value:
+                self.move(s, job, JobState.CANCELLED, now, "cancelled")
+                job.ended_at = now
+            elif job.state in (JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.CANCELLED.value):
+                raise Conflict(f"job {job_id} has already ended ({job.state})")
+            elif job.cancel_requested_at is None:
+                job.cancel_requested_at = now
+                message = "cancel requested: its attempt is being stopped"
+                s.add(EventRow(time=now, kind="cancel_requested", job_id=job_id, message=message))
             return job
-
-    # --- events --------------------------------------------------------------------------
 
     def events(self, *, job_id: int | None = None, after: int = 0, limit: int = 1000) -> list[EventRow]:
         query = select(EventRow).where(EventRow.id > after).order_by(EventRow.id).limit(limit)

@@ -45,6 +45,8 @@ class TeamRow(Base):
     weight: Mapped[float] = mapped_column(Float, default=1.0)
     guaranteed_gpus: Mapped[int] = mapped_column(Integer, default=0)
     token_hash: Mapped[str | None] = mapped_column(String(128), default=None)
+    allowed_classes: Mapped[list[str] | None] = mapped_column(JSON, default=None)
+    """Priority classes the team's token may submit at; None for all."""
 
 
 class BudgetRow(Base):
@@ -82,6 +84,7 @@ class JobRow(Base):
     max_preemptions: Mapped[int | None] = mapped_column(Integer, default=None)
     ended_at: Mapped[float | None] = mapped_column(Float, default=None)
     exit_code: Mapped[int | None] = mapped_column(Integer, default=None)
+    cancel_requested_at: Mapped[float | None] = mapped_column(Float, default=None)
     wait_reason: Mapped[str | None] = mapped_column(String(40), default=None)
     wait_message: Mapped[str | None] = mapped_column(String(2000), default=None)
     """Why the job waited at the last decision, for people."""

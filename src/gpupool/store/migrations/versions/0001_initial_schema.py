@@ -57,6 +57,7 @@ def upgrade() -> None:
         sa.Column("weight", sa.Float(), nullable=False),
         sa.Column("guaranteed_gpus", sa.Integer(), nullable=False),
         sa.Column("token_hash", sa.String(length=128), nullable=True),
+        sa.Column("allowed_classes", sa.JSON(), nullable=True),
         sa.PrimaryKeyConstraint("name"),
     )
     op.create_table(
@@ -93,6 +94,7 @@ def upgrade() -> None:
         sa.Column("max_preemptions", sa.Integer(), nullable=True),
         sa.Column("ended_at", sa.Float(), nullable=True),
         sa.Column("exit_code", sa.Integer(), nullable=True),
+        sa.Column("cancel_requested_at", sa.Float(), nullable=True),
         sa.Column("wait_reason", sa.String(length=40), nullable=True),
         sa.Column("wait_message", sa.String(length=2000), nullable=True),
         sa.ForeignKeyConstraint(
