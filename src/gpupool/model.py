@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import IntEnum, StrEnum
+from enum import StrEnum
 
 JobId = str
 
@@ -213,15 +213,6 @@ class Reason(StrEnum):
     NO_VICTIMS = "no_victims"
     NEVER_FITS = "never_fits"
     QUEUE_BLOCKED = "queue_blocked"
-
-
-class Fit(IntEnum):
-    """How a job fits, ordered from lowest to highest preference."""
-
-    NO_FIT = 0
-    NEEDS_PREEMPTION = 1
-    AWAITS_DRAIN = 2
-    FITS = 3
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,6 +89,11 @@ CASES = [
         Snapshot(TWO, [], [job("a", gpus=32, cls="urgent")]),
         [("wait", "a", "never_fits")],
     ),
+    case(
+        "a-gang-fills-nodes-of-mixed-sizes-on-as-few-as-possible",
+        Snapshot([Node("big", 8), Node("s0", 4), Node("s1", 4), Node("s2", 4)], [], [job("a", gpus=16)]),
+        [("start", "a", (("big", tuple(range(8))), ("s0", (0, 1, 2, 3)), ("s1", (0, 1, 2, 3))), "free_gpus")],
+    ),
     # --- queue order -------------------------------------------------------------------
     case(
         "higher-class-goes-first",
@@ -136,6 +141,24 @@ CASES = [
             [job("a-big", team="a", gpus=8), job("b-small", team="b", gpus=2, submit=5)],
         ),
         [("start", "b-small", (("b0", (0, 1)),), "free_gpus"), ("wait", "a-big", "never_fits")],
+        replace(BASE, queue=QueueMode.STRICT, order=QueueOrder.FIFO, preemption=False),
+    ),
+    case(
+        "strict-queue-blocks-only-the-busy-partition",
+        Snapshot(
+            pool(1, 4, prefix="a", team="a") + pool(1, 4, prefix="b", team="b"),
+            [running(job("busy", team="a", gpus=4), on("a0", 0, 1, 2, 3))],
+            [
+                job("a-next", team="a", gpus=4),
+                job("a-small", team="a", gpus=1, submit=3),
+                job("b-small", team="b", submit=5),
+            ],
+        ),
+        [
+            ("start", "b-small", (("b0", (0,)),), "free_gpus"),
+            ("wait", "a-next", "no_fit"),
+            ("wait", "a-small", "queue_blocked"),
+        ],
         replace(BASE, queue=QueueMode.STRICT, order=QueueOrder.FIFO, preemption=False),
     ),
     # --- priority preemption -----------------------------------------------------------
@@ -201,6 +224,19 @@ CASES = [
             ("preempt", "l1", "h", "priority"),
             ("wait", "h", "awaiting_drain"),
         ],
+    ),
+    case(
+        "a-victim-needed-on-one-node-is-reprieved-when-a-spanning-one-covers-the-gang",
+        Snapshot(
+            pool(2, 4),
+            [
+                running(job("x", gpus=2), on("n0", 0, 1), started=0, last_ckpt=NOW - 1),
+                running(job("y", gpus=4), on("n0", 2, 3) + on("n1", 0, 1), started=0, last_ckpt=NOW - 100),
+                running(job("u", cls="urgent", gpus=2), on("n1", 2, 3)),
+            ],
+            [job("g", cls="high", gpus=4, gpus_per_node=2)],
+        ),
+        [("preempt", "y", "g", "priority"), ("wait", "g", "awaiting_drain")],
     ),
     case(
         "no-preemption-unless-the-job-then-fits",
@@ -320,13 +356,35 @@ CASES = [
         [("start", "h", (("n1", (0, 1, 2, 3)),), "free_gpus")],
     ),
     case(
-        "a-draining-job-is-not-chosen-again",
+        "a-job-draining-for-another-waiting-job-is-not-chosen-again",
         Snapshot(
             pool(1, 4),
             [running(job("v", gpus=4), on("n0", 0, 1, 2, 3), notice_for="other", deadline=NOW + 30)],
+            [job("h", cls="high", gpus=4), job("other", cls="normal", gpus=4)],
+        ),
+        [("wait", "other", "awaiting_drain"), ("wait", "h", "no_victims")],
+    ),
+    case(
+        "a-drain-whose-preemptor-is-gone-serves-the-next-job",
+        Snapshot(
+            pool(1, 4),
+            [running(job("v", gpus=4), on("n0", 0, 1, 2, 3), notice_for="gone", deadline=NOW + 30)],
             [job("h", cls="high", gpus=4)],
         ),
-        [("wait", "h", "no_victims")],
+        [("wait", "h", "awaiting_drain")],
+    ),
+    case(
+        "held-gpus-are-not-taken-by-another-preemptor",
+        Snapshot(
+            pool(1, 8),
+            [
+                running(job("l1", gpus=2), on("n0", 0, 1), notice_for="b", deadline=NOW + 30),
+                running(job("l3", gpus=2), on("n0", 4, 5), notice_for="a", deadline=NOW + 30),
+                running(job("la", gpus=2), on("n0", 6, 7)),
+            ],
+            [job("a", cls="urgent", gpus=2, submit=1), job("b", cls="high", gpus=4)],
+        ),
+        [("wait", "a", "awaiting_drain"), ("wait", "b", "awaiting_drain")],
     ),
     # --- budgets -----------------------------------------------------------------------
     case(
@@ -395,3 +453,21 @@ def test_a_snapshot_holding_one_gpu_twice_is_rejected() -> None:
 def test_an_unknown_priority_class_is_rejected() -> None:
     with pytest.raises(ValueError, match="unknown priority class 'vip'"):
         decide(Snapshot(pool(1, 2), [], [job("x", cls="vip")]), BASE, NOW)
+
+
+def test_a_preemption_by_a_demoted_job_says_so_and_keeps_the_victims_own_grace() -> None:
+    config = Config(DEFAULT_CLASSES, teams={"a": Team("a", budgets=(PriorityBudget("high", 10, 86400),))})
+    victim = running(job("v", team="b", cls="low", gpus=4), on("n0", 0, 1, 2, 3), started=0)
+    snapshot = Snapshot(
+        pool(1, 4), [victim], [job("h", team="a", cls="high", gpus=4)], usage={("a", "high"): 11 * 3600}
+    )
+    [notice] = decide(snapshot, config, NOW).preemptions
+    assert "for job h (team a, normal); team a is over its high budget" in notice.message
+    assert notice.deadline == NOW + config.priority_class("low").grace_period
+
+
+def test_reclaim_blocked_by_minimum_runtime_says_when_to_decide_again() -> None:
+    young = running(job("a0", team="a", cls="normal", gpus=8), on("n0", *range(8)), started=NOW - 10)
+    plan = decide(Snapshot(pool(1, 8), [young], [job("b1", team="b", cls="normal", gpus=2)]), TEAMS, NOW)
+    assert summary(plan) == [("wait", "b1", "no_victims")]
+    assert plan.retry_at == NOW - 10 + 300

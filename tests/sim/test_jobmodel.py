@@ -51,23 +51,16 @@ def test_next_commit_is_the_end_of_the_next_save() -> None:
 
 
 @pytest.mark.parametrize(
-    ("t", "grace", "release", "committed", "rework", "restore_lost"),
+    ("t", "grace", "release", "committed", "rework"),
     [
-        (5.0, 60.0, 5.0, 50.0, 0.0, 5.0),  # during restore: nothing to save, the restore is lost
-        (60.0, 60.0, 65.0, 100.0, 0.0, 0.0),  # emergency save fits the grace
-        (60.0, 2.0, 60.0, 50.0, 50.0, 0.0),  # it does not: stop at once, lose the work since the commit
-        (112.0, 3.0, 115.0, 150.0, 0.0, 0.0),  # mid-save, the rest of it fits: finish it
-        (112.0, 1.0, 112.0, 50.0, 100.0, 0.0),  # mid-save, it does not fit: the save is lost too
-        (115.0, 60.0, 115.0, 150.0, 0.0, 0.0),  # just committed: nothing new to save
+        (5.0, 60.0, 5.0, 50.0, 0.0),  # during restore: nothing to save (the restore is charged as restart)
+        (60.0, 60.0, 65.0, 100.0, 0.0),  # emergency save fits the grace
+        (60.0, 2.0, 60.0, 50.0, 50.0),  # it does not: stop at once, lose the work since the commit
+        (112.0, 3.0, 115.0, 150.0, 0.0),  # mid-save, the rest of it fits: finish it
+        (112.0, 1.0, 112.0, 50.0, 100.0),  # mid-save, it does not fit: the save is lost too
+        (115.0, 60.0, 115.0, 150.0, 0.0),  # just committed: nothing new to save
     ],
 )
-def test_interruption(
-    t: float, grace: float, release: float, committed: float, rework: float, restore_lost: float
-) -> None:
+def test_interruption(t: float, grace: float, release: float, committed: float, rework: float) -> None:
     cut = interrupt(ATTEMPT, t, grace)
-    assert (cut.release_at, cut.committed, cut.rework, cut.restore_lost) == (
-        release,
-        committed,
-        rework,
-        restore_lost,
-    )
+    assert (cut.release_at, cut.committed, cut.rework) == (release, committed, rework)

@@ -82,6 +82,8 @@ class _Cycle:
     shapes: dict[tuple[str, str | None, int, int | None], tuple[Shape, ...]] = field(default_factory=dict)
     nodes_of: dict[tuple[Group, ...], list[int]] = field(default_factory=dict)
     ever_fits: dict[tuple[Shape, ...], bool] = field(default_factory=dict)
+    orphans: list[RunningJob] = field(default_factory=list)
+    """Victims draining for a job that no longer waits: their GPUs will be free for anyone."""
 
     def __post_init__(self) -> None:
         snapshot = self.snapshot
@@ -142,28 +144,53 @@ class _Cycle:
     # --- 2. GPUs held for jobs whose victims drain ------------------------------------------
 
     def hold_for_drains(self) -> None:
+        """Every job whose victims drain holds their GPUs, plus free ones, before anything
+        else is placed; only then does a job whose held placement is all free GPUs start. A
+        drain whose preemptor is gone (started elsewhere, cancelled) frees GPUs for anyone."""
         pending = {job.id: job for job in self.snapshot.pending}
+        self.orphans = sorted(
+            (r for job_id, rs in self.draining_for.items() if job_id not in pending for r in rs), key=lambda r: r.job.id
+        )
         waiting = [pending[j] for j in self.draining_for if j in pending]
+        held: list[tuple[Job, Placement, list[RunningJob]]] = []
         for job in queue_order([(self.effective_of(j).cls.value, j) for j in waiting], self.config.order, self.share):
-            if self.start_on_free(job):
-                continue
             victims = sorted(self.draining_for[job.id], key=lambda r: r.job.id)
-            lent = [(self.free.node_index(a.node), a.gpus) for r in victims for a in r.placement]
-            for i, gpus in lent:
-                self.free.give(i, gpus)
-            slots = self.first_fit(job, lent=True)
-            placement: Placement = self.free.allocate(slots) if slots else ()
-            for i, gpus in lent:
-                still_free = [g for g in gpus if g in self.free.free[i]]
-                if still_free:
-                    self.free.take(i, still_free)
+            placement = self.place_with(job, victims)
             if placement:
+                self.pool.alloc[job.team] += job.gpus
+                self.settled.add(job.id)
+                held.append((job, placement, victims))
+        for job, placement, victims in held:
+            draining = {(a.node, g) for r in victims for a in r.placement for g in a.gpus}
+            if any((a.node, g) in draining for a in placement for g in a.gpus):
                 deadline = max(r.notice.deadline for r in victims if r.notice is not None)
                 self.hold(job, placement, [r.job.id for r in victims], deadline)
+            else:
+                self.start(job, placement)
+                self.orphans.extend(victims)
+
+    def place_with(self, job: Job, lenders: Sequence[RunningJob]) -> Placement:
+        """Place `job` on free GPUs plus those `lenders` hold (they are draining); the GPUs of
+        the placement are taken, the lenders' other GPUs stay theirs. Empty if it does not fit."""
+        lent = [(self.free.node_index(a.node), a.gpus) for r in lenders for a in r.placement]
+        for i, gpus in lent:
+            self.free.give(i, gpus)
+        slots = self.first_fit(job, lent=True) or []
+        own = {i: [g for j, gpus in lent if j == i for g in gpus] for i, _ in slots}
+        placement: Placement = ()
+        for i, want in slots:
+            # The lenders' GPUs first: free ones may be what another held placement counts on.
+            free = sorted(self.free.free[i], key=lambda g: (g not in own[i], g))[:want]
+            self.free.take(i, free)
+            placement += (Allocation(self.snapshot.nodes[i].name, tuple(sorted(free))),)
+        for i, gpus in lent:
+            still_lent = [g for g in gpus if g in self.free.free[i]]
+            if still_lent:
+                self.free.take(i, still_lent)
+        return placement
 
     def hold(self, job: Job, placement: Placement, victims: Sequence[JobId], deadline: float) -> None:
-        self.pool.alloc[job.team] += job.gpus
-        self.settled.add(job.id)
+        """`job` holds `placement` while `victims` drain; its team counts those GPUs already."""
         message = messages.awaiting_drain(victims, deadline, self.now)
         self.waits.append(Wait(job.id, Reason.AWAITING_DRAIN, message, placement))
 
@@ -189,7 +216,7 @@ class _Cycle:
             if self.blocked and any(g in self.blocked for s in shapes for g in s.groups):
                 self.wait(job, Reason.QUEUE_BLOCKED, messages.queue_blocked)
                 continue
-            if self.start_on_free(job):
+            if self.start_on_free(job) or (self.orphans and self.hold_orphans(job)):
                 continue
             if not self.fits_ever(shapes):
                 reason = Reason.NEVER_FITS
@@ -231,12 +258,29 @@ class _Cycle:
         slots = self.first_fit(job)
         if slots is None:
             return False
-        placement = self.free.allocate(slots)
-        eff = self.effective_of(job)
         self.pool.alloc[job.team] += job.gpus
+        self.start(job, self.free.allocate(slots))
+        return True
+
+    def start(self, job: Job, placement: Placement) -> None:
+        """Record the start of `job` on `placement` (taken already, and counted for its team)."""
+        eff = self.effective_of(job)
         self.settled.add(job.id)
         reason = Reason.BUDGET_EXCEEDED if eff.demoted_from else Reason.FREE_GPUS
         self.starts.append(Start(job.id, placement, eff.cls.name, reason, messages.started(job, placement, eff)))
+
+    def hold_orphans(self, job: Job) -> bool:
+        """Hold GPUs that drains for a job that no longer waits will free, if they make `job` fit."""
+        placement = self.place_with(job, self.orphans)
+        if not placement:
+            return False
+        used = {(a.node, g) for a in placement for g in a.gpus}
+        claimed = [r for r in self.orphans if any((a.node, g) in used for a in r.placement for g in a.gpus)]
+        self.orphans = [r for r in self.orphans if r not in claimed]
+        self.pool.alloc[job.team] += job.gpus
+        self.settled.add(job.id)
+        deadline = max(r.notice.deadline for r in claimed if r.notice is not None)
+        self.hold(job, placement, [r.job.id for r in claimed], deadline)
         return True
 
     def preempt_for(self, job: Job, shapes: tuple[Shape, ...]) -> Reason | None:
@@ -258,7 +302,7 @@ class _Cycle:
             slots, victims = found
             self.give_notice(job, eff.cls, slots, victims)
             return None
-        self.note_retry(eff.cls)
+        self.note_retry(eff.cls, may_reclaim)
         return Reason.NO_VICTIMS
 
     def give_notice(self, job: Job, cls: PriorityClass, slots: list[tuple[int, int]], victims: list[Victim]) -> None:
@@ -277,7 +321,8 @@ class _Cycle:
             holder = victim.holder
             self.pool.chosen.add(holder.id)
             self.pool.alloc[holder.team] -= holder.gpus
-            deadline = self.now + holder.cls.grace_period
+            # The grace is what the job needs to save, so its own class's, whatever its budget.
+            deadline = self.now + self.config.priority_class(holder.running.job.priority).grace_period
             deadlines.append(deadline)
             self.preemptions.append(
                 Preempt(
@@ -285,14 +330,18 @@ class _Cycle:
                     job.id,
                     deadline,
                     victim.reason,
-                    messages.preempted(holder, job, cls, victim.reason, self.now),
+                    messages.preempted(holder, job, self.effective_of(job), victim.reason, self.now),
                 )
             )
         held = tuple(Allocation(self.snapshot.nodes[i].name, gpus) for i, gpus in placement)
+        self.pool.alloc[job.team] += job.gpus
+        self.settled.add(job.id)
         self.hold(job, held, [v.holder.id for v in victims], max(deadlines))
 
-    def note_retry(self, cls: PriorityClass) -> None:
-        ends = [until for value, until in self.expiring.items() if value < cls.value]
+    def note_retry(self, cls: PriorityClass, may_reclaim: bool) -> None:
+        ends = [
+            until for value, until in self.expiring.items() if value < cls.value or (may_reclaim and value == cls.value)
+        ]
         if ends and (self.retry_at is None or min(ends) < self.retry_at):
             self.retry_at = min(ends)
 

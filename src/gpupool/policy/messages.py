@@ -24,7 +24,7 @@ def started(job: Job, placement: Placement, eff: Effective) -> str:
     return f"{text}; {eff.note}" if eff.note else text
 
 
-def preempted(victim: Holder, job: Job, cls: PriorityClass, reason: Reason, now: float) -> str:
+def preempted(victim: Holder, job: Job, eff: Effective, reason: Reason, now: float) -> str:
     running = victim.running
     if running.last_checkpoint_at is not None:
         checkpoint = f"last checkpoint {human_seconds(now - running.last_checkpoint_at)} ago"
@@ -33,11 +33,11 @@ def preempted(victim: Holder, job: Job, cls: PriorityClass, reason: Reason, now:
     v = running.job
     text = (
         f"preempted job {v.id} (team {v.team}, {victim.cls.name}, {checkpoint}) "
-        f"for job {job.id} (team {job.team}, {cls.name})"
+        f"for job {job.id} (team {job.team}, {eff.cls.name})"
     )
     if reason is Reason.RECLAIM:
         text += f": team {job.team} reclaims its guaranteed GPUs from team {v.team}, which is above its own"
-    return text
+    return f"{text}; {eff.note}" if eff.note else text
 
 
 def awaiting_drain(victims: Sequence[str], deadline: float, now: float) -> str:

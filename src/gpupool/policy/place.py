@@ -36,14 +36,12 @@ class FreeGpus:
         )
         self.group: list[Group] = [(node.gpu_type, node.team) for node in nodes]
         self.types = sorted({node.gpu_type for node in nodes})
-        self.largest: dict[Group, int] = {}
-        largest = self.largest
+        self.sizes: dict[Group, list[int]] = {}
         for node, group in zip(nodes, self.group, strict=True):
-            if node.gpus > largest.get(group, 0):
-                largest[group] = node.gpus
-        self.capacity = max(self.largest.values(), default=0)
+            self.sizes.setdefault(group, []).append(node.gpus)
+        self.capacity = max((node.gpus for node in nodes), default=0)
         self.buckets: dict[Group, list[dict[int, None]]] = {
-            group: [{} for _ in range(self.capacity + 1)] for group in self.largest
+            group: [{} for _ in range(self.capacity + 1)] for group in self.sizes
         }
         buckets = self.buckets
         for i, gpus in enumerate(self.free):
@@ -123,11 +121,12 @@ def eligible_groups(job: Job, types: Sequence[str]) -> list[list[Group]]:
     return [[(t, team) for team in teams] for t in (types if job.gpu_type is None else [job.gpu_type])]
 
 
-def gang_shapes(job: Job, largest_node: int) -> tuple[int, ...]:
-    """GPUs per node of a job, largest first.
+def gang_shapes(job: Job, sizes: Sequence[int]) -> tuple[int, ...]:
+    """GPUs per node of a job on nodes of `sizes` (largest first), largest member first.
 
     `gpus_per_node` gives equal members. Without it, a job that fits one node stays on one
-    node; a larger one takes whole nodes and puts the remainder on one more (fewest nodes).
+    node; a larger one fills the largest nodes whole and puts the rest on one more (fewest
+    nodes). A job larger than all nodes together keeps the split by the largest node size.
     """
     if job.gpus_per_node is not None:
         if job.gpus_per_node <= 0 or job.gpus % job.gpus_per_node:
@@ -135,10 +134,17 @@ def gang_shapes(job: Job, largest_node: int) -> tuple[int, ...]:
                 f"job {job.id}: gpus ({job.gpus}) must be a multiple of gpus_per_node ({job.gpus_per_node})"
             )
         return (job.gpus_per_node,) * (job.gpus // job.gpus_per_node)
-    if job.gpus <= largest_node or largest_node <= 0:
+    largest = sizes[0] if sizes else 0
+    if job.gpus <= largest or largest <= 0:
         return (job.gpus,)
-    whole, rest = divmod(job.gpus, largest_node)
-    return (largest_node,) * whole + ((rest,) if rest else ())
+    members, rest = [], job.gpus
+    for size in sizes:
+        members.append(min(size, rest))
+        rest -= members[-1]
+        if not rest:
+            return tuple(sorted(members, reverse=True))
+    whole, rest = divmod(job.gpus, largest)
+    return (largest,) * whole + ((rest,) if rest else ())
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,9 +158,12 @@ class Shape:
 def job_shapes(job: Job, free: FreeGpus) -> tuple[Shape, ...]:
     """Every way the job could be laid out on the pool of `free`, in the order to try them."""
     shapes = []
-    for groups in eligible_groups(job, free.types):
-        largest = max((free.largest.get(g, 0) for g in groups), default=0)
-        shapes.append(Shape(tuple(groups), gang_shapes(job, largest)))
+    for alternative in eligible_groups(job, free.types):
+        # Only groups that have nodes: a group without any must not block a strict queue.
+        groups = tuple(g for g in alternative if g in free.sizes)
+        if groups:
+            sizes = sorted((n for g in groups for n in free.sizes[g]), reverse=True)
+            shapes.append(Shape(groups, gang_shapes(job, sizes)))
     return tuple(shapes)
 
 

@@ -178,7 +178,18 @@ def find_victims(
             removed[victim.holder.team] += victim.holder.gpus
             for i, gpus in victim.holder.slots:
                 freed[i] += len(gpus)
-    return slots, list(chosen.values())
+    return slots, reprieve(slots, list(chosen.values()), free)
+
+
+def reprieve(slots: Sequence[Slot], victims: list[Victim], free: FreeGpus) -> list[Victim]:
+    """Drop, most expensive first, every victim the whole gang still fits without: a victim
+    needed on one node when it was chosen may be covered later by one spanning several."""
+    kept = list(victims)
+    for victim in sorted(victims, key=lambda v: victim_order(v.holder), reverse=True):
+        trial = [v for v in kept if v is not victim]
+        if all(len(free.free[i]) + sum(v.holder.gpus_on(i) for v in trial) >= want for i, want in slots):
+            kept = trial
+    return kept
 
 
 def _victims_on_node(

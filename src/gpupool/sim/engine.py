@@ -113,7 +113,9 @@ class Simulation:
         """Replay every job to its end and return what happened."""
         self.free = {node.name: tuple(range(node.gpus)) for node in self.nodes}
         for job in sorted(self.jobs, key=lambda j: (j.submit, j.id)):
-            self.live[job.id] = _Live(JobRecord(job), Job(job.id, job.team, job.priority, job.gpus, job.submit))
+            # Preempting even a first attempt costs the restart of the next one.
+            core = Job(job.id, job.team, job.priority, job.gpus, job.submit, expected_restart=self.model.restart_cost)
+            self.live[job.id] = _Live(JobRecord(job), core)
             self.push(job.submit, Rank.ARRIVAL, job.id)
         while self.heap:
             now = self.heap[0][0]
@@ -164,7 +166,7 @@ class Simulation:
         live.record.drain += gpus * (cut.release_at - live.notice_at)
         live.record.preemptions += 1
         live.committed = cut.committed
-        live.core = replace(live.core, preemptions=live.core.preemptions + 1, expected_restart=self.model.restart_cost)
+        live.core = replace(live.core, preemptions=live.core.preemptions + 1)
         self.end_attempt(live, now)
         self.pending[live.record.job.id] = live
         self.pending_since[live.record.job.id] = now

@@ -104,8 +104,6 @@ class Interruption:
     """Work the next attempt resumes from."""
     rework: float
     """Seconds of progress thrown away (done after the last commit, not saved)."""
-    restore_lost: float
-    """Seconds of this attempt's own restore that produced nothing."""
 
 
 def interrupt(attempt: Attempt, t: float, grace: float) -> Interruption:
@@ -115,12 +113,12 @@ def interrupt(attempt: Attempt, t: float, grace: float) -> Interruption:
     """
     now = attempt.at(t)
     if now.phase is Phase.RESTORE:
-        return Interruption(t, attempt.committed, 0.0, t - attempt.start)
+        return Interruption(t, attempt.committed, 0.0)
     if now.phase is Phase.SAVE:
         assert now.save_ends_at is not None
         if now.save_ends_at - t <= grace:
-            return Interruption(now.save_ends_at, now.progress, 0.0, 0.0)
-        return Interruption(t, now.committed, now.progress - now.committed, 0.0)
+            return Interruption(now.save_ends_at, now.progress, 0.0)
+        return Interruption(t, now.committed, now.progress - now.committed)
     if attempt.save_cost <= grace and now.progress > now.committed:
-        return Interruption(t + attempt.save_cost, now.progress, 0.0, 0.0)
-    return Interruption(t, now.committed, now.progress - now.committed, 0.0)
+        return Interruption(t + attempt.save_cost, now.progress, 0.0)
+    return Interruption(t, now.committed, now.progress - now.committed)
