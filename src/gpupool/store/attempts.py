@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Sequence
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from gpupool.errors import Conflict
+from gpupool.errors import Conflict, Forbidden
 from gpupool.model import Allocation, JobState
 from gpupool.store.base import StoreBase
 from gpupool.store.schema import AttemptRow, CheckpointRow, EventRow, JobRow, PlacementRow
@@ -188,3 +189,15 @@ class AttemptsStore(StoreBase):
                 .where(AttemptRow.ended_at.is_(None), JobRow.cancel_requested_at.is_not(None))
             )
             return list(s.scalars(query))
+
+    def attempts(self, job_id: int) -> list[AttemptRow]:
+        with self.transaction() as s:
+            query = select(AttemptRow).where(AttemptRow.job_id == job_id).order_by(AttemptRow.attempt)
+            return list(s.scalars(query))
+
+    def check_attempt_token(self, job_id: int, attempt: int, token_hash: str) -> None:
+        """Raise unless `token_hash` is that of the job's live attempt `attempt`."""
+        with self.transaction() as s:
+            row = self.live_attempt(s, job_id, attempt)
+            if not row.token_hash or not hmac.compare_digest(row.token_hash, token_hash):
+                raise Forbidden(f"this token is not the one of attempt {attempt} of job {job_id}")

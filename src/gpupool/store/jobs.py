@@ -72,6 +72,9 @@ class JobsStore(StoreBase):
                     NodeRow(name=node.name, gpus=node.gpus, gpu_type=node.gpu_type, virtual=virtual, team=node.team)
                 )
 
+    def nodes_as_core(self) -> list[Node]:
+        return [Node(n.name, n.gpus, n.gpu_type, n.team) for n in self.nodes()]
+
     def nodes(self) -> list[NodeRow]:
         with self.transaction() as s:
             return list(s.scalars(select(NodeRow).order_by(NodeRow.name)))
@@ -150,3 +153,36 @@ class JobsStore(StoreBase):
             query = query.where(EventRow.job_id == job_id)
         with self.transaction() as s:
             return list(s.scalars(query))
+
+    def teams(self) -> list[TeamRow]:
+        with self.transaction() as s:
+            return list(s.scalars(select(TeamRow).order_by(TeamRow.name)))
+
+    def classes(self) -> list[PriorityClassRow]:
+        with self.transaction() as s:
+            return list(s.scalars(select(PriorityClassRow).order_by(PriorityClassRow.value.desc())))
+
+    def team_by_token(self, token_hash: str) -> TeamRow | None:
+        with self.transaction() as s:
+            return s.scalars(select(TeamRow).where(TeamRow.token_hash == token_hash)).first()
+
+    def set_team(
+        self,
+        name: str,
+        *,
+        weight: float,
+        guaranteed_gpus: int,
+        allowed_classes: list[str] | None,
+        token_hash: str | None,
+    ) -> TeamRow:
+        """Create or change a team; a new `token_hash` replaces the old token."""
+        with self.transaction() as s:
+            for cls in allowed_classes or []:
+                if s.get(PriorityClassRow, cls) is None:
+                    raise InvalidInput(f"classes: unknown priority class {cls!r}")
+            team = s.get(TeamRow, name) or TeamRow(name=name)
+            team.weight, team.guaranteed_gpus, team.allowed_classes = weight, guaranteed_gpus, allowed_classes
+            if token_hash is not None:
+                team.token_hash = token_hash
+            s.add(team)
+            return team

@@ -1,0 +1,302 @@
+"""The HTTP API: jobs, teams, classes, the pool, and the job protocol (OpenAPI at /docs).
+
+Every request carries `Authorization: Bearer TOKEN`: the admin token (written by `gpupool up`
+to the data directory), a team's token (its jobs and its allowed classes only), or, for the job
+protocol, the token of one attempt (`GPUPOOL_TOKEN`). Domain errors become JSON
+`{"error": kind, "message": what was wrong}` with the status of one table.
+"""
+
+# No `from __future__ import annotations` here: FastAPI must see the dependencies, which are
+# local functions, as real objects in the signatures, not as names to resolve later.
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import Depends, FastAPI, Header, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from gpupool.api.models import (
+    AttemptOut,
+    CheckpointIn,
+    EventOut,
+    HeartbeatIn,
+    HeartbeatOut,
+    JobIn,
+    JobOut,
+    NoticeOut,
+    TeamIn,
+    TeamOut,
+)
+from gpupool.errors import Conflict, Forbidden, GpupoolError, InvalidInput, NotFound
+from gpupool.model import Job, JobState, Node
+from gpupool.policy.place import FreeGpus, can_ever_fit, job_shapes
+from gpupool.service import ControlLoop, token_hash
+from gpupool.store import DEFAULT_TEAM, JobSpec, Store
+from gpupool.store.schema import TeamRow
+
+STATUS: dict[type[GpupoolError], int] = {InvalidInput: 400, Forbidden: 403, NotFound: 404, Conflict: 409}
+
+
+class Unauthorized(GpupoolError):
+    pass
+
+
+@dataclass
+class Context:
+    store: Store
+    loop: ControlLoop
+    admin_hash: str
+    clock: Callable[[], float] = time.time
+
+
+@dataclass(frozen=True)
+class Principal:
+    admin: bool
+    team: str | None
+
+
+def create_app(ctx: Context) -> FastAPI:
+    app = FastAPI(title="gpupool", summary="One shared GPU pool, priority as a job attribute.")
+
+    @app.exception_handler(GpupoolError)
+    def domain_error(_request: Request, exc: GpupoolError) -> JSONResponse:
+        status = 401 if isinstance(exc, Unauthorized) else STATUS.get(type(exc), 400)
+        return JSONResponse({"error": type(exc).__name__, "message": str(exc)}, status_code=status)
+
+    @app.exception_handler(RequestValidationError)
+    def bad_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'] if p != 'body')}: {e['msg']}" for e in exc.errors())
+        return JSONResponse({"error": "InvalidInput", "message": problems}, status_code=422)
+
+    def principal(authorization: Annotated[str | None, Header()] = None) -> Principal:
+        token = bearer(authorization)
+        digest = token_hash(token)
+        if digest == ctx.admin_hash:
+            return Principal(admin=True, team=None)
+        team = ctx.store.team_by_token(digest)
+        if team is None:
+            raise Unauthorized("this token is not the admin's nor a team's")
+        return Principal(admin=False, team=team.name)
+
+    def admin(who: Annotated[Principal, Depends(principal)]) -> Principal:
+        if not who.admin:
+            raise Forbidden("only the admin token may do this")
+        return who
+
+    def may_touch(who: Principal, team: str) -> None:
+        if not who.admin and who.team != team:
+            raise Forbidden(f"the token of team {who.team} may not act on jobs of team {team}")
+
+    # --- jobs -------------------------------------------------------------------------------
+
+    @app.post("/jobs", status_code=201, response_model=JobOut)
+    def submit(body: JobIn, who: Annotated[Principal, Depends(principal)]) -> JobOut:
+        team = body.team or who.team or DEFAULT_TEAM
+        may_touch(who, team)
+        known = [c.name for c in ctx.store.classes()]
+        if body.priority not in known:
+            raise InvalidInput(f"priority: unknown priority class {body.priority!r} (known: {', '.join(known)})")
+        row = next((t for t in ctx.store.teams() if t.name == team), None)
+        if row is not None and row.allowed_classes is not None and body.priority not in row.allowed_classes:
+            allowed = ", ".join(row.allowed_classes)
+            raise Forbidden(f"team {team} may not use class {body.priority} (allowed: {allowed})")
+        check_fits(ctx.store.nodes_as_core(), body, team)
+        spec = JobSpec(
+            body.command,
+            team,
+            body.priority,
+            body.gpus,
+            body.name,
+            body.gpus_per_node,
+            body.gpu_type,
+            body.workdir,
+            body.env,
+            body.max_failures,
+            body.max_preemptions,
+        )
+        job = ctx.store.submit(spec, ctx.clock())
+        ctx.loop.wakeup.set()
+        return JobOut.of(job)
+
+    @app.get("/jobs", response_model=list[JobOut])
+    def list_jobs(
+        who: Annotated[Principal, Depends(principal)],
+        state: str | None = None,
+        team: str | None = None,
+        limit: int = 1000,
+    ) -> list[JobOut]:
+        states = [parse_state(s) for s in state.split(",")] if state else []
+        return [
+            JobOut.of(j, placement=placement_of(ctx, j.id))
+            for j in ctx.store.jobs(states=states, team=team, limit=limit)
+        ]
+
+    @app.get("/jobs/{job_id}", response_model=JobOut)
+    def show(job_id: int, who: Annotated[Principal, Depends(principal)]) -> JobOut:
+        job = ctx.store.job(job_id)
+        history = [AttemptOut.of(a) for a in ctx.store.attempts(job_id)]
+        return JobOut.of(job, placement=placement_of(ctx, job_id), history=history)
+
+    @app.post("/jobs/{job_id}/cancel", response_model=JobOut)
+    def cancel(job_id: int, who: Annotated[Principal, Depends(principal)]) -> JobOut:
+        may_touch(who, ctx.store.job(job_id).team)
+        job = ctx.store.cancel(job_id, ctx.clock())
+        ctx.loop.wakeup.set()
+        return JobOut.of(job)
+
+    @app.get("/jobs/{job_id}/logs", response_class=PlainTextResponse)
+    def logs(
+        job_id: int,
+        who: Annotated[Principal, Depends(principal)],
+        attempt: int | None = None,
+        stream: str = "stdout",
+        offset: int = 0,
+    ) -> str:
+        if stream not in ("stdout", "stderr"):
+            raise InvalidInput(f"stream: {stream!r} is neither stdout nor stderr")
+        job = ctx.store.job(job_id)
+        number = attempt if attempt is not None else job.attempts - 1
+        if number < 0:
+            return ""
+        path = ctx.loop.attempt_dir(job_id, number) / f"{stream}.log"
+        return read_from(path, offset)
+
+    @app.get("/events", response_model=list[EventOut])
+    def events(
+        who: Annotated[Principal, Depends(principal)], job: int | None = None, after: int = 0, limit: int = 1000
+    ) -> list[EventOut]:
+        return [
+            EventOut.model_validate(e, from_attributes=True)
+            for e in ctx.store.events(job_id=job, after=after, limit=limit)
+        ]
+
+    # --- teams, classes, pool -----------------------------------------------------------------
+
+    @app.get("/teams", response_model=list[TeamOut])
+    def teams(who: Annotated[Principal, Depends(principal)]) -> list[TeamOut]:
+        return [team_out(t) for t in ctx.store.teams()]
+
+    @app.put("/teams/{name}", response_model=TeamOut)
+    def set_team(name: str, body: TeamIn, who: Annotated[Principal, Depends(admin)]) -> TeamOut:
+        token = secrets_token() if body.new_token else None
+        row = ctx.store.set_team(
+            name,
+            weight=body.weight,
+            guaranteed_gpus=body.guaranteed_gpus,
+            allowed_classes=body.classes,
+            token_hash=token_hash(token) if token else None,
+        )
+        return team_out(row, token)
+
+    @app.get("/classes")
+    def classes(who: Annotated[Principal, Depends(principal)]) -> list[dict[str, object]]:
+        return [
+            {
+                "name": c.name,
+                "value": c.value,
+                "may_preempt": c.may_preempt,
+                "preemptible": c.preemptible,
+                "min_runtime": c.min_runtime,
+                "grace_period": c.grace_period,
+            }
+            for c in ctx.store.classes()
+        ]
+
+    @app.get("/pool")
+    def pool(who: Annotated[Principal, Depends(principal)]) -> dict[str, object]:
+        held: dict[str, int] = {}
+        for p in ctx.store.held():
+            held[p.node] = held.get(p.node, 0) + 1
+        nodes = [
+            {"name": n.name, "gpus": n.gpus, "gpu_type": n.gpu_type, "virtual": n.virtual, "busy": held.get(n.name, 0)}
+            for n in ctx.store.nodes()
+        ]
+        return {"nodes": nodes, "gpus": sum(n.gpus for n in ctx.store.nodes()), "busy": sum(held.values())}
+
+    # --- the job protocol ------------------------------------------------------------------------
+
+    def attempt_token(job_id: int, attempt: int, authorization: Annotated[str | None, Header()] = None) -> None:
+        ctx.store.check_attempt_token(job_id, attempt, token_hash(bearer(authorization)))
+
+    protocol = "/jobs/{job_id}/attempts/{attempt}"
+
+    @app.post(f"{protocol}/heartbeat", response_model=HeartbeatOut, dependencies=[Depends(attempt_token)])
+    def heartbeat(job_id: int, attempt: int, body: HeartbeatIn) -> HeartbeatOut:
+        now = ctx.clock()
+        row = ctx.store.heartbeat(job_id, attempt, now, body.step, body.phase)
+        if row.notice_deadline is None:
+            return HeartbeatOut(notice=None)
+        return HeartbeatOut(
+            notice=NoticeOut(deadline=row.notice_deadline, seconds_left=max(0.0, row.notice_deadline - now))
+        )
+
+    @app.post(f"{protocol}/checkpoint", status_code=204, dependencies=[Depends(attempt_token)])
+    def checkpoint(job_id: int, attempt: int, body: CheckpointIn) -> None:
+        ctx.store.commit_checkpoint(job_id, attempt, ctx.clock(), body.step, body.path)
+
+    @app.post(f"{protocol}/ack", status_code=204, dependencies=[Depends(attempt_token)])
+    def ack(job_id: int, attempt: int) -> None:
+        ctx.store.acknowledge(job_id, attempt, ctx.clock())
+
+    @app.post(f"{protocol}/complete", status_code=204, dependencies=[Depends(attempt_token)])
+    def complete(job_id: int, attempt: int) -> None:
+        ctx.store.report_completed(job_id, attempt, ctx.clock())
+
+    return app
+
+
+def bearer(authorization: str | None) -> str:
+    if not authorization or not authorization.lower().startswith("bearer "):
+        raise Unauthorized("send the token as 'Authorization: Bearer TOKEN'")
+    return authorization[7:].strip()
+
+
+def secrets_token() -> str:
+    import secrets
+
+    return secrets.token_urlsafe(24)
+
+
+def parse_state(text: str) -> JobState:
+    try:
+        return JobState(text.strip().lower())
+    except ValueError:
+        known = ", ".join(s.value for s in JobState)
+        raise InvalidInput(f"state: unknown state {text!r} (known: {known})") from None
+
+
+def team_out(row: TeamRow, token: str | None = None) -> TeamOut:
+    return TeamOut(
+        name=row.name, weight=row.weight, guaranteed_gpus=row.guaranteed_gpus, classes=row.allowed_classes, token=token
+    )
+
+
+def placement_of(ctx: Context, job_id: int) -> dict[str, list[int]]:
+    placement: dict[str, list[int]] = {}
+    for p in sorted(ctx.store.held(), key=lambda p: (p.node, p.gpu)):
+        if p.job_id == job_id:
+            placement.setdefault(p.node, []).append(p.gpu)
+    return placement
+
+
+def check_fits(nodes: list[Node], body: JobIn, team: str) -> None:
+    """Refuse a job that no placement of this pool could ever hold."""
+    if body.gpus_per_node is not None and body.gpus % body.gpus_per_node:
+        raise InvalidInput(f"gpus_per_node: {body.gpus} GPUs do not split into members of {body.gpus_per_node}")
+    probe = Job("new", team, body.priority, body.gpus, 0.0, body.gpus_per_node, body.gpu_type)
+    if not any(can_ever_fit(s, nodes) for s in job_shapes(probe, FreeGpus(nodes, ()))):
+        total = sum(n.gpus for n in nodes if body.gpu_type in (None, n.gpu_type))
+        kind = f" of type {body.gpu_type}" if body.gpu_type else ""
+        raise InvalidInput(f"gpus: {body.gpus} GPUs{kind} can never fit this pool ({total} GPUs{kind} in all)")
+
+
+def read_from(path: Path, offset: int) -> str:
+    try:
+        with path.open("rb") as stream:
+            stream.seek(offset)
+            return stream.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
