@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gpupool import config as configuration
+from gpupool.cli_service import register
 from gpupool.config import ConfigError
 from gpupool.sim.cluster import load_vc_sizes
 from gpupool.sim.jobmodel import JobModel
@@ -179,6 +180,9 @@ def demo() -> None:
     from gpupool.demo import run_demo
 
     run_demo(console)
+
+
+register(app)
 
 
 def main() -> None:

@@ -9,6 +9,12 @@
       queue: backfill              # or strict
       reclaim: true
       max_preemptions: 10          # per job; null for no cap
+    service:                       # `gpupool up`
+      data_dir: ~/.gpupool         # store, logs, checkpoints, the admin token
+      host: 127.0.0.1
+      port: 8470
+      virtual_gpus: 4              # used when NVML finds no GPU
+      store: null                  # a PostgreSQL URL; null is SQLite in data_dir
 
 Durations are seconds or a number with a unit: `90s`, `30m`, `1.5h`, `7d`.
 """
@@ -64,10 +70,28 @@ class PolicySpec(_Strict):
     max_preemptions: int | None = Field(default=10, ge=0)
 
 
+class ServiceSpec(_Strict):
+    data_dir: str = "~/.gpupool"
+    host: str = "127.0.0.1"
+    port: int = Field(default=8470, ge=1, le=65535)
+    virtual_gpus: int = Field(default=4, ge=0)
+    store: str | None = None
+    interval: Duration = 1.0
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir).expanduser()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
 class ConfigSpec(_Strict):
     classes: dict[str, ClassSpec] | None = None
     teams: dict[str, TeamSpec] = Field(default_factory=dict)
     policy: PolicySpec = Field(default_factory=PolicySpec)
+    service: ServiceSpec = Field(default_factory=ServiceSpec)
 
     @model_validator(mode="after")
     def _budgets_name_known_classes(self) -> ConfigSpec:
@@ -106,12 +130,12 @@ def build(spec: ConfigSpec) -> Config:
     return Config(classes, teams, p.order, p.queue, p.preemption, p.reclaim, p.max_preemptions)
 
 
-def parse(data: Any, source: str = "config") -> Config:
-    """A `Config` from parsed YAML; errors name `source` and the key that is wrong."""
+def parse_spec(data: Any, source: str = "config") -> ConfigSpec:
+    """The whole file, validated; errors name `source` and the key that is wrong."""
     if data is None:
         data = {}
     try:
-        return build(ConfigSpec.model_validate(data))
+        return ConfigSpec.model_validate(data)
     except ValidationError as exc:
         problems = []
         for error in exc.errors():
@@ -122,10 +146,15 @@ def parse(data: Any, source: str = "config") -> Config:
         raise ConfigError("\n".join(problems)) from None
 
 
-def load(path: Path | None) -> Config:
-    """The configuration in `path`, or the embedded defaults when `path` is None."""
+def parse(data: Any, source: str = "config") -> Config:
+    """The scheduling `Config` from parsed YAML."""
+    return build(parse_spec(data, source))
+
+
+def load_spec(path: Path | None) -> ConfigSpec:
+    """The file at `path`, or the embedded defaults when `path` is None."""
     if path is None:
-        return parse({}, "defaults")
+        return parse_spec({}, "defaults")
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -137,4 +166,9 @@ def load(path: Path | None) -> Config:
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{path}:{where}: not valid YAML: {problem}") from None
-    return parse(data, str(path))
+    return parse_spec(data, str(path))
+
+
+def load(path: Path | None) -> Config:
+    """The scheduling `Config` in `path`, or the embedded defaults when `path` is None."""
+    return build(load_spec(path))

@@ -1,0 +1,208 @@
+"""The command line of the live service: `up`, `submit`, `queue`, `show`, `cancel`, `logs`, `events`."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpupool.client import Client
+from gpupool.config import ConfigError, load_spec
+from gpupool.errors import GpupoolError
+from gpupool.units import human_seconds
+
+console = Console()
+errors = Console(stderr=True)
+
+ConfigOption = Annotated[Path | None, typer.Option("--config", help="YAML configuration (defaults when omitted).")]
+ApiOption = Annotated[
+    str | None, typer.Option("--api", help="Address of the service (default: $GPUPOOL_API or local).")
+]
+
+
+def fail(message: str) -> typer.Exit:
+    errors.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code=2)
+
+
+def client(config: Path | None, api: str | None) -> Client:
+    try:
+        spec = load_spec(config)
+        return Client.from_env(api or spec.service.url, spec.service.data_path)
+    except GpupoolError as exc:
+        raise fail(str(exc)) from None
+
+
+def call(action: Any, *args: Any) -> Any:
+    try:
+        return action(*args)
+    except GpupoolError as exc:
+        raise fail(str(exc)) from None
+
+
+def up(config: ConfigOption = None) -> None:
+    """Run gpupool on this machine: API, control loop and local executor, until Ctrl-C."""
+    from gpupool.up import shut_down, start
+
+    try:
+        spec = load_spec(config)
+        running = start(spec)
+    except (ConfigError, ValueError, OSError) as exc:
+        raise fail(str(exc)) from None
+    label = "[yellow]virtual[/]" if running.gpus.virtual else "[green]real[/]"
+    console.print(f"gpupool listening on [bold]{spec.service.url}[/] (API docs: {spec.service.url}/docs)")
+    console.print(f"GPUs: {running.gpus.detail} ({label}); data: {spec.service.data_path}")
+    console.print(f"admin token: {spec.service.data_path / 'admin.token'}")
+    try:
+        running.server.run()
+    finally:
+        shut_down(running)
+
+
+def submit(
+    command: Annotated[list[str], typer.Argument(help="The command to run, after --.")],
+    team: Annotated[str | None, typer.Option(help="Team (default: the token's team).")] = None,
+    priority: Annotated[str, typer.Option(help="Priority class.")] = "normal",
+    gpus: Annotated[int, typer.Option(help="GPUs, all or nothing.")] = 1,
+    gpus_per_node: Annotated[int | None, typer.Option(help="GPUs on each node of a multi-node job.")] = None,
+    gpu_type: Annotated[str | None, typer.Option(help="Only nodes with this GPU type.")] = None,
+    name: Annotated[str, typer.Option(help="A name to find the job by.")] = "",
+    max_failures: Annotated[int, typer.Option(help="Retries after failed attempts.")] = 0,
+    env: Annotated[list[str] | None, typer.Option(help="NAME=VALUE for the job, repeatable.")] = None,
+    config: ConfigOption = None,
+    api: ApiOption = None,
+) -> None:
+    """Submit a job: gpupool submit --gpus 2 --priority high -- python train.py"""
+    variables = {}
+    for item in env or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise fail(f"--env {item!r}: use NAME=VALUE")
+        variables[key] = value
+    body = {
+        "command": command,
+        "team": team,
+        "priority": priority,
+        "gpus": gpus,
+        "gpus_per_node": gpus_per_node,
+        "gpu_type": gpu_type,
+        "name": name,
+        "workdir": str(Path.cwd()),
+        "env": variables,
+        "max_failures": max_failures,
+    }
+    job = call(client(config, api).submit, body)
+    console.print(f"submitted job [bold]{job['id']}[/] ({job['name']}, team {job['team']}, {job['priority']})")
+
+
+def queue(
+    all_jobs: Annotated[bool, typer.Option("--all", help="Ended jobs too.")] = False,
+    team: Annotated[str | None, typer.Option(help="Only this team's jobs.")] = None,
+    config: ConfigOption = None,
+    api: ApiOption = None,
+) -> None:
+    """The jobs that wait or run, like squeue."""
+    states = None if all_jobs else "pending,starting,running,preempting"
+    api_client = client(config, api)
+    jobs = call(lambda: api_client.jobs(state=states, team=team))
+    now = time.time()
+    table = Table(box=None, header_style="bold")
+    for header in ("ID", "NAME", "TEAM", "CLASS", "STATE", "GPUS", "TIME", "NODE/GPUS", "ATTEMPTS", "WHY"):
+        table.add_column(header)
+    for job in jobs:
+        since = job["ended_at"] or now
+        where = " ".join(f"{node}[{','.join(map(str, ids))}]" for node, ids in job["placement"].items())
+        why = job["wait_reason"] if job["state"] == "pending" and job["wait_reason"] else ""
+        table.add_row(
+            str(job["id"]),
+            job["name"],
+            job["team"],
+            job["priority"],
+            job["state"],
+            str(job["gpus"]),
+            human_seconds(since - job["submit_time"]),
+            where,
+            str(job["attempts"]),
+            why,
+        )
+    console.print(table)
+
+
+def show(job_id: int, config: ConfigOption = None, api: ApiOption = None) -> None:
+    """A job with its attempts, and each preemption with its reason."""
+    api_client = client(config, api)
+    job = call(api_client.job, job_id)
+    console.print(f"[bold]job {job['id']}[/] {job['name']}: {job['state']}, team {job['team']}, {job['priority']}")
+    console.print(f"  command: {' '.join(job['command'])}  (in {job['workdir']})")
+    console.print(f"  {job['gpus']} GPUs; attempts {job['attempts']}, preemptions {job['preemptions']}")
+    if job["wait_message"] and job["state"] == "pending":
+        console.print(f"  waits: {job['wait_message']}")
+    table = Table(title="attempts", box=None, header_style="bold")
+    for header in ("#", "started", "ended", "outcome", "exit", "step", "last checkpoint"):
+        table.add_column(header)
+    for a in job["history"]:
+        table.add_row(
+            str(a["attempt"]),
+            clock(a["started_at"]),
+            clock(a["ended_at"]),
+            a["outcome"] or "live",
+            "" if a["exit_code"] is None else str(a["exit_code"]),
+            "" if a["step"] is None else str(a["step"]),
+            clock(a["last_checkpoint_at"]),
+        )
+    console.print(table)
+    for event in call(api_client.events, job_id):
+        if event["kind"] == "preempting":
+            console.print(f"  {clock(event['time'])} [red]{event['message']}[/]")
+
+
+def cancel(job_id: int, config: ConfigOption = None, api: ApiOption = None) -> None:
+    """Cancel a job: at once if it waits; a running one gets SIGTERM, then SIGKILL after its grace."""
+    job = call(client(config, api).cancel, job_id)
+    console.print(f"job {job['id']}: {job['state']}" + (" (stopping)" if job["state"] != "cancelled" else ""))
+
+
+def logs(
+    job_id: int,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+    attempt: Annotated[int | None, typer.Option(help="Attempt number (default: the latest).")] = None,
+    stderr: Annotated[bool, typer.Option("--stderr", help="Standard error instead of output.")] = False,
+    config: ConfigOption = None,
+    api: ApiOption = None,
+) -> None:
+    """Print a job's output."""
+    api_client = client(config, api)
+    offset = 0
+    while True:
+        text = call(api_client.logs, job_id, attempt, "stderr" if stderr else "stdout", offset)
+        if text:
+            console.out(text, end="", highlight=False)
+            offset += len(text.encode())
+        if not follow or call(api_client.job, job_id)["state"] in ("succeeded", "failed", "cancelled"):
+            return
+        time.sleep(0.5)
+
+
+def events(
+    job: Annotated[int | None, typer.Option(help="Only this job's events.")] = None,
+    config: ConfigOption = None,
+    api: ApiOption = None,
+) -> None:
+    """Every decision and state change, with its reason."""
+    for event in call(client(config, api).events, job):
+        subject = f"job {event['job_id']}" if event["job_id"] is not None else ""
+        console.print(f"{clock(event['time'])} {event['kind']:<16} {subject:<8} {event['message']}", highlight=False)
+
+
+def clock(timestamp: float | None) -> str:
+    return datetime.fromtimestamp(timestamp).strftime("%H:%M:%S") if timestamp is not None else ""
+
+
+def register(app: typer.Typer) -> None:
+    for command in (up, submit, queue, show, cancel, logs, events):
+        app.command()(command)

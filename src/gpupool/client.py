@@ -1,0 +1,89 @@
+"""A small client of the HTTP API, for the command line (and for scripts)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from gpupool.errors import Conflict, Forbidden, GpupoolError, InvalidInput, NotFound
+
+ERRORS: dict[int, type[GpupoolError]] = {
+    400: InvalidInput,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    422: InvalidInput,
+}
+
+
+class Unreachable(GpupoolError):
+    pass
+
+
+class Client:
+    def __init__(self, url: str, token: str, timeout: float = 30.0) -> None:
+        self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout)
+        self.url = url
+
+    @classmethod
+    def from_env(cls, url: str | None, data_dir: Path) -> Client:
+        """`GPUPOOL_API` and `GPUPOOL_TOKEN` when set, else the local service's address and the
+        admin token of its data directory."""
+        token = os.environ.get("GPUPOOL_TOKEN")
+        if token is None:
+            path = data_dir / "admin.token"
+            try:
+                token = path.read_text().strip()
+            except OSError:
+                raise GpupoolError(f"no token: set GPUPOOL_TOKEN, or start `gpupool up` (it writes {path})") from None
+        return cls(url or os.environ.get("GPUPOOL_API") or "http://127.0.0.1:8470", token)
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self.http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise Unreachable(f"cannot reach gpupool at {self.url} ({exc}); is `gpupool up` running?") from None
+        if response.status_code >= 400:
+            try:
+                message = response.json()["message"]
+            except (ValueError, KeyError):
+                message = response.text
+            raise ERRORS.get(response.status_code, GpupoolError)(message)
+        if response.status_code == 204:
+            return None
+        if response.headers.get("content-type", "").startswith("application/json"):
+            return response.json()
+        return response.text
+
+    def submit(self, body: dict[str, Any]) -> dict[str, Any]:
+        job: dict[str, Any] = self.request("POST", "/jobs", json=body)
+        return job
+
+    def jobs(self, **params: Any) -> list[dict[str, Any]]:
+        jobs: list[dict[str, Any]] = self.request("GET", "/jobs", params={k: v for k, v in params.items() if v})
+        return jobs
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        job: dict[str, Any] = self.request("GET", f"/jobs/{job_id}")
+        return job
+
+    def cancel(self, job_id: int) -> dict[str, Any]:
+        job: dict[str, Any] = self.request("POST", f"/jobs/{job_id}/cancel")
+        return job
+
+    def logs(self, job_id: int, attempt: int | None, stream: str, offset: int) -> str:
+        params: dict[str, Any] = {"stream": stream, "offset": offset}
+        if attempt is not None:
+            params["attempt"] = attempt
+        text: str = self.request("GET", f"/jobs/{job_id}/logs", params=params)
+        return text
+
+    def events(self, job_id: int | None = None, after: int = 0) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"after": after}
+        if job_id is not None:
+            params["job"] = job_id
+        events: list[dict[str, Any]] = self.request("GET", "/events", params=params)
+        return events

@@ -1,0 +1,145 @@
+"""`gpupool up` as a real process, driven by the command line; and a kill -9 in the middle."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from gpupool.store import Store
+from gpupool.store.engine import sqlite_url
+from gpupool.store.schema import PlacementRow
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Service:
+    def __init__(self, tmp: Path) -> None:
+        self.config = tmp / "gpupool.yaml"
+        self.data = tmp / "data"
+        self.port = free_port()
+        self.config.write_text(
+            f"service: {{data_dir: {self.data}, port: {self.port}, virtual_gpus: 2, interval: 0.2}}\n"
+            "classes:\n"
+            "  high: {value: 100, may_preempt: true, preemptible: false, grace_period: 2s}\n"
+            "  low: {value: 0, may_preempt: false, preemptible: true, grace_period: 2s}\n"
+        )
+        self.process: subprocess.Popen[str] | None = None
+        self.env = {**os.environ, "COLUMNS": "200"}
+        self.env.pop("GPUPOOL_TOKEN", None)
+
+    def up(self) -> None:
+        command = [sys.executable, "-m", "gpupool", "up", "--config", str(self.config)]
+        self.process = subprocess.Popen(
+            command, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        wait_for(self.ready)
+
+    def ready(self) -> bool:
+        try:
+            token = (self.data / "admin.token").read_text().strip()
+            return httpx.get(
+                f"http://127.0.0.1:{self.port}/pool", headers={"Authorization": f"Bearer {token}"}
+            ).is_success
+        except (OSError, httpx.TransportError):
+            return False
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "gpupool", *args]
+        if args[0] != "submit" or "--" not in args:
+            command += ["--config", str(self.config)]
+        else:
+            split = command.index("--")
+            command[split:split] = ["--config", str(self.config)]
+        return subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=60, check=False)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    service = Service(tmp_path)
+    service.up()
+    yield service
+    if service.process is not None and service.process.poll() is None:
+        service.process.terminate()
+        service.process.wait(timeout=10)
+    subprocess.run(["pkill", "-f", str(service.data)], check=False)
+
+
+def state(service: Service, job: int) -> str:
+    out = service.cli("show", str(job)).stdout
+    return out.split(":", 1)[1].split(",", 1)[0].strip() if out.startswith("job") else ""
+
+
+def test_up_says_where_it_listens_and_that_its_gpus_are_virtual(service: Service) -> None:
+    assert service.process is not None
+    service.process.terminate()
+    out, _ = service.process.communicate(timeout=10)
+    assert f"gpupool listening on http://127.0.0.1:{service.port}" in out
+    assert "2 virtual GPUs" in out
+
+
+def test_submit_queue_logs_and_bad_input_through_the_command_line(service: Service, tmp_path: Path) -> None:
+    submitted = service.cli(
+        "submit", "--priority", "low", "--name", "hello", "--", "sh", "-c", "echo hi from $GPUPOOL_JOB_ID"
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    assert "submitted job 1" in submitted.stdout
+    wait_for(lambda: state(service, 1) == "succeeded")
+    assert service.cli("logs", "1").stdout == "hi from 1\n"
+    assert "hello" in service.cli("queue", "--all").stdout
+    too_big = service.cli("submit", "--priority", "low", "--gpus", "5", "--", "true")
+    assert too_big.returncode == 2
+    assert "5 GPUs can never fit this pool (2 GPUs in all)" in too_big.stderr
+    unknown = service.cli("submit", "--priority", "vip", "--", "true")
+    assert "unknown priority class 'vip'" in unknown.stderr
+    assert "job 9" not in service.cli("queue", "--all").stdout
+
+
+def test_a_kill_9_of_the_scheduler_loses_no_job_and_runs_none_twice(service: Service) -> None:
+    for _ in range(2):
+        assert service.cli("submit", "--priority", "low", "--", "sh", "-c", "sleep 3; echo done").returncode == 0
+    assert service.cli("submit", "--priority", "low", "--", "sh", "-c", "echo third").returncode == 0
+    wait_for(lambda: state(service, 1) == "running" and state(service, 2) == "running")
+    service.kill()
+    time.sleep(1.0)
+    service.up()
+    wait_for(lambda: all(state(service, j) == "succeeded" for j in (1, 2, 3)), timeout=60)
+    for job in (1, 2):
+        assert "attempts 1, preemptions 0" in service.cli("show", str(job)).stdout
+    assert service.cli("logs", "1").stdout == "done\n"
+    store = Store.open(sqlite_url(service.data))
+    with store.transaction() as s:
+        rows = s.scalars(select(PlacementRow)).all()
+        placements = sorted((p.node, p.gpu, p.held_from, p.held_until or float("inf")) for p in rows)
+    store.close()
+    for (node, gpu, _, end), (node2, gpu2, start2, _) in itertools.pairwise(placements):
+        if (node, gpu) == (node2, gpu2):
+            assert start2 >= end, f"GPU {node}:{gpu} held by two attempts at once"
