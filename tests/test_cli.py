@@ -70,8 +70,20 @@ def test_simulate_writes_one_report_per_policy_and_the_same_bytes_twice(traces_d
     assert "utilization-pool-priority.png" in pngs
 
 
-def test_demo_shows_a_preemption_a_resume_and_a_summary() -> None:
+def test_the_live_demo_shows_a_preemption_a_resume_and_a_summary() -> None:
     result = gpupool("demo")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "preempting  preempted job" in out
+    assert "requeued after notice (exit code 0)" in out
+    assert "attempt 1 on GPUs" in out
+    assert "from step 0" not in out.split("its next attempt said:")[1]
+    assert out.count("succeeded (exit code 0)") == 5
+    assert "Waits per class" in out
+
+
+def test_the_simulated_demo_shows_a_preemption_a_resume_and_a_summary() -> None:
+    result = gpupool("demo", "--simulated")
     assert result.returncode == 0, result.stderr
     assert "notice" in result.stdout
     assert "resumes from its checkpoint" in result.stdout

@@ -175,11 +175,18 @@ def replay_with_progress(trace: Trace, spec: ClusterSpec, policies: list[Policy]
 
 
 @app.command()
-def demo() -> None:
-    """A short demonstration on a workload it makes itself."""
-    from gpupool.demo import run_demo
+def demo(
+    simulated: Annotated[bool, typer.Option(help="Replay the demonstration in the simulator instead.")] = False,
+) -> None:
+    """A short demonstration: the live scheduler on virtual GPUs with real jobs (under a minute)."""
+    if simulated:
+        from gpupool.demo import run_demo
 
-    run_demo(console)
+        run_demo(console)
+        return
+    from gpupool.demo_live import run_live_demo
+
+    run_live_demo(console)
 
 
 register(app)

@@ -1,0 +1,1 @@
+"""Example jobs that speak the job protocol."""
