@@ -14,14 +14,14 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from hashlib import sha256
 from pathlib import Path
 
 from gpupool.errors import Conflict
 from gpupool.executors import Executor, Handle, Launch
 from gpupool.executors.proc import recorded_exit, recorded_launcher
-from gpupool.model import Config, JobState, Plan
+from gpupool.model import Config, JobState, Placement, Plan, Reason
 from gpupool.policy import decide
 from gpupool.store import Store
 
@@ -43,6 +43,8 @@ class ControlLoop:
     wakeup: threading.Event = field(default_factory=threading.Event)
     retry_at: float | None = None
     killed: set[tuple[int, int]] = field(default_factory=set)
+    told: dict[str, tuple[Reason, str]] = field(default_factory=dict)
+    """The reason to wait last recorded for each pending job."""
     stopping: dict[tuple[int, int], float] = field(default_factory=dict)
     """Attempts of cancelled jobs that got SIGTERM, with when they get SIGKILL."""
 
@@ -67,11 +69,16 @@ class ControlLoop:
             return changed
         plan = decide(snapshot, self.config, now)
         self.retry_at = plan.retry_at
+        # A job's reason to wait is written when it changes, not at every decision.
+        waits = tuple(w for w in plan.waits if self.told.get(w.job) != (w.reason, w.message))
         try:
-            self.store.record_plan(plan, now)
-        except Conflict:
-            log.exception("a plan was refused by the store; deciding again from a fresh snapshot")
+            self.store.record_plan(replace(plan, waits=waits), now)
+        except Conflict as exc:
+            log.warning("the store refused a plan (%s); deciding again from a fresh snapshot", exc)
             return True
+        self.told.update((w.job, (w.reason, w.message)) for w in waits)
+        for start in plan.starts:
+            self.told.pop(start.job, None)
         self.carry_out(plan, now)
         return changed or bool(plan.starts or plan.preemptions)
 
@@ -107,15 +114,12 @@ class ControlLoop:
             victim = int(preempt.victim)
             self.executor.notify(victim, self.store.job(victim).attempts - 1, preempt.deadline)
         for start in plan.starts:
-            self.launch(int(start.job), now)
+            self.launch(int(start.job), start.placement, now)
 
-    def launch(self, job_id: int, now: float) -> None:
+    def launch(self, job_id: int, placement: Placement, now: float) -> None:
         job = self.store.job(job_id)
         attempt = job.attempts - 1
-        held = [p for p in self.store.held() if p.job_id == job_id and p.attempt == attempt]
-        gpus: dict[str, list[int]] = {}
-        for p in sorted(held, key=lambda p: (p.node, p.gpu)):
-            gpus.setdefault(p.node, []).append(p.gpu)
+        gpus = {a.node: list(a.gpus) for a in placement}
         attempt_dir = self.attempt_dir(job_id, attempt)
         checkpoints = self.job_dir(job_id) / "checkpoints"
         checkpoints.mkdir(parents=True, exist_ok=True)

@@ -50,6 +50,19 @@ class Context:
     loop: ControlLoop
     admin_hash: str
     clock: Callable[[], float] = time.time
+    _classes: list[str] | None = None
+    _nodes: list[Node] | None = None
+
+    # Classes and nodes are set when the service starts and do not change while it runs.
+    def class_names(self) -> list[str]:
+        if self._classes is None:
+            self._classes = [c.name for c in self.store.classes()]
+        return self._classes
+
+    def nodes(self) -> list[Node]:
+        if self._nodes is None:
+            self._nodes = self.store.nodes_as_core()
+        return self._nodes
 
 
 @dataclass(frozen=True)
@@ -96,14 +109,14 @@ def create_app(ctx: Context) -> FastAPI:
     def submit(body: JobIn, who: Annotated[Principal, Depends(principal)]) -> JobOut:
         team = body.team or who.team or DEFAULT_TEAM
         may_touch(who, team)
-        known = [c.name for c in ctx.store.classes()]
+        known = ctx.class_names()
         if body.priority not in known:
             raise InvalidInput(f"priority: unknown priority class {body.priority!r} (known: {', '.join(known)})")
         row = next((t for t in ctx.store.teams() if t.name == team), None)
         if row is not None and row.allowed_classes is not None and body.priority not in row.allowed_classes:
             allowed = ", ".join(row.allowed_classes)
             raise Forbidden(f"team {team} may not use class {body.priority} (allowed: {allowed})")
-        check_fits(ctx.store.nodes_as_core(), body, team)
+        check_fits(ctx.nodes(), body, team)
         spec = JobSpec(
             body.command,
             team,
