@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gpupool import config as configuration
@@ -34,7 +35,7 @@ class UsageError(typer.Exit):
     """Bad input: print what is wrong and exit with status 2."""
 
     def __init__(self, message: str) -> None:
-        errors.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+        errors.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
         super().__init__(code=2)
 
 

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from gpupool.client import Client
@@ -26,7 +27,7 @@ ApiOption = Annotated[
 
 
 def fail(message: str) -> typer.Exit:
-    errors.print(f"[bold red]error:[/] {message}", highlight=False)
+    errors.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code=2)
 
 
@@ -199,10 +200,65 @@ def events(
         console.print(f"{clock(event['time'])} {event['kind']:<16} {subject:<8} {event['message']}", highlight=False)
 
 
+team_app = typer.Typer(help="Teams: weights, guarantees, allowed classes, tokens (admin).", no_args_is_help=True)
+
+
+@team_app.command("list")
+def team_list(config: ConfigOption = None, api: ApiOption = None) -> None:
+    """Every team with its weight, guarantee and allowed classes."""
+    table = Table(box=None, header_style="bold")
+    for header in ("TEAM", "WEIGHT", "GUARANTEED GPUS", "CLASSES"):
+        table.add_column(header)
+    for team in call(client(config, api).teams):
+        classes = ", ".join(team["classes"]) if team["classes"] is not None else "all"
+        table.add_row(team["name"], f"{team['weight']:g}", str(team["guaranteed_gpus"]), classes)
+    console.print(table)
+
+
+@team_app.command("set")
+def team_set(
+    name: str,
+    weight: Annotated[float, typer.Option(help="Share of the pool relative to other teams.")] = 1.0,
+    guaranteed_gpus: Annotated[int, typer.Option(help="GPUs the team may reclaim from teams above theirs.")] = 0,
+    classes: Annotated[
+        str | None, typer.Option(help="Allowed priority classes, comma-separated (default all).")
+    ] = None,
+    new_token: Annotated[bool, typer.Option(help="Make a new token for the team (shown once).")] = False,
+    config: ConfigOption = None,
+    api: ApiOption = None,
+) -> None:
+    """Create or change a team."""
+    body: dict[str, Any] = {"weight": weight, "guaranteed_gpus": guaranteed_gpus, "new_token": new_token}
+    if classes is not None:
+        body["classes"] = [c.strip() for c in classes.split(",") if c.strip()]
+    team = call(client(config, api).set_team, name, body)
+    console.print(f"team {team['name']}: weight {team['weight']:g}, {team['guaranteed_gpus']} GPUs guaranteed")
+    if team["token"]:
+        console.print(f"token (shown once; give it to the team as GPUPOOL_TOKEN): {team['token']}")
+
+
+def classes(config: ConfigOption = None, api: ApiOption = None) -> None:
+    """The priority classes, most important first."""
+    table = Table(box=None, header_style="bold")
+    for header in ("CLASS", "VALUE", "MAY PREEMPT", "PREEMPTIBLE", "MIN RUNTIME", "GRACE"):
+        table.add_column(header)
+    for c in call(client(config, api).classes):
+        table.add_row(
+            c["name"],
+            str(c["value"]),
+            "yes" if c["may_preempt"] else "no",
+            "yes" if c["preemptible"] else "no",
+            human_seconds(c["min_runtime"]),
+            human_seconds(c["grace_period"]),
+        )
+    console.print(table)
+
+
 def clock(timestamp: float | None) -> str:
     return datetime.fromtimestamp(timestamp).strftime("%H:%M:%S") if timestamp is not None else ""
 
 
 def register(app: typer.Typer) -> None:
-    for command in (up, submit, queue, show, cancel, logs, events):
+    for command in (up, submit, queue, show, cancel, logs, events, classes):
         app.command()(command)
+    app.add_typer(team_app, name="team")

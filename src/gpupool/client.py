@@ -87,3 +87,15 @@ class Client:
             params["job"] = job_id
         events: list[dict[str, Any]] = self.request("GET", "/events", params=params)
         return events
+
+    def teams(self) -> list[dict[str, Any]]:
+        teams: list[dict[str, Any]] = self.request("GET", "/teams")
+        return teams
+
+    def set_team(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        team: dict[str, Any] = self.request("PUT", f"/teams/{name}", json=body)
+        return team
+
+    def classes(self) -> list[dict[str, Any]]:
+        classes: list[dict[str, Any]] = self.request("GET", "/classes")
+        return classes

@@ -100,3 +100,16 @@ def test_after_a_restart_live_processes_are_adopted_and_vanished_ones_requeued(
     restarted.tick(11.0)
     assert store.job(b.id).state == JobState.RUNNING.value
     assert len(store.held()) == 4
+
+
+def test_one_arrival_preempts_exactly_one_victim_also_while_it_drains(store: Store, tmp_path: Path) -> None:
+    store.set_nodes([Node("gpu1", 4, "virtual"), Node("gpu2", 4, "virtual")], virtual=True)
+    loop = ControlLoop(store, CONFIG, FakeExecutor(), tmp_path / "data")
+    victims = [store.submit(JobSpec(["sweep"], team="vision", priority="low", gpus=4), now=0.0).id for _ in range(3)]
+    loop.tick(0.0)
+    assert all(store.job(v).state == JobState.RUNNING.value for v in victims)
+    store.submit(JobSpec(["pretrain"], team="nlp", priority="high", gpus=4), now=500.0)
+    for now in (500.0, 501.0, 510.0, 530.0):  # the victim drains; later decisions add no victim
+        loop.tick(now)
+        assert len(fake(loop).notified) == 1
+    assert sum(store.job(v).state == JobState.PREEMPTING.value for v in victims) == 1

@@ -143,3 +143,52 @@ def test_a_kill_9_of_the_scheduler_loses_no_job_and_runs_none_twice(service: Ser
     for (node, gpu, _, end), (node2, gpu2, start2, _) in itertools.pairwise(placements):
         if (node, gpu) == (node2, gpu2):
             assert start2 >= end, f"GPU {node}:{gpu} held by two attempts at once"
+
+
+def test_teams_are_managed_from_the_command_line_and_tokens_are_scoped(service: Service) -> None:
+    made = service.cli("team", "set", "nlp", "--guaranteed-gpus", "1", "--classes", "low", "--new-token")
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.rsplit(": ", 1)[1].strip()
+    listed = service.cli("team", "list").stdout
+    assert "nlp" in listed
+    assert "low" in listed
+    assert "high" in service.cli("classes").stdout
+    as_nlp = {**service.env, "GPUPOOL_TOKEN": token}
+    command = [
+        sys.executable,
+        "-m",
+        "gpupool",
+        "submit",
+        "--config",
+        str(service.config),
+        "--priority",
+        "high",
+        "--",
+        "true",
+    ]
+    refused = subprocess.run(command, env=as_nlp, capture_output=True, text=True, timeout=60, check=False)
+    assert refused.returncode == 2
+    assert "team nlp may not use class high (allowed: low)" in refused.stderr
+    other = subprocess.run(
+        [*command[:-3], "low", "--team", "default", "--", "true"],
+        env=as_nlp,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "the token of team nlp may not act on jobs of team default" in other.stderr
+
+
+def test_a_malformed_configuration_is_refused_with_its_line(tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("service: {port: 8470\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "gpupool", "up", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "bad.yaml: line 2, column 1: not valid YAML" in result.stderr
