@@ -40,6 +40,8 @@ class ControlLoop:
     data_dir: Path
     api_url: str = ""
     interval: float = 1.0
+    settle: float = 0.02
+    """After a wake-up, how long to let more events arrive so that a burst makes one decision."""
     wakeup: threading.Event = field(default_factory=threading.Event)
     retry_at: float | None = None
     killed: set[tuple[int, int]] = field(default_factory=set)
@@ -176,5 +178,6 @@ class ControlLoop:
                 changed = False
             if changed:
                 continue
-            self.wakeup.wait(max(0.0, self.next_wakeup(clock()) - clock()))
+            if self.wakeup.wait(max(0.0, self.next_wakeup(clock()) - clock())):
+                time.sleep(self.settle)
             self.wakeup.clear()

@@ -59,17 +59,36 @@ class SchedulingStore(AttemptsStore):
                         notice,
                     )
                 )
-            pending_rows = s.scalars(select(JobRow).where(JobRow.state == JobState.PENDING.value).order_by(JobRow.id))
-            pending = [core_job(j, startup.get(j.id, 0.0)) for j in pending_rows]
+            # Plain columns, not ORM objects: the pending queue can be long, and this runs every tick.
+            columns = (
+                JobRow.id,
+                JobRow.team,
+                JobRow.priority,
+                JobRow.gpus,
+                JobRow.submit_time,
+                JobRow.gpus_per_node,
+                JobRow.gpu_type,
+                JobRow.preemptions,
+                JobRow.max_preemptions,
+            )
+            rows = s.execute(select(*columns).where(JobRow.state == JobState.PENDING.value).order_by(JobRow.id))
+            pending = [Job(str(r[0]), *r[1:], startup.get(r[0], 0.0)) for r in rows]
             return Snapshot(nodes, running, pending, self._usage(s, now))
 
     @staticmethod
     def _startup_times(s: Session) -> dict[int, float]:
         """Per job, how long its latest attempt took from allocation to its first productive
         step: the best guess of what its next restart costs."""
+        live_states = [
+            JobState.PENDING.value,
+            JobState.STARTING.value,
+            JobState.RUNNING.value,
+            JobState.PREEMPTING.value,
+        ]
         rows = s.execute(
             select(AttemptRow.job_id, AttemptRow.started_at, AttemptRow.productive_at)
-            .where(AttemptRow.productive_at.is_not(None))
+            .join(JobRow)
+            .where(AttemptRow.productive_at.is_not(None), JobRow.state.in_(live_states))
             .order_by(AttemptRow.job_id, AttemptRow.attempt)
         )
         return {job_id: (productive or started) - started for job_id, started, productive in rows}
