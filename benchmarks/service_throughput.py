@@ -13,7 +13,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -23,7 +23,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from gpupool.config import parse_spec
-from gpupool.up import Running, admin_token, shut_down, start
+from gpupool.testing import wait_for
+from gpupool.up import Running, admin_token, free_port, shut_down, start
 from pgserver import postgres_server
 
 SUBMISSIONS = 1000
@@ -69,23 +70,6 @@ def service(store: str | None, gpus: int) -> Iterator[tuple[Running, httpx.Clien
             running.server.should_exit = True
             server.join(timeout=10)
             shut_down(running)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError
-        time.sleep(0.01)
 
 
 def submissions_per_second(store: str | None) -> float:

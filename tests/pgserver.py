@@ -7,12 +7,13 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from gpupool.up import free_port
 
 
 def _bindir() -> Path:
@@ -23,13 +24,6 @@ def _bindir() -> Path:
     if pg_ctl is None:
         raise RuntimeError("PostgreSQL is not installed: the store tests need Debian's `postgresql` package")
     return Path(pg_ctl).resolve().parent
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @contextmanager
@@ -43,7 +37,7 @@ def postgres_server() -> Iterator[str]:
     if as_postgres:
         shutil.chown(root, "postgres")
         shutil.chown(sockets, "postgres")
-    port = _free_port()
+    port = free_port()
 
     def run(*command: str) -> None:
         subprocess.run([*as_postgres, *command], check=True, capture_output=True, timeout=120)

@@ -9,7 +9,6 @@ high-priority job is done. Every event is printed as it happens; a summary ends 
 from __future__ import annotations
 
 import itertools
-import socket
 import sys
 import tempfile
 import threading
@@ -26,7 +25,7 @@ from rich.table import Table
 from gpupool.config import parse_spec
 from gpupool.store import JobSpec, Store
 from gpupool.store.schema import AttemptRow, JobRow
-from gpupool.up import Running, shut_down, start
+from gpupool.up import Running, free_port, shut_down, start
 
 DEMO_CONFIG = """
 classes:
@@ -39,13 +38,6 @@ teams:
   nlp:    {guaranteed_gpus: 2}
 """
 STYLE = {"preempting": "bold red", "succeeded": "green", "running": "cyan", "pending": "yellow"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def trainer(steps: int) -> list[str]:

@@ -9,7 +9,8 @@ snapshot = Snapshot(
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from gpupool.executors import Exit, Handle, Launch
@@ -114,3 +115,13 @@ class FakeExecutor:
 
     def adopt(self, job_id: int, attempt: int, handle: Handle, attempt_dir: Path) -> bool:
         return (job_id, attempt) in self.alive
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 30.0, every: float = 0.02) -> float:
+    """Poll `condition` until it holds; return the seconds it took, or fail after `timeout`."""
+    began = time.monotonic()
+    while not condition():
+        if time.monotonic() - began > timeout:
+            raise AssertionError(f"timed out after {timeout} s")
+        time.sleep(every)
+    return time.monotonic() - began

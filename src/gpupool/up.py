@@ -22,6 +22,14 @@ from gpupool.store.engine import sqlite_url
 ADMIN_TOKEN = "admin.token"
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (for demos and tests on loopback)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
 def admin_token(data_dir: Path) -> str:
     """The admin token of this data directory, made on first use (readable by its owner only)."""
     path = data_dir / ADMIN_TOKEN

@@ -16,6 +16,7 @@ from gpupool.executors.local import LocalExecutor
 from gpupool.model import DEFAULT_CLASSES, Config, JobState, Node, Team
 from gpupool.service import ControlLoop
 from gpupool.store import JobSpec, Store
+from gpupool.testing import wait_for
 
 GRACE = 3.0
 CLASSES = tuple(replace(c, grace_period=GRACE, min_runtime=0.0) for c in DEFAULT_CLASSES)
@@ -76,15 +77,6 @@ def training(loop: ControlLoop, job: int, attempt: int = 0) -> Callable[[], bool
     """The attempt has set up its signal handling (it prints once it has)."""
     log = loop.attempt_dir(job, attempt) / "stdout.log"
     return lambda: log.exists() and f"attempt {attempt}" in log.read_text()
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> float:
-    began = time.monotonic()
-    while not condition():
-        if time.monotonic() - began > timeout:
-            raise AssertionError("timed out")
-        time.sleep(0.02)
-    return time.monotonic() - began
 
 
 def test_a_cooperating_victim_checkpoints_is_requeued_and_resumes(

@@ -5,11 +5,10 @@ from __future__ import annotations
 import itertools
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -19,13 +18,8 @@ from sqlalchemy import select
 from gpupool.store import Store
 from gpupool.store.engine import sqlite_url
 from gpupool.store.schema import PlacementRow
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+from gpupool.testing import wait_for
+from gpupool.up import free_port
 
 
 class Service:
@@ -72,14 +66,6 @@ class Service:
             split = command.index("--")
             command[split:split] = ["--config", str(self.config)]
         return subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=60, check=False)
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        time.sleep(0.1)
 
 
 @pytest.fixture
