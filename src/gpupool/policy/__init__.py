@@ -33,10 +33,10 @@ from gpupool.policy.budget import Effective, effective_class
 from gpupool.policy.order import queue_order
 from gpupool.policy.place import FreeGpus, Group, Shape, can_ever_fit, choose_slots, job_shapes
 from gpupool.policy.preempt import (
-    Holder,
+    Candidate,
+    Candidates,
     Preemptor,
     Victim,
-    VictimPool,
     find_victims,
     lost_work,
     protection,
@@ -66,7 +66,7 @@ class _Cycle:
     config: Config
     now: float
     free: FreeGpus = field(init=False)
-    pool: VictimPool = field(init=False)
+    candidates: Candidates = field(init=False)
     expiring: dict[int, float] = field(default_factory=dict)
     """Per class value, the earliest end of a minimum-runtime protection."""
     draining_for: dict[JobId, list[RunningJob]] = field(init=False)
@@ -97,29 +97,31 @@ class _Cycle:
             else:
                 alloc[running.job.team] += running.job.gpus
         guarantee = {name: team.guaranteed_gpus for name, team in self.config.teams.items()}
-        self.pool = VictimPool(self.free, alloc, guarantee, self.index_candidates)
+        self.candidates = Candidates(self.free, alloc, guarantee, self.build_candidates)
 
-    def index_candidates(self) -> list[list[Holder]]:
+    def build_candidates(self) -> list[list[Candidate]]:
         """Running jobs that are not draining, by node, in victim order. Built only when a
         job first needs preemption: most decisions never look at victims."""
-        on_node: list[list[Holder]] = [[] for _ in self.snapshot.nodes]
+        on_node: list[list[Candidate]] = [[] for _ in self.snapshot.nodes]
         for running in self.snapshot.running:
             if running.notice is not None:
                 continue
             cls = self.effective_of(running.job).cls
             slots = tuple((self.free.node_index(a.node), a.gpus) for a in running.placement)
-            holder = Holder(running, cls, slots)
-            holder.protection = protection(running, cls, self.now, self.config)
-            if holder.protection is not None and cls.preemptible and self.now - running.started_at < cls.min_runtime:
-                holder.protected_until = running.started_at + cls.min_runtime
-            holder.cost = lost_work(running, self.now)
-            if holder.protected_until is not None:
+            candidate = Candidate(running, cls, slots)
+            candidate.protection = protection(running, cls, self.now, self.config)
+            if candidate.protection is not None and cls.preemptible and self.now - running.started_at < cls.min_runtime:
+                candidate.protected_until = running.started_at + cls.min_runtime
+            candidate.cost = lost_work(running, self.now)
+            if candidate.protected_until is not None:
                 value = cls.value
-                self.expiring[value] = min(self.expiring.get(value, holder.protected_until), holder.protected_until)
+                self.expiring[value] = min(
+                    self.expiring.get(value, candidate.protected_until), candidate.protected_until
+                )
             for i in {i for i, _ in slots}:
-                on_node[i].append(holder)
-        for holders in on_node:
-            holders.sort(key=victim_order)
+                on_node[i].append(candidate)
+        for here in on_node:
+            here.sort(key=victim_order)
         return on_node
 
     # --- lookups -------------------------------------------------------------------------
@@ -157,7 +159,7 @@ class _Cycle:
             victims = sorted(self.draining_for[job.id], key=lambda r: r.job.id)
             placement = self.place_with(job, victims)
             if placement:
-                self.pool.alloc[job.team] += job.gpus
+                self.candidates.alloc[job.team] += job.gpus
                 self.settled.add(job.id)
                 held.append((job, placement, victims))
         for job, placement, victims in held:
@@ -175,7 +177,7 @@ class _Cycle:
         lent = [(self.free.node_index(a.node), a.gpus) for r in lenders for a in r.placement]
         for i, gpus in lent:
             self.free.give(i, gpus)
-        slots = self.first_fit(job, lent=True) or []
+        slots = self.best_fit_slots(job, lent=True) or []
         own = {i: [g for j, gpus in lent if j == i for g in gpus] for i, _ in slots}
         placement: Placement = ()
         for i, want in slots:
@@ -197,7 +199,7 @@ class _Cycle:
     # --- 3. the queue --------------------------------------------------------------------
 
     def share(self, team: str) -> float:
-        return self.pool.alloc[team] / max(self.config.team(team).weight, 1e-9)
+        return self.candidates.alloc[team] / max(self.config.team(team).weight, 1e-9)
 
     def place_queue(self) -> None:
         pending = [(self.effective_of(j).cls.value, j) for j in self.snapshot.pending if j.id not in self.settled]
@@ -241,7 +243,7 @@ class _Cycle:
             self.ever_fits[shapes] = any(can_ever_fit(s, self.snapshot.nodes) for s in shapes)
         return self.ever_fits[shapes]
 
-    def first_fit(self, job: Job, *, lent: bool = False) -> list[tuple[int, int]] | None:
+    def best_fit_slots(self, job: Job, *, lent: bool = False) -> list[tuple[int, int]] | None:
         """Slots on the first shape that fits. Free GPUs only shrink during a cycle, so a
         shape that did not fit never will: remember it, unless GPUs were lent for the try."""
         for shape in self.shapes_of(job):
@@ -255,10 +257,10 @@ class _Cycle:
         return None
 
     def start_on_free(self, job: Job) -> bool:
-        slots = self.first_fit(job)
+        slots = self.best_fit_slots(job)
         if slots is None:
             return False
-        self.pool.alloc[job.team] += job.gpus
+        self.candidates.alloc[job.team] += job.gpus
         self.start(job, self.free.allocate(slots))
         return True
 
@@ -277,7 +279,7 @@ class _Cycle:
         used = {(a.node, g) for a in placement for g in a.gpus}
         claimed = [r for r in self.orphans if any((a.node, g) in used for a in r.placement for g in a.gpus)]
         self.orphans = [r for r in self.orphans if r not in claimed]
-        self.pool.alloc[job.team] += job.gpus
+        self.candidates.alloc[job.team] += job.gpus
         self.settled.add(job.id)
         deadline = max(r.notice.deadline for r in claimed if r.notice is not None)
         self.hold(job, placement, [r.job.id for r in claimed], deadline)
@@ -287,7 +289,7 @@ class _Cycle:
         """Give notice to the cheapest sufficient victims; if there are none, say why not."""
         eff = self.effective_of(job)
         guarantee = self.config.team(job.team).guaranteed_gpus
-        may_reclaim = self.config.reclaim and self.pool.alloc[job.team] + job.gpus <= guarantee
+        may_reclaim = self.config.reclaim and self.candidates.alloc[job.team] + job.gpus <= guarantee
         if not self.config.preemption or not (eff.cls.may_preempt or may_reclaim):
             return Reason.NO_FIT
         who = Preemptor(job.id, job.team, eff.cls, may_reclaim)
@@ -295,7 +297,7 @@ class _Cycle:
             key = (shape, eff.cls.value, job.team if may_reclaim else None)
             if key in self.no_victims:
                 continue
-            found = find_victims(who, shape, self.pool, self.nodes_in(shape.groups))
+            found = find_victims(who, shape, self.candidates, self.nodes_in(shape.groups))
             if found is None:
                 self.no_victims.add(key)
                 continue
@@ -312,31 +314,31 @@ class _Cycle:
             if mine:
                 self.free.take(i, mine)
             for victim in victims:
-                for node, gpus in victim.holder.slots:
+                for node, gpus in victim.candidate.slots:
                     if node == i and len(mine) < want:
                         mine.extend(gpus[: want - len(mine)])
             placement.append((i, tuple(sorted(mine))))
         deadlines = []
         for victim in victims:
-            holder = victim.holder
-            self.pool.chosen.add(holder.id)
-            self.pool.alloc[holder.team] -= holder.gpus
+            candidate = victim.candidate
+            self.candidates.chosen.add(candidate.id)
+            self.candidates.alloc[candidate.team] -= candidate.gpus
             # The grace is what the job needs to save, so its own class's, whatever its budget.
-            deadline = self.now + self.config.priority_class(holder.running.job.priority).grace_period
+            deadline = self.now + self.config.priority_class(candidate.running.job.priority).grace_period
             deadlines.append(deadline)
             self.preemptions.append(
                 Preempt(
-                    holder.id,
+                    candidate.id,
                     job.id,
                     deadline,
                     victim.reason,
-                    messages.preempted(holder, job, self.effective_of(job), victim.reason, self.now),
+                    messages.preempted(candidate, job, self.effective_of(job), victim.reason, self.now),
                 )
             )
         held = tuple(Allocation(self.snapshot.nodes[i].name, gpus) for i, gpus in placement)
-        self.pool.alloc[job.team] += job.gpus
+        self.candidates.alloc[job.team] += job.gpus
         self.settled.add(job.id)
-        self.hold(job, held, [v.holder.id for v in victims], max(deadlines))
+        self.hold(job, held, [v.candidate.id for v in victims], max(deadlines))
 
     def note_retry(self, cls: PriorityClass, may_reclaim: bool) -> None:
         ends = [

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from gpupool.model import Job, Placement, PriorityClass, Reason
 from gpupool.policy.budget import Effective
 from gpupool.policy.place import FreeGpus, Group
-from gpupool.policy.preempt import Holder
+from gpupool.policy.preempt import Candidate
 from gpupool.units import human_seconds
 
 
@@ -24,7 +24,7 @@ def started(job: Job, placement: Placement, eff: Effective) -> str:
     return f"{text}; {eff.note}" if eff.note else text
 
 
-def preempted(victim: Holder, job: Job, eff: Effective, reason: Reason, now: float) -> str:
+def preempted(victim: Candidate, job: Job, eff: Effective, reason: Reason, now: float) -> str:
     running = victim.running
     if running.last_checkpoint_at is not None:
         checkpoint = f"last checkpoint {human_seconds(now - running.last_checkpoint_at)} ago"

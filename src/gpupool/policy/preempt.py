@@ -11,7 +11,7 @@ from gpupool.policy.place import FreeGpus, Shape, Slot
 
 
 @dataclass(slots=True)
-class Holder:
+class Candidate:
     """A running job as the working state of one decision sees it."""
 
     running: RunningJob
@@ -56,36 +56,36 @@ def lost_work(running: RunningJob, now: float) -> float:
     return running.job.gpus * (max(0.0, now - since) + running.job.expected_restart)
 
 
-def victim_order(holder: Holder) -> tuple[int, float, float, str]:
+def victim_order(candidate: Candidate) -> tuple[int, float, float, str]:
     """Lower class first, then cheapest lost work, then most recently started; the id
     keeps the order total (an arbitrary but deterministic tie-break)."""
-    return (holder.cls.value, holder.cost, -holder.running.started_at, holder.id)
+    return (candidate.cls.value, candidate.cost, -candidate.running.started_at, candidate.id)
 
 
 @dataclass(frozen=True, slots=True)
 class Victim:
-    holder: Holder
+    candidate: Candidate
     reason: Reason
 
 
 @dataclass(slots=True)
-class VictimPool:
+class Candidates:
     """Preemption candidates of one decision, indexed by node; chosen ones are taken out."""
 
     free: FreeGpus
     alloc: Counter[str]
     """GPUs per team held by running jobs that are not draining."""
     guarantee: Mapping[str, int]
-    index: Callable[[], list[list[Holder]]]
+    build: Callable[[], list[list[Candidate]]]
     """Builds the candidates by node, on first use."""
     chosen: set[JobId] = field(default_factory=set)
-    _on_node: list[list[Holder]] | None = None
+    _on_node: list[list[Candidate]] | None = None
     _bounds: dict[tuple[int, bool], list[int]] = field(default_factory=dict)
 
     @property
-    def on_node(self) -> list[list[Holder]]:
+    def on_node(self) -> list[list[Candidate]]:
         if self._on_node is None:
-            self._on_node = self.index()
+            self._on_node = self.build()
         return self._on_node
 
     def bound(self, who: Preemptor) -> list[int]:
@@ -98,10 +98,10 @@ class VictimPool:
             self._bounds[key] = [
                 sum(
                     h.gpus_on(i)
-                    for h in holders
+                    for h in here
                     if h.protection is None and (h.cls.value < limit or (inclusive and h.cls.value == limit))
                 )
-                for i, holders in enumerate(self.on_node)
+                for i, here in enumerate(self.on_node)
             ]
         return self._bounds[key]
 
@@ -118,16 +118,16 @@ class Preemptor:
     """Its team is below its guarantee, and stays within it with this job."""
 
 
-def eligibility(holder: Holder, who: Preemptor, pool: VictimPool) -> Reason | None:
-    if who.cls.may_preempt and holder.cls.value < who.cls.value:
+def eligibility(candidate: Candidate, who: Preemptor, candidates: Candidates) -> Reason | None:
+    if who.cls.may_preempt and candidate.cls.value < who.cls.value:
         return Reason.PRIORITY
-    if who.may_reclaim and holder.cls.value <= who.cls.value and pool.over_guarantee(holder.team):
+    if who.may_reclaim and candidate.cls.value <= who.cls.value and candidates.over_guarantee(candidate.team):
         return Reason.RECLAIM
     return None
 
 
 def find_victims(
-    who: Preemptor, shape: Shape, pool: VictimPool, nodes_of: Sequence[int]
+    who: Preemptor, shape: Shape, candidates: Candidates, nodes_of: Sequence[int]
 ) -> tuple[list[Slot], list[Victim]] | None:
     """The cheapest sufficient set of victims that makes the gang fit, with its placement.
 
@@ -138,8 +138,8 @@ def find_victims(
     fits. Reclaim never takes a victim that would push its team below its guarantee.
     Returns None, choosing nobody, when no such set exists.
     """
-    free = pool.free
-    bound = pool.bound(who)
+    free = candidates.free
+    bound = candidates.bound(who)
     removed: Counter[str] = Counter()
     freed: Counter[int] = Counter()
     chosen: dict[JobId, Victim] = {}
@@ -155,13 +155,13 @@ def find_victims(
             if have < want and have + bound[i] < want:
                 continue
             if have < want:
-                found = _victims_on_node(i, want - have, who, pool, chosen, removed)
+                found = _victims_on_node(i, want - have, who, candidates, chosen, removed)
                 if found is None:
                     continue
                 picked = found
             score = (
-                max((v.holder.cls.value for v in picked), default=-(2**62)),
-                sum(v.holder.cost for v in picked),
+                max((v.candidate.cls.value for v in picked), default=-(2**62)),
+                sum(v.candidate.cost for v in picked),
                 len(picked),
                 have,
                 i,
@@ -174,9 +174,9 @@ def find_victims(
         used.add(node)
         slots.append((node, want))
         for victim in picked:
-            chosen[victim.holder.id] = victim
-            removed[victim.holder.team] += victim.holder.gpus
-            for i, gpus in victim.holder.slots:
+            chosen[victim.candidate.id] = victim
+            removed[victim.candidate.team] += victim.candidate.gpus
+            for i, gpus in victim.candidate.slots:
                 freed[i] += len(gpus)
     return slots, reprieve(slots, list(chosen.values()), free)
 
@@ -185,9 +185,9 @@ def reprieve(slots: Sequence[Slot], victims: list[Victim], free: FreeGpus) -> li
     """Drop, most expensive first, every victim the whole gang still fits without: a victim
     needed on one node when it was chosen may be covered later by one spanning several."""
     kept = list(victims)
-    for victim in sorted(victims, key=lambda v: victim_order(v.holder), reverse=True):
+    for victim in sorted(victims, key=lambda v: victim_order(v.candidate), reverse=True):
         trial = [v for v in kept if v is not victim]
-        if all(len(free.free[i]) + sum(v.holder.gpus_on(i) for v in trial) >= want for i, want in slots):
+        if all(len(free.free[i]) + sum(v.candidate.gpus_on(i) for v in trial) >= want for i, want in slots):
             kept = trial
     return kept
 
@@ -196,32 +196,34 @@ def _victims_on_node(
     node: int,
     need: int,
     who: Preemptor,
-    pool: VictimPool,
+    candidates: Candidates,
     chosen: Mapping[JobId, Victim],
     removed: Counter[str],
 ) -> list[Victim] | None:
     taken: list[Victim] = []
     taken_gpus: Counter[str] = Counter()
     got = 0
-    for holder in pool.on_node[node]:
-        if holder.id in chosen or holder.id in pool.chosen or holder.protection is not None:
+    for candidate in candidates.on_node[node]:
+        if candidate.id in chosen or candidate.id in candidates.chosen or candidate.protection is not None:
             continue
-        reason = eligibility(holder, who, pool)
+        reason = eligibility(candidate, who, candidates)
         if reason is None:
             continue
         if reason is Reason.RECLAIM:
-            left = pool.alloc[holder.team] - removed[holder.team] - taken_gpus[holder.team] - holder.gpus
-            if left < pool.guarantee.get(holder.team, 0):
+            left = (
+                candidates.alloc[candidate.team] - removed[candidate.team] - taken_gpus[candidate.team] - candidate.gpus
+            )
+            if left < candidates.guarantee.get(candidate.team, 0):
                 continue
-        taken.append(Victim(holder, reason))
-        taken_gpus[holder.team] += holder.gpus
-        got += holder.gpus_on(node)
+        taken.append(Victim(candidate, reason))
+        taken_gpus[candidate.team] += candidate.gpus
+        got += candidate.gpus_on(node)
         if got >= need:
             break
     if got < need:
         return None
     for victim in reversed(list(taken)):
-        spare = victim.holder.gpus_on(node)
+        spare = victim.candidate.gpus_on(node)
         if got - spare >= need:
             taken.remove(victim)
             got -= spare
