@@ -24,6 +24,7 @@ from gpupool.executors.proc import recorded_exit, recorded_launcher
 from gpupool.model import Config, JobState, Placement, Plan, Reason
 from gpupool.policy import decide
 from gpupool.store import Store
+from gpupool.store.schema import JobRow
 
 log = logging.getLogger("gpupool.service")
 
@@ -89,9 +90,9 @@ class ControlLoop:
         for exit in ended:
             self.killed.discard((exit.job_id, exit.attempt))
             self.stopping.pop((exit.job_id, exit.attempt), None)
-            try:
-                self.store.end_attempt(exit.job_id, exit.attempt, exit.exit_code, now)
-            except Conflict:
+        states = self.store.end_attempts([(e.job_id, e.attempt, e.exit_code) for e in ended], now)
+        for exit, state in zip(ended, states, strict=True):
+            if state is None:
                 log.warning("job %s attempt %s ended but is not live in the store", exit.job_id, exit.attempt)
         return bool(ended)
 
@@ -112,23 +113,25 @@ class ControlLoop:
                 self.executor.kill(*key)
 
     def carry_out(self, plan: Plan, now: float) -> None:
+        jobs = self.store.jobs_by_id([int(p.victim) for p in plan.preemptions] + [int(s.job) for s in plan.starts])
         for preempt in plan.preemptions:
-            victim = int(preempt.victim)
-            self.executor.notify(victim, self.store.job(victim).attempts - 1, preempt.deadline)
-        for start in plan.starts:
-            self.launch(int(start.job), start.placement, now)
+            victim = jobs[int(preempt.victim)]
+            self.executor.notify(victim.id, victim.attempts - 1, preempt.deadline)
+        launched = [self.launch(jobs[int(start.job)], start.placement) for start in plan.starts]
+        if launched:
+            self.store.mark_all_running(launched, now)
 
-    def launch(self, job_id: int, placement: Placement, now: float) -> None:
-        job = self.store.job(job_id)
+    def launch(self, job: JobRow, placement: Placement) -> tuple[int, int, int, str, str]:
+        """Start the job's newest attempt; returns what `mark_all_running` records of it."""
         attempt = job.attempts - 1
         gpus = {a.node: list(a.gpus) for a in placement}
-        attempt_dir = self.attempt_dir(job_id, attempt)
-        checkpoints = self.job_dir(job_id) / "checkpoints"
+        attempt_dir = self.attempt_dir(job.id, attempt)
+        checkpoints = self.job_dir(job.id) / "checkpoints"
         checkpoints.mkdir(parents=True, exist_ok=True)
         token = secrets.token_urlsafe(24)
         env = {
             **{k: str(v) for k, v in job.env.items()},
-            "GPUPOOL_JOB_ID": str(job_id),
+            "GPUPOOL_JOB_ID": str(job.id),
             "GPUPOOL_ATTEMPT": str(attempt),
             "GPUPOOL_CHECKPOINT_DIR": str(checkpoints),
             "GPUPOOL_NOTICE_FILE": str(attempt_dir / "notice"),
@@ -136,9 +139,8 @@ class ControlLoop:
             "GPUPOOL_TOKEN": token,
             "CUDA_VISIBLE_DEVICES": ",".join(str(g) for ids in gpus.values() for g in ids),
         }
-        launch = Launch(job_id, attempt, job.command, Path(job.workdir), env, attempt_dir, gpus)
-        handle = self.executor.start(launch)
-        self.store.mark_running(job_id, attempt, handle.pid, handle.started, token_hash(token), now)
+        handle = self.executor.start(Launch(job.id, attempt, job.command, Path(job.workdir), env, attempt_dir, gpus))
+        return (job.id, attempt, handle.pid, handle.started, token_hash(token))
 
     # --- after a restart -----------------------------------------------------------------------
 

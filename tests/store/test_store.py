@@ -91,7 +91,8 @@ def test_cancelling_a_running_job_asks_for_its_attempt_to_stop(store: Store) -> 
     store.mark_running(job.id, 0, pid=1, pid_started="1", token_hash="h", now=2.0)
     assert store.cancel(job.id, now=3.0).state == JobState.RUNNING.value
     assert [(a.job_id, a.attempt) for a in store.cancelling()] == [(job.id, 0)]
-    assert store.end_attempt(job.id, 0, -15, now=4.0) is JobState.CANCELLED
+    # It left cleanly on SIGTERM: still cancelled, not succeeded.
+    assert store.end_attempt(job.id, 0, 0, now=4.0) is JobState.CANCELLED
     with pytest.raises(Conflict, match="already ended"):
         store.cancel(job.id, now=5.0)
     with pytest.raises(NotFound):

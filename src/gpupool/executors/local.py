@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +15,7 @@ from gpupool.executors import Exit, Handle, Launch
 from gpupool.executors.proc import process_started, recorded_exit
 
 Key = tuple[int, int]
+LAUNCHER = Path(__file__).with_name("launch.sh")
 
 
 class LocalExecutor:
@@ -31,7 +31,7 @@ class LocalExecutor:
     def start(self, launch: Launch) -> Handle:
         key = (launch.job_id, launch.attempt)
         launch.attempt_dir.mkdir(parents=True, exist_ok=True)
-        launcher = [sys.executable, "-m", "gpupool.executors.launch", str(launch.attempt_dir), "--", *launch.command]
+        launcher = ["/bin/sh", str(LAUNCHER), str(launch.attempt_dir), *launch.command]
         with (
             (launch.attempt_dir / "stdout.log").open("ab") as out,
             (launch.attempt_dir / "stderr.log").open("ab") as err,

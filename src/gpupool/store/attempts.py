@@ -71,12 +71,18 @@ class AttemptsStore(StoreBase):
 
     def mark_running(self, job_id: int, attempt: int, pid: int, pid_started: str, token_hash: str, now: float) -> None:
         """The attempt's process exists: STARTING → RUNNING."""
+        self.mark_all_running([(job_id, attempt, pid, pid_started, token_hash)], now)
+
+    def mark_all_running(self, launched: Sequence[tuple[int, int, int, str, str]], now: float) -> None:
+        """`mark_running` for (job, attempt, pid, pid start time, token hash) of many attempts,
+        in one transaction."""
         with self.transaction() as s:
-            row = self.live_attempt(s, job_id, attempt)
-            row.pid, row.pid_started, row.token_hash = pid, pid_started, token_hash
-            job = self.locked_job(s, job_id)
-            if job.state == JobState.STARTING.value:
-                self.move(s, job, JobState.RUNNING, now, f"running as pid {pid}", attempt=attempt)
+            for job_id, attempt, pid, pid_started, token_hash in launched:
+                row = self.live_attempt(s, job_id, attempt)
+                row.pid, row.pid_started, row.token_hash = pid, pid_started, token_hash
+                job = self.locked_job(s, job_id)
+                if job.state == JobState.STARTING.value:
+                    self.move(s, job, JobState.RUNNING, now, f"running as pid {pid}", attempt=attempt)
 
     def give_notice(
         self, job_id: int, attempt: int, for_job: int, deadline: float, now: float, reason: str, message: str
@@ -137,42 +143,59 @@ class AttemptsStore(StoreBase):
     def end_attempt(self, job_id: int, attempt: int, exit_code: int | None, now: float) -> JobState:
         """The attempt's process is gone: release its GPUs and decide what becomes of the job.
 
-        Success if the job reported completion, or exited 0 with no notice. After a notice the
+        Cancelled if a cancel was asked for, unless the job reported completion. Success if the
+        job reported completion, or exited 0 with no notice. After a notice the
         job goes back in line whatever its exit code (a preemption, not a success or failure).
         An attempt whose process vanished with no status (`exit_code` None: the scheduler was
         down when it ended) goes back in line too, without using the failure budget.
         Otherwise it failed: retried while its failure budget lasts, else FAILED.
         """
         with self.transaction() as s:
-            row = self.live_attempt(s, job_id, attempt)
-            job = self.locked_job(s, job_id)
-            row.ended_at, row.exit_code = now, exit_code
-            self._release(s, job_id, attempt, now)
-            code = f"exit code {exit_code}" if exit_code is not None else "no exit code (lost)"
-            if row.completed_at is not None or (exit_code == 0 and row.notice_at is None):
-                row.outcome = "succeeded"
-                self.move(s, job, JobState.SUCCEEDED, now, f"succeeded ({code})", attempt=attempt)
-            elif job.cancel_requested_at is not None:
-                row.outcome = "cancelled"
-                self.move(s, job, JobState.CANCELLED, now, f"cancelled ({code})", attempt=attempt)
-            elif row.notice_at is not None:
-                row.outcome = "preempted"
-                job.preemptions += 1
-                self.move(s, job, JobState.PENDING, now, f"requeued after notice ({code})", attempt=attempt)
-            elif exit_code is None:
-                row.outcome = "lost"
-                self.move(s, job, JobState.PENDING, now, "requeued: its process ended while the scheduler was down")
+            return self.end_in(s, job_id, attempt, exit_code, now)
+
+    def end_attempts(self, ended: Sequence[tuple[int, int, int | None]], now: float) -> list[JobState | None]:
+        """`end_attempt` for (job, attempt, exit code) of many attempts in one transaction; None
+        for an attempt that is not live (its end was recorded already)."""
+        states: list[JobState | None] = []
+        with self.transaction() as s:
+            for job_id, attempt, exit_code in ended:
+                try:
+                    states.append(self.end_in(s, job_id, attempt, exit_code, now))
+                except Conflict:
+                    states.append(None)
+        return states
+
+    def end_in(self, s: Session, job_id: int, attempt: int, exit_code: int | None, now: float) -> JobState:
+        row = self.live_attempt(s, job_id, attempt)
+        job = self.locked_job(s, job_id)
+        row.ended_at, row.exit_code = now, exit_code
+        self._release(s, job_id, attempt, now)
+        code = f"exit code {exit_code}" if exit_code is not None else "no exit code (lost)"
+        if job.cancel_requested_at is not None and row.completed_at is None:
+            # Stopped because it was cancelled: a clean exit on SIGTERM is no success.
+            row.outcome = "cancelled"
+            self.move(s, job, JobState.CANCELLED, now, f"cancelled ({code})", attempt=attempt)
+        elif row.completed_at is not None or (exit_code == 0 and row.notice_at is None):
+            row.outcome = "succeeded"
+            self.move(s, job, JobState.SUCCEEDED, now, f"succeeded ({code})", attempt=attempt)
+        elif row.notice_at is not None:
+            row.outcome = "preempted"
+            job.preemptions += 1
+            self.move(s, job, JobState.PENDING, now, f"requeued after notice ({code})", attempt=attempt)
+        elif exit_code is None:
+            row.outcome = "lost"
+            self.move(s, job, JobState.PENDING, now, "requeued: its process ended while the scheduler was down")
+        else:
+            row.outcome = "failed"
+            job.failures += 1
+            if job.failures <= job.max_failures:
+                retry = f"failed ({code}); retry {job.failures} of {job.max_failures}"
+                self.move(s, job, JobState.PENDING, now, retry, attempt=attempt)
             else:
-                row.outcome = "failed"
-                job.failures += 1
-                if job.failures <= job.max_failures:
-                    retry = f"failed ({code}); retry {job.failures} of {job.max_failures}"
-                    self.move(s, job, JobState.PENDING, now, retry, attempt=attempt)
-                else:
-                    self.move(s, job, JobState.FAILED, now, f"failed ({code})", attempt=attempt)
-            if job.state in (JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.CANCELLED.value):
-                job.ended_at, job.exit_code = now, exit_code
-            return JobState(job.state)
+                self.move(s, job, JobState.FAILED, now, f"failed ({code})", attempt=attempt)
+        if job.state in (JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.CANCELLED.value):
+            job.ended_at, job.exit_code = now, exit_code
+        return JobState(job.state)
 
     def live_attempts(self) -> list[AttemptRow]:
         """Attempts that have not ended, oldest first."""
@@ -201,3 +224,7 @@ class AttemptsStore(StoreBase):
             row = self.live_attempt(s, job_id, attempt)
             if not row.token_hash or not hmac.compare_digest(row.token_hash, token_hash):
                 raise Forbidden(f"this token is not the one of attempt {attempt} of job {job_id}")
+
+    def jobs_by_id(self, ids: Sequence[int]) -> dict[int, JobRow]:
+        with self.transaction() as s:
+            return {job.id: job for job in s.scalars(select(JobRow).where(JobRow.id.in_(list(ids))))}
