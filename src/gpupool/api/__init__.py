@@ -112,7 +112,7 @@ def create_app(ctx: Context) -> FastAPI:
         known = ctx.class_names()
         if body.priority not in known:
             raise InvalidInput(f"priority: unknown priority class {body.priority!r} (known: {', '.join(known)})")
-        row = next((t for t in ctx.store.teams() if t.name == team), None)
+        row = ctx.store.team(team)
         if row is not None and row.allowed_classes is not None and body.priority not in row.allowed_classes:
             allowed = ", ".join(row.allowed_classes)
             raise Forbidden(f"team {team} may not use class {body.priority} (allowed: {allowed})")
@@ -142,16 +142,16 @@ def create_app(ctx: Context) -> FastAPI:
         limit: int = 1000,
     ) -> list[JobOut]:
         states = [parse_state(s) for s in state.split(",")] if state else []
+        held = placements(ctx)
         return [
-            JobOut.of(j, placement=placement_of(ctx, j.id))
-            for j in ctx.store.jobs(states=states, team=team, limit=limit)
+            JobOut.of(j, placement=held.get(j.id, {})) for j in ctx.store.jobs(states=states, team=team, limit=limit)
         ]
 
     @app.get("/jobs/{job_id}", response_model=JobOut)
     def show(job_id: int, who: Annotated[Principal, Depends(principal)]) -> JobOut:
         job = ctx.store.job(job_id)
         history = [AttemptOut.of(a) for a in ctx.store.attempts(job_id)]
-        return JobOut.of(job, placement=placement_of(ctx, job_id), history=history)
+        return JobOut.of(job, placement=placements(ctx).get(job_id, {}), history=history)
 
     @app.post("/jobs/{job_id}/cancel", response_model=JobOut)
     def cancel(job_id: int, who: Annotated[Principal, Depends(principal)]) -> JobOut:
@@ -287,12 +287,12 @@ def team_out(row: TeamRow, token: str | None = None) -> TeamOut:
     )
 
 
-def placement_of(ctx: Context, job_id: int) -> dict[str, list[int]]:
-    placement: dict[str, list[int]] = {}
+def placements(ctx: Context) -> dict[int, dict[str, list[int]]]:
+    """The GPUs each job holds now, by node: one read for a whole listing."""
+    held: dict[int, dict[str, list[int]]] = {}
     for p in sorted(ctx.store.held(), key=lambda p: (p.node, p.gpu)):
-        if p.job_id == job_id:
-            placement.setdefault(p.node, []).append(p.gpu)
-    return placement
+        held.setdefault(p.job_id, {}).setdefault(p.node, []).append(p.gpu)
+    return held
 
 
 def check_fits(nodes: list[Node], body: JobIn, team: str) -> None:

@@ -162,6 +162,10 @@ class JobsStore(StoreBase):
         with self.transaction() as s:
             return list(s.scalars(select(PriorityClassRow).order_by(PriorityClassRow.value.desc())))
 
+    def team(self, name: str) -> TeamRow | None:
+        with self.transaction() as s:
+            return s.get(TeamRow, name)
+
     def team_by_token(self, token_hash: str) -> TeamRow | None:
         with self.transaction() as s:
             return s.scalars(select(TeamRow).where(TeamRow.token_hash == token_hash)).first()
