@@ -25,16 +25,27 @@ def connect(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
         event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
         return engine
     return create_engine(url, pool_pre_ping=True)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: object) -> None:
+    # pysqlite would begin a transaction only at the first write, so two transactions could read
+    # the same row and both write it (a cancel and a start of one job). SQLAlchemy begins them
+    # instead, see _sqlite_begin.
+    dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
+
+
+def _sqlite_begin(connection: Any) -> None:
+    """Every transaction takes SQLite's write lock at its start: transactions are serialized, so
+    what one reads no other changes before it commits (PostgreSQL gets that from row locks)."""
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def _alembic(connection: object) -> AlembicConfig:
