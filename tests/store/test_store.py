@@ -238,3 +238,26 @@ def test_budget_use_is_metered_inside_its_window(store: Store) -> None:
     store.end_attempt(job.id, 0, 0, now=7200.0)
     # A day's window seen two days later holds only the last day of it: nothing.
     assert store.snapshot(now=7200.0 + 86400.0 * 2).usage[("nlp", "high")] == 0.0
+
+
+def test_a_cancel_racing_a_start_never_leaves_a_cancelled_job_with_a_live_attempt(store: Store) -> None:
+    import threading
+    import time
+
+    job = store.submit(JobSpec(["a"], gpus=1), now=1.0)
+    in_start = threading.Event()
+
+    def slow_start() -> None:
+        with store.transaction() as s:
+            store.start_in(s, job.id, [Allocation("n0", (0,))], 2.0, "started")
+            in_start.set()
+            time.sleep(0.3)  # the cancel arrives while this start is not yet committed
+
+    starter = threading.Thread(target=slow_start)
+    starter.start()
+    in_start.wait(5)
+    store.cancel(job.id, now=2.1)
+    starter.join()
+    row = store.job(job.id)
+    live = [a for a in store.live_attempts() if a.job_id == job.id]
+    assert (row.state, row.cancel_requested_at, len(live)) == (JobState.STARTING.value, 2.1, 1)
