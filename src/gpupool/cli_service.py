@@ -113,10 +113,14 @@ def queue(
     jobs = call(lambda: api_client.jobs(state=states, team=team))
     now = time.time()
     table = Table(box=None, header_style="bold")
-    for header in ("ID", "NAME", "TEAM", "CLASS", "STATE", "GPUS", "TIME", "NODE/GPUS", "ATTEMPTS", "WHY"):
+    for header in ("ID", "NAME", "TEAM", "CLASS", "STATE", "GPUS", "WAIT/RUN", "NODE/GPUS", "ATTEMPTS", "WHY"):
         table.add_column(header)
     for job in jobs:
-        since = job["ended_at"] or now
+        # Run time of the live attempt, else time in line (or, once ended, submit to end).
+        if job["running_since"] is not None:
+            age = now - job["running_since"]
+        else:
+            age = (job["ended_at"] or now) - job["submit_time"]
         where = " ".join(f"{node}[{','.join(map(str, ids))}]" for node, ids in job["placement"].items())
         why = job["wait_reason"] if job["state"] == "pending" and job["wait_reason"] else ""
         table.add_row(
@@ -126,7 +130,7 @@ def queue(
             job["priority"],
             job["state"],
             str(job["gpus"]),
-            human_seconds(since - job["submit_time"]),
+            human_seconds(age),
             where,
             str(job["attempts"]),
             why,

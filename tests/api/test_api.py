@@ -104,6 +104,8 @@ def test_the_job_protocol_heartbeat_carries_the_notice(setup: tuple[TestClient, 
     executor = loop.executor
     assert isinstance(executor, FakeExecutor)
     token = executor.started[0].env["GPUPOOL_TOKEN"]
+    [listed] = client.get("/jobs?state=running", headers=auth(ADMIN)).json()
+    assert (listed["running_since"], listed["placement"]) == (100.0, {"gpu0": [0, 1, 2, 3]})
     base = f"/jobs/{job['id']}/attempts/0"
     beat = client.post(f"{base}/heartbeat", json={"step": 5, "phase": "train"}, headers=auth(token))
     assert beat.json() == {"notice": None}

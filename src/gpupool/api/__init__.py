@@ -143,9 +143,9 @@ def create_app(ctx: Context) -> FastAPI:
     ) -> list[JobOut]:
         states = [parse_state(s) for s in state.split(",")] if state else []
         held = placements(ctx)
-        return [
-            JobOut.of(j, placement=held.get(j.id, {})) for j in ctx.store.jobs(states=states, team=team, limit=limit)
-        ]
+        since = {a.job_id: a.started_at for a in ctx.store.live_attempts()}
+        jobs = ctx.store.jobs(states=states, team=team, limit=limit)
+        return [JobOut.of(j, placement=held.get(j.id, {}), running_since=since.get(j.id)) for j in jobs]
 
     @app.get("/jobs/{job_id}", response_model=JobOut)
     def show(job_id: int, who: Annotated[Principal, Depends(principal)]) -> JobOut:

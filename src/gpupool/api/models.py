@@ -67,6 +67,8 @@ class JobOut(BaseModel):
     wait_reason: str | None
     wait_message: str | None
     placement: dict[str, list[int]] = Field(default_factory=dict)
+    running_since: float | None = None
+    """Start of its live attempt, if it has one."""
     history: list[AttemptOut] = Field(default_factory=list)
 
     @classmethod
