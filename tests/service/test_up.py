@@ -178,3 +178,40 @@ def test_a_malformed_configuration_is_refused_with_its_line(tmp_path: Path) -> N
     )
     assert result.returncode == 2
     assert "bad.yaml: line 2, column 1: not valid YAML" in result.stderr
+
+
+def api_state(service: Service, job: int) -> str:
+    token = (service.data / "admin.token").read_text().strip()
+    try:
+        response = httpx.get(
+            f"http://127.0.0.1:{service.port}/jobs/{job}", headers={"Authorization": f"Bearer {token}"}
+        )
+    except httpx.TransportError:
+        return ""
+    return str(response.json()["state"]) if response.is_success else ""
+
+
+def test_a_kill_9_during_preemptions_in_flight_loses_no_job_and_runs_none_twice(service: Service) -> None:
+    def trainer(steps: int) -> list[str]:
+        return [sys.executable, "-m", "gpupool.examples.trainer", "--steps", str(steps), "--step-seconds", "1"]
+
+    for _ in range(2):
+        assert service.cli("submit", "--priority", "low", "--", *trainer(6)).returncode == 0
+    wait_for(lambda: api_state(service, 1) == "running" and api_state(service, 2) == "running")
+    time.sleep(1.5)
+    assert service.cli("submit", "--priority", "high", "--gpus", "2", "--", *trainer(2)).returncode == 0
+    wait_for(lambda: "preempting" in (api_state(service, 1), api_state(service, 2)), timeout=20)
+    service.kill()  # while the victims drain
+    service.up()
+    wait_for(lambda: all(api_state(service, j) == "succeeded" for j in (1, 2, 3)), timeout=90)
+    for job in (1, 2):
+        assert "preemptions 1" in service.cli("show", str(job)).stdout
+        assert "done: 6 steps" in service.cli("logs", str(job)).stdout
+    store = Store.open(sqlite_url(service.data))
+    with store.transaction() as s:
+        rows = s.scalars(select(PlacementRow)).all()
+        placements = sorted((p.node, p.gpu, p.held_from, p.held_until or float("inf")) for p in rows)
+    store.close()
+    for (node, gpu, _, end), (node2, gpu2, start2, _) in itertools.pairwise(placements):
+        if (node, gpu) == (node2, gpu2):
+            assert start2 >= end, f"GPU {node}:{gpu} held by two attempts at once"
