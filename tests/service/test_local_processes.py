@@ -110,3 +110,22 @@ def test_a_victim_that_ignores_its_notice_is_killed_at_the_deadline(
     assert GRACE - 0.5 < latency < GRACE + 1.0, f"the preemptor started after {latency:.2f} s"
     assert store.job(low).state == JobState.PENDING.value
     assert (loop.attempt_dir(low, 0) / "notice").exists()
+
+
+def test_a_launcher_is_found_by_its_attempt_folder_before_it_recorded_itself(tmp_path: Path) -> None:
+    import subprocess
+
+    from gpupool.executors.local import LAUNCHER
+    from gpupool.executors.proc import process_started, recorded_launcher
+
+    folder = tmp_path / "attempt-0"
+    folder.mkdir()
+    child = subprocess.Popen(["/bin/sh", str(LAUNCHER), str(folder), "sleep", "30"], start_new_session=True)
+    try:
+        wait_for((folder / "launcher.json").exists)
+        (folder / "launcher.json").unlink()  # as if the scheduler had died before it was written
+        assert recorded_launcher(folder) == (child.pid, process_started(child.pid))
+    finally:
+        child.kill()
+        child.wait()
+    assert recorded_launcher(tmp_path / "attempt-1") is None

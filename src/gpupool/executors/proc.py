@@ -26,9 +26,23 @@ def recorded_exit(attempt_dir: Path) -> int | None:
 
 
 def recorded_launcher(attempt_dir: Path) -> tuple[int, str] | None:
-    """The launcher's pid and start time, as it wrote them when it started."""
+    """The launcher's pid and start time: as it wrote them when it started or, if the scheduler
+    died before the launcher could write them, found among the running processes by the
+    attempt folder on its command line (so no attempt can run unknown to a new scheduler)."""
     try:
         data = json.loads((attempt_dir / "launcher.json").read_text())
         return int(data["pid"]), str(data["started"])
     except (OSError, ValueError, KeyError, TypeError):
-        return None
+        pass
+    wanted = str(attempt_dir).encode()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if len(args) > 2 and args[1].endswith(b"launch.sh") and args[2] == wanted:
+            pid = int(cmdline.parent.name)
+            started = process_started(pid)
+            if started is not None:
+                return pid, started
+    return None
