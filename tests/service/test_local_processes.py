@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import textwrap
 import threading
@@ -126,6 +128,6 @@ def test_a_launcher_is_found_by_its_attempt_folder_before_it_recorded_itself(tmp
         (folder / "launcher.json").unlink()  # as if the scheduler had died before it was written
         assert recorded_launcher(folder) == (child.pid, process_started(child.pid))
     finally:
-        child.kill()
+        os.killpg(child.pid, signal.SIGKILL)
         child.wait()
     assert recorded_launcher(tmp_path / "attempt-1") is None
