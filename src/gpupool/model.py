@@ -25,8 +25,16 @@ class JobState(StrEnum):
 
 TRANSITIONS: Mapping[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset({JobState.STARTING, JobState.CANCELLED}),
+    # A short job may end before the scheduler has noted that its process runs.
     JobState.STARTING: frozenset(
-        {JobState.RUNNING, JobState.PREEMPTING, JobState.PENDING, JobState.FAILED, JobState.CANCELLED}
+        {
+            JobState.RUNNING,
+            JobState.PREEMPTING,
+            JobState.PENDING,
+            JobState.SUCCEEDED,
+            JobState.FAILED,
+            JobState.CANCELLED,
+        }
     ),
     JobState.RUNNING: frozenset(
         {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.PREEMPTING, JobState.PENDING}

@@ -13,18 +13,18 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from hashlib import sha256
 from pathlib import Path
 
 from gpupool.errors import Conflict
-from gpupool.executors import Executor, Handle, Launch
+from gpupool.executors import Executor, Exit, Handle, Launch
 from gpupool.executors.proc import recorded_exit, recorded_launcher
 from gpupool.model import Config, JobState, Placement, Plan, Reason
 from gpupool.policy import decide
 from gpupool.store import Store
-from gpupool.store.schema import JobRow
+from gpupool.store.schema import AttemptRow, JobRow
 
 log = logging.getLogger("gpupool.service")
 
@@ -46,6 +46,8 @@ class ControlLoop:
     wakeup: threading.Event = field(default_factory=threading.Event)
     retry_at: float | None = None
     killed: set[tuple[int, int]] = field(default_factory=set)
+    unrecorded: list[Exit] = field(default_factory=list)
+    """Exits the executor reported that the store has not taken yet."""
     told: dict[str, tuple[Reason, str]] = field(default_factory=dict)
     """The reason to wait last recorded for each pending job."""
     stopping: dict[tuple[int, int], float] = field(default_factory=dict)
@@ -74,24 +76,30 @@ class ControlLoop:
         self.retry_at = plan.retry_at
         # A job's reason to wait is written when it changes, not at every decision.
         waits = tuple(w for w in plan.waits if self.told.get(w.job) != (w.reason, w.message))
+        tokens = {start.job: secrets.token_urlsafe(24) for start in plan.starts}
         try:
-            self.store.record_plan(replace(plan, waits=waits), now)
+            self.store.record_plan(replace(plan, waits=waits), now, {j: token_hash(t) for j, t in tokens.items()})
         except Conflict as exc:
             log.warning("the store refused a plan (%s); deciding again from a fresh snapshot", exc)
             return True
         self.told.update((w.job, (w.reason, w.message)) for w in waits)
         for start in plan.starts:
             self.told.pop(start.job, None)
-        self.carry_out(plan, now)
+        self.carry_out(plan, tokens, now)
         return changed or bool(plan.starts or plan.preemptions)
 
     def reap(self, now: float) -> bool:
-        ended = self.executor.poll()
-        for exit in ended:
+        # Exits stay here until the store has them: the executor reports each one only once.
+        self.unrecorded.extend(self.executor.poll())
+        ended, self.unrecorded = self.unrecorded, []
+        try:
+            states = self.store.end_attempts([(e.job_id, e.attempt, e.exit_code) for e in ended], now)
+        except Exception:
+            self.unrecorded = ended
+            raise
+        for exit, state in zip(ended, states, strict=True):
             self.killed.discard((exit.job_id, exit.attempt))
             self.stopping.pop((exit.job_id, exit.attempt), None)
-        states = self.store.end_attempts([(e.job_id, e.attempt, e.exit_code) for e in ended], now)
-        for exit, state in zip(ended, states, strict=True):
             if state is None:
                 log.warning("job %s attempt %s ended but is not live in the store", exit.job_id, exit.attempt)
         return bool(ended)
@@ -112,23 +120,34 @@ class ControlLoop:
                 self.killed.add(key)
                 self.executor.kill(*key)
 
-    def carry_out(self, plan: Plan, now: float) -> None:
+    def carry_out(self, plan: Plan, tokens: Mapping[str, str], now: float) -> None:
+        """Act on a recorded plan. One launch or notice that fails harms no other: a job whose
+        process cannot start ends its attempt at once (a failure, exit code 127)."""
         jobs = self.store.jobs_by_id([int(p.victim) for p in plan.preemptions] + [int(s.job) for s in plan.starts])
         for preempt in plan.preemptions:
             victim = jobs[int(preempt.victim)]
-            self.executor.notify(victim.id, victim.attempts - 1, preempt.deadline)
-        launched = [self.launch(jobs[int(start.job)], start.placement) for start in plan.starts]
+            try:
+                self.executor.notify(victim.id, victim.attempts - 1, preempt.deadline)
+            except Exception:
+                log.exception("could not give notice to job %s; it is killed at its deadline", victim.id)
+        launched = []
+        for start in plan.starts:
+            job = jobs[int(start.job)]
+            try:
+                launched.append(self.launch(job, start.placement, tokens[start.job]))
+            except Exception as exc:
+                log.warning("job %s could not start: %s", job.id, exc)
+                self.store.end_attempt(job.id, job.attempts - 1, 127, now)
         if launched:
             self.store.mark_all_running(launched, now)
 
-    def launch(self, job: JobRow, placement: Placement) -> tuple[int, int, int, str, str]:
+    def launch(self, job: JobRow, placement: Placement, token: str) -> tuple[int, int, int, str]:
         """Start the job's newest attempt; returns what `mark_all_running` records of it."""
         attempt = job.attempts - 1
         gpus = {a.node: list(a.gpus) for a in placement}
         attempt_dir = self.attempt_dir(job.id, attempt)
         checkpoints = self.job_dir(job.id) / "checkpoints"
         checkpoints.mkdir(parents=True, exist_ok=True)
-        token = secrets.token_urlsafe(24)
         env = {
             **{k: str(v) for k, v in job.env.items()},
             "GPUPOOL_JOB_ID": str(job.id),
@@ -140,7 +159,7 @@ class ControlLoop:
             "CUDA_VISIBLE_DEVICES": ",".join(str(g) for ids in gpus.values() for g in ids),
         }
         handle = self.executor.start(Launch(job.id, attempt, job.command, Path(job.workdir), env, attempt_dir, gpus))
-        return (job.id, attempt, handle.pid, handle.started, token_hash(token))
+        return (job.id, attempt, handle.pid, handle.started)
 
     # --- after a restart -----------------------------------------------------------------------
 
@@ -148,15 +167,23 @@ class ControlLoop:
         """Adopt every live attempt whose process is still the one it started; requeue the rest
         (their recorded exit status, if any, decides how they ended)."""
         for attempt in self.store.live_attempts():
-            attempt_dir = self.attempt_dir(attempt.job_id, attempt.attempt)
-            known = (attempt.pid, attempt.pid_started) if attempt.pid is not None else recorded_launcher(attempt_dir)
-            if known is not None and self.executor.adopt(
-                attempt.job_id, attempt.attempt, Handle(known[0], known[1] or ""), attempt_dir
-            ):
-                if self.store.job(attempt.job_id).state == JobState.STARTING.value:
-                    self.store.mark_running(attempt.job_id, attempt.attempt, known[0], known[1] or "", "", now)
-                continue
-            self.store.end_attempt(attempt.job_id, attempt.attempt, recorded_exit(attempt_dir), now)
+            try:
+                self.reconcile_one(attempt, now)
+            except Exception:
+                log.exception("could not reconcile job %s attempt %s", attempt.job_id, attempt.attempt)
+
+    def reconcile_one(self, attempt: AttemptRow, now: float) -> None:
+        key = (attempt.job_id, attempt.attempt)
+        attempt_dir = self.attempt_dir(*key)
+        known = (attempt.pid, attempt.pid_started) if attempt.pid is not None else recorded_launcher(attempt_dir)
+        if known is None or not self.executor.adopt(*key, Handle(known[0], known[1] or ""), attempt_dir):
+            self.store.end_attempt(*key, recorded_exit(attempt_dir), now)
+            return
+        if self.store.job(attempt.job_id).state == JobState.STARTING.value:
+            self.store.mark_running(*key, known[0], known[1] or "", now)
+        if attempt.notice_deadline is not None and not (attempt_dir / "notice").exists():
+            # The notice was recorded, but the scheduler died before it was given.
+            self.executor.notify(*key, attempt.notice_deadline)
 
     def next_wakeup(self, now: float) -> float:
         times = [now + self.interval]

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.model import DEFAULT_CLASSES, Config, JobState, Node, Team
+from gpupool.executors import Handle, Launch
+from gpupool.model import DEFAULT_CLASSES, Allocation, Config, JobState, Node, Team
 from gpupool.service import ControlLoop
 from gpupool.store import JobSpec, Store
 from gpupool.testing import FakeExecutor
@@ -113,3 +114,38 @@ def test_one_arrival_preempts_exactly_one_victim_also_while_it_drains(store: Sto
         loop.tick(now)
         assert len(fake(loop).notified) == 1
     assert sum(store.job(v).state == JobState.PREEMPTING.value for v in victims) == 1
+
+
+def test_a_job_whose_process_cannot_start_fails_and_frees_its_gpus(store: Store, tmp_path: Path) -> None:
+    class Refusing(FakeExecutor):
+        def start(self, launch: Launch) -> Handle:
+            if launch.command[0] == "broken":
+                raise FileNotFoundError("no such program")
+            return super().start(launch)
+
+    loop = ControlLoop(store, CONFIG, Refusing(), tmp_path / "data")
+    good = store.submit(JobSpec(["train"], gpus=2), now=0.0)
+    bad = store.submit(JobSpec(["broken"], gpus=2), now=0.0)
+    loop.tick(1.0)
+    assert store.job(good.id).state == JobState.RUNNING.value
+    assert (store.job(bad.id).state, store.job(bad.id).exit_code) == (JobState.FAILED.value, 127)
+    assert sorted(p.job_id for p in store.held()) == [good.id, good.id]
+
+
+def test_an_exit_the_store_could_not_take_is_recorded_at_the_next_tick(loop: ControlLoop, store: Store) -> None:
+    job = store.submit(JobSpec(["train"]), now=0.0)
+    loop.tick(0.0)
+    fake(loop).finish(job.id, 0, 0)
+    real = store.end_attempts
+    store.end_attempts = lambda ended, now: (_ for _ in ()).throw(RuntimeError("database is locked"))  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        loop.tick(1.0)
+    store.end_attempts = real  # type: ignore[method-assign]
+    loop.tick(2.0)
+    assert store.job(job.id).state == JobState.SUCCEEDED.value
+
+
+def test_a_job_that_ends_before_it_is_marked_running_succeeds(store: Store) -> None:
+    job = store.submit(JobSpec(["true"]), now=0.0)
+    store.start_attempt(job.id, [Allocation("gpu0", (0,))], now=1.0, message="started")
+    assert store.end_attempts([(job.id, 0, 0)], now=1.1) == [JobState.SUCCEEDED]

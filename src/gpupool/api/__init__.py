@@ -117,6 +117,8 @@ def create_app(ctx: Context) -> FastAPI:
             allowed = ", ".join(row.allowed_classes)
             raise Forbidden(f"team {team} may not use class {body.priority} (allowed: {allowed})")
         check_fits(ctx.nodes(), body, team)
+        if not Path(body.workdir).is_dir():
+            raise InvalidInput(f"workdir: {body.workdir!r} is not a directory on this machine")
         spec = JobSpec(
             body.command,
             team,
@@ -168,6 +170,8 @@ def create_app(ctx: Context) -> FastAPI:
         stream: str = "stdout",
         offset: int = 0,
     ) -> str:
+        if offset < 0:
+            raise InvalidInput(f"offset: {offset} is negative")
         if stream not in ("stdout", "stderr"):
             raise InvalidInput(f"stream: {stream!r} is neither stdout nor stderr")
         job = ctx.store.job(job_id)

@@ -28,10 +28,16 @@ class AttemptsStore(StoreBase):
             raise Conflict(f"job {job_id}: a GPU of its placement is held by another attempt") from exc
 
     def start_in(
-        self, s: Session, job_id: int, placement: Sequence[Allocation], now: float, message: str
+        self,
+        s: Session,
+        job_id: int,
+        placement: Sequence[Allocation],
+        now: float,
+        message: str,
+        token_hash: str | None = None,
     ) -> AttemptRow:
         job = self.locked_job(s, job_id)
-        attempt = AttemptRow(job_id=job_id, attempt=job.attempts, started_at=now)
+        attempt = AttemptRow(job_id=job_id, attempt=job.attempts, started_at=now, token_hash=token_hash)
         s.add(attempt)
         job.attempts += 1
         self.move(s, job, JobState.STARTING, now, message, attempt=attempt.attempt)
@@ -69,17 +75,20 @@ class AttemptsStore(StoreBase):
             raise Conflict(f"attempt {attempt} of job {job_id} is not its live attempt")
         return row
 
-    def mark_running(self, job_id: int, attempt: int, pid: int, pid_started: str, token_hash: str, now: float) -> None:
+    def mark_running(self, job_id: int, attempt: int, pid: int, pid_started: str, now: float) -> None:
         """The attempt's process exists: STARTING → RUNNING."""
-        self.mark_all_running([(job_id, attempt, pid, pid_started, token_hash)], now)
+        self.mark_all_running([(job_id, attempt, pid, pid_started)], now)
 
-    def mark_all_running(self, launched: Sequence[tuple[int, int, int, str, str]], now: float) -> None:
-        """`mark_running` for (job, attempt, pid, pid start time, token hash) of many attempts,
-        in one transaction."""
+    def mark_all_running(self, launched: Sequence[tuple[int, int, int, str]], now: float) -> None:
+        """`mark_running` for (job, attempt, pid, pid start time) of many attempts, in one
+        transaction; an attempt that has ended meanwhile is left alone."""
         with self.transaction() as s:
-            for job_id, attempt, pid, pid_started, token_hash in launched:
-                row = self.live_attempt(s, job_id, attempt)
-                row.pid, row.pid_started, row.token_hash = pid, pid_started, token_hash
+            for job_id, attempt, pid, pid_started in launched:
+                try:
+                    row = self.live_attempt(s, job_id, attempt)
+                except Conflict:
+                    continue
+                row.pid, row.pid_started = pid, pid_started
                 job = self.locked_job(s, job_id)
                 if job.state == JobState.STARTING.value:
                     self.move(s, job, JobState.RUNNING, now, f"running as pid {pid}", attempt=attempt)
@@ -160,7 +169,8 @@ class AttemptsStore(StoreBase):
         with self.transaction() as s:
             for job_id, attempt, exit_code in ended:
                 try:
-                    states.append(self.end_in(s, job_id, attempt, exit_code, now))
+                    with s.begin_nested():  # a refused end leaves nothing half-written
+                        states.append(self.end_in(s, job_id, attempt, exit_code, now))
                 except Conflict:
                     states.append(None)
         return states

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -112,9 +113,11 @@ class SchedulingStore(AttemptsStore):
             )
         return usage
 
-    def record_plan(self, plan: Plan, now: float) -> None:
+    def record_plan(self, plan: Plan, now: float, tokens: Mapping[str, str] | None = None) -> None:
         """Write every decision of `plan`, with its reason, in one transaction, before any of it
-        is carried out. If any start would hold a GPU that is already held, nothing is written."""
+        is carried out, with the hash of each new attempt's token (`tokens`, by job) so that its
+        reports are accepted from its first instant. If any start would hold a GPU that is
+        already held, nothing is written."""
         try:
             with self.transaction() as s:
                 for p in plan.preemptions:
@@ -122,7 +125,8 @@ class SchedulingStore(AttemptsStore):
                     attempt = self.locked_job(s, victim).attempts - 1
                     self.notice_in(s, victim, attempt, int(p.for_job), p.deadline, now, p.reason.value, p.message)
                 for start in plan.starts:
-                    self.start_in(s, int(start.job), start.placement, now, start.message)
+                    token = (tokens or {}).get(start.job)
+                    self.start_in(s, int(start.job), start.placement, now, start.message, token)
                 for wait in plan.waits:
                     job = s.get(JobRow, int(wait.job))
                     if job is not None:
