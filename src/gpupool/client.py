@@ -8,15 +8,9 @@ from typing import Any
 
 import httpx
 
-from gpupool.errors import Conflict, Forbidden, GpupoolError, InvalidInput, NotFound
+from gpupool.errors import HTTP_STATUS, GpupoolError, InvalidInput
 
-ERRORS: dict[int, type[GpupoolError]] = {
-    400: InvalidInput,
-    403: Forbidden,
-    404: NotFound,
-    409: Conflict,
-    422: InvalidInput,
-}
+ERRORS: dict[int, type[GpupoolError]] = {status: error for error, status in HTTP_STATUS.items()} | {422: InvalidInput}
 
 
 class Unreachable(GpupoolError):

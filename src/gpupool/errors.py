@@ -2,8 +2,9 @@
 
 GpupoolError
 ├── InvalidInput    the request or file is wrong: says what and where (HTTP 400/422)
-├── NotFound        no such job, team, class or node (HTTP 404)
+├── Unauthorized    no token, or one nobody has (HTTP 401)
 ├── Forbidden       the token may not do this (HTTP 403)
+├── NotFound        no such job, team, class or node (HTTP 404)
 └── Conflict        the request is valid but the state forbids it now (HTTP 409)
 """
 
@@ -22,9 +23,23 @@ class NotFound(GpupoolError):
     pass
 
 
+class Unauthorized(GpupoolError):
+    pass
+
+
 class Forbidden(GpupoolError):
     pass
 
 
 class Conflict(GpupoolError):
     pass
+
+
+HTTP_STATUS: dict[type[GpupoolError], int] = {
+    InvalidInput: 400,
+    Unauthorized: 401,
+    Forbidden: 403,
+    NotFound: 404,
+    Conflict: 409,
+}
+"""The one table between errors and HTTP: the API answers with it, the client reads it back."""

@@ -44,14 +44,17 @@ class Service:
         )
         wait_for(self.ready)
 
-    def ready(self) -> bool:
+    def get(self, path: str) -> httpx.Response | None:
+        """GET on the API with the admin token; None while the service does not answer."""
         try:
             token = (self.data / "admin.token").read_text().strip()
-            return httpx.get(
-                f"http://127.0.0.1:{self.port}/pool", headers={"Authorization": f"Bearer {token}"}
-            ).is_success
+            return httpx.get(f"http://127.0.0.1:{self.port}{path}", headers={"Authorization": f"Bearer {token}"})
         except (OSError, httpx.TransportError):
-            return False
+            return None
+
+    def ready(self) -> bool:
+        response = self.get("/pool")
+        return response is not None and response.is_success
 
     def kill(self) -> None:
         assert self.process is not None
@@ -68,6 +71,23 @@ class Service:
         return subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=60, check=False)
 
 
+def state(service: Service, job: int) -> str:
+    response = service.get(f"/jobs/{job}")
+    return str(response.json()["state"]) if response is not None and response.is_success else ""
+
+
+def assert_no_gpu_held_twice(service: Service) -> None:
+    """From the recorded placements: no GPU was held by two attempts over overlapping times."""
+    store = Store.open(sqlite_url(service.data))
+    with store.transaction() as s:
+        rows = s.scalars(select(PlacementRow)).all()
+        placements = sorted((p.node, p.gpu, p.held_from, p.held_until or float("inf")) for p in rows)
+    store.close()
+    for (node, gpu, _, end), (node2, gpu2, start2, _) in itertools.pairwise(placements):
+        if (node, gpu) == (node2, gpu2):
+            assert start2 >= end, f"GPU {node}:{gpu} held by two attempts at once"
+
+
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[Service]:
     service = Service(tmp_path)
@@ -77,11 +97,6 @@ def service(tmp_path: Path) -> Iterator[Service]:
         service.process.terminate()
         service.process.wait(timeout=10)
     subprocess.run(["pkill", "-f", str(service.data)], check=False)
-
-
-def state(service: Service, job: int) -> str:
-    out = service.cli("show", str(job)).stdout
-    return out.split(":", 1)[1].split(",", 1)[0].strip() if out.startswith("job") else ""
 
 
 def test_up_says_where_it_listens_and_that_its_gpus_are_virtual(service: Service) -> None:
@@ -121,14 +136,7 @@ def test_a_kill_9_of_the_scheduler_loses_no_job_and_runs_none_twice(service: Ser
     for job in (1, 2):
         assert "attempts 1, preemptions 0" in service.cli("show", str(job)).stdout
     assert service.cli("logs", "1").stdout == "done\n"
-    store = Store.open(sqlite_url(service.data))
-    with store.transaction() as s:
-        rows = s.scalars(select(PlacementRow)).all()
-        placements = sorted((p.node, p.gpu, p.held_from, p.held_until or float("inf")) for p in rows)
-    store.close()
-    for (node, gpu, _, end), (node2, gpu2, start2, _) in itertools.pairwise(placements):
-        if (node, gpu) == (node2, gpu2):
-            assert start2 >= end, f"GPU {node}:{gpu} held by two attempts at once"
+    assert_no_gpu_held_twice(service)
 
 
 def test_teams_are_managed_from_the_command_line_and_tokens_are_scoped(service: Service) -> None:
@@ -180,38 +188,20 @@ def test_a_malformed_configuration_is_refused_with_its_line(tmp_path: Path) -> N
     assert "bad.yaml: line 2, column 1: not valid YAML" in result.stderr
 
 
-def api_state(service: Service, job: int) -> str:
-    token = (service.data / "admin.token").read_text().strip()
-    try:
-        response = httpx.get(
-            f"http://127.0.0.1:{service.port}/jobs/{job}", headers={"Authorization": f"Bearer {token}"}
-        )
-    except httpx.TransportError:
-        return ""
-    return str(response.json()["state"]) if response.is_success else ""
-
-
 def test_a_kill_9_during_preemptions_in_flight_loses_no_job_and_runs_none_twice(service: Service) -> None:
     def trainer(steps: int) -> list[str]:
         return [sys.executable, "-m", "gpupool.examples.trainer", "--steps", str(steps), "--step-seconds", "1"]
 
     for _ in range(2):
         assert service.cli("submit", "--priority", "low", "--", *trainer(6)).returncode == 0
-    wait_for(lambda: api_state(service, 1) == "running" and api_state(service, 2) == "running")
+    wait_for(lambda: state(service, 1) == "running" and state(service, 2) == "running")
     time.sleep(1.5)
     assert service.cli("submit", "--priority", "high", "--gpus", "2", "--", *trainer(2)).returncode == 0
-    wait_for(lambda: "preempting" in (api_state(service, 1), api_state(service, 2)), timeout=20)
+    wait_for(lambda: "preempting" in (state(service, 1), state(service, 2)), timeout=20)
     service.kill()  # while the victims drain
     service.up()
-    wait_for(lambda: all(api_state(service, j) == "succeeded" for j in (1, 2, 3)), timeout=90)
+    wait_for(lambda: all(state(service, j) == "succeeded" for j in (1, 2, 3)), timeout=90)
     for job in (1, 2):
         assert "preemptions 1" in service.cli("show", str(job)).stdout
         assert "done: 6 steps" in service.cli("logs", str(job)).stdout
-    store = Store.open(sqlite_url(service.data))
-    with store.transaction() as s:
-        rows = s.scalars(select(PlacementRow)).all()
-        placements = sorted((p.node, p.gpu, p.held_from, p.held_until or float("inf")) for p in rows)
-    store.close()
-    for (node, gpu, _, end), (node2, gpu2, start2, _) in itertools.pairwise(placements):
-        if (node, gpu) == (node2, gpu2):
-            assert start2 >= end, f"GPU {node}:{gpu} held by two attempts at once"
+    assert_no_gpu_held_twice(service)

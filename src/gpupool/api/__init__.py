@@ -8,6 +8,7 @@ protocol, the token of one attempt (`GPUPOOL_TOKEN`). Domain errors become JSON
 
 # No `from __future__ import annotations` here: FastAPI must see the dependencies, which are
 # local functions, as real objects in the signatures, not as names to resolve later.
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,18 +31,12 @@ from gpupool.api.models import (
     TeamIn,
     TeamOut,
 )
-from gpupool.errors import Conflict, Forbidden, GpupoolError, InvalidInput, NotFound
+from gpupool.errors import HTTP_STATUS, Forbidden, GpupoolError, InvalidInput, Unauthorized
 from gpupool.model import Job, JobState, Node
 from gpupool.policy.place import FreeGpus, can_ever_fit, job_shapes
 from gpupool.service import ControlLoop, token_hash
 from gpupool.store import DEFAULT_TEAM, JobSpec, Store
 from gpupool.store.schema import TeamRow
-
-STATUS: dict[type[GpupoolError], int] = {InvalidInput: 400, Forbidden: 403, NotFound: 404, Conflict: 409}
-
-
-class Unauthorized(GpupoolError):
-    pass
 
 
 @dataclass
@@ -76,7 +71,7 @@ def create_app(ctx: Context) -> FastAPI:
 
     @app.exception_handler(GpupoolError)
     def domain_error(_request: Request, exc: GpupoolError) -> JSONResponse:
-        status = 401 if isinstance(exc, Unauthorized) else STATUS.get(type(exc), 400)
+        status = HTTP_STATUS.get(type(exc), 400)
         return JSONResponse({"error": type(exc).__name__, "message": str(exc)}, status_code=status)
 
     @app.exception_handler(RequestValidationError)
@@ -198,7 +193,7 @@ def create_app(ctx: Context) -> FastAPI:
 
     @app.put("/teams/{name}", response_model=TeamOut)
     def set_team(name: str, body: TeamIn, who: Annotated[Principal, Depends(admin)]) -> TeamOut:
-        token = secrets_token() if body.new_token else None
+        token = secrets.token_urlsafe(24) if body.new_token else None
         row = ctx.store.set_team(
             name,
             weight=body.weight,
@@ -269,12 +264,6 @@ def bearer(authorization: str | None) -> str:
     if not authorization or not authorization.lower().startswith("bearer "):
         raise Unauthorized("send the token as 'Authorization: Bearer TOKEN'")
     return authorization[7:].strip()
-
-
-def secrets_token() -> str:
-    import secrets
-
-    return secrets.token_urlsafe(24)
 
 
 def parse_state(text: str) -> JobState:
