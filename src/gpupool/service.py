@@ -47,6 +47,8 @@ class ControlLoop:
     retry_at: float | None = None
     killed: set[tuple[int, int]] = field(default_factory=set)
     unrecorded: list[Exit] = field(default_factory=list)
+    deadlines: list[float] = field(default_factory=list)
+    """Notice and cancel deadlines still to come, as of the last tick: when to wake up."""
     """Exits the executor reported that the store has not taken yet."""
     told: dict[str, tuple[Reason, str]] = field(default_factory=dict)
     """The reason to wait last recorded for each pending job."""
@@ -113,12 +115,17 @@ class ControlLoop:
                 grace = self.config.priority_class(self.store.job(attempt.job_id).priority).grace_period
                 self.stopping[key] = now + grace
                 self.executor.notify(*key, now + grace)
+        self.deadlines = []
         for attempt in self.store.live_attempts():
             key = (attempt.job_id, attempt.attempt)
             deadline = min(attempt.notice_deadline or float("inf"), self.stopping.get(key, float("inf")))
-            if deadline <= now and key not in self.killed:
+            if key in self.killed or deadline == float("inf"):
+                continue
+            if deadline <= now:
                 self.killed.add(key)
                 self.executor.kill(*key)
+            else:
+                self.deadlines.append(deadline)
 
     def carry_out(self, plan: Plan, tokens: Mapping[str, str], now: float) -> None:
         """Act on a recorded plan. One launch or notice that fails harms no other: a job whose
@@ -186,13 +193,7 @@ class ControlLoop:
             self.executor.notify(*key, attempt.notice_deadline)
 
     def next_wakeup(self, now: float) -> float:
-        times = [now + self.interval]
-        times += [
-            a.notice_deadline
-            for a in self.store.live_attempts()
-            if a.notice_deadline is not None and (a.job_id, a.attempt) not in self.killed
-        ]
-        times += [deadline for key, deadline in self.stopping.items() if key not in self.killed]
+        times = [now + self.interval, *self.deadlines]
         if self.retry_at is not None:
             times.append(self.retry_at)
         return max(now, min(times))

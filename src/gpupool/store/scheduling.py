@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -14,19 +15,26 @@ from gpupool.model import Allocation, Job, JobState, Node, Notice, Plan, Running
 from gpupool.store.attempts import AttemptsStore
 from gpupool.store.schema import AttemptRow, BudgetRow, JobRow, NodeRow, PlacementRow
 
+# What the core needs of a job, read as plain columns: the pending queue can be long, and the
+# snapshot is read at every decision, so no ORM objects are built for it.
+JOB_COLUMNS = (
+    JobRow.id,
+    JobRow.team,
+    JobRow.priority,
+    JobRow.gpus,
+    JobRow.submit_time,
+    JobRow.gpus_per_node,
+    JobRow.gpu_type,
+    JobRow.preemptions,
+    JobRow.max_preemptions,
+)
 
-def core_job(row: JobRow, expected_restart: float = 0.0) -> Job:
+
+def core_job(columns: Sequence[Any], expected_restart: float) -> Job:
+    """A `Job` for the core from the values of `JOB_COLUMNS`."""
+    job_id, team, priority, gpus, submit_time, gpus_per_node, gpu_type, preemptions, cap = columns
     return Job(
-        str(row.id),
-        row.team,
-        row.priority,
-        row.gpus,
-        row.submit_time,
-        row.gpus_per_node,
-        row.gpu_type,
-        row.preemptions,
-        row.max_preemptions,
-        expected_restart,
+        str(job_id), team, priority, gpus, submit_time, gpus_per_node, gpu_type, preemptions, cap, expected_restart
     )
 
 
@@ -40,40 +48,31 @@ class SchedulingStore(AttemptsStore):
             held: dict[tuple[int, int], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
             for p in s.scalars(select(PlacementRow).where(PlacementRow.held_until.is_(None))):
                 held[(p.job_id, p.attempt)][p.node].append(p.gpu)
-            live = s.execute(select(AttemptRow, JobRow).join(JobRow).where(AttemptRow.ended_at.is_(None))).all()
+            live = s.execute(select(AttemptRow, *JOB_COLUMNS).join(JobRow).where(AttemptRow.ended_at.is_(None)))
             startup = self._startup_times(s)
             running = []
-            for attempt, job in live:
+            for attempt, *job in live:
+                job_id = job[0]
                 placement = tuple(
                     Allocation(node, tuple(sorted(gpus)))
-                    for node, gpus in sorted(held[(job.id, attempt.attempt)].items())
+                    for node, gpus in sorted(held[(job_id, attempt.attempt)].items())
                 )
                 notice = None
                 if attempt.notice_at is not None and attempt.notice_deadline is not None:
                     notice = Notice(str(attempt.notice_for), attempt.notice_deadline)
                 running.append(
                     RunningJob(
-                        core_job(job, startup.get(job.id, 0.0)),
+                        core_job(job, startup.get(job_id, 0.0)),
                         placement,
                         attempt.started_at,
                         attempt.last_checkpoint_at,
                         notice,
                     )
                 )
-            # Plain columns, not ORM objects: the pending queue can be long, and this runs every tick.
-            columns = (
-                JobRow.id,
-                JobRow.team,
-                JobRow.priority,
-                JobRow.gpus,
-                JobRow.submit_time,
-                JobRow.gpus_per_node,
-                JobRow.gpu_type,
-                JobRow.preemptions,
-                JobRow.max_preemptions,
+            pending_rows = s.execute(
+                select(*JOB_COLUMNS).where(JobRow.state == JobState.PENDING.value).order_by(JobRow.id)
             )
-            rows = s.execute(select(*columns).where(JobRow.state == JobState.PENDING.value).order_by(JobRow.id))
-            pending = [Job(str(r[0]), *r[1:], startup.get(r[0], 0.0)) for r in rows]
+            pending = [core_job(r, startup.get(r[0], 0.0)) for r in pending_rows]
             return Snapshot(nodes, running, pending, self._usage(s, now))
 
     @staticmethod
