@@ -1,39 +1,49 @@
 """The live service: submissions per second through the API (SQLite, PostgreSQL), jobs started
 per second on virtual GPUs, and preemption latency with a cooperating victim.
 
-Everything runs for real on loopback: `gpupool.up.start` (store, control loop, local executor)
-and its API served by uvicorn; the client is httpx over HTTP. PostgreSQL is a throwaway server
-started like the test suite's. Run: .venv/bin/python benchmarks/service_throughput.py
+Everything runs as it would on a workstation: `gpupool up` is its own process (store, control
+loop, local executor, API), the clients are other processes speaking HTTP on loopback (httpx,
+one keep-alive connection each), and their jobs are real processes. PostgreSQL is a throwaway
+server with its default durability (fsync on). Run: .venv/bin/python benchmarks/service_throughput.py
 """
 
 from __future__ import annotations
 
+import http.client
+import json
+import multiprocessing
+import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
+import yaml
+from sqlalchemy import create_engine, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from gpupool.config import parse_spec
+from gpupool.store import Store
+from gpupool.store.engine import sqlite_url
 from gpupool.testing import wait_for
-from gpupool.up import Running, admin_token, free_port, shut_down, start
+from gpupool.up import free_port
 from pgserver import postgres_server
 
-SUBMISSIONS = 1000
-SHORT_JOBS = 300
-CONFIG = {
-    "classes": {
-        "high": {"value": 100, "may_preempt": True, "preemptible": False, "grace_period": "10s"},
-        "low": {"value": 0, "may_preempt": False, "preemptible": True, "grace_period": "10s"},
-    },
+SUBMISSIONS = 2000
+SHORT_JOBS = 500
+CLASSES = {
+    "gate": {"value": 200, "may_preempt": False, "preemptible": False, "grace_period": "10s"},
+    "high": {"value": 100, "may_preempt": True, "preemptible": False, "grace_period": "10s"},
+    "low": {"value": 0, "may_preempt": False, "preemptible": True, "grace_period": "10s"},
 }
 VICTIM = [
     sys.executable,
@@ -45,54 +55,113 @@ VICTIM = [
 ]
 
 
+@dataclass
+class Service:
+    url: str
+    token: str
+    store: Store
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=60)
+
+
 @contextmanager
-def service(store: str | None, gpus: int) -> Iterator[tuple[Running, httpx.Client]]:
+def served(store: str | None, gpus: int) -> Iterator[Service]:
+    """`gpupool up` in its own process, on a fresh data directory; stopped at the end."""
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
-        port = free_port()
-        spec = parse_spec(
-            {
-                **CONFIG,
-                "service": {"data_dir": tmp, "port": port, "virtual_gpus": gpus, "store": store, "interval": 0.5},
-            }
+        data, port = Path(tmp), free_port()
+        service = {"data_dir": str(data), "port": port, "virtual_gpus": gpus, "interval": 0.5}
+        if store is not None:
+            service["store"] = store
+        config = data / "gpupool.yaml"
+        config.write_text(yaml.safe_dump({"classes": CLASSES, "service": service}))
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gpupool", "up", "--config", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
-        running = start(spec)
-        server = threading.Thread(target=running.server.run, daemon=True)
-        server.start()
-        while not running.server.started:
-            time.sleep(0.02)
-        token = admin_token(Path(tmp))
-        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"})
         try:
-            yield running, client
+            wait_for(lambda: (data / "admin.token").exists() and answers(f"http://127.0.0.1:{port}"))
+            url = f"http://127.0.0.1:{port}"
+            yield Service(url, (data / "admin.token").read_text().strip(), Store.open(store or sqlite_url(data)))
         finally:
-            for attempt in running.store.live_attempts():
-                running.loop.executor.kill(attempt.job_id, attempt.attempt)
-            running.server.should_exit = True
-            server.join(timeout=10)
-            shut_down(running)
+            process.send_signal(signal.SIGINT)
+            process.wait(timeout=30)
 
 
-def submissions_per_second(store: str | None) -> float:
-    """Submissions into a pool too small to start them, so the loop does little else."""
-    with service(store, gpus=1) as (_, client):
-        client.post("/jobs", json={"command": ["sleep", "600"], "priority": "low"})  # holds the only GPU
-        body = {"command": ["true"], "priority": "low", "gpus": 1}
-        began = time.perf_counter()
-        for _ in range(SUBMISSIONS):
-            client.post("/jobs", json=body).raise_for_status()
-        return SUBMISSIONS / (time.perf_counter() - began)
+def fresh_database(server: str, name: str) -> str:
+    """The URL of a new, empty database `name` on the PostgreSQL server of `server` (a URL)."""
+    engine = create_engine(server.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        connection.execute(text(f"CREATE DATABASE {name}"))
+    engine.dispose()
+    return server.rsplit("/", 1)[0] + f"/{name}"
 
 
-def starts_per_second() -> float:
-    """Short jobs (`true`) submitted at once onto 64 virtual GPUs: attempts started per second,
-    from the first start to the last."""
-    with service(None, gpus=64) as (running, client):
-        store = running.store
-        running.loop.wakeup.clear()
+def answers(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/docs").is_success
+    except httpx.TransportError:
+        return False
+
+
+def submitter(url: str, token: str, count: int, ready: multiprocessing.synchronize.Barrier) -> None:
+    """One client: `count` submissions, one after the other, on one keep-alive connection. The
+    standard library's HTTP client, so that the load generator takes little of the CPU it shares
+    with the service."""
+    body = json.dumps({"command": ["true"], "priority": "low", "gpus": 1})
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    connection = http.client.HTTPConnection(urlsplit(url).netloc, timeout=60)
+    ready.wait()
+    for _ in range(count):
+        connection.request("POST", "/jobs", body, headers)
+        response = connection.getresponse()
+        response.read()
+        if response.status != 201:
+            raise RuntimeError(f"submission refused: {response.status}")
+    connection.close()
+
+
+def submissions_per_second(store: str | None, clients: int) -> float:
+    """`clients` processes submit SUBMISSIONS jobs in all into a pool too small to start them:
+    submissions per second, from the first to the last."""
+    with served(store, gpus=1) as service:
+        with service.client() as client:
+            holder = client.post("/jobs", json={"command": ["sleep", "600"], "priority": "low"}).json()["id"]
+            spawn = multiprocessing.get_context("spawn")
+            ready = spawn.Barrier(clients + 1)
+            each = SUBMISSIONS // clients
+            workers = [
+                spawn.Process(target=submitter, args=(service.url, service.token, each, ready)) for _ in range(clients)
+            ]
+            for worker in workers:
+                worker.start()
+            ready.wait()
+            began = time.perf_counter()
+            for worker in workers:
+                worker.join()
+            elapsed = time.perf_counter() - began
+            assert all(w.exitcode == 0 for w in workers), "a client failed"
+            client.post(f"/jobs/{holder}/cancel").raise_for_status()
+            assert len(service.store.jobs(limit=SUBMISSIONS + 10)) == each * clients + 1
+        return each * clients / elapsed
+
+
+def all_succeeded(service: Service, count: int) -> bool:
+    return sum(j.state == "succeeded" for j in service.store.jobs(limit=count + 10)) >= count
+
+
+def starts_per_second(gpus: int = 64) -> float:
+    """SHORT_JOBS jobs (`true`) queue behind a job holding all the GPUs; when it is cancelled
+    they drain: attempts started per second, from the first start to the last."""
+    with served(None, gpus=gpus) as service, service.client() as client:
+        gate = client.post("/jobs", json={"command": ["sleep", "600"], "priority": "gate", "gpus": gpus}).json()["id"]
         for _ in range(SHORT_JOBS):
             client.post("/jobs", json={"command": ["true"], "priority": "low"}).raise_for_status()
-        wait_for(lambda: all(j.state == "succeeded" for j in store.jobs(limit=SHORT_JOBS + 1)))
-        starts = sorted(a.started_at for j in store.jobs(limit=SHORT_JOBS + 1) for a in store.attempts(j.id))
+        client.post(f"/jobs/{gate}/cancel").raise_for_status()
+        wait_for(partial(all_succeeded, service, SHORT_JOBS), timeout=120)
+        jobs = [j for j in service.store.jobs(limit=SHORT_JOBS + 10) if j.id != gate]
+        starts = sorted(a.started_at for j in jobs for a in service.store.attempts(j.id))
         return (len(starts) - 1) / (starts[-1] - starts[0])
 
 
@@ -100,35 +169,39 @@ def says_ready(client: httpx.Client, job: int) -> bool:
     return "ready" in client.get(f"/jobs/{job}/logs").text
 
 
-def in_state(running: Running, job: int, states: tuple[str, ...]) -> bool:
-    return running.store.job(job).state in states
+def in_state(service: Service, job: int, states: tuple[str, ...]) -> bool:
+    return service.store.job(job).state in states
 
 
 def preemption_latency(rounds: int = 10) -> list[float]:
     """Seconds from a high-priority submission into a full pool to the preemptor running, with
     a victim that exits on SIGTERM."""
     latencies = []
-    with service(None, gpus=1) as (running, client):
-        store = running.store
+    with served(None, gpus=1) as service, service.client() as client:
         for _ in range(rounds):
             victim = client.post("/jobs", json={"command": VICTIM, "priority": "low"}).json()["id"]
             wait_for(partial(says_ready, client, victim))
             began = time.time()
             urgent = client.post("/jobs", json={"command": ["sleep", "0.2"], "priority": "high"}).json()["id"]
-            wait_for(partial(in_state, running, urgent, ("running", "succeeded")))
-            running_at = next(e.time for e in store.events(job_id=urgent) if e.kind == "running")
+            wait_for(partial(in_state, service, urgent, ("running", "succeeded")))
+            running_at = next(e.time for e in service.store.events(job_id=urgent) if e.kind == "running")
             latencies.append(running_at - began)
-            wait_for(partial(in_state, running, urgent, ("succeeded",)))
+            wait_for(partial(in_state, service, urgent, ("succeeded",)))
             client.post(f"/jobs/{victim}/cancel")
-            wait_for(partial(in_state, running, victim, ("cancelled",)))
+            wait_for(partial(in_state, service, victim, ("cancelled",)))
     return latencies
 
 
 def main() -> None:
-    print(f"submissions/s through the API, SQLite:     {submissions_per_second(None):7.0f}", flush=True)
-    with postgres_server() as url:
-        print(f"submissions/s through the API, PostgreSQL: {submissions_per_second(url):7.0f}", flush=True)
-    print(f"attempts started/s, {SHORT_JOBS} short jobs, 64 GPUs: {starts_per_second():6.0f}", flush=True)
+    print(f"on {os.cpu_count()} CPUs; {SUBMISSIONS} submissions, each client one keep-alive connection", flush=True)
+    for clients in (1, 4):
+        rate = submissions_per_second(None, clients)
+        print(f"submissions/s through the API, SQLite, {clients} client(s):     {rate:6.0f}", flush=True)
+    with postgres_server(durable=True) as server:
+        for clients in (1, 4):
+            rate = submissions_per_second(fresh_database(server, f"bench{clients}"), clients)
+            print(f"submissions/s through the API, PostgreSQL, {clients} client(s): {rate:6.0f}", flush=True)
+    print(f"attempts started/s, {SHORT_JOBS} short jobs draining onto 64 GPUs: {starts_per_second():6.0f}", flush=True)
     latency = preemption_latency()
     print(
         f"preemption latency (arrival → preemptor started), cooperating victim: "

@@ -27,8 +27,9 @@ def _bindir() -> Path:
 
 
 @contextmanager
-def postgres_server() -> Iterator[str]:
-    """Yield the URL of a fresh server's `postgres` database, for user `gpupool`, trust auth."""
+def postgres_server(*, durable: bool = False) -> Iterator[str]:
+    """Yield the URL of a fresh server's `postgres` database, for user `gpupool`, trust auth.
+    Tests run it without fsync; benchmarks ask for a `durable` one (PostgreSQL's defaults)."""
     bindir = _bindir()
     as_postgres: list[str] = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
     root = Path(tempfile.mkdtemp(prefix="gpupool-pg-"))
@@ -43,7 +44,7 @@ def postgres_server() -> Iterator[str]:
         subprocess.run([*as_postgres, *command], check=True, capture_output=True, timeout=120)
 
     run(str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "gpupool", "--no-sync")
-    options = f"-p {port} -h 127.0.0.1 -k {sockets} -c fsync=off -c full_page_writes=off"
+    options = f"-p {port} -h 127.0.0.1 -k {sockets}" + ("" if durable else " -c fsync=off -c full_page_writes=off")
     run(str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(root / "log"), "-w", "start")
     try:
         yield f"postgresql://gpupool@127.0.0.1:{port}/postgres"

@@ -71,6 +71,17 @@ def test_bad_submissions_say_what_is_wrong_and_change_nothing(store: Store, spec
     assert store.events() == []
 
 
+def test_submissions_share_one_transaction_and_a_bad_one_harms_no_other(store: Store) -> None:
+    specs = [JobSpec(["a"], team="nlp"), JobSpec(["b"], team="nobody"), JobSpec(["c"], priority="high")]
+    good, bad, other = store.submit_many(specs, now=5.0)
+    assert isinstance(bad, InvalidInput)
+    assert "unknown team 'nobody'" in str(bad)
+    assert not isinstance(good, Exception)
+    assert not isinstance(other, Exception)
+    assert [(j.id, j.name) for j in store.jobs()] == [(good.id, "a"), (other.id, "c")]
+    assert [e.job_id for e in store.events() if e.kind == "submitted"] == [good.id, other.id]
+
+
 def test_a_gpu_is_never_held_by_two_live_attempts(store: Store) -> None:
     first = store.submit(JobSpec(["a"], gpus=2), now=1.0)
     second = store.submit(JobSpec(["b"], gpus=2), now=2.0)
@@ -90,7 +101,7 @@ def test_cancelling_a_running_job_asks_for_its_attempt_to_stop(store: Store) -> 
     store.start_attempt(job.id, [Allocation("n1", (0,))], now=2.0, message="started")
     store.mark_running(job.id, 0, pid=1, pid_started="1", now=2.0)
     assert store.cancel(job.id, now=3.0).state == JobState.RUNNING.value
-    assert [(a.job_id, a.attempt) for a in store.cancelling()] == [(job.id, 0)]
+    assert [(a.attempt, j.cancel_requested_at) for a, j in store.live_attempts_and_jobs()] == [(0, 3.0)]
     # It left cleanly on SIGTERM: still cancelled, not succeeded.
     assert store.end_attempt(job.id, 0, 0, now=4.0) is JobState.CANCELLED
     with pytest.raises(Conflict, match="already ended"):

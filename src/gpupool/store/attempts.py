@@ -63,7 +63,7 @@ class AttemptsStore(StoreBase):
 
     def held(self) -> list[PlacementRow]:
         """The GPUs held right now by live attempts."""
-        with self.transaction() as s:
+        with self.reading() as s:
             return list(s.scalars(select(PlacementRow).where(PlacementRow.held_until.is_(None))))
 
     def live_attempt(self, s: Session, job_id: int, attempt: int) -> AttemptRow:
@@ -209,22 +209,19 @@ class AttemptsStore(StoreBase):
 
     def live_attempts(self) -> list[AttemptRow]:
         """Attempts that have not ended, oldest first."""
-        with self.transaction() as s:
+        with self.reading() as s:
             query = select(AttemptRow).where(AttemptRow.ended_at.is_(None))
             return list(s.scalars(query.order_by(AttemptRow.started_at, AttemptRow.job_id)))
 
-    def cancelling(self) -> list[AttemptRow]:
-        """Live attempts of jobs whose cancel was asked for."""
-        with self.transaction() as s:
-            query = (
-                select(AttemptRow)
-                .join(JobRow)
-                .where(AttemptRow.ended_at.is_(None), JobRow.cancel_requested_at.is_not(None))
-            )
-            return list(s.scalars(query))
+    def live_attempts_and_jobs(self) -> list[tuple[AttemptRow, JobRow]]:
+        """Live attempts with their jobs, in one read: what the loop watches for deadlines and
+        cancels."""
+        with self.reading() as s:
+            query = select(AttemptRow, JobRow).join(JobRow).where(AttemptRow.ended_at.is_(None))
+            return [(attempt, job) for attempt, job in s.execute(query.order_by(AttemptRow.started_at))]
 
     def attempts(self, job_id: int) -> list[AttemptRow]:
-        with self.transaction() as s:
+        with self.reading() as s:
             query = select(AttemptRow).where(AttemptRow.job_id == job_id).order_by(AttemptRow.attempt)
             return list(s.scalars(query))
 
@@ -236,5 +233,5 @@ class AttemptsStore(StoreBase):
                 raise Forbidden(f"this token is not the one of attempt {attempt} of job {job_id}")
 
     def jobs_by_id(self, ids: Sequence[int]) -> dict[int, JobRow]:
-        with self.transaction() as s:
+        with self.reading() as s:
             return {job.id: job for job in s.scalars(select(JobRow).where(JobRow.id.in_(list(ids))))}

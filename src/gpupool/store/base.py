@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gpupool.errors import Conflict, NotFound
 from gpupool.model import InvalidTransition, JobState, transition
+from gpupool.store.engine import read_options
 from gpupool.store.schema import EventRow, JobRow
 
 
@@ -19,6 +20,7 @@ class StoreBase:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._sessions = sessionmaker(engine, expire_on_commit=False)
+        self._reads = sessionmaker(engine.execution_options(**read_options(engine)), expire_on_commit=False)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -27,6 +29,13 @@ class StoreBase:
     def transaction(self) -> Iterator[Session]:
         """One transaction: committed when the block ends, rolled back if it raises."""
         with self._sessions.begin() as session:
+            yield session
+
+    @contextmanager
+    def reading(self) -> Iterator[Session]:
+        """A transaction that only reads: it sees one consistent state and takes no write lock,
+        so the API's writes go on while the control loop reads its snapshot."""
+        with self._reads.begin() as session:
             yield session
 
     @staticmethod

@@ -12,6 +12,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+READ_ONLY = "gpupool_read_only"
 
 
 def sqlite_url(data_dir: Path) -> str:
@@ -43,9 +44,19 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: object) -> None:
 
 
 def _sqlite_begin(connection: Any) -> None:
-    """Every transaction takes SQLite's write lock at its start: transactions are serialized, so
-    what one reads no other changes before it commits (PostgreSQL gets that from row locks)."""
-    connection.exec_driver_sql("BEGIN IMMEDIATE")
+    """Every transaction that may write takes SQLite's write lock at its start: those are
+    serialized, so what one reads no other changes before it commits (PostgreSQL gets that from
+    row locks). Read-only ones begin deferred and read one WAL snapshot."""
+    read_only = connection.get_execution_options().get(READ_ONLY, False)
+    connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+
+def read_options(engine: Engine) -> dict[str, Any]:
+    """Execution options of transactions that only read: on PostgreSQL, read-only and
+    repeatable read, so that several queries see one state."""
+    if engine.dialect.name == "sqlite":
+        return {READ_ONLY: True}
+    return {"isolation_level": "REPEATABLE READ", "postgresql_readonly": True}
 
 
 def _alembic(connection: object) -> AlembicConfig:

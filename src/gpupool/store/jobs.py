@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
 
-from gpupool.errors import Conflict, InvalidInput, NotFound
+from gpupool.errors import Conflict, Forbidden, GpupoolError, InvalidInput, NotFound
 from gpupool.model import Config, JobState, Node
 from gpupool.store.base import StoreBase
 from gpupool.store.schema import BudgetRow, EventRow, JobRow, NodeRow, PriorityClassRow, TeamRow
@@ -76,47 +76,74 @@ class JobsStore(StoreBase):
         return [Node(n.name, n.gpus, n.gpu_type, n.team) for n in self.nodes()]
 
     def nodes(self) -> list[NodeRow]:
-        with self.transaction() as s:
+        with self.reading() as s:
             return list(s.scalars(select(NodeRow).order_by(NodeRow.name)))
 
     # --- jobs ----------------------------------------------------------------------------
 
     def submit(self, spec: JobSpec, now: float) -> JobRow:
         """Record a new pending job, or raise `InvalidInput` saying what is wrong with it."""
+        result = self.submit_many([spec], now)[0]
+        if isinstance(result, GpupoolError):
+            raise result
+        return result
+
+    def submit_many(self, specs: Sequence[JobSpec], now: float) -> list[JobRow | GpupoolError]:
+        """Record new pending jobs in one transaction (one commit for all of them). Each spec gets
+        its job, or the error that says what is wrong with it; a bad spec harms no other."""
+        results: list[JobRow | GpupoolError] = []
+        with self.transaction() as s:
+            teams = {team.name: team for team in s.scalars(select(TeamRow))}
+            classes = list(s.scalars(select(PriorityClassRow.name).order_by(PriorityClassRow.value.desc())))
+            for spec in specs:
+                try:
+                    job = self._new_job(spec, teams, classes, now)
+                except (InvalidInput, Forbidden) as exc:
+                    results.append(exc)
+                    continue
+                s.add(job)
+                results.append(job)
+            s.flush()
+            for spec, result in zip(specs, results, strict=True):
+                if isinstance(result, JobRow):
+                    message = f"submitted by team {spec.team}"
+                    s.add(EventRow(time=now, kind="submitted", job_id=result.id, message=message))
+        return results
+
+    @staticmethod
+    def _new_job(spec: JobSpec, teams: Mapping[str, TeamRow], classes: Sequence[str], now: float) -> JobRow:
         if not spec.command:
             raise InvalidInput("command: give the command to run")
         if spec.gpus < 1:
             raise InvalidInput(f"gpus: {spec.gpus} is not a positive number of GPUs")
         if spec.gpus_per_node is not None and (spec.gpus_per_node < 1 or spec.gpus % spec.gpus_per_node):
             raise InvalidInput(f"gpus_per_node: {spec.gpus} GPUs do not split into members of {spec.gpus_per_node}")
-        with self.transaction() as s:
-            if s.get(TeamRow, spec.team) is None:
-                raise InvalidInput(f"team: unknown team {spec.team!r}")
-            if s.get(PriorityClassRow, spec.priority) is None:
-                known = ", ".join(s.scalars(select(PriorityClassRow.name).order_by(PriorityClassRow.value.desc())))
-                raise InvalidInput(f"priority: unknown priority class {spec.priority!r} (known: {known})")
-            job = JobRow(
-                name=spec.name or spec.command[0].rsplit("/", 1)[-1],
-                team=spec.team,
-                priority=spec.priority,
-                gpus=spec.gpus,
-                gpus_per_node=spec.gpus_per_node,
-                gpu_type=spec.gpu_type,
-                command=list(spec.command),
-                workdir=spec.workdir,
-                env=dict(spec.env),
-                state=JobState.PENDING.value,
-                submit_time=now,
-                max_failures=spec.max_failures,
-                max_preemptions=spec.max_preemptions,
-            )
-            s.add(job)
-            s.flush()
-            s.add(EventRow(time=now, kind="submitted", job_id=job.id, message=f"submitted by team {spec.team}"))
-            return job
+        team = teams.get(spec.team)
+        if team is None:
+            raise InvalidInput(f"team: unknown team {spec.team!r}")
+        if spec.priority not in classes:
+            raise InvalidInput(f"priority: unknown priority class {spec.priority!r} (known: {', '.join(classes)})")
+        if team.allowed_classes is not None and spec.priority not in team.allowed_classes:
+            allowed = ", ".join(team.allowed_classes)
+            raise Forbidden(f"team {spec.team} may not use class {spec.priority} (allowed: {allowed})")
+        return JobRow(
+            name=spec.name or spec.command[0].rsplit("/", 1)[-1],
+            team=spec.team,
+            priority=spec.priority,
+            gpus=spec.gpus,
+            gpus_per_node=spec.gpus_per_node,
+            gpu_type=spec.gpu_type,
+            command=list(spec.command),
+            workdir=spec.workdir,
+            env=dict(spec.env),
+            state=JobState.PENDING.value,
+            submit_time=now,
+            max_failures=spec.max_failures,
+            max_preemptions=spec.max_preemptions,
+        )
 
     def job(self, job_id: int) -> JobRow:
-        with self.transaction() as s:
+        with self.reading() as s:
             job = s.get(JobRow, job_id)
             if job is None:
                 raise NotFound(f"no job {job_id}")
@@ -128,7 +155,7 @@ class JobsStore(StoreBase):
             query = query.where(JobRow.state.in_([s.value for s in states]))
         if team is not None:
             query = query.where(JobRow.team == team)
-        with self.transaction() as s:
+        with self.reading() as s:
             return list(s.scalars(query))
 
     def cancel(self, job_id: int, now: float) -> JobRow:
@@ -151,23 +178,23 @@ class JobsStore(StoreBase):
         query = select(EventRow).where(EventRow.id > after).order_by(EventRow.id).limit(limit)
         if job_id is not None:
             query = query.where(EventRow.job_id == job_id)
-        with self.transaction() as s:
+        with self.reading() as s:
             return list(s.scalars(query))
 
     def teams(self) -> list[TeamRow]:
-        with self.transaction() as s:
+        with self.reading() as s:
             return list(s.scalars(select(TeamRow).order_by(TeamRow.name)))
 
     def classes(self) -> list[PriorityClassRow]:
-        with self.transaction() as s:
+        with self.reading() as s:
             return list(s.scalars(select(PriorityClassRow).order_by(PriorityClassRow.value.desc())))
 
     def team(self, name: str) -> TeamRow | None:
-        with self.transaction() as s:
+        with self.reading() as s:
             return s.get(TeamRow, name)
 
     def team_by_token(self, token_hash: str) -> TeamRow | None:
-        with self.transaction() as s:
+        with self.reading() as s:
             return s.scalars(select(TeamRow).where(TeamRow.token_hash == token_hash)).first()
 
     def set_team(

@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -41,7 +41,7 @@ def core_job(columns: Sequence[Any], expected_restart: float) -> Job:
 class SchedulingStore(AttemptsStore):
     def snapshot(self, now: float) -> Snapshot:
         """Nodes, live attempts with their GPUs, pending jobs and budget use, in one read."""
-        with self.transaction() as s:
+        with self.reading() as s:
             nodes = [
                 Node(n.name, n.gpus, n.gpu_type, n.team) for n in s.scalars(select(NodeRow).order_by(NodeRow.name))
             ]
@@ -126,9 +126,10 @@ class SchedulingStore(AttemptsStore):
                 for start in plan.starts:
                     token = (tokens or {}).get(start.job)
                     self.start_in(s, int(start.job), start.placement, now, start.message, token)
-                for wait in plan.waits:
-                    job = s.get(JobRow, int(wait.job))
-                    if job is not None:
-                        job.wait_reason, job.wait_message = wait.reason.value, wait.message
+                if plan.waits:
+                    reasons = [
+                        {"id": int(w.job), "wait_reason": w.reason.value, "wait_message": w.message} for w in plan.waits
+                    ]
+                    s.execute(update(JobRow), reasons)
         except IntegrityError as exc:
             raise Conflict("the plan would hold a GPU that is already held; nothing was recorded") from exc
