@@ -194,11 +194,11 @@ def preemption_latency(rounds: int = 10) -> list[float]:
 
 def main() -> None:
     print(f"on {os.cpu_count()} CPUs; {SUBMISSIONS} submissions, each client one keep-alive connection", flush=True)
-    for clients in (1, 4):
+    for clients in (1, 4, 8):
         rate = submissions_per_second(None, clients)
         print(f"submissions/s through the API, SQLite, {clients} client(s):     {rate:6.0f}", flush=True)
     with postgres_server(durable=True) as server:
-        for clients in (1, 4):
+        for clients in (1, 4, 8):
             rate = submissions_per_second(fresh_database(server, f"bench{clients}"), clients)
             print(f"submissions/s through the API, PostgreSQL, {clients} client(s): {rate:6.0f}", flush=True)
     print(f"attempts started/s, {SHORT_JOBS} short jobs draining onto 64 GPUs: {starts_per_second():6.0f}", flush=True)
