@@ -1,16 +1,20 @@
 # `make test` is the whole suite: it creates .venv if needed, installs gpupool with its
-# test extras, then runs ruff, mypy and pytest. `make demo` runs the main job.
+# test and torch extras, then runs ruff, mypy and pytest. `make demo` runs the main job.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The job library's tests run real PyTorch on the CPU; this version's CPU build is what this
+# kind of machine has on disk (a bare `torch` would fetch a CUDA build of several GB).
+TORCH ?= torch==2.13.0
 
 .PHONY: test lint typecheck pytest demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet '$(TORCH)'
+	$(BIN)/pip install --quiet -e '.[test,torch]'
 	touch $(STAMP)
 
 test: lint typecheck pytest

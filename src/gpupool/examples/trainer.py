@@ -1,88 +1,69 @@
-"""A stand-in training job that speaks gpupool's job protocol with nothing but the standard library.
+"""A plain-Python training job (no PyTorch) made preemption-safe with `gpupool.job`.
 
-    python -m gpupool.examples.trainer --steps 40 --step-seconds 0.2 --checkpoint-every 5
+    gpupool submit -- python -m gpupool.examples.trainer --steps 40 --step-seconds 0.2 --save-every 5
 
-Each step "trains" (sleeps), heartbeats with its step, and every few steps writes a checkpoint
-atomically to $GPUPOOL_CHECKPOINT_DIR and reports the commit. On notice (the heartbeat reply,
-the notice file or SIGTERM: the handler only sets a flag) it saves at the next step boundary,
-acknowledges and exits 0: gpupool requeues it, and the next attempt resumes from the checkpoint.
-Run outside gpupool it simply trains.
+A toy model fits a line by stochastic gradient descent on samples it draws from `random` and
+NumPy, so that an exact resume matters: each step prints its loss as exact bits, and a run that
+was preempted and resumed prints the same ones as a run that was not. `gpupool.job` does the
+rest: resume from the newest whole checkpoint, heartbeats, periodic saves, and on notice a save,
+an acknowledgement and exit. Run outside gpupool it simply trains (checkpoints in ./checkpoints).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import signal
+import random
 import sys
-import threading
 import time
-import urllib.request
-from pathlib import Path
+from typing import Any
 
-# The handler only sets the flag: the loop acts at the next step boundary.
-STOP = threading.Event()
+import numpy
 
-
-def report(kind: str, body: dict[str, object]) -> dict[str, object]:
-    """POST to the job protocol; {} when not running under gpupool or when it is unreachable."""
-    api, token = os.environ.get("GPUPOOL_API"), os.environ.get("GPUPOOL_TOKEN")
-    if not api or not token:
-        return {}
-    job, attempt = os.environ["GPUPOOL_JOB_ID"], os.environ["GPUPOOL_ATTEMPT"]
-    request = urllib.request.Request(
-        f"{api}/jobs/{job}/attempts/{attempt}/{kind}",
-        data=json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=5) as response:
-            text = response.read()
-    except OSError as exc:
-        print(f"gpupool unreachable ({exc}); going on", file=sys.stderr, flush=True)
-        return {}
-    return json.loads(text) if text else {}
+from gpupool.job import Job
 
 
-def save(directory: Path, step: int) -> None:
-    tmp = directory / f".step-{step}.tmp"
-    tmp.write_text(json.dumps({"step": step}))
-    with tmp.open() as stream:
-        os.fsync(stream.fileno())
-    os.replace(tmp, directory / "latest.json")
-    report("checkpoint", {"step": step, "path": str(directory / "latest.json")})
+class Line:
+    """y = w·x + b, fitted to y = 3x + 1 with noise."""
+
+    def __init__(self) -> None:
+        self.w, self.b = 0.0, 0.0
+
+    def step(self, rate: float) -> float:
+        x = random.uniform(-1, 1)
+        y = 3 * x + 1 + float(numpy.random.normal(0, 0.1))
+        error = self.w * x + self.b - y
+        self.w -= rate * error * x
+        self.b -= rate * error
+        return error * error
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"w": self.w, "b": self.b}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.w, self.b = state["w"], state["b"]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--step-seconds", type=float, default=0.2)
-    parser.add_argument("--checkpoint-every", type=int, default=5)
+    parser.add_argument("--save-every", default="5", help="steps, a duration like 30s, or auto")
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    signal.signal(signal.SIGTERM, lambda _signum, _frame: STOP.set())
-    directory = Path(os.environ.get("GPUPOOL_CHECKPOINT_DIR", "checkpoints"))
-    directory.mkdir(parents=True, exist_ok=True)
-    notice_file = Path(os.environ.get("GPUPOOL_NOTICE_FILE", "/nonexistent/notice"))
-    latest = directory / "latest.json"
-    report("heartbeat", {"phase": "restore"})
-    step = json.loads(latest.read_text())["step"] if latest.exists() else 0
+    random.seed(args.seed)
+    numpy.random.seed(args.seed)
+    model = Line()
+    save_every = int(args.save_every) if args.save_every.isdigit() else args.save_every
+    job = Job(model=model, save_every=save_every, heartbeat_every=min(2.0, args.step_seconds * 5))
     gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-    print(f"attempt {os.environ.get('GPUPOOL_ATTEMPT', '0')} on GPUs [{gpus}]: from step {step}", flush=True)
-    while step < args.steps:
+    print(f"attempt {job.link.attempt} on GPUs [{gpus}]: from step {job.step}", flush=True)
+    for step in job.steps(args.steps):
         time.sleep(args.step_seconds)
-        step += 1
-        reply = report("heartbeat", {"step": step, "phase": "train"})
-        if step % args.checkpoint_every == 0:
-            save(directory, step)
-        if STOP.is_set() or reply.get("notice") or notice_file.exists():
-            save(directory, step)
-            report("ack", {})
-            print(f"notice: saved step {step}, leaving", flush=True)
-            return 0
-    report("complete", {})
-    print(f"done: {step} steps", flush=True)
+        loss = model.step(rate=0.1)
+        print(f"step {step} loss {loss.hex()}", flush=True)
+    job.finish()
+    print(f"done: {args.steps} steps, w={model.w:.3f} b={model.b:.3f}", flush=True)
     return 0
 
 

@@ -1,0 +1,198 @@
+"""Checkpoints on disk: an atomic commit, and resume from the newest checkpoint that is whole.
+
+In the job's checkpoint directory ($GPUPOOL_CHECKPOINT_DIR):
+
+    step-000000120/                 committed: its files, and MANIFEST.json written last
+    step-000000130.tmp-1-3fa2c9d1/  a save under way, or torn by a crash: never read, removed later
+    LATEST                          the name of the newest committed checkpoint
+
+A save writes into a directory of its own, fsyncs every file, writes the manifest (sizes and
+SHA-256 of every file), renames the directory into place (the commit), then moves `LATEST` (for
+people and tools); older checkpoints are pruned only after that. A crash at any point leaves the
+newest committed checkpoint as it was. Resume tries every committed checkpoint newest first,
+checking each file against its manifest, and sets aside the damaged ones it skipped; it raises
+rather than start over when checkpoints exist but none loads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from gpupool.job.failpoints import failpoint
+
+log = logging.getLogger("gpupool.job")
+
+MANIFEST = "MANIFEST.json"
+LATEST = "LATEST"
+FORMAT = 1
+COMMITTED = re.compile(r"^step-(\d{9})$")
+T = TypeVar("T")
+
+
+class CheckpointError(RuntimeError):
+    """Checkpoints exist but none can be used: resuming from scratch would silently lose them."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    step: int
+    path: Path
+    manifest: dict[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What a resume found: the checkpoint it used, and the newer ones it had to skip, with why."""
+
+    checkpoint: Checkpoint
+    skipped: tuple[str, ...] = ()
+
+
+def fsync_path(path: Path) -> None:
+    """fsync a file or a directory (a directory's entry list makes a rename durable)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_durably(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` atomically: a temporary file, fsync, rename, fsync of the folder."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+    with tmp.open("wb") as stream:
+        stream.write(data)
+        stream.flush()
+        os.fsync(stream.fileno())
+    os.replace(tmp, path)
+    fsync_path(path.parent)
+
+
+def digest(path: Path) -> str:
+    sha = hashlib.sha256()
+    with path.open("rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            sha.update(chunk)
+    return sha.hexdigest()
+
+
+class CheckpointDir:
+    def __init__(self, root: Path, *, keep: int = 2, attempt: int = 0) -> None:
+        if keep < 1:
+            raise ValueError(f"keep: {keep}; keep at least the newest checkpoint")
+        self.root = root
+        self.keep = keep
+        self.attempt = attempt
+        root.mkdir(parents=True, exist_ok=True)
+
+    @staticmethod
+    def name(step: int) -> str:
+        return f"step-{step:09d}"
+
+    # --- saving -------------------------------------------------------------------------------
+
+    def begin(self, step: int) -> Path:
+        """A fresh directory, unique to this save, for the files of checkpoint `step`."""
+        tmp = self.root / f"{self.name(step)}.tmp-{self.attempt}-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+        return tmp
+
+    def commit(self, tmp: Path, step: int, meta: dict[str, Any] | None = None) -> Checkpoint:
+        """Make the files written into `tmp` checkpoint `step`: fsync, manifest, rename, LATEST,
+        then prune. Every step of it is a failpoint for the crash tests."""
+        files = {}
+        for path in sorted(p for p in tmp.rglob("*") if p.is_file()):
+            fsync_path(path)
+            files[str(path.relative_to(tmp))] = {"bytes": path.stat().st_size, "sha256": digest(path)}
+        manifest = {"format": FORMAT, "step": step, "attempt": self.attempt, "files": files, **(meta or {})}
+        failpoint("save:before-manifest")
+        write_durably(tmp / MANIFEST, json.dumps(manifest, indent=1).encode())
+        failpoint("save:before-rename")
+        final = self.root / self.name(step)
+        if final.exists():
+            # The same step saved again (a notice right after a periodic save): the state at a
+            # step boundary is the same, so the older copy goes, if it is not whole.
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        fsync_path(self.root)
+        failpoint("save:before-latest")
+        write_durably(self.root / LATEST, (final.name + "\n").encode())
+        self.prune(keeping=final)
+        return Checkpoint(step, final, manifest)
+
+    def save(self, step: int, write: Callable[[Path], None], meta: dict[str, Any] | None = None) -> Checkpoint:
+        """Checkpoint `step`: `write(folder)` writes its files into a fresh folder, then commit."""
+        tmp = self.begin(step)
+        write(tmp)
+        return self.commit(tmp, step, meta)
+
+    def prune(self, keeping: Path) -> None:
+        """After the commit of `keeping`: remove committed checkpoints beyond the newest `keep`,
+        damaged ones set aside by a resume, and torn saves (a job saves one checkpoint at a time,
+        and never runs two attempts at once, so no other save can be under way)."""
+        others = [c for c in self.committed() if c.path != keeping]
+        for old in others[self.keep - 1 :]:
+            failpoint("save:during-prune")
+            shutil.rmtree(old.path, ignore_errors=True)
+        for debris in [*self.root.glob("step-*.damaged-*"), *self.root.glob("step-*.tmp-*")]:
+            shutil.rmtree(debris, ignore_errors=True)
+
+    # --- resuming ------------------------------------------------------------------------------
+
+    def committed(self) -> list[Checkpoint]:
+        """Committed checkpoints, newest first (a folder without a readable manifest is not one)."""
+        found = []
+        for path in self.root.iterdir():
+            match = COMMITTED.match(path.name)
+            if match is None:
+                continue
+            try:
+                manifest = json.loads((path / MANIFEST).read_text())
+            except (OSError, ValueError):
+                continue
+            found.append(Checkpoint(int(match.group(1)), path, manifest))
+        return sorted(found, key=lambda c: c.step, reverse=True)
+
+    @staticmethod
+    def verify(checkpoint: Checkpoint) -> None:
+        """Raise CheckpointError unless every file of the manifest is there, whole."""
+        for name, expected in checkpoint.manifest.get("files", {}).items():
+            path = checkpoint.path / name
+            if not path.is_file():
+                raise CheckpointError(f"{path} is missing")
+            if path.stat().st_size != expected["bytes"] or digest(path) != expected["sha256"]:
+                raise CheckpointError(f"{path} is damaged (size or SHA-256 differs from the manifest)")
+
+    def restore(self, load: Callable[[Checkpoint], T]) -> tuple[Restored, T] | None:
+        """Load the newest whole checkpoint with `load`; None when there is no checkpoint at all."""
+        candidates = self.committed()
+        if not candidates:
+            return None
+        skipped = []
+        for checkpoint in candidates:
+            try:
+                self.verify(checkpoint)
+                value = load(checkpoint)
+            except Exception as exc:
+                log.warning("checkpoint %s cannot be used: %s", checkpoint.path.name, exc)
+                skipped.append(f"{checkpoint.path.name}: {exc}")
+                continue
+            for bad in candidates[: len(skipped)]:
+                # Set aside, so that no later resume or prune takes it for a whole checkpoint.
+                if bad.step > checkpoint.step:
+                    os.rename(bad.path, bad.path.with_name(f"{bad.path.name}.damaged-{self.attempt}"))
+            return Restored(checkpoint, tuple(skipped)), value
+        raise CheckpointError(
+            f"{len(candidates)} checkpoint(s) in {self.root} and none loads; refusing to start over: "
+            + "; ".join(skipped)
+        )

@@ -1,0 +1,114 @@
+"""The job's side of the job protocol (docs/job-protocol.md): who it is, its reports to the
+scheduler, and the three ways a notice arrives (heartbeat reply, notice file, signal).
+
+Signal handlers only set a flag with the time it came; whoever polls `notice()` acts on it at a
+step boundary. Reports use the standard library, and a scheduler that cannot be reached costs a
+log line, never the job. Outside gpupool (no GPUPOOL_API) reports go nowhere and the job runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+log = logging.getLogger("gpupool.job")
+
+NOTICE_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
+"""SIGUSR1 is left alone: some NCCL versions take it."""
+
+
+@dataclass(frozen=True)
+class Notice:
+    source: str
+    """'heartbeat', 'file' or 'signal': the first channel it came by."""
+    deadline: float | None
+    """Unix time of the SIGKILL, when the channel told it."""
+
+
+class SchedulerLink:
+    def __init__(self, env: Mapping[str, str] = os.environ) -> None:
+        self.job_id = env.get("GPUPOOL_JOB_ID")
+        self.attempt = int(env.get("GPUPOOL_ATTEMPT", "0"))
+        self.checkpoint_dir = Path(env.get("GPUPOOL_CHECKPOINT_DIR", "checkpoints"))
+        self.notice_file = Path(env["GPUPOOL_NOTICE_FILE"]) if env.get("GPUPOOL_NOTICE_FILE") else None
+        self.api = env.get("GPUPOOL_API") or None
+        self.token = env.get("GPUPOOL_TOKEN", "")
+        self.interruption_interval = float(env.get("GPUPOOL_INTERRUPTION_INTERVAL", 6 * 3600))
+        self._pid = os.getpid()
+        self._signalled: int | None = None
+        self._from_heartbeat: Notice | None = None
+        self._previous: dict[int, Any] = {}
+
+    # --- reports --------------------------------------------------------------------------------
+
+    def report(self, kind: str, body: Mapping[str, object]) -> dict[str, Any]:
+        """POST one report; {} when not under gpupool or when the scheduler does not answer."""
+        if self.api is None or self.job_id is None:
+            return {}
+        request = urllib.request.Request(
+            f"{self.api}/jobs/{self.job_id}/attempts/{self.attempt}/{kind}",
+            data=json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                text = response.read()
+        except OSError as exc:
+            log.warning("gpupool did not take the %s report (%s); going on", kind, exc)
+            return {}
+        reply: dict[str, Any] = json.loads(text) if text else {}
+        return reply
+
+    def heartbeat(self, step: int, phase: str) -> None:
+        reply = self.report("heartbeat", {"step": step, "phase": phase})
+        notice = reply.get("notice")
+        if notice and self._from_heartbeat is None:
+            self._from_heartbeat = Notice("heartbeat", float(notice["deadline"]))
+
+    # --- notice ---------------------------------------------------------------------------------
+
+    def install_signals(self) -> None:
+        for signum in NOTICE_SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._on_signal)
+
+    def restore_signals(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        # Forked DataLoader workers inherit the handler: only the job's own process takes note.
+        if os.getpid() == self._pid and self._signalled is None:
+            self._signalled = signum
+
+    def _file_deadline(self) -> float | None:
+        if self.notice_file is None:
+            return None
+        try:
+            return float(json.loads(self.notice_file.read_text())["deadline"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def notice(self) -> Notice | None:
+        """The notice, if one came by any channel (cheap: a flag and a stat)."""
+        if self._from_heartbeat is not None:
+            return self._from_heartbeat
+        if self.notice_file is not None and self.notice_file.exists():
+            return Notice("file", self._file_deadline())
+        if self._signalled is not None:
+            return Notice("signal", self._file_deadline())
+        return None
+
+    @staticmethod
+    def seconds_left(notice: Notice) -> float:
+        return float("inf") if notice.deadline is None else notice.deadline - time.time()
