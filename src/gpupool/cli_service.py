@@ -15,7 +15,7 @@ from rich.table import Table
 from gpupool.client import Client
 from gpupool.config import ConfigError, load_spec
 from gpupool.errors import GpupoolError
-from gpupool.units import human_seconds
+from gpupool.units import gpu_time, human_seconds
 
 console = Console()
 errors = Console(stderr=True)
@@ -139,7 +139,7 @@ def queue(
 
 
 def show(job_id: int, config: ConfigOption = None, api: ApiOption = None) -> None:
-    """A job with its attempts, and each preemption with its reason."""
+    """A job with its attempts, its GPU time, and each interruption with its reason and cost."""
     api_client = client(config, api)
     job = call(api_client.job, job_id)
     console.print(f"[bold]job {job['id']}[/] {job['name']}: {job['state']}, team {job['team']}, {job['priority']}")
@@ -161,9 +161,37 @@ def show(job_id: int, config: ConfigOption = None, api: ApiOption = None) -> Non
             clock(a["last_checkpoint_at"]),
         )
     console.print(table)
-    for event in call(api_client.events, job_id):
-        if event["kind"] == "preempting":
-            console.print(f"  {clock(event['time'])} [red]{event['message']}[/]")
+    account = job.get("account")
+    if account is None:
+        return
+    goodput = "" if account["goodput"] is None else f", goodput {account['goodput']:.1%}"
+    console.print(
+        f"  {gpu_time(account['allocated'])} allocated, {gpu_time(account['productive'])} productive{goodput}"
+    )
+    if account["interruptions"]:
+        console.print(interruptions_table(account["interruptions"]))
+
+
+def interruptions_table(interruptions: list[dict[str, Any]], *, jobs: bool = False) -> Table:
+    """Each interruption with its cause, its reason and what it cost (GPU time)."""
+    table = Table(title="interruptions (GPU time lost)", box=None, header_style="bold")
+    headers = ("job", "team", "class") if jobs else ("attempt",)
+    for header in (*headers, "at", "cause", "wasted", "drain", "restart", "lost", "waited", "reason"):
+        table.add_column(header, overflow="fold")
+    for i in interruptions:
+        first = (str(i["job"]), i["team"], i["priority"]) if jobs else (str(i["attempt"]),)
+        table.add_row(
+            *first,
+            clock(i["at"]),
+            i["cause"],
+            gpu_time(i["wasted"]),
+            gpu_time(i["drain"]),
+            "" if i["restart"] is None else gpu_time(i["restart"]),
+            gpu_time(i["lost"]),
+            "waiting" if i["delay_seconds"] is None else human_seconds(i["delay_seconds"]),
+            i["reason"],
+        )
+    return table
 
 
 def cancel(job_id: int, config: ConfigOption = None, api: ApiOption = None) -> None:
@@ -263,6 +291,8 @@ def clock(timestamp: float | None) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    for command in (up, submit, queue, show, cancel, logs, events, classes):
+    from gpupool.cli_report import report
+
+    for command in (up, submit, queue, show, cancel, logs, events, classes, report):
         app.command()(command)
     app.add_typer(team_app, name="team")

@@ -93,3 +93,8 @@ class Client:
     def classes(self) -> list[dict[str, Any]]:
         classes: list[dict[str, Any]] = self.request("GET", "/classes")
         return classes
+
+    def report(self, since: float | None = None) -> dict[str, Any]:
+        params = {"since": since} if since is not None else {}
+        report: dict[str, Any] = self.request("GET", "/report", params=params)
+        return report

@@ -44,3 +44,11 @@ def human_seconds(seconds: float) -> str:
         if round(seconds / size, 1) < limit:
             return f"{seconds / size:.1f} {unit}"
     return f"{seconds / 86400:.1f} d"
+
+
+def gpu_time(gpu_seconds: float) -> str:
+    """GPU time for people: "0.6 GPU·s", "42 GPU·s", "3.5 GPU·min", "2.1 GPU·h"."""
+    if not math.isnan(gpu_seconds) and 0 <= gpu_seconds < 10:
+        return f"{gpu_seconds:.1f} GPU·s"
+    amount, _, unit = human_seconds(gpu_seconds).partition(" ")
+    return f"{amount} GPU·{unit}" if unit else amount

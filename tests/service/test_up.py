@@ -23,15 +23,15 @@ from gpupool.up import free_port
 
 
 class Service:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, grace: str = "2s") -> None:
         self.config = tmp / "gpupool.yaml"
         self.data = tmp / "data"
         self.port = free_port()
         self.config.write_text(
             f"service: {{data_dir: {self.data}, port: {self.port}, virtual_gpus: 2, interval: 0.2}}\n"
             "classes:\n"
-            "  high: {value: 100, may_preempt: true, preemptible: false, grace_period: 2s}\n"
-            "  low: {value: 0, may_preempt: false, preemptible: true, grace_period: 2s}\n"
+            f"  high: {{value: 100, may_preempt: true, preemptible: false, grace_period: {grace}}}\n"
+            f"  low: {{value: 0, may_preempt: false, preemptible: true, grace_period: {grace}}}\n"
         )
         self.process: subprocess.Popen[str] | None = None
         self.env = {**os.environ, "COLUMNS": "200"}

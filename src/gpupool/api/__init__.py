@@ -24,18 +24,24 @@ from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from gpupool.accounting import Totals, totals
 from gpupool.api.batching import SubmissionWriter
 from gpupool.api.models import (
+    AccountOut,
     AttemptOut,
     CheckpointIn,
     EventOut,
     HeartbeatIn,
     HeartbeatOut,
+    InterruptionOut,
     JobIn,
+    JobInterruptionOut,
     JobOut,
     NoticeOut,
+    ReportOut,
     TeamIn,
     TeamOut,
+    TotalsOut,
 )
 from gpupool.errors import HTTP_STATUS, Forbidden, GpupoolError, InvalidInput, Unauthorized
 from gpupool.model import Job, JobState, Node
@@ -149,7 +155,29 @@ def create_app(ctx: Context) -> FastAPI:
     def show(job_id: int, who: Annotated[Principal, Depends(principal)]) -> JobOut:
         job = ctx.store.job(job_id)
         history = [AttemptOut.of(a) for a in ctx.store.attempts(job_id)]
-        return JobOut.of(job, placement=placements(ctx).get(job_id, {}), history=history)
+        accounts = ctx.store.accounts(ctx.clock(), job_ids=[job_id])
+        account = AccountOut.of(accounts[0]) if accounts else None
+        return JobOut.of(job, placement=placements(ctx).get(job_id, {}), history=history, account=account)
+
+    @app.get("/report", response_model=ReportOut)
+    def report(who: Annotated[Principal, Depends(principal)], since: float | None = None) -> ReportOut:
+        """GPU-seconds, goodput and interruptions of the jobs that held GPUs since `since`
+        (unix time; all time when omitted), for the pool, per team and per class."""
+        now = ctx.clock()
+        accounts = ctx.store.accounts(now, since=since)
+        pool = totals(accounts, lambda _: "pool").get("pool") or Totals()
+        return ReportOut(
+            since=since,
+            until=now,
+            pool=TotalsOut.of(pool),
+            teams={k: TotalsOut.of(v) for k, v in totals(accounts, lambda a: a.team).items()},
+            classes={k: TotalsOut.of(v) for k, v in totals(accounts, lambda a: a.priority).items()},
+            interruptions=[
+                JobInterruptionOut(job=a.job_id, team=a.team, priority=a.priority, **InterruptionOut.of(i).model_dump())
+                for a in accounts
+                for i in a.interruptions
+            ],
+        )
 
     @app.post("/jobs/{job_id}/cancel", response_model=JobOut)
     async def cancel(job_id: int, who: Annotated[Principal, Depends(principal)]) -> JobOut:
@@ -239,7 +267,15 @@ def create_app(ctx: Context) -> FastAPI:
     @app.post(f"{protocol}/heartbeat", response_model=HeartbeatOut, dependencies=[Depends(attempt_token)])
     async def heartbeat(job_id: int, attempt: int, body: HeartbeatIn) -> HeartbeatOut:
         now = ctx.clock()
-        row = ctx.store.heartbeat(job_id, attempt, now, body.step, body.phase)
+        row = ctx.store.heartbeat(
+            job_id,
+            attempt,
+            now,
+            body.step,
+            body.phase,
+            restored_step=body.restored_step,
+            restore_seconds=body.restore_seconds,
+        )
         if row.notice_deadline is None:
             return HeartbeatOut(notice=None)
         return HeartbeatOut(
@@ -248,7 +284,7 @@ def create_app(ctx: Context) -> FastAPI:
 
     @app.post(f"{protocol}/checkpoint", status_code=204, dependencies=[Depends(attempt_token)])
     async def checkpoint(job_id: int, attempt: int, body: CheckpointIn) -> None:
-        ctx.store.commit_checkpoint(job_id, attempt, ctx.clock(), body.step, body.path)
+        ctx.store.commit_checkpoint(job_id, attempt, ctx.clock(), body.step, body.path, body.seconds)
 
     @app.post(f"{protocol}/ack", status_code=204, dependencies=[Depends(attempt_token)])
     async def ack(job_id: int, attempt: int) -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpupool.accounting import AttemptCost, Interruption, JobAccount, Totals
 from gpupool.store.schema import AttemptRow, JobRow
 
 
@@ -47,6 +48,91 @@ class AttemptOut(BaseModel):
         return cls.model_validate(row, from_attributes=True)
 
 
+class InterruptionOut(BaseModel):
+    """One interruption and what it cost, in GPU-seconds (docs: gpupool.accounting)."""
+
+    attempt: int
+    at: float
+    cause: str
+    reason: str
+    wasted: float
+    drain: float
+    restart: float | None
+    lost: float
+    delay_seconds: float | None
+
+    @classmethod
+    def of(cls, cut: Interruption) -> InterruptionOut:
+        return cls(
+            attempt=cut.attempt,
+            at=cut.at,
+            cause=cut.cause,
+            reason=cut.reason,
+            wasted=cut.wasted,
+            drain=cut.drain,
+            restart=cut.restart,
+            lost=cut.lost,
+            delay_seconds=cut.delay,
+        )
+
+
+class AccountOut(BaseModel):
+    """A job's GPU-seconds by what they went to, per attempt, and its interruptions."""
+
+    allocated: float
+    productive: float
+    goodput: float | None
+    attempts: list[AttemptCost]
+    interruptions: list[InterruptionOut]
+
+    @classmethod
+    def of(cls, job: JobAccount) -> AccountOut:
+        return cls(
+            allocated=job.allocated,
+            productive=job.productive,
+            goodput=job.productive / job.allocated if job.allocated > 0 else None,
+            attempts=list(job.attempts),
+            interruptions=[InterruptionOut.of(i) for i in job.interruptions],
+        )
+
+
+class TotalsOut(BaseModel):
+    jobs: int
+    allocated: float
+    productive: float
+    goodput: float | None
+    startup: float
+    checkpoint: float
+    drain: float
+    wasted: float
+    interruptions: int
+    lost: float
+    causes: dict[str, int]
+
+    @classmethod
+    def of(cls, totals: Totals) -> TotalsOut:
+        fields = {name: getattr(totals, name) for name in cls.model_fields}
+        return cls(**fields)
+
+
+class JobInterruptionOut(InterruptionOut):
+    job: int
+    team: str
+    priority: str
+
+
+class ReportOut(BaseModel):
+    """The pool's accounting since a time: GPU-seconds, goodput and interruptions, for the pool,
+    per team and per class."""
+
+    since: float | None
+    until: float
+    pool: TotalsOut
+    teams: dict[str, TotalsOut]
+    classes: dict[str, TotalsOut]
+    interruptions: list[JobInterruptionOut]
+
+
 class JobOut(BaseModel):
     id: int
     name: str
@@ -70,6 +156,8 @@ class JobOut(BaseModel):
     running_since: float | None = None
     """Start of its live attempt, if it has one."""
     history: list[AttemptOut] = Field(default_factory=list)
+    account: AccountOut | None = None
+    """With `show`: GPU-seconds by bucket and each interruption's cost."""
 
     @classmethod
     def of(cls, row: JobRow, **extra: Any) -> JobOut:
@@ -97,6 +185,8 @@ class TeamOut(BaseModel):
 class HeartbeatIn(_In):
     step: int | None = None
     phase: str | None = Field(default=None, pattern="^(startup|restore|train|save)$")
+    restored_step: int | None = Field(default=None, ge=0, description="the checkpoint step this attempt resumed from")
+    restore_seconds: float | None = Field(default=None, ge=0, description="how long the restore took")
 
 
 class NoticeOut(BaseModel):
@@ -111,6 +201,7 @@ class HeartbeatOut(BaseModel):
 class CheckpointIn(_In):
     step: int | None = None
     path: str | None = None
+    seconds: float | None = Field(default=None, ge=0, description="how long the save blocked training")
 
 
 class EventOut(BaseModel):

@@ -69,8 +69,8 @@ class SchedulerLink:
         reply: dict[str, Any] = json.loads(text) if text else {}
         return reply
 
-    def heartbeat(self, step: int, phase: str) -> None:
-        reply = self.report("heartbeat", {"step": step, "phase": phase})
+    def heartbeat(self, step: int, phase: str, **more: object) -> None:
+        reply = self.report("heartbeat", {"step": step, "phase": phase, **more})
         notice = reply.get("notice")
         if notice and self._from_heartbeat is None:
             self._from_heartbeat = Notice("heartbeat", float(notice["deadline"]))

@@ -68,7 +68,9 @@ class Job:
         self._rng: dict[str, Any] | None = None
         self.link.install_signals()
         self._set_phase("restore")
+        began = time.monotonic()
         found = self.checkpoints.restore(self._load)
+        self.restore_seconds = time.monotonic() - began
         if found is not None:
             self.restored, self._rng = found
             self.step = self.saved_step = self.restored.checkpoint.step
@@ -142,7 +144,7 @@ class Job:
         self.save_seconds = time.monotonic() - began
         self.last_commit = time.monotonic()
         self.saved_step = self.step
-        self.link.report("checkpoint", {"step": self.step, "path": str(checkpoint.path)})
+        self.link.report("checkpoint", {"step": self.step, "path": str(checkpoint.path), "seconds": self.save_seconds})
         self._set_phase("train")
         return checkpoint
 
@@ -176,7 +178,11 @@ class Job:
             if self._rng is not None:
                 state.restore_rng(self._rng)
                 self._rng = None
-            self._set_phase("train")
+            self.phase = "train"
+            # Productive work starts now; tell gpupool which checkpoint it starts from.
+            restored = {"restored_step": self.step, "restore_seconds": self.restore_seconds} if self.restored else {}
+            self.last_heartbeat = time.monotonic()
+            self.link.heartbeat(self.step, self.phase, **restored)
 
     def _set_phase(self, phase: str) -> None:
         if phase != self.phase:

@@ -6,6 +6,7 @@ detached (plain values, safe to read after it), never bound to a session.
 
 from __future__ import annotations
 
+from gpupool.store.accounts import AccountsStore
 from gpupool.store.engine import connect, migrate
 from gpupool.store.jobs import DEFAULT_TEAM, JobSpec, JobsStore
 from gpupool.store.scheduling import SchedulingStore
@@ -13,7 +14,7 @@ from gpupool.store.scheduling import SchedulingStore
 __all__ = ["DEFAULT_TEAM", "JobSpec", "Store"]
 
 
-class Store(JobsStore, SchedulingStore):
+class Store(JobsStore, SchedulingStore, AccountsStore):
     @classmethod
     def open(cls, url: str) -> Store:
         """Connect to `url` and bring its schema to the newest revision."""

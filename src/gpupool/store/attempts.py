@@ -116,21 +116,36 @@ class AttemptsStore(StoreBase):
         job = self.locked_job(s, job_id)
         self.move(s, job, JobState.PREEMPTING, now, message, attempt=attempt, reason=reason, deadline=deadline)
 
-    def heartbeat(self, job_id: int, attempt: int, now: float, step: int | None, phase: str | None) -> AttemptRow:
-        """Note that the attempt is alive (and productive from its first `train` phase);
-        returns the attempt, whose notice fields tell the job whether to stop."""
+    def heartbeat(
+        self,
+        job_id: int,
+        attempt: int,
+        now: float,
+        step: int | None,
+        phase: str | None,
+        *,
+        restored_step: int | None = None,
+        restore_seconds: float | None = None,
+    ) -> AttemptRow:
+        """Note that the attempt is alive (and productive from its first `train` phase, which
+        may say which checkpoint it restored); returns the attempt, whose notice fields tell the
+        job whether to stop."""
         with self.transaction() as s:
             row = self.live_attempt(s, job_id, attempt)
             row.last_heartbeat_at, row.step, row.phase = now, step, phase
             if phase == "train" and row.productive_at is None:
                 row.productive_at = now
+            if restored_step is not None:
+                row.restored_step, row.restore_seconds = restored_step, restore_seconds
             return row
 
-    def commit_checkpoint(self, job_id: int, attempt: int, now: float, step: int | None, path: str | None) -> None:
+    def commit_checkpoint(
+        self, job_id: int, attempt: int, now: float, step: int | None, path: str | None, seconds: float | None = None
+    ) -> None:
         with self.transaction() as s:
             row = self.live_attempt(s, job_id, attempt)
             row.last_checkpoint_at = now
-            s.add(CheckpointRow(job_id=job_id, attempt=attempt, time=now, step=step, path=path))
+            s.add(CheckpointRow(job_id=job_id, attempt=attempt, time=now, step=step, path=path, seconds=seconds))
             s.add(
                 EventRow(
                     time=now, kind="checkpoint", job_id=job_id, attempt=attempt, message=f"checkpoint at step {step}"

@@ -108,6 +108,9 @@ class AttemptRow(Base):
     productive_at: Mapped[float | None] = mapped_column(Float, default=None)
     """First productive step of this attempt (end of startup and restore)."""
     last_checkpoint_at: Mapped[float | None] = mapped_column(Float, default=None)
+    restored_step: Mapped[int | None] = mapped_column(Integer, default=None)
+    """The checkpoint step this attempt resumed from, as the job reported it."""
+    restore_seconds: Mapped[float | None] = mapped_column(Float, default=None)
     notice_at: Mapped[float | None] = mapped_column(Float, default=None)
     notice_deadline: Mapped[float | None] = mapped_column(Float, default=None)
     notice_for: Mapped[int | None] = mapped_column(Integer, default=None)
@@ -171,3 +174,5 @@ class CheckpointRow(Base):
     time: Mapped[float] = mapped_column(Float)
     step: Mapped[int | None] = mapped_column(Integer, default=None)
     path: Mapped[str | None] = mapped_column(String(4096), default=None)
+    seconds: Mapped[float | None] = mapped_column(Float, default=None)
+    """How long the save blocked training."""

@@ -1,0 +1,224 @@
+"""What each interruption cost, in GPU-seconds, from what attempts recorded. Pure: the live
+service and the simulator both hand it attempt records and read the same numbers back.
+
+For an attempt holding G GPUs from allocation to release:
+
+    allocated   G × (release − allocation)
+    startup     G × (first productive step − allocation); restore is the part the job reported
+    checkpoint  G × the time saves blocked training
+    drain       G × (release − notice)
+    wasted      G × (stop − the point the next attempt resumed from): work done again
+    productive  allocated − startup − checkpoint − drain − wasted
+
+"Stop" is the notice (work after it is drain) or, without one, the release. "The point the next
+attempt resumed from" is the commit, in this attempt, of the checkpoint the next attempt
+restored; if that checkpoint is older than this attempt, all of its productive work was wasted.
+A job that does not say which checkpoint it restored is taken to resume from its newest one.
+
+An interruption (an attempt ended by a preemption, a failure that was retried, or a process lost
+while the scheduler was down) costs G × (wasted + drain) + G × the next attempt's startup. The
+wait in line in between costs the job's owner time, not GPU time: it is reported apart.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+INTERRUPTED = ("preempted", "failed", "lost")
+
+
+@dataclass(frozen=True)
+class Commit:
+    time: float
+    step: int | None = None
+    seconds: float = 0.0
+    """How long the save blocked training."""
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    attempt: int
+    gpus: int
+    allocated_at: float
+    released_at: float | None = None
+    """None while it runs: accounted up to `now`."""
+    productive_at: float | None = None
+    notice_at: float | None = None
+    restored_step: int | None = None
+    """The checkpoint step it resumed from, as the job reported it."""
+    restore_seconds: float = 0.0
+    commits: tuple[Commit, ...] = ()
+    outcome: str | None = None
+    """succeeded, preempted, failed, lost, cancelled; None while it runs."""
+    reason: str = ""
+    """Why it ended, for people: the preemption's message, the exit code."""
+
+
+@dataclass(frozen=True)
+class AttemptCost:
+    """GPU-seconds of one attempt, by what they went to."""
+
+    attempt: int
+    allocated: float
+    startup: float
+    restore: float
+    checkpoint: float
+    drain: float
+    wasted: float
+    productive: float
+
+
+@dataclass(frozen=True)
+class Interruption:
+    attempt: int
+    at: float
+    cause: str
+    reason: str
+    wasted: float
+    drain: float
+    restart: float | None
+    """GPU-seconds from the next attempt's allocation to its first productive step (so far,
+    while it starts up); None while the job waits for its next attempt."""
+    delay: float | None
+    """Seconds in line before the next attempt (None while still waiting)."""
+
+    @property
+    def lost(self) -> float:
+        return self.wasted + self.drain + (self.restart or 0.0)
+
+
+@dataclass(frozen=True)
+class JobAccount:
+    job_id: int
+    team: str
+    priority: str
+    attempts: tuple[AttemptCost, ...]
+    interruptions: tuple[Interruption, ...]
+
+    @property
+    def allocated(self) -> float:
+        return sum(a.allocated for a in self.attempts)
+
+    @property
+    def productive(self) -> float:
+        return sum(a.productive for a in self.attempts)
+
+
+@dataclass
+class Totals:
+    """Sums over jobs: GPU-seconds by bucket, interruptions and what they lost."""
+
+    jobs: int = 0
+    allocated: float = 0.0
+    productive: float = 0.0
+    startup: float = 0.0
+    checkpoint: float = 0.0
+    drain: float = 0.0
+    wasted: float = 0.0
+    interruptions: int = 0
+    lost: float = 0.0
+    causes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def goodput(self) -> float | None:
+        return self.productive / self.allocated if self.allocated > 0 else None
+
+    def add(self, account: JobAccount) -> None:
+        self.jobs += 1
+        for a in account.attempts:
+            self.allocated += a.allocated
+            self.productive += a.productive
+            self.startup += a.startup
+            self.checkpoint += a.checkpoint
+            self.drain += a.drain
+            self.wasted += a.wasted
+        for i in account.interruptions:
+            self.interruptions += 1
+            self.lost += i.lost
+            self.causes[i.cause] = self.causes.get(i.cause, 0) + 1
+
+
+def account(job_id: int, team: str, priority: str, attempts: Sequence[AttemptRecord], now: float) -> JobAccount:
+    """The account of one job from its attempts in order."""
+    ordered = sorted(attempts, key=lambda a: a.attempt)
+    costs = []
+    interruptions = []
+    for index, record in enumerate(ordered):
+        following = ordered[index + 1] if index + 1 < len(ordered) else None
+        costs.append(_cost(record, ordered[: index + 1], following, now))
+    for index, record in enumerate(ordered):
+        if record.outcome not in INTERRUPTED:
+            continue
+        following = ordered[index + 1] if index + 1 < len(ordered) else None
+        restart = None
+        delay = None
+        if following is not None:
+            restart = costs[index + 1].startup
+            delay = following.allocated_at - (record.released_at or following.allocated_at)
+        interruptions.append(
+            Interruption(
+                record.attempt,
+                record.notice_at if record.notice_at is not None else (record.released_at or now),
+                record.outcome or "",
+                record.reason,
+                costs[index].wasted,
+                costs[index].drain,
+                restart,
+                delay,
+            )
+        )
+    return JobAccount(job_id, team, priority, tuple(costs), tuple(interruptions))
+
+
+def _cost(
+    record: AttemptRecord, so_far: Sequence[AttemptRecord], following: AttemptRecord | None, now: float
+) -> AttemptCost:
+    end = record.released_at if record.released_at is not None else now
+    g = record.gpus
+    productive_from = min(record.productive_at, end) if record.productive_at is not None else end
+    startup = productive_from - record.allocated_at
+    stop = min(record.notice_at, end) if record.notice_at is not None else end
+    drain = end - stop
+    checkpoint = sum(c.seconds for c in record.commits if c.time <= end)
+    wasted = 0.0
+    if record.outcome in INTERRUPTED and record.productive_at is not None:
+        anchor = _resumed_from(record, so_far, following)
+        start = productive_from if anchor is None else max(anchor, productive_from)
+        redone_saves = sum(c.seconds for c in record.commits if start < c.time <= stop)
+        wasted = max(0.0, stop - start - redone_saves)
+    productive = max(0.0, (end - record.allocated_at) - startup - drain - checkpoint - wasted)
+    return AttemptCost(
+        record.attempt,
+        g * (end - record.allocated_at),
+        g * startup,
+        g * min(record.restore_seconds, startup),
+        g * checkpoint,
+        g * drain,
+        g * wasted,
+        g * productive,
+    )
+
+
+def _resumed_from(
+    record: AttemptRecord, so_far: Sequence[AttemptRecord], following: AttemptRecord | None
+) -> float | None:
+    """When, in `record`, training stood at the checkpoint the next attempt resumed from; None
+    if that checkpoint is not one of this attempt's (all its work was wasted)."""
+    if following is not None and following.restored_step is not None:
+        matches = [c.time for c in record.commits if c.step == following.restored_step]
+        return max(matches) if matches else None
+    # Not told (or not restarted yet): the newest checkpoint, if this attempt made it.
+    newest = max((c for a in so_far for c in a.commits), key=lambda c: c.time, default=None)
+    if newest is not None and newest in record.commits:
+        return newest.time
+    return None
+
+
+def totals(accounts: Iterable[JobAccount], key: Callable[[JobAccount], str]) -> dict[str, Totals]:
+    """Totals grouped by `key` (a job's team, its class, or one name for the whole pool)."""
+    grouped: dict[str, Totals] = defaultdict(Totals)
+    for a in accounts:
+        grouped[key(a)].add(a)
+    return dict(sorted(grouped.items()))

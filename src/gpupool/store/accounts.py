@@ -1,0 +1,59 @@
+"""The store's records of attempts, as the accounting reads them."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from sqlalchemy import select
+
+from gpupool.accounting import AttemptRecord, Commit, JobAccount, account
+from gpupool.store.base import StoreBase
+from gpupool.store.schema import AttemptRow, CheckpointRow, EventRow, JobRow
+
+
+class AccountsStore(StoreBase):
+    def accounts(
+        self, now: float, *, job_ids: Sequence[int] | None = None, since: float | None = None
+    ) -> list[JobAccount]:
+        """The account of each job that held GPUs at or after `since` (counting its attempts
+        that ended since then, or run), or of `job_ids`."""
+        with self.reading() as s:
+            attempts = select(AttemptRow)
+            if job_ids is not None:
+                attempts = attempts.where(AttemptRow.job_id.in_(list(job_ids)))
+            if since is not None:
+                attempts = attempts.where((AttemptRow.ended_at.is_(None)) | (AttemptRow.ended_at >= since))
+            rows = list(s.scalars(attempts))
+            ids = sorted({r.job_id for r in rows})
+            jobs = {j.id: j for j in s.scalars(select(JobRow).where(JobRow.id.in_(ids)))}
+            commits: dict[tuple[int, int], list[Commit]] = defaultdict(list)
+            for c in s.scalars(select(CheckpointRow).where(CheckpointRow.job_id.in_(ids)).order_by(CheckpointRow.id)):
+                commits[(c.job_id, c.attempt)].append(Commit(c.time, c.step, c.seconds or 0.0))
+            ends = select(EventRow).where(
+                EventRow.job_id.in_(ids), EventRow.kind.in_(["preempting", "pending", "failed"])
+            )
+            reasons: dict[tuple[int, int], str] = {}
+            for e in s.scalars(ends.order_by(EventRow.id)):
+                if e.attempt is not None:
+                    # The notice's reason wins over the requeue that follows it.
+                    reasons.setdefault((e.job_id or 0, e.attempt), e.message)
+        by_job: dict[int, list[AttemptRecord]] = defaultdict(list)
+        for a in rows:
+            key = (a.job_id, a.attempt)
+            by_job[a.job_id].append(
+                AttemptRecord(
+                    a.attempt,
+                    jobs[a.job_id].gpus,
+                    a.started_at,
+                    a.ended_at,
+                    a.productive_at,
+                    a.notice_at,
+                    a.restored_step,
+                    a.restore_seconds or 0.0,
+                    tuple(commits[key]),
+                    a.outcome,
+                    reasons.get(key, ""),
+                )
+            )
+        return [account(i, jobs[i].team, jobs[i].priority, by_job[i], now) for i in ids]

@@ -1,0 +1,98 @@
+"""The accounting of interruptions, on attempts whose costs are worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpupool.accounting import AttemptRecord, Commit, account, totals
+
+
+def test_a_victim_that_saved_on_notice_wasted_nothing_and_paid_drain_and_restart() -> None:
+    first = AttemptRecord(
+        0,
+        2,
+        allocated_at=0,
+        released_at=110,
+        productive_at=10,
+        notice_at=100,
+        commits=(Commit(50, step=40, seconds=2), Commit(108, step=95, seconds=3)),
+        outcome="preempted",
+        reason="for job 9",
+    )
+    second = AttemptRecord(
+        1,
+        2,
+        allocated_at=200,
+        released_at=300,
+        productive_at=215,
+        restored_step=95,
+        restore_seconds=5,
+        outcome="succeeded",
+    )
+    job = account(1, "nlp", "low", [second, first], now=400)
+    a, b = job.attempts
+    assert (a.allocated, a.startup, a.checkpoint, a.drain, a.wasted) == (220, 20, 10, 20, 0)
+    assert a.productive == 220 - 20 - 10 - 20
+    assert (b.startup, b.restore, b.productive) == (30, 10, 170)
+    (cut,) = job.interruptions
+    assert (cut.at, cut.cause, cut.reason, cut.wasted, cut.drain, cut.restart, cut.delay) == (
+        100,
+        "preempted",
+        "for job 9",
+        0,
+        20,
+        30,
+        90,
+    )
+    assert cut.lost == 50
+
+
+def test_a_victim_killed_at_its_deadline_redoes_the_work_since_its_last_checkpoint() -> None:
+    first = AttemptRecord(
+        0,
+        4,
+        0,
+        released_at=130,
+        productive_at=10,
+        notice_at=100,
+        commits=(Commit(60, step=50, seconds=1),),
+        outcome="preempted",
+    )
+    second = AttemptRecord(1, 4, 140, productive_at=150, restored_step=50)
+    job = account(1, "nlp", "low", [first, second], now=200)
+    (cut,) = job.interruptions
+    # From the commit at 60 to the notice at 100: 40 s of work on 4 GPUs is done again.
+    assert (cut.wasted, cut.drain, cut.restart) == (160, 120, 40)
+    assert job.attempts[1].allocated == 4 * 60  # running: accounted up to now
+
+
+def test_a_failure_without_notice_wastes_up_to_its_end_and_older_checkpoints_waste_it_all() -> None:
+    failed = AttemptRecord(0, 1, 0, released_at=100, productive_at=10, commits=(Commit(40, step=30),), outcome="failed")
+    retry = AttemptRecord(1, 1, 100, released_at=150, productive_at=110, restored_step=30, outcome="lost")
+    third = AttemptRecord(2, 1, 160, productive_at=170, restored_step=30)
+    job = account(1, "cv", "normal", [failed, retry, third], now=180)
+    first_cut, second_cut = job.interruptions
+    assert (first_cut.cause, first_cut.wasted, first_cut.drain, first_cut.restart) == ("failed", 60, 0, 10)
+    # Attempt 1 made no checkpoint: attempt 2 resumed from attempt 0's, all of 1's work is lost.
+    assert (second_cut.cause, second_cut.wasted, second_cut.restart) == ("lost", 40, 10)
+
+
+def test_a_job_that_never_says_what_it_restored_is_taken_to_resume_from_its_newest_checkpoint() -> None:
+    first = AttemptRecord(
+        0, 1, 0, released_at=100, productive_at=0, notice_at=90, commits=(Commit(30), Commit(70)), outcome="preempted"
+    )
+    job = account(1, "cv", "normal", [first], now=150)
+    (cut,) = job.interruptions
+    assert (cut.wasted, cut.drain, cut.restart, cut.delay) == (20, 10, None, None)
+
+
+def test_totals_give_goodput_per_team_and_for_the_pool() -> None:
+    done = AttemptRecord(0, 2, 0, released_at=100, productive_at=20, outcome="succeeded")
+    cut = AttemptRecord(0, 1, 0, released_at=50, productive_at=0, notice_at=50, outcome="preempted")
+    jobs = [account(1, "a", "high", [done], now=100), account(2, "b", "low", [cut], now=100)]
+    by_team = totals(jobs, lambda j: j.team)
+    assert by_team["a"].goodput == pytest.approx(160 / 200)
+    assert by_team["b"].goodput == 0.0
+    pool = totals(jobs, lambda _: "pool")["pool"]
+    assert (pool.jobs, pool.allocated, pool.productive, pool.interruptions, pool.lost) == (2, 250, 160, 1, 50)
+    assert pool.causes == {"preempted": 1}
