@@ -8,7 +8,6 @@ high-priority job is done. Every event is printed as it happens; a summary ends 
 
 from __future__ import annotations
 
-import itertools
 import sys
 import tempfile
 import threading
@@ -25,6 +24,7 @@ from rich.table import Table
 from gpupool.config import parse_spec
 from gpupool.store import JobSpec, Store
 from gpupool.store.schema import AttemptRow, JobRow
+from gpupool.units import gpu_time
 from gpupool.up import Running, free_port, shut_down, start
 
 DEMO_CONFIG = """
@@ -135,20 +135,17 @@ def pending_time(job: JobRow, attempts: list[AttemptRow]) -> float:
 
 
 def costs(store: Store, data: Path) -> str:
-    """Per preemption: the drain (notice to exit) and the restart of the next attempt (start to
-    its first productive step), in GPU-seconds; the victims saved at notice, so no rework."""
+    """Per interruption, what `gpupool.accounting` charges it: work done again, drain (notice to
+    release) and the next attempt's restart, in GPU-seconds; and where the next attempt resumed."""
     lines = []
-    for job in store.jobs():
-        attempts = store.attempts(job.id)
-        for before, after in itertools.pairwise(attempts):
-            if before.notice_at is None or before.ended_at is None:
-                continue
-            drain = before.ended_at - before.notice_at
-            restart = (after.productive_at or after.started_at) - after.started_at
-            log = data / "jobs" / str(job.id) / f"attempt-{after.attempt}" / "stdout.log"
+    names = {job.id: job.name for job in store.jobs()}
+    for account in store.accounts(time.time()):
+        for cut in account.interruptions:
+            log = data / "jobs" / str(account.job_id) / f"attempt-{cut.attempt + 1}" / "stdout.log"
             said = log.read_text().splitlines()[0] if log.exists() else ""
             lines.append(
-                f"job {job.id} ({job.name}): notice → exit {drain:.1f} s, restart {restart:.1f} s: "
-                f"{job.gpus * (drain + restart):.1f} GPU-seconds lost; its next attempt said: {said!r}"
+                f"job {account.job_id} ({names[account.job_id]}): wasted {gpu_time(cut.wasted)}, "
+                f"drain {gpu_time(cut.drain)}, restart {gpu_time(cut.restart or 0.0)}: {gpu_time(cut.lost)} lost; "
+                f"its next attempt said: {said!r}"
             )
     return "\n".join(lines) or "no preemption happened"
