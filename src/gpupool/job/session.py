@@ -10,6 +10,11 @@ from the newest whole checkpoint; `steps()` yields step numbers from there. Betw
 it heartbeats, saves when a periodic checkpoint is due, and on notice saves (when the save fits
 before the deadline), acknowledges and ends the process: gpupool requeues the job and the next
 attempt resumes. Random number generators are restored last, when the first step begins.
+
+In a torch.distributed job every rank makes its `Job` (after `init_process_group`); the ranks
+agree every second or so (one small all-reduce on a CPU group of their own) on whether to stop
+or save, so they do it at the same step. Rank 0 saves the registered objects, every rank its
+RNG and `data` position, and rank 0 commits the one checkpoint and speaks to gpupool.
 The lower-level calls for a custom loop: `should_stop()`, `step_done()`, `save()`, `leave()`.
 """
 
@@ -23,9 +28,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from gpupool.job import state
-from gpupool.job.checkpoints import Checkpoint, CheckpointDir, Restored
+from gpupool.job.checkpoints import Checkpoint, CheckpointDir, CheckpointError, Restored
 from gpupool.job.failpoints import failpoint
 from gpupool.job.link import SchedulerLink
+from gpupool.job.ranks import Ranks
 from gpupool.units import parse_duration
 
 log = logging.getLogger("gpupool.job")
@@ -42,21 +48,24 @@ class Job:
         save_every: int | str | None = "auto",
         keep: int = 2,
         heartbeat_every: float = 2.0,
+        agree_every: float = 1.0,
         directory: str | Path | None = None,
         link: SchedulerLink | None = None,
         **objects: state.Stateful,
     ) -> None:
         """`save_every`: a number of steps, a duration ("10m"), "auto" (the Young/Daly interval
         from the measured save time and the interruption interval the scheduler passes), or
-        None (only on notice and at the end). `data` is saved per rank, the others by rank 0."""
+        None (only on notice and at the end). `data` is saved per rank, the others by rank 0.
+        `agree_every`: about how many seconds apart the ranks agree on stopping and saving."""
         self.link = link or SchedulerLink()
+        self.ranks = Ranks()
         self.objects = objects
         self.data = data
         self.every_steps, self.every_seconds = _interval(save_every)
         self.heartbeat_every = heartbeat_every
-        self.checkpoints = CheckpointDir(
-            Path(directory) if directory is not None else self.link.checkpoint_dir, keep=keep, attempt=self.link.attempt
-        )
+        self.agree_every = agree_every
+        root = Path(directory) if directory is not None else self.link.checkpoint_dir
+        self.checkpoints = CheckpointDir(root, keep=keep, attempt=self.link.attempt)
         self.step = 0
         self.saved_step: int | None = None
         self.save_seconds: float | None = None
@@ -66,16 +75,13 @@ class Job:
         self.phase = "startup"
         self.restored: Restored | None = None
         self._rng: dict[str, Any] | None = None
+        self._agree_every = 1
+        self._last_agreed = (time.monotonic(), 0)
         self.link.install_signals()
         self._set_phase("restore")
         began = time.monotonic()
-        found = self.checkpoints.restore(self._load)
+        self._restore()
         self.restore_seconds = time.monotonic() - began
-        if found is not None:
-            self.restored, self._rng = found
-            self.step = self.saved_step = self.restored.checkpoint.step
-            skipped = f" (skipped: {'; '.join(self.restored.skipped)})" if self.restored.skipped else ""
-            log.warning("attempt %s resumes from step %s%s", self.link.attempt, self.step, skipped)
 
     # --- the loop -------------------------------------------------------------------------------
 
@@ -88,9 +94,12 @@ class Job:
             self.step_done()
 
     def should_stop(self) -> bool:
-        """Whether a notice came (by any channel). The first call also restores the RNG."""
+        """Whether a notice came (by any channel; all ranks answer alike, at the steps where
+        they agree). The first call also restores the RNG."""
         self._begin()
-        return self.link.notice() is not None
+        if self.ranks.world == 1:
+            return self.link.notice() is not None
+        return self._agreement()[0]
 
     def step_done(self) -> None:
         """A step completed: the data moves on, a heartbeat and a periodic save when due."""
@@ -105,19 +114,23 @@ class Job:
 
     def heartbeat(self) -> None:
         self.last_heartbeat = time.monotonic()
-        self.link.heartbeat(self.step, self.phase)
+        if self.ranks.first:
+            self.link.heartbeat(self.step, self.phase)
 
     def leave(self) -> NoReturn:
         """On notice: save if the save fits before the deadline, acknowledge, end the process
         (exit 0; gpupool requeues a job it gave notice whatever the exit code)."""
         notice = self.link.notice()
+        margin = 1.5 * (self.save_seconds or 0.0) + 1.0
+        short = notice is not None and self.link.seconds_left(notice) <= margin
+        (no_time,) = self.ranks.agree([float(short)])
         if self.saved_step != self.step:
-            margin = 1.5 * (self.save_seconds or 0.0) + 1.0
-            if notice is None or self.link.seconds_left(notice) > margin:
-                self.save()
-            else:
+            if no_time:
                 log.warning("no time to save step %s before the deadline; resuming from %s", self.step, self.saved_step)
-        self.link.report("ack", {})
+            else:
+                self.save()
+        if self.ranks.first:
+            self.link.report("ack", {})
         self.link.restore_signals()
         raise SystemExit(0)
 
@@ -126,31 +139,68 @@ class Job:
         self._begin()
         if self.saved_step != self.step:
             self.save()
-        self.link.report("complete", {})
+        if self.ranks.first:
+            self.link.report("complete", {})
         self.link.restore_signals()
 
     # --- checkpoints ----------------------------------------------------------------------------
 
-    def save(self) -> Checkpoint:
-        """Checkpoint the current step boundary now (blocking), and report the commit."""
+    def save(self) -> Checkpoint | None:
+        """Checkpoint the current step boundary now (blocking; on every rank at the same step),
+        and report the commit. Returns the checkpoint on rank 0."""
         self._set_phase("save")
         began = time.monotonic()
-        folder = self.checkpoints.begin(self.step)
-        state.write(folder / "objects.pt", {name: obj.state_dict() for name, obj in self.objects.items()})
+        folder = Path(self.ranks.share(str(self.checkpoints.begin(self.step)) if self.ranks.first else None))
+        if self.ranks.first:
+            state.write(folder / "objects.pt", {name: obj.state_dict() for name, obj in self.objects.items()})
         failpoint("save:between-files")
         rank = {"rng": state.capture_rng(), "data": self.data.state_dict() if self.data is not None else None}
-        state.write(folder / "rank-0.pt", rank)
-        checkpoint = self.checkpoints.commit(folder, self.step, {"world": 1})
+        state.write(folder / f"rank-{self.ranks.rank}.pt", rank)
+        self.ranks.barrier()
+        checkpoint = None
+        if self.ranks.first:
+            checkpoint = self.checkpoints.commit(folder, self.step, {"world": self.ranks.world})
+        self.ranks.barrier()
         self.save_seconds = time.monotonic() - began
         self.last_commit = time.monotonic()
         self.saved_step = self.step
-        self.link.report("checkpoint", {"step": self.step, "path": str(checkpoint.path), "seconds": self.save_seconds})
+        if checkpoint is not None:
+            body = {"step": self.step, "path": str(checkpoint.path), "seconds": self.save_seconds}
+            self.link.report("checkpoint", body)
         self._set_phase("train")
         return checkpoint
 
+    def _restore(self) -> None:
+        """Rank 0 picks the newest whole checkpoint; every rank loads that one."""
+        chosen: Any = None
+        if self.ranks.first:
+            try:
+                found = self.checkpoints.restore(self._load)
+            except CheckpointError as exc:
+                chosen = exc
+            else:
+                if found is not None:
+                    self.restored, self._rng = found
+                    chosen = self.restored
+        chosen = self.ranks.share(chosen)
+        if isinstance(chosen, CheckpointError):
+            raise chosen
+        if chosen is None:
+            return
+        if not self.ranks.first:
+            self.restored, self._rng = chosen, self._load(chosen.checkpoint)
+        self.step = self.saved_step = chosen.checkpoint.step
+        skipped = f" (skipped: {'; '.join(chosen.skipped)})" if chosen.skipped else ""
+        log.warning("attempt %s resumes from step %s%s", self.link.attempt, self.step, skipped)
+
     def _load(self, checkpoint: Checkpoint) -> dict[str, Any]:
+        world = checkpoint.manifest.get("world", 1)
+        if world != self.ranks.world:
+            raise CheckpointError(
+                f"{checkpoint.path.name} was written by {world} ranks; this run has {self.ranks.world}"
+            )
         objects = state.read(checkpoint.path / "objects.pt")
-        rank = state.read(checkpoint.path / "rank-0.pt")
+        rank = state.read(checkpoint.path / f"rank-{self.ranks.rank}.pt")
         missing = set(self.objects) - set(objects)
         if missing:
             raise ValueError(f"the checkpoint has no state for {', '.join(sorted(missing))}")
@@ -166,12 +216,36 @@ class Job:
             return self.step % self.every_steps == 0
         if self.every_seconds is None:
             return False
+        if self.ranks.world == 1:
+            return self._time_to_save()
+        return self._agreement()[1]
+
+    def _time_to_save(self) -> bool:
         interval = self.every_seconds
+        if interval is None:
+            return False
         if math.isnan(interval):  # auto
             interval = FIRST_AUTO_SAVE
             if self.save_seconds is not None:
                 interval = math.sqrt(2 * self.save_seconds * self.link.interruption_interval)
         return time.monotonic() - self.last_commit >= interval
+
+    def _agreement(self) -> tuple[bool, bool]:
+        """(stop, save), the same on every rank. Ranks agree every `_agree_every` steps, about
+        every `agree_every` seconds: that count is itself agreed, so they all agree at the same
+        steps; in between, neither."""
+        if self.step % self._agree_every:
+            return False, False
+        now = time.monotonic()
+        since, at_step = self._last_agreed
+        step_seconds = (now - since) / (self.step - at_step) if self.step > at_step else 0.0
+        stop, save, slowest = self.ranks.agree(
+            [float(self.link.notice() is not None), float(self._time_to_save()), step_seconds]
+        )
+        if slowest > 0:
+            self._agree_every = max(1, int(self.agree_every / slowest))
+        self._last_agreed = (now, self.step)
+        return bool(stop), bool(save)
 
     def _begin(self) -> None:
         if self.phase in ("startup", "restore"):
@@ -180,9 +254,10 @@ class Job:
                 self._rng = None
             self.phase = "train"
             # Productive work starts now; tell gpupool which checkpoint it starts from.
-            restored = {"restored_step": self.step, "restore_seconds": self.restore_seconds} if self.restored else {}
             self.last_heartbeat = time.monotonic()
-            self.link.heartbeat(self.step, self.phase, **restored)
+            if self.ranks.first:
+                restored = {"restored_step": self.step, "restore_seconds": self.restore_seconds}
+                self.link.heartbeat(self.step, self.phase, **(restored if self.restored else {}))
 
     def _set_phase(self, phase: str) -> None:
         if phase != self.phase:

@@ -1,0 +1,68 @@
+"""A two-rank torch.distributed (gloo, CPU) training job with `gpupool.job`, for the tests.
+
+    python two_ranks.py --steps 30 --port 29555 [--notice-rank1-at 5]
+
+With --notice-rank1-at K, rank 1 alone sends itself SIGTERM after step K: both ranks must still
+stop at the same step and save one checkpoint together.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, TensorDataset
+
+from gpupool.examples.torch_trainer import state_hash
+from gpupool.job import Batches, Job
+
+
+def say(line: str) -> None:
+    """One write per line: two ranks share the output pipe, and print() may split a line."""
+    os.write(1, (line + "\n").encode())
+
+
+def worker(rank: int, args: argparse.Namespace) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank, world_size=2)
+    torch.manual_seed(0)
+    torch.use_deterministic_algorithms(True)
+    data = torch.Generator().manual_seed(1234)
+    inputs = torch.randn(256, 8, generator=data)
+    targets = inputs.sum(dim=1, keepdim=True)
+    batches = Batches(len(inputs), batch_size=8, seed=3, rank=rank, world=2)
+    loader = DataLoader(TensorDataset(inputs, targets), batch_sampler=batches)
+    model = DistributedDataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 1)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+    # Steps of about 20 ms, ranks agreeing about every 0.1 s: every 5 steps or so.
+    job = Job(model=model, optimizer=optimizer, data=batches, save_every=None, agree_every=0.1)
+    say(f"rank {rank} from step {job.step}")
+    stream = iter(loader)
+    for step in job.steps(args.steps):
+        x, y = next(stream)
+        loss = nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+        say(f"rank {rank} step {step} loss {float(loss.item()).hex()}")
+        time.sleep(0.02)
+        if rank == 1 and step == args.notice_rank1_at:
+            os.kill(os.getpid(), signal.SIGTERM)
+    job.finish()
+    if rank == 0:
+        say(f"done: state {state_hash(model, optimizer)}")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--notice-rank1-at", type=int, default=-1)
+    mp.spawn(worker, args=(parser.parse_args(),), nprocs=2)  # type: ignore[attr-defined,no-untyped-call]
