@@ -66,12 +66,25 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_older_one_and_says_which(
     restored, value = found
     assert (restored.checkpoint.step, value) == (10, "state at 10")
     assert restored.skipped == (
-        f"step-000000020: {tmp_path}/step-000000020/rank-0/rng.txt is damaged "
-        "(size or SHA-256 differs from the manifest)",
+        f"step-000000020: {tmp_path}/step-000000020/rank-0/rng.txt is damaged (its size differs from the manifest)",
     )
     # Set aside: the next save (keep=1) keeps itself, not the damaged newer one.
     save(resumed, 11)
     assert [c.step for c in resumed.committed()] == [11]
+
+
+def test_a_flipped_bit_is_caught_by_the_digests_taken_after_the_commit(tmp_path: Path) -> None:
+    checkpoints = CheckpointDir(tmp_path)
+    save(checkpoints, 10)
+    save(checkpoints, 20)
+    checkpoints.wait_for_digests()
+    assert (tmp_path / "step-000000020" / "DIGESTS.json").exists()
+    state = tmp_path / "step-000000020" / "state.txt"
+    state.write_text("state at 2O")  # same size, one character off
+    found = CheckpointDir(tmp_path, attempt=1).restore(read)
+    assert found is not None
+    assert found[0].checkpoint.step == 10
+    assert "its SHA-256 differs from the one taken at commit" in found[0].skipped[0]
 
 
 def test_checkpoints_that_all_fail_to_load_raise_instead_of_starting_over(tmp_path: Path) -> None:

@@ -6,9 +6,10 @@ In the job's checkpoint directory ($GPUPOOL_CHECKPOINT_DIR):
     step-000000130.tmp-1-3fa2c9d1/  a save under way, or torn by a crash: never read, removed later
     LATEST                          the name of the newest committed checkpoint
 
-A save writes into a directory of its own, fsyncs every file, writes the manifest (sizes and
-SHA-256 of every file), renames the directory into place (the commit), then moves `LATEST` (for
-people and tools); older checkpoints are pruned only after that. A crash at any point leaves the
+A save writes into a directory of its own, fsyncs every file, writes the manifest (every file
+with its size), renames the directory into place (the commit), then moves `LATEST` (for people
+and tools); older checkpoints are pruned only after that. The SHA-256 of every file is then
+taken in a background thread (DIGESTS.json), so hashing never blocks training. A crash at any point leaves the
 newest committed checkpoint as it was. Resume tries every committed checkpoint newest first,
 checking each file against its manifest, and sets aside the damaged ones it skipped; it raises
 rather than start over when checkpoints exist but none loads.
@@ -16,12 +17,14 @@ rather than start over when checkpoints exist but none loads.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import re
 import shutil
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +36,7 @@ from gpupool.job.failpoints import failpoint
 log = logging.getLogger("gpupool.job")
 
 MANIFEST = "MANIFEST.json"
+DIGESTS = "DIGESTS.json"
 LATEST = "LATEST"
 FORMAT = 1
 COMMITTED = re.compile(r"^step-(\d{9})$")
@@ -78,6 +82,14 @@ def write_durably(path: Path, data: bytes) -> None:
     fsync_path(path.parent)
 
 
+def write_digests(folder: Path, names: list[str]) -> None:
+    """SHA-256 of a committed checkpoint's files, taken after the commit so that hashing never
+    blocks training; a resume checks them when they are there (sizes always)."""
+    with contextlib.suppress(OSError):  # pruned meanwhile: nothing left to check
+        digests = {name: digest(folder / name) for name in names}
+        write_durably(folder / DIGESTS, json.dumps(digests, indent=1).encode())
+
+
 def digest(path: Path) -> str:
     sha = hashlib.sha256()
     with path.open("rb") as stream:
@@ -93,6 +105,7 @@ class CheckpointDir:
         self.root = root
         self.keep = keep
         self.attempt = attempt
+        self._hashers: list[threading.Thread] = []
         root.mkdir(parents=True, exist_ok=True)
 
     @staticmethod
@@ -113,7 +126,7 @@ class CheckpointDir:
         files = {}
         for path in sorted(p for p in tmp.rglob("*") if p.is_file()):
             fsync_path(path)
-            files[str(path.relative_to(tmp))] = {"bytes": path.stat().st_size, "sha256": digest(path)}
+            files[str(path.relative_to(tmp))] = {"bytes": path.stat().st_size}
         manifest = {"format": FORMAT, "step": step, "attempt": self.attempt, "files": files, **(meta or {})}
         failpoint("save:before-manifest")
         write_durably(tmp / MANIFEST, json.dumps(manifest, indent=1).encode())
@@ -128,7 +141,17 @@ class CheckpointDir:
         failpoint("save:before-latest")
         write_durably(self.root / LATEST, (final.name + "\n").encode())
         self.prune(keeping=final)
+        # Saves far apart (as they are) never overlap their hashing; saves back to back may.
+        self._hashers = [h for h in self._hashers if h.is_alive()]
+        hasher = threading.Thread(target=write_digests, args=(final, list(files)), daemon=True)
+        hasher.start()
+        self._hashers.append(hasher)
         return Checkpoint(step, final, manifest)
+
+    def wait_for_digests(self, timeout: float | None = None) -> None:
+        """Wait until the digests of the commits so far are written (at most `timeout` seconds each)."""
+        for hasher in self._hashers:
+            hasher.join(timeout)
 
     def save(self, step: int, write: Callable[[Path], None], meta: dict[str, Any] | None = None) -> Checkpoint:
         """Checkpoint `step`: `write(folder)` writes its files into a fresh folder, then commit."""
@@ -165,13 +188,20 @@ class CheckpointDir:
 
     @staticmethod
     def verify(checkpoint: Checkpoint) -> None:
-        """Raise CheckpointError unless every file of the manifest is there, whole."""
+        """Raise CheckpointError unless every file of the manifest is there with its size, and
+        its SHA-256 where the digests were written."""
+        try:
+            digests = json.loads((checkpoint.path / DIGESTS).read_text())
+        except (OSError, ValueError):
+            digests = {}
         for name, expected in checkpoint.manifest.get("files", {}).items():
             path = checkpoint.path / name
             if not path.is_file():
                 raise CheckpointError(f"{path} is missing")
-            if path.stat().st_size != expected["bytes"] or digest(path) != expected["sha256"]:
-                raise CheckpointError(f"{path} is damaged (size or SHA-256 differs from the manifest)")
+            if path.stat().st_size != expected["bytes"]:
+                raise CheckpointError(f"{path} is damaged (its size differs from the manifest)")
+            if name in digests and digest(path) != digests[name]:
+                raise CheckpointError(f"{path} is damaged (its SHA-256 differs from the one taken at commit)")
 
     def restore(self, load: Callable[[Checkpoint], T]) -> tuple[Restored, T] | None:
         """Load the newest whole checkpoint with `load`; None when there is no checkpoint at all."""

@@ -139,6 +139,7 @@ class Job:
         self._begin()
         if self.saved_step != self.step:
             self.save()
+        self.checkpoints.wait_for_digests()
         if self.ranks.first:
             self.link.report("complete", {})
         self.link.restore_signals()
