@@ -54,7 +54,7 @@ def run_demo(console: Console) -> Outcome:
     report = summarize("pool-priority", outcome, model.save_cost)
     console.print(summary_table(report, outcome))
     lost = report["lost_gpu_hours"]
-    parts = ", ".join(f"{part} {lost[part] * 60:.1f}" for part in ("rework", "drain", "restart"))
+    parts = ", ".join(f"{part} {lost[part] * 60:.1f}" for part in ("wasted", "drain", "restart"))
     console.print(
         f"{report['preemptions']} preemption(s); work lost: {lost['total'] * 60:.1f} GPU-minutes ({parts}); "
         f"goodput {report['goodput'] * 100:.1f} %"

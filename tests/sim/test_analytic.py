@@ -33,7 +33,7 @@ def preemption_storm(grace: float, save_cost: float, preemptions: int, seed: int
     model = JobModel({}, T, save_cost=save_cost, restart_cost=R)
     outcome = Simulation(jobs, pool(1, G), Config(classes, max_preemptions=None), model).run()
     victim = next(r for r in outcome.records if r.job.id == "victim")
-    lost = victim.rework + victim.drain + victim.restart
+    lost = victim.wasted + victim.drain + victim.restart
     return lost / victim.preemptions, victim.preemptions
 
 

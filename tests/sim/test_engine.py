@@ -40,7 +40,7 @@ def test_a_high_job_preempts_a_low_one_which_saves_and_resumes_later() -> None:
     assert low.preemptions == 1
     assert low.drain == 4 * 5.0
     assert low.restart == 4 * 10.0
-    assert low.rework == 0.0
+    assert low.wasted == 0.0
     # 1000 s of work, 2 saves before the notice and 1 emergency save, 10 s restore, 7 more saves after it.
     assert low.finish == 355.0 + 10.0 + (1000.0 - 290.0) + 7 * 5.0
 

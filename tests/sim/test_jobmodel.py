@@ -51,7 +51,7 @@ def test_next_commit_is_the_end_of_the_next_save() -> None:
 
 
 @pytest.mark.parametrize(
-    ("t", "grace", "release", "committed", "rework"),
+    ("t", "grace", "release", "committed", "wasted"),
     [
         (5.0, 60.0, 5.0, 50.0, 0.0),  # during restore: nothing to save (the restore is charged as restart)
         (60.0, 60.0, 65.0, 100.0, 0.0),  # emergency save fits the grace
@@ -61,6 +61,6 @@ def test_next_commit_is_the_end_of_the_next_save() -> None:
         (115.0, 60.0, 115.0, 150.0, 0.0),  # just committed: nothing new to save
     ],
 )
-def test_interruption(t: float, grace: float, release: float, committed: float, rework: float) -> None:
+def test_interruption(t: float, grace: float, release: float, committed: float, wasted: float) -> None:
     cut = interrupt(ATTEMPT, t, grace)
-    assert (cut.release_at, cut.committed, cut.rework) == (release, committed, rework)
+    assert (cut.release_at, cut.committed, cut.wasted) == (release, committed, wasted)

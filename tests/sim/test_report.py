@@ -39,7 +39,7 @@ def record(
         wait=wait,
         preemptions=preemptions,
         allocated=gpus * work + lost,
-        rework=lost / 2,
+        wasted=lost / 2,
         drain=lost / 4,
         restart=lost / 4,
     )
@@ -156,7 +156,7 @@ def test_the_lost_work_table_shows_causes_and_a_dash_without_interruptions() -> 
     assert "—" in fifo
     assert PRIORITY["young_daly_interval"] is not None
     assert human_seconds(PRIORITY["young_daly_interval"]) in priority
-    assert "0.7" in priority  # rework: half of 1.33 GPU-h
+    assert "0.7" in priority  # wasted: half of 1.33 GPU-h
     assert "1.3" in priority  # total
 
 

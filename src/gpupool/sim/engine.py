@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
+from gpupool.accounting import AttemptRecord, Commit, account
 from gpupool.model import Config, Job, Node, Notice, Plan, RunningJob, Snapshot
 from gpupool.policy import decide
 from gpupool.sim.jobmodel import Attempt, Interruption, JobModel, interrupt
@@ -42,9 +43,10 @@ class JobRecord:
     """Seconds spent pending, over all its waits (requeues included)."""
     preemptions: int = 0
     allocated: float = 0.0
-    rework: float = 0.0
+    wasted: float = 0.0
     drain: float = 0.0
     restart: float = 0.0
+    """Lost GPU-seconds, as `gpupool.accounting` charges the job's interruptions."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,8 @@ class _Live:
     notice_at: float | None = None
     cut: Interruption | None = None
     """Set with the notice: when the attempt will release its GPUs and what it keeps."""
+    attempts: list[AttemptRecord] = field(default_factory=list)
+    """What each ended attempt did, for the accounting shared with the live service."""
 
 
 @dataclass(slots=True)
@@ -155,15 +159,18 @@ class Simulation:
     def complete(self, live: _Live, now: float) -> None:
         self.end_attempt(live, now)
         live.record.finish = now
+        job = live.record.job
+        for cut in account(0, job.team, job.priority, live.attempts, now).interruptions:
+            live.record.wasted += cut.wasted
+            live.record.drain += cut.drain
+            live.record.restart += cut.restart or 0.0
+        live.attempts = []
         self.finished += 1
         if self.on_progress is not None and self.finished % 1000 == 0:
             self.on_progress(self.finished)
 
     def release(self, live: _Live, cut: Interruption, now: float) -> None:
         assert live.notice_at is not None
-        gpus = live.record.job.gpus
-        live.record.rework += gpus * cut.rework
-        live.record.drain += gpus * (cut.release_at - live.notice_at)
         live.record.preemptions += 1
         live.committed = cut.committed
         live.core = replace(live.core, preemptions=live.core.preemptions + 1)
@@ -176,7 +183,7 @@ class Simulation:
         assert attempt is not None
         job = live.record.job
         live.record.allocated += job.gpus * (now - attempt.start)
-        live.record.restart += job.gpus * min(attempt.restore, now - attempt.start)
+        live.attempts.append(self.attempt_record(live, attempt, now))
         assert live.running is not None
         for alloc in live.running.placement:
             self.free[alloc.node] = tuple(sorted(self.free[alloc.node] + alloc.gpus))
@@ -186,6 +193,30 @@ class Simulation:
         live.cut = None
         del self.running[job.id]
         self.usage.append(Usage(now, job.priority, -job.gpus))
+
+    def attempt_record(self, live: _Live, attempt: Attempt, now: float) -> AttemptRecord:
+        """The attempt as the live service would have recorded it: its checkpoint commits are
+        the one a notice found last and the one a notice's save made (steps count milliseconds
+        of the job's work, so that the next attempt's restored step names one of them)."""
+        commits = []
+        if live.notice_at is not None and live.cut is not None:
+            at_notice = attempt.at(live.notice_at)
+            if at_notice.last_commit_at is not None:
+                commits.append(Commit(at_notice.last_commit_at, _step(at_notice.committed)))
+            if live.cut.committed > at_notice.committed:
+                commits.append(Commit(live.cut.release_at, _step(live.cut.committed)))
+        return AttemptRecord(
+            live.attempt_no,
+            live.record.job.gpus,
+            attempt.start,
+            now,
+            attempt.productive_start,
+            live.notice_at,
+            _step(attempt.committed) if live.attempt_no > 0 else None,
+            attempt.restore,
+            tuple(commits),
+            "preempted" if live.notice_at is not None else "succeeded",
+        )
 
     def snapshot(self, now: float) -> Snapshot:
         while self.commits and self.commits[0][0] <= now:
@@ -242,3 +273,7 @@ class Simulation:
                 self.push(live.cut.release_at, Rank.RELEASE, preempt.victim, live.attempt_no)
         if plan.retry_at is not None and plan.retry_at > now:
             self.push(plan.retry_at, Rank.DECIDE)
+
+
+def _step(work: float) -> int:
+    return round(work * 1000)

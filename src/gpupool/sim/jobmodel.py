@@ -102,7 +102,7 @@ class Interruption:
     release_at: float
     committed: float
     """Work the next attempt resumes from."""
-    rework: float
+    wasted: float
     """Seconds of progress thrown away (done after the last commit, not saved)."""
 
 

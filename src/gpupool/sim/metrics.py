@@ -62,7 +62,7 @@ def group(records: Sequence[JobRecord], capacity: int, span: float) -> dict[str,
     `capacity` GPUs busy for `span` seconds."""
     allocated = sum(r.allocated for r in records)
     useful = sum(r.job.gpus * r.job.work for r in records)
-    rework, drain, restart = (sum(getattr(r, f) for r in records) / 3600 for f in ("rework", "drain", "restart"))
+    wasted, drain, restart = (sum(getattr(r, f) for r in records) / 3600 for f in ("wasted", "drain", "restart"))
     return {
         "jobs": len(records),
         "utilization": _r(allocated / (capacity * span)) if span > 0 else 0.0,
@@ -71,10 +71,10 @@ def group(records: Sequence[JobRecord], capacity: int, span: float) -> dict[str,
         "preemptions": sum(r.preemptions for r in records),
         "gpu_hours": _r(useful / 3600),
         "lost_gpu_hours": {
-            "rework": _r(rework),
+            "wasted": _r(wasted),
             "drain": _r(drain),
             "restart": _r(restart),
-            "total": _r(rework + drain + restart),
+            "total": _r(wasted + drain + restart),
         },
         "goodput": _r(useful / allocated) if allocated else 1.0,
     }

@@ -28,7 +28,7 @@ FIXED_COLOURS: dict[str, str] = {
     "low": "tab:grey",
 }
 _OTHER_COLOURS = ("tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
-_LOST_COLOURS = {"rework": "tab:red", "drain": "tab:orange", "restart": "tab:purple"}
+_LOST_COLOURS = {"wasted": "tab:red", "drain": "tab:orange", "restart": "tab:purple"}
 _DPI = 120
 
 

@@ -41,7 +41,7 @@ def comparison_table(reports: Sequence[Mapping[str, Any]]) -> Table:
     classes = ordered_classes(name for r in reports for name in r["by_priority"])
     table = Table(
         title="Policies compared",
-        caption="lost GPU-h: rework + drain + restart (share of the trace's GPU-h); "
+        caption="lost GPU-h: wasted + drain + restart (share of the trace's GPU-h); "
         "left out: jobs that never fit + jobs of teams without a size",
     )
     table.add_column("policy", no_wrap=True)
@@ -102,14 +102,14 @@ def lost_work_table(reports: Sequence[Mapping[str, Any]]) -> Table:
         caption="Young/Daly: checkpoint interval √(2 · save cost · mean time between interruptions)",
     )
     table.add_column("policy", no_wrap=True)
-    for header in ("rework GPU-h", "drain GPU-h", "restart GPU-h", "total GPU-h", "Young/Daly interval"):
+    for header in ("wasted GPU-h", "drain GPU-h", "restart GPU-h", "total GPU-h", "Young/Daly interval"):
         table.add_column(header, justify="right")
     for r in reports:
         lost = r["lost_gpu_hours"]
         interval = r["young_daly_interval"]
         table.add_row(
             r["policy"],
-            *(_gpu_hours(lost[key]) for key in ("rework", "drain", "restart", "total")),
+            *(_gpu_hours(lost[key]) for key in ("wasted", "drain", "restart", "total")),
             NONE if interval is None else human_seconds(interval),
         )
     return table
