@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpupool.accounting import AttemptRecord, Commit, account, totals
 
@@ -31,8 +33,9 @@ def test_a_victim_that_saved_on_notice_wasted_nothing_and_paid_drain_and_restart
     )
     job = account(1, "nlp", "low", [second, first], now=400)
     a, b = job.attempts
-    assert (a.allocated, a.startup, a.checkpoint, a.drain, a.wasted) == (220, 20, 10, 20, 0)
-    assert a.productive == 220 - 20 - 10 - 20
+    # The save made after the notice (at 108) is drain, not checkpoint: the buckets add up.
+    assert (a.allocated, a.startup, a.checkpoint, a.drain, a.wasted) == (220, 20, 4, 20, 0)
+    assert a.productive == 220 - 20 - 4 - 20
     assert (b.startup, b.restore, b.productive) == (30, 10, 170)
     (cut,) = job.interruptions
     assert (cut.at, cut.cause, cut.reason, cut.wasted, cut.drain, cut.restart, cut.delay) == (
@@ -84,6 +87,40 @@ def test_a_job_that_never_says_what_it_restored_is_taken_to_resume_from_its_newe
     job = account(1, "cv", "normal", [first], now=150)
     (cut,) = job.interruptions
     assert (cut.wasted, cut.drain, cut.restart, cut.delay) == (20, 10, None, None)
+
+
+def test_a_notice_during_startup_is_counted_once() -> None:
+    never = AttemptRecord(0, 1, 0, released_at=35, notice_at=15, outcome="preempted")
+    late = AttemptRecord(0, 1, 0, released_at=20, productive_at=12, notice_at=5, outcome="preempted")
+    for record in (never, late):
+        (cost,) = account(1, "cv", "low", [record], now=50).attempts
+        parts = (cost.startup, cost.checkpoint, cost.drain, cost.wasted, cost.productive)
+        assert sum(parts) == cost.allocated, parts
+    assert account(1, "cv", "low", [late], now=50).attempts[0].drain == 8
+
+
+@given(
+    allocated=st.floats(0, 100),
+    lengths=st.lists(st.floats(0, 100), min_size=4, max_size=4),
+    commits=st.lists(st.tuples(st.floats(0, 400), st.floats(0, 5)), max_size=4),
+    noticed=st.booleans(),
+    productive=st.booleans(),
+)
+def test_the_buckets_of_an_attempt_always_add_up_to_its_allocation(
+    allocated: float, lengths: list[float], commits: list[tuple[float, float]], noticed: bool, productive: bool
+) -> None:
+    productive_at = allocated + lengths[0]
+    notice_at = productive_at + lengths[1] - lengths[2] if noticed else None
+    released_at = max(productive_at, notice_at or 0) + lengths[3]
+    record = AttemptRecord(
+        0, 2, allocated, released_at, productive_at if productive else None, notice_at,
+        commits=tuple(Commit(allocated + t, seconds=d) for t, d in commits if allocated + t <= released_at),
+        outcome="preempted" if noticed else "failed",
+    )  # fmt: skip
+    (cost,) = account(1, "t", "low", [record], now=released_at).attempts
+    parts = (cost.startup, cost.checkpoint, cost.drain, cost.wasted, cost.productive)
+    assert all(p >= 0 for p in parts)
+    assert sum(parts) == pytest.approx(cost.allocated)
 
 
 def test_totals_give_goodput_per_team_and_for_the_pool() -> None:

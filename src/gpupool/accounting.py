@@ -6,7 +6,7 @@ For an attempt holding G GPUs from allocation to release:
     allocated   G × (release − allocation)
     startup     G × (first productive step − allocation); restore is the part the job reported
     checkpoint  G × the time saves blocked training
-    drain       G × (release − notice)
+    drain       G × (release − notice), from the first productive step if the notice came before
     wasted      G × (stop − the point the next attempt resumed from): work done again
     productive  allocated − startup − checkpoint − drain − wasted
 
@@ -180,14 +180,16 @@ def _cost(
     productive_from = min(record.productive_at, end) if record.productive_at is not None else end
     startup = productive_from - record.allocated_at
     stop = min(record.notice_at, end) if record.notice_at is not None else end
-    drain = end - stop
-    checkpoint = sum(c.seconds for c in record.commits if c.time <= end)
+    # The buckets partition the attempt: a notice during startup drains from the first
+    # productive step on, and a save made after the notice is drain, not checkpoint.
+    drain = end - max(stop, productive_from)
     wasted = 0.0
     if record.outcome in INTERRUPTED and record.productive_at is not None:
         anchor = _resumed_from(record, so_far, following)
         start = productive_from if anchor is None else max(anchor, productive_from)
-        redone_saves = sum(c.seconds for c in record.commits if start < c.time <= stop)
-        wasted = max(0.0, stop - start - redone_saves)
+        wasted = max(0.0, stop - start - _blocked(record.commits, start, stop))
+    # Saves block productive time: never more of it than there was (the job reports its own clock).
+    checkpoint = min(_blocked(record.commits, productive_from, stop), max(0.0, stop - productive_from - wasted))
     productive = max(0.0, (end - record.allocated_at) - startup - drain - checkpoint - wasted)
     return AttemptCost(
         record.attempt,
@@ -199,6 +201,12 @@ def _cost(
         g * wasted,
         g * productive,
     )
+
+
+def _blocked(commits: Sequence[Commit], after: float, until: float) -> float:
+    """Seconds that saves committed in (after, until] blocked training, within that span."""
+    total = sum(min(c.seconds, c.time - after) for c in commits if after < c.time <= until)
+    return min(total, max(0.0, until - after))
 
 
 def _resumed_from(

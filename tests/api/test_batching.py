@@ -73,3 +73,19 @@ def test_a_failed_commit_fails_its_batch_only_and_a_gone_client_breaks_nothing(s
     assert later == "later"
     # The orphan's client went away after it was queued: its job was still written, once.
     assert sorted(j.name for j in store.jobs()) == ["later", "orphan"]
+
+
+def test_a_spec_the_database_refuses_fails_alone(store: CountingStore) -> None:
+    writer = SubmissionWriter(store, lambda: 1.0, lambda: None)
+    poison = JobSpec(["poison"], max_failures=10**20)  # past any integer column
+
+    async def burst() -> list[JobRow | BaseException]:
+        specs = [JobSpec(["a"]), poison, JobSpec(["b"])]
+        return await asyncio.gather(*(writer.submit(spec) for spec in specs), return_exceptions=True)
+
+    first, refused, last = asyncio.run(burst())
+    assert isinstance(refused, Exception)
+    assert isinstance(first, JobRow)
+    assert isinstance(last, JobRow)
+    assert sorted(j.name for j in store.jobs()) == ["a", "b"]
+    assert store.batches == [3, 1, 1, 1]

@@ -93,3 +93,15 @@ def test_checkpoints_that_all_fail_to_load_raise_instead_of_starting_over(tmp_pa
     (tmp_path / "step-000000010" / "state.txt").unlink()
     with pytest.raises(CheckpointError, match=r"1 checkpoint\(s\) .* none loads; refusing to start over"):
         checkpoints.restore(read)
+
+
+def test_saving_a_step_again_keeps_the_whole_copy_and_replaces_a_damaged_one(tmp_path: Path) -> None:
+    checkpoints = CheckpointDir(tmp_path)
+    first = save(checkpoints, 5)
+    again = save(checkpoints, 5)
+    assert again.path == first.path
+    assert not list(tmp_path.glob("*.tmp-*"))
+    (first.path / "state.txt").write_text("torn")
+    replaced = save(checkpoints, 5)
+    assert read(replaced) == "state at 5"
+    assert [c.step for c in checkpoints.committed()] == [5]

@@ -17,12 +17,12 @@ SCRIPT = Path(__file__).with_name("two_ranks.py")
 STEPS = 30
 
 
-def run(checkpoints: Path, *extra: str) -> str:
+def run(checkpoints: Path, *extra: str, code: int = 0) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPOOL_")}
     env["GPUPOOL_CHECKPOINT_DIR"] = str(checkpoints)
     command = [sys.executable, str(SCRIPT), "--steps", str(STEPS), "--port", str(free_port()), *extra]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == code, done.stdout + done.stderr
     return done.stdout
 
 
@@ -39,15 +39,21 @@ def golden(tmp_path_factory: pytest.TempPathFactory) -> str:
 def test_a_notice_to_one_rank_stops_both_at_one_step_and_the_resume_is_bit_identical(
     tmp_path: Path, golden: str
 ) -> None:
-    first = run(tmp_path, "--notice-rank1-at", "5")
+    first = run(tmp_path, "--notice-rank1-at", "5", code=75)
     last = {rank: max(losses(first, rank)) for rank in (0, 1)}
     assert last[0] == last[1] >= 5, f"ranks stopped at different steps: {last}"
     assert last[0] < STEPS - 1, "it stopped early, on notice"
     (checkpoint,) = tmp_path.glob("step-*")
     files = sorted(p.name for p in checkpoint.iterdir() if "DIGESTS" not in p.name)  # hashed after the commit
     assert files == ["MANIFEST.json", "objects.pt", "rank-0.pt", "rank-1.pt"]
-    second = run(tmp_path)
+    # Resumed, given notice again: the ranks still agree about every 5 steps (they time their
+    # steps from the resume, not from step 0).
+    second = run(tmp_path, "--notice-rank1-at", "15", code=75)
     assert f"rank 1 from step {last[0] + 1}" in second
+    again = {rank: max(losses(second, rank)) for rank in (0, 1)}
+    assert again[0] == again[1]
+    assert 15 <= again[0] <= 15 + 8, f"stopped at {again}, long after its notice"
+    third = run(tmp_path)
     for rank in (0, 1):
-        assert {**losses(first, rank), **losses(second, rank)} == losses(golden, rank)
-    assert second.strip().splitlines()[-1] == golden.strip().splitlines()[-1]
+        assert {**losses(first, rank), **losses(second, rank), **losses(third, rank)} == losses(golden, rank)
+    assert third.strip().splitlines()[-1] == golden.strip().splitlines()[-1]

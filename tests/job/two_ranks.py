@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 import time
 
 import torch
@@ -65,4 +66,7 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--notice-rank1-at", type=int, default=-1)
-    mp.spawn(worker, args=(parser.parse_args(),), nprocs=2)  # type: ignore[attr-defined,no-untyped-call]
+    try:
+        mp.spawn(worker, args=(parser.parse_args(),), nprocs=2)  # type: ignore[attr-defined,no-untyped-call]
+    except mp.ProcessExitedException as exc:  # type: ignore[attr-defined]
+        sys.exit(exc.exit_code)  # 75 when the ranks left on notice

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from gpupool.errors import GpupoolError
 from gpupool.store import JobSpec, Store
 from gpupool.store.schema import JobRow
 
@@ -36,22 +35,29 @@ class SubmissionWriter:
                 await asyncio.sleep(0)
                 batch, self._waiting = self._waiting, []
                 specs = [spec for spec, _ in batch]
-                try:
-                    # On the event loop: measured, a hand-off to a worker thread costs more than
-                    # the commit, on SQLite and on PostgreSQL alike.
-                    results = self.store.submit_many(specs, self.clock())
-                except Exception as exc:
-                    for _, done in batch:
-                        if not done.done():
-                            done.set_exception(exc)
-                    continue
+                # On the event loop: measured, a hand-off to a worker thread costs more than the
+                # commit, on SQLite and on PostgreSQL alike.
+                results = self._commit(specs)
                 self.written()
                 for (_, done), result in zip(batch, results, strict=True):
                     if done.done():  # its client went away; the job stands, like any submitted one
                         continue
-                    if isinstance(result, GpupoolError):
+                    if isinstance(result, BaseException):
                         done.set_exception(result)
                     else:
                         done.set_result(result)
         finally:
             self._writer = None
+
+    def _commit(self, specs: list[JobSpec]) -> list[JobRow | BaseException]:
+        """One transaction for the batch; if the database refuses it, one per spec, so that a
+        spec it refuses fails alone."""
+        try:
+            return list(self.store.submit_many(specs, self.clock()))
+        except Exception as exc:
+            if len(specs) == 1:
+                return [exc]
+        results: list[JobRow | BaseException] = []
+        for spec in specs:
+            results.extend(self._commit([spec]))
+        return results

@@ -14,19 +14,23 @@ class _In(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+MANY = 1_000_000
+"""Upper bound of counts (the store keeps 32-bit integers)."""
+
+
 class JobIn(_In):
     command: list[str] = Field(min_length=1)
-    team: str | None = None
+    team: str | None = Field(default=None, max_length=200)
     """Defaults to the team of the token (or `default` for the admin)."""
-    priority: str = "normal"
-    gpus: int = Field(default=1, ge=1)
-    gpus_per_node: int | None = Field(default=None, ge=1)
-    gpu_type: str | None = None
-    name: str = ""
-    workdir: str = "."
+    priority: str = Field(default="normal", max_length=100)
+    gpus: int = Field(default=1, ge=1, le=MANY)
+    gpus_per_node: int | None = Field(default=None, ge=1, le=MANY)
+    gpu_type: str | None = Field(default=None, max_length=100)
+    name: str = Field(default="", max_length=200)
+    workdir: str = Field(default=".", max_length=4096)
     env: dict[str, str] = Field(default_factory=dict)
-    max_failures: int = Field(default=0, ge=0)
-    max_preemptions: int | None = Field(default=None, ge=0)
+    max_failures: int = Field(default=0, ge=0, le=MANY)
+    max_preemptions: int | None = Field(default=None, ge=0, le=MANY)
 
 
 class AttemptOut(BaseModel):

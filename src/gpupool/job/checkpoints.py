@@ -133,9 +133,13 @@ class CheckpointDir:
         failpoint("save:before-rename")
         final = self.root / self.name(step)
         if final.exists():
-            # The same step saved again (a notice right after a periodic save): the state at a
-            # step boundary is the same, so the older copy goes, if it is not whole.
-            shutil.rmtree(final)
+            # The same step saved again: the state at a step boundary is the same, so a whole
+            # copy stays and this one goes; a damaged copy is no checkpoint to lose.
+            existing = next((c for c in self.committed() if c.path == final), None)
+            if existing is not None and self.whole(existing):
+                shutil.rmtree(tmp, ignore_errors=True)
+                return existing
+            self._discard(final)
         os.rename(tmp, final)
         fsync_path(self.root)
         failpoint("save:before-latest")
@@ -166,9 +170,24 @@ class CheckpointDir:
         others = [c for c in self.committed() if c.path != keeping]
         for old in others[self.keep - 1 :]:
             failpoint("save:during-prune")
-            shutil.rmtree(old.path, ignore_errors=True)
-        for debris in [*self.root.glob("step-*.damaged-*"), *self.root.glob("step-*.tmp-*")]:
-            shutil.rmtree(debris, ignore_errors=True)
+            self._discard(old.path)
+        for pattern in ("step-*.damaged-*", "step-*.tmp-*", "step-*.trash-*"):
+            for debris in self.root.glob(pattern):
+                shutil.rmtree(debris, ignore_errors=True)
+
+    def _discard(self, folder: Path) -> None:
+        """Remove a checkpoint folder: renamed first, so that a crash halfway leaves debris the
+        next prune removes, never a folder that looks like a checkpoint."""
+        trash = folder.with_name(f"{folder.name}.trash-{uuid.uuid4().hex[:8]}")
+        os.rename(folder, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def whole(self, checkpoint: Checkpoint) -> bool:
+        try:
+            self.verify(checkpoint)
+        except CheckpointError:
+            return False
+        return True
 
     # --- resuming ------------------------------------------------------------------------------
 
@@ -209,18 +228,24 @@ class CheckpointDir:
         if not candidates:
             return None
         skipped = []
+        damaged = []
         for checkpoint in candidates:
             try:
                 self.verify(checkpoint)
+            except CheckpointError as exc:
+                damaged.append(checkpoint)
+                skipped.append(f"{checkpoint.path.name}: {exc}")
+                continue
+            try:
                 value = load(checkpoint)
-            except Exception as exc:
+            except Exception as exc:  # whole on disk, but it does not load (here, now): kept
                 log.warning("checkpoint %s cannot be used: %s", checkpoint.path.name, exc)
                 skipped.append(f"{checkpoint.path.name}: {exc}")
                 continue
-            for bad in candidates[: len(skipped)]:
+            for bad in damaged:
                 # Set aside, so that no later resume or prune takes it for a whole checkpoint.
-                if bad.step > checkpoint.step:
-                    os.rename(bad.path, bad.path.with_name(f"{bad.path.name}.damaged-{self.attempt}"))
+                log.warning("checkpoint %s is damaged; set aside", bad.path.name)
+                os.rename(bad.path, bad.path.with_name(f"{bad.path.name}.damaged-{self.attempt}"))
             return Restored(checkpoint, tuple(skipped)), value
         raise CheckpointError(
             f"{len(candidates)} checkpoint(s) in {self.root} and none loads; refusing to start over: "

@@ -58,13 +58,15 @@ class Batches:
         if self.position == self.per_epoch:
             self.epoch, self.position = self.epoch + 1, 0
 
+    def _setup(self) -> dict[str, Any]:
+        keys = ("seed", "size", "batch_size", "shuffle", "rank", "world")
+        return {k: getattr(self, k) for k in keys}
+
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "size": self.size}
+        return {"epoch": self.epoch, "position": self.position, **self._setup()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if (state["seed"], state["size"]) != (self.seed, self.size):
-            raise ValueError(
-                f"the checkpoint's data is seed {state['seed']} over {state['size']} items; "
-                f"this run has seed {self.seed} over {self.size}"
-            )
+        saved = {k: state.get(k) for k in self._setup()}
+        if saved != self._setup():
+            raise ValueError(f"the checkpoint's data was {saved}; this run's is {self._setup()}")
         self.epoch, self.position = state["epoch"], state["position"]

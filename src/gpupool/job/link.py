@@ -8,6 +8,7 @@ log line, never the job. Outside gpupool (no GPUPOOL_API) reports go nowhere and
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import os
@@ -63,10 +64,10 @@ class SchedulerLink:
         try:
             with urllib.request.urlopen(request, timeout=5) as response:
                 text = response.read()
-        except OSError as exc:
+            reply: dict[str, Any] = json.loads(text) if text else {}
+        except (OSError, ValueError, http.client.HTTPException) as exc:
             log.warning("gpupool did not take the %s report (%s); going on", kind, exc)
             return {}
-        reply: dict[str, Any] = json.loads(text) if text else {}
         return reply
 
     def heartbeat(self, step: int, phase: str, **more: object) -> None:

@@ -36,6 +36,8 @@ from gpupool.units import parse_duration
 
 log = logging.getLogger("gpupool.job")
 
+LEAVE_CODE = 75
+"""EX_TEMPFAIL: the job stopped early, saved, and wants to go on."""
 FIRST_AUTO_SAVE = 300.0
 """With `save_every="auto"`, seconds before the first save, which measures what a save costs."""
 
@@ -119,7 +121,9 @@ class Job:
 
     def leave(self) -> NoReturn:
         """On notice: save if the save fits before the deadline, acknowledge, end the process
-        (exit 0; gpupool requeues a job it gave notice whatever the exit code)."""
+        with LEAVE_CODE (gpupool requeues a job it gave notice whatever the exit code; a SIGTERM
+        from anyone else must not read as success)."""
+        self._begin()
         notice = self.link.notice()
         margin = 1.5 * (self.save_seconds or 0.0) + 1.0
         short = notice is not None and self.link.seconds_left(notice) <= margin
@@ -132,7 +136,7 @@ class Job:
         if self.ranks.first:
             self.link.report("ack", {})
         self.link.restore_signals()
-        raise SystemExit(0)
+        raise SystemExit(LEAVE_CODE)
 
     def finish(self) -> None:
         """The work is done: a last checkpoint, then tell gpupool (the job succeeds)."""
@@ -149,6 +153,7 @@ class Job:
     def save(self) -> Checkpoint | None:
         """Checkpoint the current step boundary now (blocking; on every rank at the same step),
         and report the commit. Returns the checkpoint on rank 0."""
+        self._begin()
         self._set_phase("save")
         began = time.monotonic()
         folder = Path(self.ranks.share(str(self.checkpoints.begin(self.step)) if self.ranks.first else None))
@@ -256,6 +261,7 @@ class Job:
             self.phase = "train"
             # Productive work starts now; tell gpupool which checkpoint it starts from.
             self.last_heartbeat = time.monotonic()
+            self._last_agreed = (self.last_heartbeat, self.step)
             if self.ranks.first:
                 restored = {"restored_step": self.step, "restore_seconds": self.restore_seconds}
                 self.link.heartbeat(self.step, self.phase, **(restored if self.restored else {}))

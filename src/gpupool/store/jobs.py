@@ -127,7 +127,7 @@ class JobsStore(StoreBase):
             allowed = ", ".join(team.allowed_classes)
             raise Forbidden(f"team {spec.team} may not use class {spec.priority} (allowed: {allowed})")
         return JobRow(
-            name=spec.name or spec.command[0].rsplit("/", 1)[-1],
+            name=(spec.name or spec.command[0].rsplit("/", 1)[-1])[:200],
             team=spec.team,
             priority=spec.priority,
             gpus=spec.gpus,

@@ -1,0 +1,63 @@
+"""`Job` in one process: RNG restored before anything can save or draw, and what leaving does."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpupool.job import Job
+from gpupool.job.link import SchedulerLink
+from gpupool.job.session import LEAVE_CODE
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.value = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"value": self.value}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.value = state["value"]
+
+
+def offline(tmp_path: Path) -> SchedulerLink:
+    return SchedulerLink({"GPUPOOL_CHECKPOINT_DIR": str(tmp_path)})
+
+
+def test_a_save_before_the_first_step_keeps_the_resumed_random_state(tmp_path: Path) -> None:
+    random.seed(7)
+    job = Job(counter=Counter(), save_every=None, link=offline(tmp_path))
+    for _ in job.steps(5):
+        random.random()
+    job.finish()
+    expected = random.random()  # what step 5 of an uninterrupted run draws
+
+    random.seed(123)  # a new process: some other state until the resume
+    resumed = Job(counter=Counter(), save_every=None, link=offline(tmp_path))
+    resumed.save()  # at once, before any step
+    assert random.random() == expected
+    random.seed(456)
+    again = Job(counter=Counter(), save_every=None, link=offline(tmp_path))
+    assert again.step == 5
+    next(again.steps(6))
+    assert random.random() == expected, "the early save kept the restored state, not the one before"
+    again.link.restore_signals()
+
+
+def test_leaving_on_notice_saves_and_exits_with_ex_tempfail(tmp_path: Path) -> None:
+    (tmp_path / "notice").write_text('{"deadline": 4102444800}')
+    link = SchedulerLink(
+        {"GPUPOOL_CHECKPOINT_DIR": str(tmp_path / "ckpt"), "GPUPOOL_NOTICE_FILE": str(tmp_path / "notice")}
+    )
+    counter = Counter()
+    job = Job(counter=counter, save_every=None, link=link)
+    counter.value = 3
+    job.step_done()
+    with pytest.raises(SystemExit) as left:
+        job.leave()
+    assert left.value.code == LEAVE_CODE == 75
+    assert [c.step for c in job.checkpoints.committed()] == [1]
