@@ -54,6 +54,7 @@ class ControlLoop:
     """The reason to wait last recorded for each pending job."""
     stopping: dict[tuple[int, int], float] = field(default_factory=dict)
     """Attempts of cancelled jobs that got SIGTERM, with when they get SIGKILL."""
+    _intervals: tuple[float, dict[str, float]] | None = None
 
     # --- where an attempt lives on disk -------------------------------------------------------
 
@@ -138,17 +139,27 @@ class ControlLoop:
             except Exception:
                 log.exception("could not give notice to job %s; it is killed at its deadline", victim.id)
         launched = []
+        intervals = self.interruption_intervals(now) if plan.starts else {}
         for start in plan.starts:
             job = jobs[int(start.job)]
             try:
-                launched.append(self.launch(job, start.placement, tokens[start.job]))
+                launched.append(self.launch(job, start.placement, tokens[start.job], intervals.get(job.priority)))
             except Exception as exc:
                 log.warning("job %s could not start: %s", job.id, exc)
                 self.store.end_attempt(job.id, job.attempts - 1, 127, now)
         if launched:
             self.store.mark_all_running(launched, now)
 
-    def launch(self, job: JobRow, placement: Placement, token: str) -> tuple[int, int, int, str]:
+    def interruption_intervals(self, now: float) -> dict[str, float]:
+        """Per class, the mean running time between unannounced interruptions over the last
+        week (read at most once a minute), passed to jobs for their checkpoint interval."""
+        if self._intervals is None or now - self._intervals[0] > 60:
+            self._intervals = (now, self.store.interruption_intervals(now - 7 * 86400, now))
+        return self._intervals[1]
+
+    def launch(
+        self, job: JobRow, placement: Placement, token: str, interruption_interval: float | None = None
+    ) -> tuple[int, int, int, str]:
         """Start the job's newest attempt; returns what `mark_all_running` records of it."""
         attempt = job.attempts - 1
         gpus = {a.node: list(a.gpus) for a in placement}
@@ -165,6 +176,8 @@ class ControlLoop:
             "GPUPOOL_TOKEN": token,
             "CUDA_VISIBLE_DEVICES": ",".join(str(g) for ids in gpus.values() for g in ids),
         }
+        if interruption_interval is not None:
+            env["GPUPOOL_INTERRUPTION_INTERVAL"] = f"{interruption_interval:.0f}"
         handle = self.executor.start(Launch(job.id, attempt, job.command, Path(job.workdir), env, attempt_dir, gpus))
         return (job.id, attempt, handle.pid, handle.started)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -61,3 +62,31 @@ def test_leaving_on_notice_saves_and_exits_with_ex_tempfail(tmp_path: Path) -> N
         job.leave()
     assert left.value.code == LEAVE_CODE == 75
     assert [c.step for c in job.checkpoints.committed()] == [1]
+
+
+class Recording(SchedulerLink):
+    def __init__(self, env: dict[str, str]) -> None:
+        super().__init__({**env, "GPUPOOL_API": "http://unused", "GPUPOOL_JOB_ID": "1"})
+        self.reports: list[tuple[str, dict[str, object]]] = []
+
+    def report(self, kind: str, body: Mapping[str, object]) -> dict[str, Any]:
+        self.reports.append((kind, dict(body)))
+        return {}
+
+
+def test_the_scheduler_is_told_which_checkpoint_a_resume_used_and_which_it_skipped(tmp_path: Path) -> None:
+    env = {"GPUPOOL_CHECKPOINT_DIR": str(tmp_path)}
+    first = Job(counter=Counter(), save_every=1, link=Recording(env))
+    for _ in first.steps(2):
+        pass
+    first.finish()
+    (tmp_path / "step-000000002" / "objects.pt").write_bytes(b"torn")
+    link = Recording(env)
+    resumed = Job(counter=Counter(), save_every=None, link=link)
+    next(resumed.steps(3))
+    [train] = [body for kind, body in link.reports if kind == "heartbeat" and body.get("phase") == "train"][:1]
+    assert (train["restored_step"], train["step"]) == (1, 1)
+    assert train["restore_skipped"] == [
+        "step-000000002: " + f"{tmp_path}/step-000000002/objects.pt is damaged (its size differs from the manifest)"
+    ]
+    resumed.link.restore_signals()

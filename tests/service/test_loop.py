@@ -47,7 +47,18 @@ def test_a_submitted_job_is_launched_with_the_job_protocol(loop: ControlLoop, st
     assert env["GPUPOOL_NOTICE_FILE"].endswith(f"jobs/{job.id}/attempt-0/notice")
     assert len(env["GPUPOOL_TOKEN"]) >= 24
     assert store.job(job.id).state == JobState.RUNNING.value
+    assert "GPUPOOL_INTERRUPTION_INTERVAL" not in env, "no interruption yet to measure it by"
     assert not loop.tick(2.0), "nothing left to do"
+
+
+def test_jobs_are_told_how_often_their_class_was_interrupted_without_warning(loop: ControlLoop, store: Store) -> None:
+    job = store.submit(JobSpec(["train"], team="vision", priority="low", max_failures=1), now=0.0)
+    loop.tick(0.0)
+    fake(loop).finish(job.id, 0, 1)  # failed after 100 s: an interruption it could not act on
+    loop.tick(100.0)
+    [first, retry] = fake(loop).started
+    assert "GPUPOOL_INTERRUPTION_INTERVAL" not in first.env
+    assert retry.env["GPUPOOL_INTERRUPTION_INTERVAL"] == "100"
 
 
 def test_preemption_notice_deadline_kill_requeue_and_resume(loop: ControlLoop, store: Store) -> None:

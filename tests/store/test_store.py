@@ -272,3 +272,27 @@ def test_a_cancel_racing_a_start_never_leaves_a_cancelled_job_with_a_live_attemp
     row = store.job(job.id)
     live = [a for a in store.live_attempts() if a.job_id == job.id]
     assert (row.state, row.cancel_requested_at, len(live)) == (JobState.STARTING.value, 2.1, 1)
+
+
+def test_the_interruption_interval_counts_only_interruptions_the_job_could_not_act_on(store: Store) -> None:
+    job = store.submit(JobSpec(["a"], priority="low", max_failures=3), now=0.0)
+    store.start_attempt(job.id, [Allocation("n0", (0,))], now=0.0, message="started")
+    store.end_attempt(job.id, 0, 1, now=100.0)  # a failure: unannounced
+    store.start_attempt(job.id, [Allocation("n0", (0,))], now=110.0, message="started")
+    store.give_notice(job.id, 1, for_job=99, deadline=300.0, now=200.0, reason="priority", message="for 99")
+    store.acknowledge(job.id, 1, now=205.0)
+    store.end_attempt(job.id, 1, 75, now=210.0)  # a notice it acted on: not counted
+    store.start_attempt(job.id, [Allocation("n0", (0,))], now=220.0, message="started")  # still running
+    assert store.interruption_intervals(since=0.0, now=300.0) == {"low": pytest.approx((100 + 100 + 80) / 1)}
+    assert store.interruption_intervals(since=150.0, now=300.0) == {}
+
+
+def test_an_attempt_says_once_which_checkpoint_it_resumed_from_and_what_it_skipped(store: Store) -> None:
+    job = started(store)
+    skipped = ["step-000000020: its size differs from the manifest"]
+    store.heartbeat(job, 0, 5.0, 10, "train", restored_step=10, restore_seconds=1.5, restore_skipped=skipped)
+    store.heartbeat(job, 0, 6.0, 11, "train", restored_step=11)
+    [attempt] = store.attempts(job)
+    assert (attempt.restored_step, attempt.restore_seconds) == (10, 1.5)
+    [event] = [e for e in store.events(job_id=job) if e.kind == "restored"]
+    assert event.message == f"resumed from the checkpoint of step 10; skipped {skipped[0]}"

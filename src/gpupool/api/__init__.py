@@ -275,6 +275,7 @@ def create_app(ctx: Context) -> FastAPI:
             body.phase,
             restored_step=body.restored_step,
             restore_seconds=body.restore_seconds,
+            restore_skipped=body.restore_skipped,
         )
         if row.notice_deadline is None:
             return HeartbeatOut(notice=None)

@@ -263,8 +263,12 @@ class Job:
             self.last_heartbeat = time.monotonic()
             self._last_agreed = (self.last_heartbeat, self.step)
             if self.ranks.first:
-                restored = {"restored_step": self.step, "restore_seconds": self.restore_seconds}
-                self.link.heartbeat(self.step, self.phase, **(restored if self.restored else {}))
+                restored: dict[str, object] = {}
+                if self.restored is not None:
+                    skipped = [reason[:400] for reason in self.restored.skipped[:20]]
+                    restored = {"restored_step": self.step, "restore_seconds": self.restore_seconds}
+                    restored["restore_skipped"] = skipped
+                self.link.heartbeat(self.step, self.phase, **restored)
 
     def _set_phase(self, phase: str) -> None:
         if phase != self.phase:

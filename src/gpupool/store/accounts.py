@@ -13,6 +13,27 @@ from gpupool.store.schema import AttemptRow, CheckpointRow, EventRow, JobRow
 
 
 class AccountsStore(StoreBase):
+    def interruption_intervals(self, since: float, now: float) -> dict[str, float]:
+        """Per priority class, the mean running time between interruptions that came without a
+        notice the job could act on (failures, lost processes, notices it never acknowledged),
+        over the attempts since `since`: the M of the Young/Daly checkpoint interval. Classes
+        with no such interruption are left out."""
+        with self.reading() as s:
+            query = (
+                select(
+                    JobRow.priority, AttemptRow.started_at, AttemptRow.ended_at, AttemptRow.outcome, AttemptRow.acked_at
+                )
+                .join(JobRow)
+                .where((AttemptRow.ended_at.is_(None)) | (AttemptRow.ended_at >= since))
+            )
+            running: dict[str, float] = defaultdict(float)
+            cuts: dict[str, int] = defaultdict(int)
+            for priority, started, ended, outcome, acked in s.execute(query):
+                running[priority] += (ended if ended is not None else now) - max(started, since)
+                if outcome in ("failed", "lost") or (outcome == "preempted" and acked is None):
+                    cuts[priority] += 1
+        return {priority: running[priority] / n for priority, n in cuts.items()}
+
     def accounts(
         self, now: float, *, job_ids: Sequence[int] | None = None, since: float | None = None
     ) -> list[JobAccount]:

@@ -126,6 +126,7 @@ class AttemptsStore(StoreBase):
         *,
         restored_step: int | None = None,
         restore_seconds: float | None = None,
+        restore_skipped: Sequence[str] = (),
     ) -> AttemptRow:
         """Note that the attempt is alive (and productive from its first `train` phase, which
         may say which checkpoint it restored); returns the attempt, whose notice fields tell the
@@ -135,8 +136,11 @@ class AttemptsStore(StoreBase):
             row.last_heartbeat_at, row.step, row.phase = now, step, phase
             if phase == "train" and row.productive_at is None:
                 row.productive_at = now
-            if restored_step is not None:
+            if restored_step is not None and row.restored_step is None:
                 row.restored_step, row.restore_seconds = restored_step, restore_seconds
+                skipped = f"; skipped {'; '.join(restore_skipped)}" if restore_skipped else ""
+                message = f"resumed from the checkpoint of step {restored_step}{skipped}"
+                s.add(EventRow(time=now, kind="restored", job_id=job_id, attempt=attempt, message=message[:2000]))
             return row
 
     def commit_checkpoint(
