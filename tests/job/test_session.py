@@ -86,6 +86,7 @@ def test_the_scheduler_is_told_which_checkpoint_a_resume_used_and_which_it_skipp
     next(resumed.steps(3))
     [train] = [body for kind, body in link.reports if kind == "heartbeat" and body.get("phase") == "train"][:1]
     assert (train["restored_step"], train["step"]) == (1, 1)
+    assert 0 <= float(train["since_commit"]) < 60  # type: ignore[arg-type]
     assert train["restore_skipped"] == [
         "step-000000002: " + f"{tmp_path}/step-000000002/objects.pt is damaged (its size differs from the manifest)"
     ]

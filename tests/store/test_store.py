@@ -291,8 +291,8 @@ def test_an_attempt_says_once_which_checkpoint_it_resumed_from_and_what_it_skipp
     job = started(store)
     skipped = ["step-000000020: its size differs from the manifest"]
     store.heartbeat(job, 0, 5.0, 10, "train", restored_step=10, restore_seconds=1.5, restore_skipped=skipped)
-    store.heartbeat(job, 0, 6.0, 11, "train", restored_step=11)
+    store.heartbeat(job, 0, 6.0, 11, "train", restored_step=11, since_commit=3.0)
     [attempt] = store.attempts(job)
-    assert (attempt.restored_step, attempt.restore_seconds) == (10, 1.5)
+    assert (attempt.restored_step, attempt.restore_seconds, attempt.since_commit) == (10, 1.5, 3.0)
     [event] = [e for e in store.events(job_id=job) if e.kind == "restored"]
     assert event.message == f"resumed from the checkpoint of step 10; skipped {skipped[0]}"

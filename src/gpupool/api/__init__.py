@@ -276,6 +276,7 @@ def create_app(ctx: Context) -> FastAPI:
             restored_step=body.restored_step,
             restore_seconds=body.restore_seconds,
             restore_skipped=body.restore_skipped,
+            since_commit=body.since_commit,
         )
         if row.notice_deadline is None:
             return HeartbeatOut(notice=None)

@@ -191,6 +191,7 @@ class HeartbeatIn(_In):
     phase: str | None = Field(default=None, pattern="^(startup|restore|train|save)$")
     restored_step: int | None = Field(default=None, ge=0, description="the checkpoint step this attempt resumed from")
     restore_seconds: float | None = Field(default=None, ge=0, description="how long the restore took")
+    since_commit: float | None = Field(default=None, ge=0, description="seconds since its last checkpoint commit")
     restore_skipped: list[str] = Field(
         default_factory=list, max_length=20, description="newer checkpoints it could not use, and why"
     )

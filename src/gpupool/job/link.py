@@ -70,7 +70,9 @@ class SchedulerLink:
             return {}
         return reply
 
-    def heartbeat(self, step: int, phase: str, **more: object) -> None:
+    def heartbeat(self, step: int, phase: str, since_commit: float | None = None, **more: object) -> None:
+        if since_commit is not None:
+            more["since_commit"] = round(since_commit, 3)
         reply = self.report("heartbeat", {"step": step, "phase": phase, **more})
         notice = reply.get("notice")
         if notice and self._from_heartbeat is None:

@@ -117,7 +117,7 @@ class Job:
     def heartbeat(self) -> None:
         self.last_heartbeat = time.monotonic()
         if self.ranks.first:
-            self.link.heartbeat(self.step, self.phase)
+            self.link.heartbeat(self.step, self.phase, time.monotonic() - self.last_commit)
 
     def leave(self) -> NoReturn:
         """On notice: save if the save fits before the deadline, acknowledge, end the process
@@ -268,7 +268,7 @@ class Job:
                     skipped = [reason[:400] for reason in self.restored.skipped[:20]]
                     restored = {"restored_step": self.step, "restore_seconds": self.restore_seconds}
                     restored["restore_skipped"] = skipped
-                self.link.heartbeat(self.step, self.phase, **restored)
+                self.link.heartbeat(self.step, self.phase, time.monotonic() - self.last_commit, **restored)
 
     def _set_phase(self, phase: str) -> None:
         if phase != self.phase:

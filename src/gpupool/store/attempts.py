@@ -127,13 +127,14 @@ class AttemptsStore(StoreBase):
         restored_step: int | None = None,
         restore_seconds: float | None = None,
         restore_skipped: Sequence[str] = (),
+        since_commit: float | None = None,
     ) -> AttemptRow:
         """Note that the attempt is alive (and productive from its first `train` phase, which
         may say which checkpoint it restored); returns the attempt, whose notice fields tell the
         job whether to stop."""
         with self.transaction() as s:
             row = self.live_attempt(s, job_id, attempt)
-            row.last_heartbeat_at, row.step, row.phase = now, step, phase
+            row.last_heartbeat_at, row.step, row.phase, row.since_commit = now, step, phase, since_commit
             if phase == "train" and row.productive_at is None:
                 row.productive_at = now
             if restored_step is not None and row.restored_step is None:

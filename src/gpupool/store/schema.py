@@ -111,6 +111,8 @@ class AttemptRow(Base):
     restored_step: Mapped[int | None] = mapped_column(Integer, default=None)
     """The checkpoint step this attempt resumed from, as the job reported it."""
     restore_seconds: Mapped[float | None] = mapped_column(Float, default=None)
+    since_commit: Mapped[float | None] = mapped_column(Float, default=None)
+    """Seconds of work since its last checkpoint commit, as of its last heartbeat."""
     notice_at: Mapped[float | None] = mapped_column(Float, default=None)
     notice_deadline: Mapped[float | None] = mapped_column(Float, default=None)
     notice_for: Mapped[int | None] = mapped_column(Integer, default=None)

@@ -19,6 +19,7 @@ def upgrade() -> None:
     with op.batch_alter_table("attempts") as batch:
         batch.add_column(sa.Column("restored_step", sa.Integer(), nullable=True))
         batch.add_column(sa.Column("restore_seconds", sa.Float(), nullable=True))
+        batch.add_column(sa.Column("since_commit", sa.Float(), nullable=True))
     with op.batch_alter_table("checkpoint_commits") as batch:
         batch.add_column(sa.Column("seconds", sa.Float(), nullable=True))
 
@@ -27,5 +28,6 @@ def downgrade() -> None:
     with op.batch_alter_table("checkpoint_commits") as batch:
         batch.drop_column("seconds")
     with op.batch_alter_table("attempts") as batch:
+        batch.drop_column("since_commit")
         batch.drop_column("restore_seconds")
         batch.drop_column("restored_step")
