@@ -97,3 +97,28 @@ def test_a_notice_during_a_save_leaves_at_the_next_boundary_without_saving_again
     assert "from step 10" in second
     assert {**losses(first), **losses(second)} == losses(golden)
     assert final(second) == final(golden)
+
+
+@pytest.mark.parametrize(
+    ("failpoint", "resumes_from"),
+    [
+        ("save:between-files@2", 10),
+        ("save:before-manifest@2", 10),
+        ("save:before-rename@2", 10),
+        ("save:before-latest@2", 20),
+        ("save:during-prune", 30),
+    ],
+)
+def test_a_sigkill_at_any_phase_of_a_save_resumes_from_the_newest_committed_checkpoint(
+    tmp_path: Path, golden: str, failpoint: str, resumes_from: int
+) -> None:
+    command = [*TRAINER, "--save-every", "10"]
+    env = environment(tmp_path, failpoint)
+    killed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    resumed = attempt(tmp_path, None, save_every="10")
+    assert f"from step {resumes_from}" in resumed, "never from step 0 while a committed checkpoint exists"
+    merged = {**losses(killed.stdout), **losses(resumed)}
+    assert merged == losses(golden)
+    assert all(losses(golden)[s] == bits for s, bits in losses(resumed).items())
+    assert final(resumed) == final(golden)
