@@ -11,7 +11,7 @@ TORCH ?= torch==2.13.0
 .PHONY: test lint typecheck pytest demo bench clean
 
 $(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	test -x $(BIN)/pip || $(PYTHON) -m venv --clear $(VENV)  # a venv cut short is made again
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet '$(TORCH)'
 	$(BIN)/pip install --quiet -e '.[test,torch]'
