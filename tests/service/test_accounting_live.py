@@ -4,14 +4,13 @@ scheduler charges an interruption matches what the job actually did again."""
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from test_up import Service, state
+from test_up import Service, running, state
 
 from gpupool.testing import wait_for
 
@@ -34,13 +33,7 @@ def logs(service: Service, job: int) -> str:
 def service(tmp_path: Path) -> Iterator[Service]:
     # A grace period too short for the victim's emergency save (it needs 1 s of margin): it
     # leaves at once, and its next attempt redoes the work since its last periodic checkpoint.
-    service = Service(tmp_path, grace="0.5s")
-    service.up()
-    yield service
-    if service.process is not None and service.process.poll() is None:
-        service.process.terminate()
-        service.process.wait(timeout=10)
-    subprocess.run(["pkill", "-f", str(service.data)], check=False)
+    yield from running(Service(tmp_path, grace="0.5s"))
 
 
 def test_wasted_progress_is_the_work_done_again_and_reports_show_it(service: Service, tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_up import Service, state
+from test_up import Service, running, state
 
 from gpupool.testing import wait_for
 
@@ -28,13 +28,7 @@ def losses(output: str) -> dict[int, str]:
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[Service]:
-    service = Service(tmp_path)
-    service.up()
-    yield service
-    if service.process is not None and service.process.poll() is None:
-        service.process.terminate()
-        service.process.wait(timeout=10)
-    subprocess.run(["pkill", "-f", str(service.data)], check=False)
+    yield from running(Service(tmp_path))
 
 
 def test_a_pytorch_job_preempted_twice_by_the_scheduler_is_bit_identical(service: Service, tmp_path: Path) -> None:

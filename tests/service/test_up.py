@@ -88,15 +88,19 @@ def assert_no_gpu_held_twice(service: Service) -> None:
             assert start2 >= end, f"GPU {node}:{gpu} held by two attempts at once"
 
 
-@pytest.fixture
-def service(tmp_path: Path) -> Iterator[Service]:
-    service = Service(tmp_path)
+def running(service: Service) -> Iterator[Service]:
+    """A fixture's body: `gpupool up`, then stop it and whatever it left running."""
     service.up()
     yield service
     if service.process is not None and service.process.poll() is None:
         service.process.terminate()
         service.process.wait(timeout=10)
     subprocess.run(["pkill", "-f", str(service.data)], check=False)
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    yield from running(Service(tmp_path))
 
 
 def test_up_says_where_it_listens_and_that_its_gpus_are_virtual(service: Service) -> None:
