@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import random
+import threading
+import time
 from collections.abc import Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +16,7 @@ import pytest
 from gpupool.job import Job
 from gpupool.job.link import SchedulerLink
 from gpupool.job.session import LEAVE_CODE
+from gpupool.testing import wait_for
 
 
 class Counter:
@@ -84,10 +89,53 @@ def test_the_scheduler_is_told_which_checkpoint_a_resume_used_and_which_it_skipp
     link = Recording(env)
     resumed = Job(counter=Counter(), save_every=None, link=link)
     next(resumed.steps(3))
-    [train] = [body for kind, body in link.reports if kind == "heartbeat" and body.get("phase") == "train"][:1]
+
+    def trained() -> list[dict[str, object]]:
+        return [body for kind, body in link.reports if kind == "heartbeat" and body.get("phase") == "train"]
+
+    wait_for(lambda: bool(trained()))  # heartbeats go from their own thread
+    train = trained()[0]
     assert (train["restored_step"], train["step"]) == (1, 1)
     assert 0 <= float(train["since_commit"]) < 60  # type: ignore[arg-type]
     assert train["restore_skipped"] == [
         "step-000000002: " + f"{tmp_path}/step-000000002/objects.pt is damaged (its size differs from the manifest)"
     ]
     resumed.link.restore_signals()
+
+
+class SlowScheduler(BaseHTTPRequestHandler):
+    """Answers every report after a long pause; with a notice once `notice` is set."""
+
+    notice = False
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        time.sleep(1.0)
+        body = json.dumps({"notice": {"deadline": time.time() + 60, "seconds_left": 60} if self.notice else None})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+def test_a_slow_scheduler_never_slows_training_and_its_notice_still_arrives(tmp_path: Path) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SlowScheduler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = {
+        "GPUPOOL_CHECKPOINT_DIR": str(tmp_path),
+        "GPUPOOL_API": f"http://127.0.0.1:{server.server_address[1]}",
+        "GPUPOOL_JOB_ID": "1",
+    }
+    job = Job(counter=Counter(), save_every=None, heartbeat_every=0.0, link=SchedulerLink(env))
+    began = time.monotonic()
+    for _ in range(50):
+        assert not job.should_stop()
+        job.step_done()  # a heartbeat at every step, each answered after 1 s
+    assert time.monotonic() - began < 1.0, "training waited for the scheduler"
+    SlowScheduler.notice = True
+    assert wait_for(job.should_stop, timeout=10) < 10
+    job.link.restore_signals()
+    server.shutdown()

@@ -3,7 +3,10 @@ scheduler, and the three ways a notice arrives (heartbeat reply, notice file, si
 
 Signal handlers only set a flag with the time it came; whoever polls `notice()` acts on it at a
 step boundary. Reports use the standard library, and a scheduler that cannot be reached costs a
-log line, never the job. Outside gpupool (no GPUPOOL_API) reports go nowhere and the job runs.
+log line, never the job; heartbeats go from a thread of their own, so a slow scheduler never
+slows training (commits, the acknowledgement and completion are sent in line: they are rare,
+and must be sent before the job goes on or leaves). Outside gpupool (no GPUPOOL_API) reports
+go nowhere and the job runs.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 import logging
 import os
 import signal
+import threading
 import time
 import urllib.request
 from collections.abc import Mapping
@@ -48,6 +52,9 @@ class SchedulerLink:
         self._signalled: int | None = None
         self._from_heartbeat: Notice | None = None
         self._previous: dict[int, Any] = {}
+        self._beat = threading.Condition()
+        self._next_beat: dict[str, object] | None = None
+        self._sender: threading.Thread | None = None
 
     # --- reports --------------------------------------------------------------------------------
 
@@ -71,12 +78,29 @@ class SchedulerLink:
         return reply
 
     def heartbeat(self, step: int, phase: str, since_commit: float | None = None, **more: object) -> None:
+        """Hand a heartbeat to the sender thread and return at once: training never waits on
+        the scheduler. A heartbeat not sent yet is replaced by the newer one (keeping what only
+        it said, such as the checkpoint it restored)."""
         if since_commit is not None:
             more["since_commit"] = round(since_commit, 3)
-        reply = self.report("heartbeat", {"step": step, "phase": phase, **more})
-        notice = reply.get("notice")
-        if notice and self._from_heartbeat is None:
-            self._from_heartbeat = Notice("heartbeat", float(notice["deadline"]))
+        if self.api is None or self.job_id is None:
+            return
+        with self._beat:
+            self._next_beat = {**(self._next_beat or {}), "step": step, "phase": phase, **more}
+            self._beat.notify()
+        if self._sender is None:
+            self._sender = threading.Thread(target=self._send_beats, name="gpupool-heartbeat", daemon=True)
+            self._sender.start()
+
+    def _send_beats(self) -> None:
+        while True:
+            with self._beat:
+                while self._next_beat is None:
+                    self._beat.wait()
+                body, self._next_beat = self._next_beat, None
+            notice = self.report("heartbeat", body).get("notice")
+            if notice and self._from_heartbeat is None:
+                self._from_heartbeat = Notice("heartbeat", float(notice["deadline"]))
 
     # --- notice ---------------------------------------------------------------------------------
 
