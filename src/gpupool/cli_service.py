@@ -188,7 +188,7 @@ def interruptions_table(interruptions: list[dict[str, Any]], *, jobs: bool = Fal
             gpu_time(i["drain"]),
             "" if i["restart"] is None else gpu_time(i["restart"]),
             gpu_time(i["lost"]),
-            "waiting" if i["delay_seconds"] is None else human_seconds(i["delay_seconds"]),
+            "waiting" if i["delay"] is None else human_seconds(i["delay"]),
             i["reason"],
         )
     return table

@@ -173,7 +173,9 @@ def create_app(ctx: Context) -> FastAPI:
             teams={k: TotalsOut.of(v) for k, v in totals(accounts, lambda a: a.team).items()},
             classes={k: TotalsOut.of(v) for k, v in totals(accounts, lambda a: a.priority).items()},
             interruptions=[
-                JobInterruptionOut(job=a.job_id, team=a.team, priority=a.priority, **InterruptionOut.of(i).model_dump())
+                JobInterruptionOut.model_validate(
+                    {**InterruptionOut.of(i).model_dump(), "job": a.job_id, "team": a.team, "priority": a.priority}
+                )
                 for a in accounts
                 for i in a.interruptions
             ],

@@ -63,21 +63,12 @@ class InterruptionOut(BaseModel):
     drain: float
     restart: float | None
     lost: float
-    delay_seconds: float | None
+    delay: float | None
+    """Seconds in line before the next attempt (not GPU time); None while it still waits."""
 
     @classmethod
     def of(cls, cut: Interruption) -> InterruptionOut:
-        return cls(
-            attempt=cut.attempt,
-            at=cut.at,
-            cause=cut.cause,
-            reason=cut.reason,
-            wasted=cut.wasted,
-            drain=cut.drain,
-            restart=cut.restart,
-            lost=cut.lost,
-            delay_seconds=cut.delay,
-        )
+        return cls.model_validate(cut, from_attributes=True)
 
 
 class AccountOut(BaseModel):

@@ -78,6 +78,7 @@ class Job:
         self.restored: Restored | None = None
         self._rng: dict[str, Any] | None = None
         self._agree_every = 1
+        self._agreed: tuple[int, tuple[bool, bool]] = (-1, (False, False))
         self._last_agreed = (time.monotonic(), 0)
         self.link.install_signals()
         self._set_phase("restore")
@@ -242,6 +243,8 @@ class Job:
         steps; in between, neither."""
         if self.step % self._agree_every:
             return False, False
+        if self._agreed[0] == self.step:  # asked again at this step (save due, then stop?)
+            return self._agreed[1]
         now = time.monotonic()
         since, at_step = self._last_agreed
         step_seconds = (now - since) / (self.step - at_step) if self.step > at_step else 0.0
@@ -251,7 +254,8 @@ class Job:
         if slowest > 0:
             self._agree_every = max(1, int(self.agree_every / slowest))
         self._last_agreed = (now, self.step)
-        return bool(stop), bool(save)
+        self._agreed = (self.step, (bool(stop), bool(save)))
+        return self._agreed[1]
 
     def _begin(self) -> None:
         if self.phase in ("startup", "restore"):
