@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import datetime
 from pathlib import Path
@@ -34,7 +35,8 @@ def fail(message: str) -> typer.Exit:
 def client(config: Path | None, api: str | None) -> Client:
     try:
         spec = load_spec(config)
-        return Client.from_env(api or spec.service.url, spec.service.data_path)
+        # A flag wins over the environment, the environment over the configuration's default.
+        return Client.from_env(api or os.environ.get("GPUPOOL_API") or spec.service.url, spec.service.data_path)
     except GpupoolError as exc:
         raise fail(str(exc)) from None
 
@@ -250,19 +252,24 @@ def team_list(config: ConfigOption = None, api: ApiOption = None) -> None:
 @team_app.command("set")
 def team_set(
     name: str,
-    weight: Annotated[float, typer.Option(help="Share of the pool relative to other teams.")] = 1.0,
-    guaranteed_gpus: Annotated[int, typer.Option(help="GPUs the team may reclaim from teams above theirs.")] = 0,
-    classes: Annotated[
-        str | None, typer.Option(help="Allowed priority classes, comma-separated (default all).")
+    weight: Annotated[float | None, typer.Option(help="Share of the pool relative to other teams.")] = None,
+    guaranteed_gpus: Annotated[
+        int | None, typer.Option(help="GPUs the team may reclaim from teams above theirs.")
     ] = None,
+    classes: Annotated[str | None, typer.Option(help="Allowed priority classes, comma-separated, or 'all'.")] = None,
     new_token: Annotated[bool, typer.Option(help="Make a new token for the team (shown once).")] = False,
     config: ConfigOption = None,
     api: ApiOption = None,
 ) -> None:
-    """Create or change a team."""
-    body: dict[str, Any] = {"weight": weight, "guaranteed_gpus": guaranteed_gpus, "new_token": new_token}
+    """Create or change a team: only the options given change."""
+    body: dict[str, Any] = {"new_token": new_token}
+    if weight is not None:
+        body["weight"] = weight
+    if guaranteed_gpus is not None:
+        body["guaranteed_gpus"] = guaranteed_gpus
     if classes is not None:
-        body["classes"] = [c.strip() for c in classes.split(",") if c.strip()]
+        names = [c.strip() for c in classes.split(",") if c.strip()]
+        body["classes"] = None if names == ["all"] else names
     team = call(client(config, api).set_team, name, body)
     console.print(f"team {team['name']}: weight {team['weight']:g}, {team['guaranteed_gpus']} GPUs guaranteed")
     if team["token"]:

@@ -120,6 +120,12 @@ class Job:
     """Per-job cap on preemptions; `None` falls back to `Config.max_preemptions`."""
     expected_restart: float = 0.0
     """Seconds the next attempt needs before its first productive step."""
+    order: int = 0
+    """Arrival order: breaks ties between equal submit times (file order in a trace, the id
+    in the service), so that `j10` never goes before `j9`."""
+    nominated: bool = False
+    """Jobs were preempted for it and have left: the GPUs they freed are its own, before any
+    other pending job's, until it starts (else a victim, requeued, could take them back)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +154,9 @@ class RunningJob:
     last_checkpoint_at: float | None = None
     """Time of the last committed checkpoint; `None` if the attempt has committed none."""
     notice: Notice | None = None
+    priority: str | None = None
+    """The class the attempt runs at, fixed at its start (lower than the job's when its team
+    was over budget); None is the job's own class."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +171,9 @@ class Snapshot:
     free: Mapping[str, tuple[int, ...]] | None = None
     """GPU ids free on each node, for drivers that keep them up to date; it must equal every
     GPU outside the running placements. None derives it from `running` (and checks them)."""
+    teams: Mapping[str, Team] | None = None
+    """Each team's policy (weight, guarantee, budgets) as the driver holds it: the store, in
+    the service. None takes `Config.teams` (the simulator's fixed teams)."""
 
 
 class QueueOrder(StrEnum):

@@ -166,7 +166,7 @@ def test_never_preempts_a_protected_job(scenario: tuple[Snapshot, Config]) -> No
     for p in plan.preemptions:
         victim = running[p.victim]
         assert victim.notice is None, "already draining"
-        cls = effective_class(config, snapshot.usage, victim.job.team, victim.job.priority).cls
+        cls = effective_class(config, snapshot.usage, config.team(victim.job.team), victim.job.priority).cls
         assert cls.preemptible
         assert NOW - victim.started_at >= cls.min_runtime
         cap = victim.job.max_preemptions if victim.job.max_preemptions is not None else config.max_preemptions
@@ -184,8 +184,10 @@ def test_never_preempts_without_the_preemptor_fitting(scenario: tuple[Snapshot, 
     for p in plan.preemptions:
         assert p.for_job in held_for, f"{p.victim} preempted for {p.for_job}, which holds no placement"
         preemptor = jobs[p.for_job]
-        mine = effective_class(config, snapshot.usage, preemptor.team, preemptor.priority).cls
-        theirs = effective_class(config, snapshot.usage, running[p.victim].job.team, running[p.victim].job.priority).cls
+        mine = effective_class(config, snapshot.usage, config.team(preemptor.team), preemptor.priority).cls
+        theirs = effective_class(
+            config, snapshot.usage, config.team(running[p.victim].job.team), running[p.victim].job.priority
+        ).cls
         if p.reason is Reason.PRIORITY:
             assert mine.may_preempt
             assert theirs.value < mine.value

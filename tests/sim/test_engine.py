@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
-from gpupool.model import DEFAULT_CLASSES, Config, Plan, Team
+from gpupool.model import DEFAULT_CLASSES, Config, Plan, Snapshot, Team
+from gpupool.policy import decide
 from gpupool.sim.engine import SimJob, Simulation
 from gpupool.sim.jobmodel import JobModel
 from gpupool.testing import pool
@@ -75,3 +77,28 @@ def test_a_replay_is_deterministic() -> None:
     random.Random(3).shuffle(shuffled)
     second, _ = replay(shuffled)
     assert first == second
+
+
+def test_the_simulator_carries_out_the_deadline_the_core_decided() -> None:
+    """The victim is gone by the plan's deadline, not by a grace it works out for itself: a core
+    that gives 2 s (less than the 5 s save) makes the victim stop at once and lose its work."""
+
+    def hurried(snapshot: Snapshot, config: Config, now: float) -> Plan:
+        plan = decide(snapshot, config, now)
+        return replace(plan, preemptions=tuple(replace(p, deadline=now + 2.0) for p in plan.preemptions))
+
+    jobs = [SimJob("low", "a", "low", 4, 0.0, 1000.0), SimJob("high", "b", "high", 4, 250.0, 50.0)]
+    sim = Simulation(jobs, pool(1, 4), DEFAULTS, MODEL, decide=hurried)
+    sim.run()
+    low = sim.live["low"].record
+    # With the class's 60 s grace the 5 s save fits and nothing is wasted; with 2 s it does not:
+    # it stops at once and the 40 s of work since its commit at 210 s (200 s of work) are lost.
+    assert low.drain == 0.0
+    assert low.wasted == 4 * (250.0 - 210.0)
+
+
+def test_jobs_submitted_in_the_same_second_start_in_file_order() -> None:
+    """Not by id as text, where j10 sorts before j9."""
+    jobs = [SimJob(f"j{i}", "a", "normal", 4, 0.0, 10.0) for i in (8, 9, 10, 11)]
+    log, _ = replay(jobs)
+    assert [entry[2] for entry in log] == ["j8", "j9", "j10", "j11"]

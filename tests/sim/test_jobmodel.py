@@ -62,5 +62,5 @@ def test_next_commit_is_the_end_of_the_next_save() -> None:
     ],
 )
 def test_interruption(t: float, grace: float, release: float, committed: float, wasted: float) -> None:
-    cut = interrupt(ATTEMPT, t, grace)
+    cut = interrupt(ATTEMPT, t, t + grace)
     assert (cut.release_at, cut.committed, cut.wasted) == (release, committed, wasted)

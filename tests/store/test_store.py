@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import inspect
 
 from gpupool.errors import Conflict, InvalidInput, NotFound
-from gpupool.model import DEFAULT_CLASSES, Allocation, Config, JobState, Node, PriorityBudget, Team
+from gpupool.model import DEFAULT_CLASSES, Allocation, Config, JobState, Node, Plan, PriorityBudget, Reason, Start, Team
 from gpupool.store import JobSpec, Store
 from gpupool.store.engine import head, migrate, revision
 
@@ -296,3 +296,45 @@ def test_an_attempt_says_once_which_checkpoint_it_resumed_from_and_what_it_skipp
     assert (attempt.restored_step, attempt.restore_seconds, attempt.since_commit) == (10, 1.5, 3.0)
     [event] = [e for e in store.events(job_id=job) if e.kind == "restored"]
     assert event.message == f"resumed from the checkpoint of step 10; skipped {skipped[0]}"
+
+
+def test_a_partial_team_update_changes_only_what_it_gives(store: Store) -> None:
+    store.set_team("nlp", token_hash="h1")
+    team = store.team("nlp")
+    assert team is not None
+    assert (team.weight, team.guaranteed_gpus, team.token_hash) == (2.0, 8, "h1")
+    store.set_team("nlp", guaranteed_gpus=4)
+    team = store.team("nlp")
+    assert team is not None
+    assert (team.weight, team.guaranteed_gpus, team.token_hash) == (2.0, 4, "h1")
+
+
+def test_the_snapshot_carries_each_teams_policy_as_the_store_holds_it(store: Store) -> None:
+    store.set_team("vision", weight=3.0, guaranteed_gpus=2)
+    teams = store.snapshot(now=5.0).teams
+    assert teams is not None
+    assert (teams["vision"].weight, teams["vision"].guaranteed_gpus) == (3.0, 2)
+    assert teams["nlp"].budgets == (PriorityBudget("high", 100.0, 86400.0),)
+
+
+def test_the_file_seeds_teams_and_what_the_api_set_survives_a_restart_unless_the_file_changed(store: Store) -> None:
+    store.set_team("nlp", weight=5.0)
+    store.sync_config(CONFIG)  # a restart with the same file: the API's weight stays
+    team = store.team("nlp")
+    assert team is not None
+    assert (team.weight, team.guaranteed_gpus) == (5.0, 8)
+    edited = Config(DEFAULT_CLASSES, {"nlp": Team("nlp", 2.0, 12, (PriorityBudget("high", 100.0, 86400.0),))})
+    store.sync_config(edited)  # the file's guarantee changed: it wins for that field alone
+    team = store.team("nlp")
+    assert team is not None
+    assert (team.weight, team.guaranteed_gpus) == (5.0, 12)
+
+
+def test_budget_use_is_metered_at_the_class_the_attempt_ran_at(store: Store) -> None:
+    job = store.submit(JobSpec(["train"], team="nlp", priority="high", gpus=2), now=0.0)
+    demoted = Plan(starts=(Start(str(job.id), (Allocation("n0", (0, 1)),), "normal", Reason.BUDGET_EXCEEDED, "x"),))
+    store.record_plan(demoted, now=0.0)
+    usage = store.snapshot(now=3600.0).usage
+    assert usage[("nlp", "high")] == 0.0
+    [running] = store.snapshot(now=3600.0).running
+    assert running.priority == "normal"

@@ -47,7 +47,7 @@ from gpupool.errors import HTTP_STATUS, Forbidden, GpupoolError, InvalidInput, U
 from gpupool.model import Job, JobState, Node
 from gpupool.policy.place import FreeGpus, can_ever_fit, job_shapes
 from gpupool.service import ControlLoop, token_hash
-from gpupool.store import DEFAULT_TEAM, JobSpec, Store
+from gpupool.store import DEFAULT_TEAM, UNCHANGED, JobSpec, Store
 from gpupool.store.schema import TeamRow
 
 
@@ -229,9 +229,10 @@ def create_app(ctx: Context) -> FastAPI:
             name,
             weight=body.weight,
             guaranteed_gpus=body.guaranteed_gpus,
-            allowed_classes=body.classes,
+            allowed_classes=body.classes if "classes" in body.model_fields_set else UNCHANGED,
             token_hash=token_hash(token) if token else None,
         )
+        ctx.loop.wakeup.set()  # a new guarantee or weight may change what the loop decides
         return team_out(row, token)
 
     @app.get("/classes")

@@ -161,10 +161,13 @@ class JobOut(BaseModel):
 
 
 class TeamIn(_In):
-    weight: float = Field(default=1.0, gt=0)
-    guaranteed_gpus: int = Field(default=0, ge=0)
-    classes: list[str] | None = None
-    """Priority classes the team may use; all when omitted."""
+    """A partial update: only the fields sent change (a new team starts from weight 1, no
+    guarantee, every class). `classes: null` allows every class again."""
+
+    weight: float | None = Field(default=None, gt=0)
+    guaranteed_gpus: int | None = Field(default=None, ge=0, le=MANY)
+    classes: list[str] | None = Field(default=None, max_length=100)
+    """Priority classes the team may use; null for all."""
     new_token: bool = False
 
 

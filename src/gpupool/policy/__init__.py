@@ -8,7 +8,7 @@ The stages are plain modules: `order` (queue order), `place` (where), `preempt` 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -26,6 +26,7 @@ from gpupool.model import (
     RunningJob,
     Snapshot,
     Start,
+    Team,
     Wait,
 )
 from gpupool.policy import messages
@@ -50,12 +51,14 @@ def decide(snapshot: Snapshot, config: Config, now: float) -> Plan:
     """Decide which pending jobs start where and which running jobs get notice.
 
     1. Build a private working state (free GPUs, GPUs per team) from the snapshot.
-    2. Jobs whose victims are draining hold the GPUs being freed for them.
+    2. Jobs whose victims are draining hold the GPUs being freed for them; jobs whose victims
+       have left (nominated) take free GPUs before anyone else.
     3. Take the queue in order; place each job on free GPUs, else preempt for it when the
        policy allows and a sufficient set of victims exists, else say why it waits.
     """
     cycle = _Cycle(snapshot, config, now)
     cycle.hold_for_drains()
+    cycle.place_nominated()
     cycle.place_queue()
     return cycle.plan()
 
@@ -66,6 +69,7 @@ class _Cycle:
     config: Config
     now: float
     free: FreeGpus = field(init=False)
+    teams: Mapping[str, Team] = field(init=False)
     candidates: Candidates = field(init=False)
     expiring: dict[int, float] = field(default_factory=dict)
     """Per class value, the earliest end of a minimum-runtime protection."""
@@ -88,6 +92,7 @@ class _Cycle:
     def __post_init__(self) -> None:
         snapshot = self.snapshot
         self.free = FreeGpus(snapshot.nodes, snapshot.running, snapshot.free)
+        self.teams = snapshot.teams if snapshot.teams is not None else self.config.teams
         self.effective = {}
         self.draining_for = defaultdict(list)
         alloc: Counter[str] = Counter()
@@ -96,7 +101,7 @@ class _Cycle:
                 self.draining_for[running.notice.for_job].append(running)
             else:
                 alloc[running.job.team] += running.job.gpus
-        guarantee = {name: team.guaranteed_gpus for name, team in self.config.teams.items()}
+        guarantee = {name: team.guaranteed_gpus for name, team in self.teams.items()}
         self.candidates = Candidates(self.free, alloc, guarantee, self.build_candidates)
 
     def build_candidates(self) -> list[list[Candidate]]:
@@ -106,7 +111,7 @@ class _Cycle:
         for running in self.snapshot.running:
             if running.notice is not None:
                 continue
-            cls = self.effective_of(running.job).cls
+            cls = self.running_class(running)
             slots = tuple((self.free.node_index(a.node), a.gpus) for a in running.placement)
             candidate = Candidate(running, cls, slots)
             candidate.protection = protection(running, cls, self.now, self.config)
@@ -126,11 +131,20 @@ class _Cycle:
 
     # --- lookups -------------------------------------------------------------------------
 
+    def team(self, name: str) -> Team:
+        return self.teams.get(name) or Team(name)
+
     def effective_of(self, job: Job) -> Effective:
         key = (job.team, job.priority)
         if key not in self.effective:
-            self.effective[key] = effective_class(self.config, self.snapshot.usage, job.team, job.priority)
+            self.effective[key] = effective_class(self.config, self.snapshot.usage, self.team(job.team), job.priority)
         return self.effective[key]
+
+    def running_class(self, running: RunningJob) -> PriorityClass:
+        """The class an attempt runs at was fixed when it started (budgets may have lowered it)."""
+        if running.priority is not None:
+            return self.config.priority_class(running.priority)
+        return self.effective_of(running.job).cls
 
     def shapes_of(self, job: Job) -> tuple[Shape, ...]:
         key = (job.team, job.gpu_type, job.gpus, job.gpus_per_node)
@@ -196,10 +210,21 @@ class _Cycle:
         message = messages.awaiting_drain(victims, deadline, self.now)
         self.waits.append(Wait(job.id, Reason.AWAITING_DRAIN, message, placement))
 
+    def place_nominated(self) -> None:
+        """Jobs whose victims have all left take free GPUs first, in queue order: the GPUs were
+        freed for them, and a requeued victim that sorts earlier must not take them back."""
+        nominated = [
+            (self.effective_of(j).cls.value, j)
+            for j in self.snapshot.pending
+            if j.nominated and j.id not in self.settled
+        ]
+        for job in queue_order(nominated, self.config.order, self.share):
+            self.start_on_free(job)
+
     # --- 3. the queue --------------------------------------------------------------------
 
     def share(self, team: str) -> float:
-        return self.candidates.alloc[team] / max(self.config.team(team).weight, 1e-9)
+        return self.candidates.alloc[team] / max(self.team(team).weight, 1e-9)
 
     def place_queue(self) -> None:
         pending = [(self.effective_of(j).cls.value, j) for j in self.snapshot.pending if j.id not in self.settled]
@@ -288,7 +313,7 @@ class _Cycle:
     def preempt_for(self, job: Job, shapes: tuple[Shape, ...]) -> Reason | None:
         """Give notice to the cheapest sufficient victims; if there are none, say why not."""
         eff = self.effective_of(job)
-        guarantee = self.config.team(job.team).guaranteed_gpus
+        guarantee = self.team(job.team).guaranteed_gpus
         may_reclaim = self.config.reclaim and self.candidates.alloc[job.team] + job.gpus <= guarantee
         if not self.config.preemption or not (eff.cls.may_preempt or may_reclaim):
             return Reason.NO_FIT

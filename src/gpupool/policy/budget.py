@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpupool.model import Config, PriorityClass
+from gpupool.model import Config, PriorityClass, Team
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,13 +22,14 @@ def next_lower(config: Config, cls: PriorityClass) -> PriorityClass | None:
     return max(lower, key=lambda c: c.value) if lower else None
 
 
-def effective_class(config: Config, usage: Mapping[tuple[str, str], float], team: str, priority: str) -> Effective:
-    """The class `team` gets for `priority` given its metered use inside the budget window."""
+def effective_class(config: Config, usage: Mapping[tuple[str, str], float], team: Team, priority: str) -> Effective:
+    """The class `team` gets for `priority` given its metered use inside the budget window
+    (use is metered at the class each attempt ran at)."""
     cls = config.priority_class(priority)
-    for budget in config.team(team).budgets:
+    for budget in team.budgets:
         if budget.priority != priority:
             continue
-        spent_hours = usage.get((team, priority), 0.0) / 3600.0
+        spent_hours = usage.get((team.name, priority), 0.0) / 3600.0
         if spent_hours < budget.gpu_hours:
             continue
         lower = next_lower(config, cls)
@@ -36,7 +37,7 @@ def effective_class(config: Config, usage: Mapping[tuple[str, str], float], team
             continue
         window_hours = budget.window / 3600.0
         note = (
-            f"team {team} is over its {priority} budget "
+            f"team {team.name} is over its {priority} budget "
             f"({spent_hours:.1f} of {budget.gpu_hours:g} GPU-h per {window_hours:g} h): runs as {lower.name}"
         )
         return Effective(lower, cls, note)

@@ -9,17 +9,18 @@ from collections.abc import Callable, Iterator, Sequence
 from gpupool.model import Job, QueueOrder
 
 
-def submit_key(job: Job) -> tuple[float, str]:
-    return (job.submit_time, job.id)
+def submit_key(job: Job) -> tuple[float, int, str]:
+    """Original submit time, then arrival order; the id keeps the order total."""
+    return (job.submit_time, job.order, job.id)
 
 
 def queue_order(pending: Sequence[tuple[int, Job]], order: QueueOrder, share: Callable[[str], float]) -> Iterator[Job]:
     """Yield pending jobs, given as (effective class value, job), best first.
 
-    `PRIORITY`: by `(-class value, team's weighted share, submit time, job id)`. The share is
+    `PRIORITY`: by `(-class value, team's weighted share, submit time, arrival order)`. The share is
     read again each time a team's next job comes up, so a team that just got GPUs in this
     very pass falls back behind teams that got none (weighted round-robin within a class).
-    `FIFO`: by `(submit time, job id)` alone.
+    `FIFO`: by `(submit time, arrival order)` alone.
     """
     if order is QueueOrder.FIFO:
         yield from sorted((job for _, job in pending), key=submit_key)
@@ -32,7 +33,7 @@ def queue_order(pending: Sequence[tuple[int, Job]], order: QueueOrder, share: Ca
         heap = [(share(team), *submit_key(q[0]), team) for team, q in queues.items()]
         heapq.heapify(heap)
         while heap:
-            stale_share, _, _, team = heapq.heappop(heap)
+            stale_share, _, _, _, team = heapq.heappop(heap)
             queue = queues[team]
             current = share(team)
             if current > stale_share:

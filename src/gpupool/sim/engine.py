@@ -99,6 +99,8 @@ class Simulation:
     """Called now and then with the number of jobs finished so far."""
     on_plan: Callable[[float, Plan], None] | None = None
     """Called with every plan `decide` returns, before it is carried out."""
+    decide: Callable[[Snapshot, Config, float], Plan] = decide
+    """The scheduling core; the simulator carries out exactly what it decides."""
     heap: list[tuple[float, int, int, str, int]] = field(default_factory=list)
     commits: list[tuple[float, str, int]] = field(default_factory=list)
     """(time, job, attempt) of the next checkpoint commit of each running attempt."""
@@ -116,9 +118,18 @@ class Simulation:
     def run(self) -> Outcome:
         """Replay every job to its end and return what happened."""
         self.free = {node.name: tuple(range(node.gpus)) for node in self.nodes}
-        for job in sorted(self.jobs, key=lambda j: (j.submit, j.id)):
+        arrivals = sorted(enumerate(self.jobs), key=lambda item: (item[1].submit, item[0]))
+        for order, job in arrivals:
             # Preempting even a first attempt costs the restart of the next one.
-            core = Job(job.id, job.team, job.priority, job.gpus, job.submit, expected_restart=self.model.restart_cost)
+            core = Job(
+                job.id,
+                job.team,
+                job.priority,
+                job.gpus,
+                job.submit,
+                expected_restart=self.model.restart_cost,
+                order=order,
+            )
             self.live[job.id] = _Live(JobRecord(job), core)
             self.push(job.submit, Rank.ARRIVAL, job.id)
         while self.heap:
@@ -128,7 +139,7 @@ class Simulation:
                 _, rank, _, job_id, attempt_no = heapq.heappop(self.heap)
                 dirty |= self.handle(now, Rank(rank), job_id, attempt_no)
             if dirty and self.pending:
-                self.apply(decide(self.snapshot(now), self.config, now), now)
+                self.apply(self.decide(self.snapshot(now), self.config, now), now)
         return Outcome(
             [live.record for live in self.live.values()],
             self.usage,
@@ -170,7 +181,10 @@ class Simulation:
             self.on_progress(self.finished)
 
     def release(self, live: _Live, cut: Interruption, now: float) -> None:
-        assert live.notice_at is not None
+        assert live.notice_at is not None and live.running is not None and live.running.notice is not None
+        preemptor = self.pending.get(live.running.notice.for_job)
+        if preemptor is not None:
+            preemptor.core = replace(preemptor.core, nominated=True)
         live.record.preemptions += 1
         live.committed = cut.committed
         live.core = replace(live.core, preemptions=live.core.preemptions + 1)
@@ -255,7 +269,8 @@ class Simulation:
                 self.model.interval_of(job.priority),
                 self.model.save_cost,
             )
-            live.running = RunningJob(live.core, start.placement, now)
+            live.core = replace(live.core, nominated=False)
+            live.running = RunningJob(live.core, start.placement, now, priority=start.priority)
             for alloc in start.placement:
                 self.free[alloc.node] = tuple(g for g in self.free[alloc.node] if g not in alloc.gpus)
             self.running[job.id] = live
@@ -267,8 +282,7 @@ class Simulation:
             assert live.attempt is not None and live.running is not None
             live.notice_at = now
             live.running = replace(live.running, notice=Notice(preempt.for_job, preempt.deadline))
-            cls = self.config.priority_class(live.record.job.priority)
-            live.cut = interrupt(live.attempt, now, cls.grace_period)
+            live.cut = interrupt(live.attempt, now, preempt.deadline)
             if live.cut.release_at < live.attempt.finish_time():
                 self.push(live.cut.release_at, Rank.RELEASE, preempt.victim, live.attempt_no)
         if plan.retry_at is not None and plan.retry_at > now:

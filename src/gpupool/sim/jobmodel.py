@@ -106,8 +106,8 @@ class Interruption:
     """Seconds of progress thrown away (done after the last commit, not saved)."""
 
 
-def interrupt(attempt: Attempt, t: float, grace: float) -> Interruption:
-    """Notice at t with `grace` seconds: save at once if the save fits the grace, else stop.
+def interrupt(attempt: Attempt, t: float, deadline: float) -> Interruption:
+    """Notice at t, to be gone by `deadline`: save at once if the save fits, else stop.
 
     A job in the middle of a periodic save finishes it when the rest of the save fits.
     """
@@ -116,9 +116,9 @@ def interrupt(attempt: Attempt, t: float, grace: float) -> Interruption:
         return Interruption(t, attempt.committed, 0.0)
     if now.phase is Phase.SAVE:
         assert now.save_ends_at is not None
-        if now.save_ends_at - t <= grace:
+        if now.save_ends_at <= deadline:
             return Interruption(now.save_ends_at, now.progress, 0.0)
         return Interruption(t, now.committed, now.progress - now.committed)
-    if attempt.save_cost <= grace and now.progress > now.committed:
+    if t + attempt.save_cost <= deadline and now.progress > now.committed:
         return Interruption(t + attempt.save_cost, now.progress, 0.0)
     return Interruption(t, now.committed, now.progress - now.committed)

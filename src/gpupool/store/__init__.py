@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from gpupool.store.accounts import AccountsStore
 from gpupool.store.engine import connect, migrate
-from gpupool.store.jobs import DEFAULT_TEAM, JobSpec, JobsStore
+from gpupool.store.jobs import DEFAULT_TEAM, UNCHANGED, JobSpec, JobsStore
 from gpupool.store.scheduling import SchedulingStore
 
-__all__ = ["DEFAULT_TEAM", "JobSpec", "Store"]
+__all__ = ["DEFAULT_TEAM", "UNCHANGED", "JobSpec", "Store"]
 
 
 class Store(JobsStore, SchedulingStore, AccountsStore):

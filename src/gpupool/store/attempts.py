@@ -35,11 +35,20 @@ class AttemptsStore(StoreBase):
         now: float,
         message: str,
         token_hash: str | None = None,
+        priority: str | None = None,
     ) -> AttemptRow:
+        """`priority`: the class the attempt runs at (the job's own when None)."""
         job = self.locked_job(s, job_id)
-        attempt = AttemptRow(job_id=job_id, attempt=job.attempts, started_at=now, token_hash=token_hash)
+        attempt = AttemptRow(
+            job_id=job_id,
+            attempt=job.attempts,
+            started_at=now,
+            token_hash=token_hash,
+            priority=priority or job.priority,
+        )
         s.add(attempt)
         job.attempts += 1
+        job.nominated_at = None
         self.move(s, job, JobState.STARTING, now, message, attempt=attempt.attempt)
         s.flush()
         s.add_all(
@@ -113,6 +122,9 @@ class AttemptsStore(StoreBase):
     ) -> None:
         row = self.live_attempt(s, job_id, attempt)
         row.notice_at, row.notice_deadline, row.notice_for = now, deadline, for_job
+        preemptor = s.get(JobRow, for_job, with_for_update=True)
+        if preemptor is not None and preemptor.nominated_at is None:
+            preemptor.nominated_at = now
         job = self.locked_job(s, job_id)
         self.move(s, job, JobState.PREEMPTING, now, message, attempt=attempt, reason=reason, deadline=deadline)
 

@@ -4,15 +4,27 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Final
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from gpupool.errors import Conflict, Forbidden, GpupoolError, InvalidInput, NotFound
-from gpupool.model import Config, JobState, Node
+from gpupool.model import Config, JobState, Node, Team
 from gpupool.store.base import StoreBase
 from gpupool.store.schema import BudgetRow, EventRow, JobRow, NodeRow, PriorityClassRow, TeamRow
 
 DEFAULT_TEAM = "default"
+
+
+class Unchanged(Enum):
+    """A field a partial update leaves as it is (None is a value of its own)."""
+
+    UNCHANGED = "unchanged"
+
+
+UNCHANGED: Final = Unchanged.UNCHANGED
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,19 +63,40 @@ class JobsStore(StoreBase):
                 )
             teams = {DEFAULT_TEAM: config.team(DEFAULT_TEAM), **config.teams}
             for team in teams.values():
-                row = s.get(TeamRow, team.name) or TeamRow(name=team.name)
-                row.weight = team.weight
-                row.guaranteed_gpus = team.guaranteed_gpus
-                s.add(row)
-                s.flush()
-                for old in s.scalars(select(BudgetRow).where(BudgetRow.team == team.name)):
-                    s.delete(old)
-                for budget in team.budgets:
-                    s.add(
-                        BudgetRow(
-                            team=team.name, priority=budget.priority, gpu_hours=budget.gpu_hours, window=budget.window
-                        )
+                self._seed_team(s, team)
+
+    @staticmethod
+    def _seed_team(s: Session, team: Team) -> None:
+        """Seed a team from the file. The store is the source of truth: a field the file gives
+        as it gave it last time keeps what the store has (the API may have changed it); a field
+        the file changed since its last seeding, or any field of a new team, takes the file's."""
+        row = s.get(TeamRow, team.name)
+        given: dict[str, Any] = {
+            "weight": team.weight,
+            "guaranteed_gpus": team.guaranteed_gpus,
+            "budgets": sorted([b.priority, b.gpu_hours, b.window] for b in team.budgets),
+        }
+        last = (row.seeded or {}) if row is not None else {}
+        changed = {key for key, value in given.items() if row is None or row.seeded is None or last.get(key) != value}
+        if row is None:
+            row = TeamRow(name=team.name)
+        if "weight" in changed:
+            row.weight = team.weight
+        if "guaranteed_gpus" in changed:
+            row.guaranteed_gpus = team.guaranteed_gpus
+        row.seeded = given
+        s.add(row)
+        s.flush()
+        if "budgets" in changed:
+            for old in s.scalars(select(BudgetRow).where(BudgetRow.team == team.name)):
+                s.delete(old)
+            s.flush()
+            for budget in team.budgets:
+                s.add(
+                    BudgetRow(
+                        team=team.name, priority=budget.priority, gpu_hours=budget.gpu_hours, window=budget.window
                     )
+                )
 
     def set_nodes(self, nodes: Sequence[Node], *, virtual: bool) -> None:
         with self.transaction() as s:
@@ -201,18 +234,26 @@ class JobsStore(StoreBase):
         self,
         name: str,
         *,
-        weight: float,
-        guaranteed_gpus: int,
-        allowed_classes: list[str] | None,
-        token_hash: str | None,
+        weight: float | None = None,
+        guaranteed_gpus: int | None = None,
+        allowed_classes: list[str] | Unchanged | None = UNCHANGED,
+        token_hash: str | None = None,
     ) -> TeamRow:
-        """Create or change a team; a new `token_hash` replaces the old token."""
+        """Create or change a team: only the fields given change (a new team starts from the
+        defaults); `allowed_classes=None` allows every class; a new `token_hash` replaces the
+        old token."""
         with self.transaction() as s:
-            for cls in allowed_classes or []:
-                if s.get(PriorityClassRow, cls) is None:
-                    raise InvalidInput(f"classes: unknown priority class {cls!r}")
-            team = s.get(TeamRow, name) or TeamRow(name=name)
-            team.weight, team.guaranteed_gpus, team.allowed_classes = weight, guaranteed_gpus, allowed_classes
+            if not isinstance(allowed_classes, Unchanged):
+                for cls in allowed_classes or []:
+                    if s.get(PriorityClassRow, cls) is None:
+                        raise InvalidInput(f"classes: unknown priority class {cls!r}")
+            team = s.get(TeamRow, name) or TeamRow(name=name, weight=1.0, guaranteed_gpus=0, allowed_classes=None)
+            if weight is not None:
+                team.weight = weight
+            if guaranteed_gpus is not None:
+                team.guaranteed_gpus = guaranteed_gpus
+            if not isinstance(allowed_classes, Unchanged):
+                team.allowed_classes = allowed_classes
             if token_hash is not None:
                 team.token_hash = token_hash
             s.add(team)

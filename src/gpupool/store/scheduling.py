@@ -6,14 +6,14 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpupool.errors import Conflict
-from gpupool.model import Allocation, Job, JobState, Node, Notice, Plan, RunningJob, Snapshot
+from gpupool.model import Allocation, Job, JobState, Node, Notice, Plan, PriorityBudget, RunningJob, Snapshot, Team
 from gpupool.store.attempts import AttemptsStore
-from gpupool.store.schema import AttemptRow, BudgetRow, JobRow, NodeRow, PlacementRow
+from gpupool.store.schema import AttemptRow, BudgetRow, JobRow, NodeRow, PlacementRow, TeamRow
 
 # What the core needs of a job, read as plain columns: the pending queue can be long, and the
 # snapshot is read at every decision, so no ORM objects are built for it.
@@ -27,14 +27,26 @@ JOB_COLUMNS = (
     JobRow.gpu_type,
     JobRow.preemptions,
     JobRow.max_preemptions,
+    JobRow.nominated_at,
 )
 
 
 def core_job(columns: Sequence[Any], expected_restart: float) -> Job:
-    """A `Job` for the core from the values of `JOB_COLUMNS`."""
-    job_id, team, priority, gpus, submit_time, gpus_per_node, gpu_type, preemptions, cap = columns
+    """A `Job` for the core from the values of `JOB_COLUMNS`; ids give the arrival order."""
+    job_id, team, priority, gpus, submit_time, gpus_per_node, gpu_type, preemptions, cap, nominated_at = columns
     return Job(
-        str(job_id), team, priority, gpus, submit_time, gpus_per_node, gpu_type, preemptions, cap, expected_restart
+        str(job_id),
+        team,
+        priority,
+        gpus,
+        submit_time,
+        gpus_per_node,
+        gpu_type,
+        preemptions,
+        cap,
+        expected_restart,
+        order=job_id,
+        nominated=nominated_at is not None,
     )
 
 
@@ -67,13 +79,25 @@ class SchedulingStore(AttemptsStore):
                         attempt.started_at,
                         attempt.last_checkpoint_at,
                         notice,
+                        attempt.priority,
                     )
                 )
             pending_rows = s.execute(
                 select(*JOB_COLUMNS).where(JobRow.state == JobState.PENDING.value).order_by(JobRow.id)
             )
             pending = [core_job(r, startup.get(r[0], 0.0)) for r in pending_rows]
-            return Snapshot(nodes, running, pending, self._usage(s, now))
+            return Snapshot(nodes, running, pending, self._usage(s, now), teams=self._teams(s))
+
+    @staticmethod
+    def _teams(s: Session) -> dict[str, Team]:
+        """Each team's policy as the store holds it: the one source the core decides by."""
+        budgets: dict[str, list[PriorityBudget]] = defaultdict(list)
+        for b in s.scalars(select(BudgetRow).order_by(BudgetRow.team, BudgetRow.priority)):
+            budgets[b.team].append(PriorityBudget(b.priority, b.gpu_hours, b.window))
+        return {
+            t.name: Team(t.name, t.weight, t.guaranteed_gpus, tuple(budgets[t.name]))
+            for t in s.scalars(select(TeamRow).order_by(TeamRow.name))
+        }
 
     @staticmethod
     def _startup_times(s: Session) -> dict[int, float]:
@@ -95,7 +119,8 @@ class SchedulingStore(AttemptsStore):
 
     @staticmethod
     def _usage(s: Session, now: float) -> dict[tuple[str, str], float]:
-        """GPU-seconds per (team, class) inside each budget's window, for the budgets that exist."""
+        """GPU-seconds per (team, class) inside each budget's window, for the budgets that exist,
+        metered at the class each attempt ran at (a demoted attempt uses the lower class's)."""
         budgets = list(s.scalars(select(BudgetRow)))
         usage: dict[tuple[str, str], float] = {}
         for budget in budgets:
@@ -103,7 +128,8 @@ class SchedulingStore(AttemptsStore):
             rows = s.execute(
                 select(AttemptRow.started_at, AttemptRow.ended_at, JobRow.gpus)
                 .join(JobRow)
-                .where(JobRow.team == budget.team, JobRow.priority == budget.priority)
+                .where(JobRow.team == budget.team)
+                .where(func.coalesce(AttemptRow.priority, JobRow.priority) == budget.priority)
                 .where((AttemptRow.ended_at.is_(None)) | (AttemptRow.ended_at > since))
             )
             usage[(budget.team, budget.priority)] = sum(
@@ -125,7 +151,7 @@ class SchedulingStore(AttemptsStore):
                     self.notice_in(s, victim, attempt, int(p.for_job), p.deadline, now, p.reason.value, p.message)
                 for start in plan.starts:
                     token = (tokens or {}).get(start.job)
-                    self.start_in(s, int(start.job), start.placement, now, start.message, token)
+                    self.start_in(s, int(start.job), start.placement, now, start.message, token, start.priority)
                 if plan.waits:
                     reasons = [
                         {"id": int(w.job), "wait_reason": w.reason.value, "wait_message": w.message} for w in plan.waits

@@ -47,6 +47,9 @@ class TeamRow(Base):
     token_hash: Mapped[str | None] = mapped_column(String(128), default=None)
     allowed_classes: Mapped[list[str] | None] = mapped_column(JSON, default=None)
     """Priority classes the team's token may submit at; None for all."""
+    seeded: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    """The policy the configuration file last gave this team: a field the file changes since
+    wins over the store, one it leaves as it was keeps what the API set."""
 
 
 class BudgetRow(Base):
@@ -88,6 +91,8 @@ class JobRow(Base):
     wait_reason: Mapped[str | None] = mapped_column(String(40), default=None)
     wait_message: Mapped[str | None] = mapped_column(String(2000), default=None)
     """Why the job waited at the last decision, for people."""
+    nominated_at: Mapped[float | None] = mapped_column(Float, default=None)
+    """When jobs were first given notice for it; cleared when it starts (see `Job.nominated`)."""
 
 
 class AttemptRow(Base):
@@ -98,6 +103,8 @@ class AttemptRow(Base):
     attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
     started_at: Mapped[float] = mapped_column(Float)
     """When the GPUs were allocated."""
+    priority: Mapped[str | None] = mapped_column(String(100), default=None)
+    """The class the attempt ran at (lower than the job's when its team was over budget)."""
     pid: Mapped[int | None] = mapped_column(Integer, default=None)
     pid_started: Mapped[str | None] = mapped_column(String(64), default=None)
     """The process's start time as the OS reports it: a pid alone is reused."""

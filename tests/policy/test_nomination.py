@@ -1,0 +1,93 @@
+"""GPUs freed for a preemptor go to that preemptor (defect: a reclaim that never ends).
+
+A victim that goes back in line may sort before the job it was preempted for (its team's
+weighted share dropped when it left). Without nomination it takes its GPU back, the preemptor
+preempts again, and the pool thrashes until the victims reach their preemption cap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given
+from hypothesis import strategies as st
+from test_properties import NOW, scenarios
+
+from gpupool.model import DEFAULT_CLASSES, Config, Notice, Reason, RunningJob, Snapshot, Team
+from gpupool.policy import decide
+from gpupool.testing import fill, job, pool
+
+TEAMS = {"a": Team("a", 2.0, 3), "b": Team("b", 1.0, 3), "c": Team("c", 1.0, 2)}
+CONFIG = Config(DEFAULT_CLASSES, TEAMS)
+
+
+def test_the_preemptor_takes_the_gpu_freed_for_it_before_its_requeued_victim() -> None:
+    nodes = pool(1, 8)
+    a = [job(f"a{i}", "a", "normal") for i in range(4)]
+    others = [job("b0", "b", "normal"), job("b1", "b", "normal"), job("c0", "c", "normal"), job("c1", "c", "normal")]
+    running = fill(nodes, a + others, started=0.0)
+    claimant = job("x", "b", "normal", submit=100.0)
+    plan = decide(Snapshot(nodes, running, [claimant]), CONFIG, NOW)
+    [notice] = plan.preemptions
+    assert (notice.victim.startswith("a"), notice.for_job, notice.reason) == (True, "x", Reason.RECLAIM)
+
+    # The victim has left and waits again; team a's share (3 GPUs / weight 2) is now below b's.
+    victim = next(r for r in running if r.job.id == notice.victim)
+    still = [r for r in running if r is not victim]
+    requeued = replace(victim.job, preemptions=1)
+    after = decide(Snapshot(nodes, still, [requeued, replace(claimant, nominated=True)]), CONFIG, NOW + 1)
+    assert [s.job for s in after.starts] == ["x"]
+    assert not after.preemptions
+
+
+@st.composite
+def reclaims(draw: st.DrawFn) -> tuple[Snapshot, Config]:
+    """A full pool of one class, teams of unequal weights and guarantees: reclaim's ground."""
+    nodes = pool(draw(st.integers(1, 2)), draw(st.sampled_from([4, 8])))
+    teams = {t: Team(t, draw(st.sampled_from([1.0, 2.0, 3.0])), draw(st.integers(0, 4))) for t in ("a", "b", "c")}
+    capacity = sum(n.gpus for n in nodes)
+    owners = draw(st.lists(st.sampled_from(list(teams)), min_size=capacity, max_size=capacity))
+    running = fill(nodes, [job(f"r{i}", t, "normal") for i, t in enumerate(owners)])
+    claims = draw(st.lists(st.sampled_from(list(teams)), min_size=1, max_size=3))
+    pending = [job(f"p{i}", t, "normal", submit=100.0 + i) for i, t in enumerate(claims)]
+    return Snapshot(nodes, running, pending), Config(DEFAULT_CLASSES, teams, max_preemptions=None)
+
+
+@given(st.one_of(scenarios(), reclaims()), st.integers(2, 6))
+def test_no_job_is_preempted_twice_for_one_preemptor_and_a_preemptor_whose_victims_left_starts(
+    scenario: tuple[Snapshot, Config], rounds: int
+) -> None:
+    """Repeated decisions, every victim leaving before the next one, time moving past every
+    minimum runtime: a (victim, preemptor) pair never comes twice, and a preemptor all of whose
+    victims have left starts at the next decision."""
+    snapshot, config = scenario
+    running = {r.job.id: r for r in snapshot.running}
+    pending = {j.id: j for j in snapshot.pending}
+    now = NOW
+    pairs: set[tuple[str, str]] = set()
+    victims_of: dict[str, set[str]] = {}
+    must_start: set[str] = set()
+    for _ in range(rounds):
+        state = Snapshot(snapshot.nodes, list(running.values()), list(pending.values()), snapshot.usage)
+        plan = decide(state, config, now)
+        started = {s.job for s in plan.starts}
+        assert must_start <= started, f"{sorted(must_start - started)} did not start once its victims left"
+        for p in plan.preemptions:
+            assert (p.victim, p.for_job) not in pairs, f"{p.victim} preempted twice for {p.for_job}"
+            pairs.add((p.victim, p.for_job))
+            victims_of.setdefault(p.for_job, set()).add(p.victim)
+        for s in plan.starts:
+            started_job = replace(pending.pop(s.job), nominated=False)
+            running[s.job] = RunningJob(started_job, s.placement, now, priority=s.priority)
+        for p in plan.preemptions:
+            running[p.victim] = replace(running[p.victim], notice=Notice(p.for_job, p.deadline))
+        # Every draining job leaves and goes back in line; its preemptor is nominated.
+        must_start = set()
+        for r in [r for r in running.values() if r.notice is not None]:
+            del running[r.job.id]
+            pending[r.job.id] = replace(r.job, preemptions=r.job.preemptions + 1)
+            assert r.notice is not None
+            if r.notice.for_job in pending:
+                pending[r.notice.for_job] = replace(pending[r.notice.for_job], nominated=True)
+        must_start = {p for p, victims in victims_of.items() if p in pending and not victims & running.keys()}
+        now += 1000.0
