@@ -133,3 +133,29 @@ def test_totals_give_goodput_per_team_and_for_the_pool() -> None:
     pool = totals(jobs, lambda _: "pool")["pool"]
     assert (pool.jobs, pool.allocated, pool.productive, pool.interruptions, pool.lost) == (2, 250, 160, 1, 50)
     assert pool.causes == {"preempted": 1}
+
+
+def test_a_job_that_never_reports_has_unreported_time_not_startup_and_no_goodput() -> None:
+    """`sleep 30` on 4 GPUs: it succeeded, but said nothing of its progress."""
+    quiet = AttemptRecord(0, 4, allocated_at=0, released_at=30, outcome="succeeded", reported=False)
+    job = account(1, "nlp", "low", [quiet], now=60)
+    [a] = job.attempts
+    assert (a.allocated, a.unreported, a.startup, a.productive, a.wasted) == (120, 120, 0, 0, 0)
+    assert job.goodput is None
+    pool = totals([job], lambda _: "pool")["pool"]
+    assert (pool.unreported, pool.goodput) == (120, None)
+
+
+def test_an_unreported_job_preempted_pays_its_drain_and_nothing_it_cannot_know() -> None:
+    first = AttemptRecord(0, 2, 0, 50, notice_at=40, outcome="preempted", reported=False)
+    second = AttemptRecord(1, 2, 60, 100, outcome="succeeded", reported=False)
+    job = account(1, "nlp", "low", [first, second], now=100)
+    assert [(a.unreported, a.drain) for a in job.attempts] == [(80, 20), (80, 0)]
+    [cut] = job.interruptions
+    assert (cut.wasted, cut.drain, cut.restart) == (0, 20, 0)
+
+
+def test_goodput_counts_only_the_time_jobs_reported_on() -> None:
+    quiet = account(1, "a", "low", [AttemptRecord(0, 1, 0, 100, outcome="succeeded", reported=False)], now=100)
+    busy = account(2, "a", "low", [AttemptRecord(0, 1, 0, 100, productive_at=0, outcome="succeeded")], now=100)
+    assert totals([quiet, busy], lambda _: "pool")["pool"].goodput == 1.0

@@ -125,3 +125,19 @@ def test_a_window_on_a_trace_without_datetimes_is_refused(traces_dir: Path) -> N
     result = runner.invoke(app, ["simulate", "--trace", trace, "--nodes", "2", "--from", "2017-10-01"])
     assert result.exit_code == 2
     assert "no submit_datetime column" in result.output
+
+
+def test_simulate_makes_its_output_folders_and_refuses_an_unwritable_one_before_replaying(
+    traces_dir: Path, tmp_path: Path
+) -> None:
+    fresh = tmp_path / "out" / "r.json"
+    made = simulate_tiresias(traces_dir, fresh, "--plots", str(tmp_path / "out" / "r"))
+    assert made.returncode == 0, made.stderr
+    assert fresh.is_file()
+    assert (tmp_path / "out" / "r" / "wait-cdf.png").is_file()
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    refused = simulate_tiresias(traces_dir, blocker / "r.json")
+    assert refused.returncode == 2
+    assert f"--json {blocker / 'r.json'}: cannot make {blocker}" in refused.stderr
+    assert "Policies compared" not in refused.stdout

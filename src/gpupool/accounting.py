@@ -9,6 +9,10 @@ For an attempt holding G GPUs from allocation to release:
     drain       G × (release − notice), from the first productive step if the notice came before
     wasted      G × (stop − the point the next attempt resumed from): work done again
     productive  allocated − startup − checkpoint − drain − wasted
+    unreported  for a job that never reports (it does not use `gpupool.job` or the job
+                protocol): G × (stop − allocation). gpupool cannot tell its progress from its
+                startup or lost work, so that time is neither productive nor wasted: it is left
+                out of goodput, and only its drain counts when it is interrupted.
 
 "Stop" is the notice (work after it is drain) or, without one, the release. "The point the next
 attempt resumed from" is the commit, in this attempt, of the checkpoint the next attempt
@@ -54,6 +58,8 @@ class AttemptRecord:
     """succeeded, preempted, failed, lost, cancelled; None while it runs."""
     reason: str = ""
     """Why it ended, for people: the preemption's message, the exit code."""
+    reported: bool = True
+    """Whether the job said anything of its progress (a heartbeat, a phase, a checkpoint)."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,7 @@ class AttemptCost:
     drain: float
     wasted: float
     productive: float
+    unreported: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,20 @@ class JobAccount:
     def productive(self) -> float:
         return sum(a.productive for a in self.attempts)
 
+    @property
+    def unreported(self) -> float:
+        return sum(a.unreported for a in self.attempts)
+
+    @property
+    def goodput(self) -> float | None:
+        return goodput(self.productive, self.allocated, self.unreported)
+
+
+def goodput(productive: float, allocated: float, unreported: float) -> float | None:
+    """Productive over allocated GPU time, of the time the jobs reported on; None without any."""
+    known = allocated - unreported
+    return productive / known if known > 1e-9 else None
+
 
 @dataclass
 class Totals:
@@ -117,13 +138,14 @@ class Totals:
     checkpoint: float = 0.0
     drain: float = 0.0
     wasted: float = 0.0
+    unreported: float = 0.0
     interruptions: int = 0
     lost: float = 0.0
     causes: dict[str, int] = field(default_factory=dict)
 
     @property
     def goodput(self) -> float | None:
-        return self.productive / self.allocated if self.allocated > 0 else None
+        return goodput(self.productive, self.allocated, self.unreported)
 
     def add(self, account: JobAccount) -> None:
         self.jobs += 1
@@ -134,6 +156,7 @@ class Totals:
             self.checkpoint += a.checkpoint
             self.drain += a.drain
             self.wasted += a.wasted
+            self.unreported += a.unreported
         for i in account.interruptions:
             self.interruptions += 1
             self.lost += i.lost
@@ -177,6 +200,12 @@ def _cost(
 ) -> AttemptCost:
     end = record.released_at if record.released_at is not None else now
     g = record.gpus
+    if not record.reported:
+        stop = min(record.notice_at, end) if record.notice_at is not None else end
+        held = end - record.allocated_at
+        return AttemptCost(
+            record.attempt, g * held, 0.0, 0.0, 0.0, g * (end - stop), 0.0, 0.0, g * (stop - record.allocated_at)
+        )
     productive_from = min(record.productive_at, end) if record.productive_at is not None else end
     startup = productive_from - record.allocated_at
     stop = min(record.notice_at, end) if record.notice_at is not None else end

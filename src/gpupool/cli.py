@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gpupool import config as configuration
+from gpupool.cli_common import prepare_output
 from gpupool.cli_service import register
 from gpupool.config import ConfigError
 from gpupool.sim.cluster import load_vc_sizes
@@ -140,6 +141,10 @@ def simulate(
             parse_when(start, "--from") if start else None,
             parse_when(end, "--to") if end else None,
         )
+        if json_file is not None:
+            prepare_output(json_file, "--json")
+        if plots is not None:
+            prepare_output(plots, "--plots", folder=True)
         loaded = load_trace(trace, start=window[0], end=window[1])
         runs = replay_with_progress(loaded, spec, chosen, settings)
     except (TraceError, ConfigError, ValueError) as exc:

@@ -10,10 +10,23 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from gpupool.cli_service import ApiOption, ConfigOption, call, client, console, fail, interruptions_table
+from gpupool.cli_common import ApiOption, ConfigOption, call, client, console, fail, prepare_output
+from gpupool.cli_service import interruptions_table
 from gpupool.units import gpu_time, parse_duration
 
-COLUMNS = ("jobs", "allocated", "productive", "goodput", "startup", "checkpoint", "drain", "wasted", "cuts", "lost")
+COLUMNS = (
+    "jobs",
+    "allocated",
+    "productive",
+    "goodput",
+    "startup",
+    "checkpoint",
+    "drain",
+    "wasted",
+    "unreported",
+    "cuts",
+    "lost",
+)
 
 
 def report(
@@ -27,6 +40,8 @@ def report(
         start = time.time() - parse_duration(since) if since is not None else None
     except ValueError as exc:
         raise fail(f"--since: {exc}") from None
+    if plots is not None:
+        prepare_output(plots, "--plots", folder=True)
     data = call(client(config, api).report, start)
     console.print(totals_table("pool", {"pool": data["pool"]}))
     console.print(totals_table("teams", data["teams"]))
@@ -51,6 +66,6 @@ def totals_table(title: str, rows: Mapping[str, Mapping[str, Any]]) -> Table:
     for name, t in rows.items():
         goodput = "" if t["goodput"] is None else f"{t['goodput']:.1%}"
         buckets = [gpu_time(t[b]) for b in ("allocated", "productive")]
-        losses = [gpu_time(t[b]) for b in ("startup", "checkpoint", "drain", "wasted")]
+        losses = [gpu_time(t[b]) for b in ("startup", "checkpoint", "drain", "wasted", "unreported")]
         table.add_row(name, str(t["jobs"]), *buckets, goodput, *losses, str(t["interruptions"]), gpu_time(t["lost"]))
     return table

@@ -2,50 +2,17 @@
 
 from __future__ import annotations
 
-import os
+import shlex
 import time
 from datetime import datetime
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-from gpupool.client import Client
+from gpupool.cli_common import ApiOption, ConfigOption, call, client, console, fail
 from gpupool.config import ConfigError, load_spec
-from gpupool.errors import GpupoolError
-from gpupool.units import gpu_time, human_seconds
-
-console = Console()
-errors = Console(stderr=True)
-
-ConfigOption = Annotated[Path | None, typer.Option("--config", help="YAML configuration (defaults when omitted).")]
-ApiOption = Annotated[
-    str | None, typer.Option("--api", help="Address of the service (default: $GPUPOOL_API or local).")
-]
-
-
-def fail(message: str) -> typer.Exit:
-    errors.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
-
-
-def client(config: Path | None, api: str | None) -> Client:
-    try:
-        spec = load_spec(config)
-        # A flag wins over the environment, the environment over the configuration's default.
-        return Client.from_env(api or os.environ.get("GPUPOOL_API") or spec.service.url, spec.service.data_path)
-    except GpupoolError as exc:
-        raise fail(str(exc)) from None
-
-
-def call(action: Any, *args: Any) -> Any:
-    try:
-        return action(*args)
-    except GpupoolError as exc:
-        raise fail(str(exc)) from None
+from gpupool.units import gpu_time, human_seconds, plural
 
 
 def up(config: ConfigOption = None) -> None:
@@ -65,42 +32,6 @@ def up(config: ConfigOption = None) -> None:
         running.server.run()
     finally:
         shut_down(running)
-
-
-def submit(
-    command: Annotated[list[str], typer.Argument(help="The command to run, after --.")],
-    team: Annotated[str | None, typer.Option(help="Team (default: the token's team).")] = None,
-    priority: Annotated[str, typer.Option(help="Priority class.")] = "normal",
-    gpus: Annotated[int, typer.Option(help="GPUs, all or nothing.")] = 1,
-    gpus_per_node: Annotated[int | None, typer.Option(help="GPUs on each node of a multi-node job.")] = None,
-    gpu_type: Annotated[str | None, typer.Option(help="Only nodes with this GPU type.")] = None,
-    name: Annotated[str, typer.Option(help="A name to find the job by.")] = "",
-    max_failures: Annotated[int, typer.Option(help="Retries after failed attempts.")] = 0,
-    env: Annotated[list[str] | None, typer.Option(help="NAME=VALUE for the job, repeatable.")] = None,
-    config: ConfigOption = None,
-    api: ApiOption = None,
-) -> None:
-    """Submit a job: gpupool submit --gpus 2 --priority high -- python train.py"""
-    variables = {}
-    for item in env or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise fail(f"--env {item!r}: use NAME=VALUE")
-        variables[key] = value
-    body = {
-        "command": command,
-        "team": team,
-        "priority": priority,
-        "gpus": gpus,
-        "gpus_per_node": gpus_per_node,
-        "gpu_type": gpu_type,
-        "name": name,
-        "workdir": str(Path.cwd()),
-        "env": variables,
-        "max_failures": max_failures,
-    }
-    job = call(client(config, api).submit, body)
-    console.print(f"submitted job [bold]{job['id']}[/] ({job['name']}, team {job['team']}, {job['priority']})")
 
 
 def queue(
@@ -145,8 +76,8 @@ def show(job_id: int, config: ConfigOption = None, api: ApiOption = None) -> Non
     api_client = client(config, api)
     job = call(api_client.job, job_id)
     console.print(f"[bold]job {job['id']}[/] {job['name']}: {job['state']}, team {job['team']}, {job['priority']}")
-    console.print(f"  command: {' '.join(job['command'])}  (in {job['workdir']})")
-    console.print(f"  {job['gpus']} GPUs; attempts {job['attempts']}, preemptions {job['preemptions']}")
+    console.print(f"  command: {shlex.join(job['command'])}  (in {job['workdir']})", highlight=False)
+    console.print(f"  {plural(job['gpus'], 'GPU')}; attempts {job['attempts']}, preemptions {job['preemptions']}")
     if job["wait_message"] and job["state"] == "pending":
         console.print(f"  waits: {job['wait_message']}")
     table = Table(title="attempts", box=None, header_style="bold")
@@ -166,9 +97,13 @@ def show(job_id: int, config: ConfigOption = None, api: ApiOption = None) -> Non
     account = job.get("account")
     if account is None:
         return
-    goodput = "" if account["goodput"] is None else f", goodput {account['goodput']:.1%}"
+    goodput = f", goodput {account['goodput']:.1%}" if account["goodput"] is not None else ", goodput unknown"
+    unreported = ""
+    if account["unreported"] > 0:
+        unreported = f", {gpu_time(account['unreported'])} unreported (the job does not report its progress)"
     console.print(
-        f"  {gpu_time(account['allocated'])} allocated, {gpu_time(account['productive'])} productive{goodput}"
+        f"  {gpu_time(account['allocated'])} allocated, {gpu_time(account['productive'])} productive"
+        f"{unreported}{goodput}"
     )
     if account["interruptions"]:
         console.print(interruptions_table(account["interruptions"]))
@@ -271,7 +206,9 @@ def team_set(
         names = [c.strip() for c in classes.split(",") if c.strip()]
         body["classes"] = None if names == ["all"] else names
     team = call(client(config, api).set_team, name, body)
-    console.print(f"team {team['name']}: weight {team['weight']:g}, {team['guaranteed_gpus']} GPUs guaranteed")
+    console.print(
+        f"team {team['name']}: weight {team['weight']:g}, {plural(team['guaranteed_gpus'], 'GPU')} guaranteed"
+    )
     if team["token"]:
         console.print(f"token (shown once; give it to the team as GPUPOOL_TOKEN): {team['token']}")
 
@@ -299,6 +236,7 @@ def clock(timestamp: float | None) -> str:
 
 def register(app: typer.Typer) -> None:
     from gpupool.cli_report import report
+    from gpupool.cli_submit import submit
 
     for command in (up, submit, queue, show, cancel, logs, events, classes, report):
         app.command()(command)

@@ -13,8 +13,9 @@ matplotlib.use("Agg")  # no display: figures only go to files
 
 import matplotlib.pyplot as plt
 
-BUCKETS = ("productive", "startup", "checkpoint", "drain", "wasted")
+BUCKETS = ("productive", "startup", "checkpoint", "drain", "wasted", "unreported")
 COLOURS = {
+    "unreported": "tab:gray",
     "productive": "tab:green",
     "startup": "tab:purple",
     "checkpoint": "tab:blue",
@@ -22,7 +23,7 @@ COLOURS = {
     "wasted": "tab:red",
     "preempted": "tab:orange",
     "failed": "tab:red",
-    "lost": "tab:grey",
+    "lost": "black",
 }
 
 
@@ -53,12 +54,12 @@ def _buckets(classes: Mapping[str, Mapping[str, float]], path: Path) -> Path:
 def _goodput(teams: Mapping[str, Mapping[str, Any]], path: Path) -> Path:
     figure, axes = plt.subplots(figsize=(7, 4))
     names = list(teams)
-    values = [100 * (teams[n]["goodput"] or 0.0) for n in names]
+    values = [100 * (teams[n]["goodput"] or 0.0) for n in names]  # unknown (nothing reported): 0
     axes.bar(names, values, color="tab:green")
     for x, value in enumerate(values):
         axes.annotate(f"{value:.1f} %", (x, value), ha="center", va="bottom", fontsize="small")
     axes.set_ylim(0, 105)
-    axes.set_ylabel("goodput (productive / allocated GPU time), %")
+    axes.set_ylabel("goodput (productive / reported GPU time), %")
     axes.set_title("Goodput per team")
     return _save(figure, path)
 

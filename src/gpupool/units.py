@@ -52,3 +52,8 @@ def gpu_time(gpu_seconds: float) -> str:
         return f"{gpu_seconds:.1f} GPU·s"
     amount, _, unit = human_seconds(gpu_seconds).partition(" ")
     return f"{amount} GPU·{unit}" if unit else amount
+
+
+def plural(count: int, word: str) -> str:
+    """`1 GPU`, `2 GPUs`, `1 node`, `0 nodes`."""
+    return f"{count:,} {word}" if count == 1 else f"{count:,} {word}s"

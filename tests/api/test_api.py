@@ -64,7 +64,22 @@ def test_a_team_submits_lists_shows_and_cancels_its_job(setup: tuple[TestClient,
     ("body", "status", "message"),
     [
         ({"command": ["x"], "priority": "vip"}, 400, "unknown priority class 'vip'"),
-        ({"command": ["x"], "gpus": 16}, 400, "16 GPUs can never fit this pool (4 GPUs in all)"),
+        (
+            {"command": ["x"], "gpus": 16},
+            400,
+            "gpus: can never fit: 16 GPUs, and the nodes it may use have 4 GPUs in all",
+        ),
+        (
+            {"command": ["x"], "gpus": 4, "gpus_per_node": 2},
+            400,
+            "gpus: can never fit: 4 GPUs as 2 members of 2 on separate nodes need 2 nodes with at least 2 GPUs; "
+            "the pool has 1",
+        ),
+        (
+            {"command": ["x"], "env": {"GPUPOOL_TOKEN": "stolen"}},
+            422,
+            "env: GPUPOOL_TOKEN is set by gpupool",
+        ),
         ({"command": ["x"], "gpus": 0}, 422, "gpus: Input should be greater than or equal to 1"),
         ({"command": []}, 422, "command: List should have at least 1 item"),
         ({"command": ["x"], "colour": "red"}, 422, "colour: Extra inputs are not permitted"),

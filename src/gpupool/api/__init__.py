@@ -45,6 +45,7 @@ from gpupool.api.models import (
 )
 from gpupool.errors import HTTP_STATUS, Forbidden, GpupoolError, InvalidInput, Unauthorized
 from gpupool.model import Job, JobState, Node
+from gpupool.policy import messages
 from gpupool.policy.place import FreeGpus, can_ever_fit, job_shapes
 from gpupool.service import ControlLoop, token_hash
 from gpupool.store import DEFAULT_TEAM, UNCHANGED, JobSpec, Store
@@ -89,7 +90,10 @@ def create_app(ctx: Context) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     def bad_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'] if p != 'body')}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'] if p != 'body')}: {str(e['msg']).removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
         return JSONResponse({"error": "InvalidInput", "message": problems}, status_code=422)
 
     async def principal(authorization: Annotated[str | None, Header()] = None) -> Principal:
@@ -336,9 +340,8 @@ def check_fits(nodes: list[Node], body: JobIn, team: str) -> None:
         raise InvalidInput(f"gpus_per_node: {body.gpus} GPUs do not split into members of {body.gpus_per_node}")
     probe = Job("new", team, body.priority, body.gpus, 0.0, body.gpus_per_node, body.gpu_type)
     if not any(can_ever_fit(s, nodes) for s in job_shapes(probe, FreeGpus(nodes, ()))):
-        total = sum(n.gpus for n in nodes if body.gpu_type in (None, n.gpu_type))
-        kind = f" of type {body.gpu_type}" if body.gpu_type else ""
-        raise InvalidInput(f"gpus: {body.gpus} GPUs{kind} can never fit this pool ({total} GPUs{kind} in all)")
+        usable = [n for n in nodes if n.team in (None, team)]
+        raise InvalidInput(f"gpus: {messages.never_fits(probe, usable)}")
 
 
 def read_from(path: Path, offset: int) -> str:

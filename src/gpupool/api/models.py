@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpupool.accounting import AttemptCost, Interruption, JobAccount, Totals
 from gpupool.store.schema import AttemptRow, JobRow
@@ -28,9 +28,22 @@ class JobIn(_In):
     gpu_type: str | None = Field(default=None, max_length=100)
     name: str = Field(default="", max_length=200)
     workdir: str = Field(default=".", max_length=4096)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict, max_length=10_000)
+    """The job's variables (the command line sends the submitter's environment, as sbatch)."""
     max_failures: int = Field(default=0, ge=0, le=MANY)
     max_preemptions: int | None = Field(default=None, ge=0, le=MANY)
+
+    @field_validator("env")
+    @classmethod
+    def _names_and_no_tokens(cls, env: dict[str, str]) -> dict[str, str]:
+        for name, value in env.items():
+            if not name or "=" in name or "\0" in name or "\0" in value:
+                raise ValueError(f"{name!r} is not a variable name (or its value holds a NUL)")
+        if "GPUPOOL_TOKEN" in env:
+            raise ValueError("GPUPOOL_TOKEN is set by gpupool for each attempt: a job never gets another token")
+        if sum(len(k) + len(v) for k, v in env.items()) > 1_000_000:
+            raise ValueError("the variables hold more than 1 MB")
+        return env
 
 
 class AttemptOut(BaseModel):
@@ -76,6 +89,8 @@ class AccountOut(BaseModel):
 
     allocated: float
     productive: float
+    unreported: float
+    """GPU-seconds of attempts that never reported their progress (left out of goodput)."""
     goodput: float | None
     attempts: list[AttemptCost]
     interruptions: list[InterruptionOut]
@@ -85,7 +100,8 @@ class AccountOut(BaseModel):
         return cls(
             allocated=job.allocated,
             productive=job.productive,
-            goodput=job.productive / job.allocated if job.allocated > 0 else None,
+            unreported=job.unreported,
+            goodput=job.goodput,
             attempts=list(job.attempts),
             interruptions=[InterruptionOut.of(i) for i in job.interruptions],
         )
@@ -100,6 +116,8 @@ class TotalsOut(BaseModel):
     checkpoint: float
     drain: float
     wasted: float
+    unreported: float
+    """GPU-seconds of jobs that never reported their progress: neither productive nor wasted."""
     interruptions: int
     lost: float
     causes: dict[str, int]

@@ -258,7 +258,7 @@ class _Cycle:
 
     def explain(self, job: Job, reason: Reason) -> str:
         if reason is Reason.NEVER_FITS:
-            return messages.never_fits(job)
+            return messages.never_fits(job, [n for n in self.snapshot.nodes if n.team in (None, job.team)])
         if reason is Reason.NO_VICTIMS:
             return messages.no_victims(job, self.effective_of(job).cls)
         return messages.no_fit(job, self.free, self.shapes_of(job)[0].groups)

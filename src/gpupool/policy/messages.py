@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpupool.model import Job, Placement, PriorityClass, Reason
+from gpupool.model import Job, Node, Placement, PriorityClass, Reason
 from gpupool.policy.budget import Effective
 from gpupool.policy.place import FreeGpus, Group
 from gpupool.policy.preempt import Candidate
-from gpupool.units import human_seconds
+from gpupool.units import human_seconds, plural
 
 
 def where(placement: Placement) -> str:
@@ -44,14 +44,25 @@ def awaiting_drain(victims: Sequence[str], deadline: float, now: float) -> str:
     return f"GPUs held while job(s) {', '.join(victims)} drain (deadline in {human_seconds(deadline - now)})"
 
 
-def never_fits(job: Job) -> str:
-    layout = f", {job.gpus_per_node} per node" if job.gpus_per_node else ""
+def never_fits(job: Job, nodes: Sequence[Node] = ()) -> str:
+    """Why no placement of `nodes` (those the job may use) could ever hold the job."""
     kind = f" of type {job.gpu_type}" if job.gpu_type else ""
-    return f"can never fit: {job.gpus} GPUs{kind}{layout} is more than any placement in its nodes"
+    usable = [n for n in nodes if job.gpu_type in (None, n.gpu_type)]
+    if job.gpus_per_node:
+        members = job.gpus // job.gpus_per_node
+        big_enough = sum(1 for n in usable if n.gpus >= job.gpus_per_node)
+        return (
+            f"can never fit: {plural(job.gpus, 'GPU')}{kind} as {plural(members, 'member')} of "
+            f"{job.gpus_per_node} on separate nodes need {plural(members, 'node')} with at least "
+            f"{plural(job.gpus_per_node, 'GPU')}{kind}; the pool has {big_enough}"
+        )
+    total = sum(n.gpus for n in usable)
+    have = f"{plural(total, 'GPU')}{kind}"
+    return f"can never fit: {plural(job.gpus, 'GPU')}{kind}, and the nodes it may use have {have} in all"
 
 
 def no_fit(job: Job, free: FreeGpus, groups: Sequence[Group]) -> str:
-    return f"waits for {job.gpus} GPUs ({free.total(groups)} free in its nodes, not enough in one placement)"
+    return f"waits for {plural(job.gpus, 'GPU')} ({free.total(groups)} free in its nodes, not enough in one placement)"
 
 
 def queue_blocked() -> str:
@@ -60,6 +71,6 @@ def queue_blocked() -> str:
 
 def no_victims(job: Job, cls: PriorityClass) -> str:
     return (
-        f"waits for {job.gpus} GPUs: no set of preemptible jobs below {cls.name} "
+        f"waits for {plural(job.gpus, 'GPU')}: no set of preemptible jobs below {cls.name} "
         f"(or above their team's guarantee) frees a placement now"
     )

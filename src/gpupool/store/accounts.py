@@ -75,6 +75,7 @@ class AccountsStore(StoreBase):
                     tuple(commits[key]),
                     a.outcome,
                     reasons.get(key, ""),
+                    a.last_heartbeat_at is not None or a.productive_at is not None or bool(commits[key]),
                 )
             )
         return [account(i, jobs[i].team, jobs[i].priority, by_job[i], now) for i in ids]
