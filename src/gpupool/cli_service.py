@@ -12,6 +12,7 @@ from rich.table import Table
 
 from gpupool.cli_common import ApiOption, ConfigOption, call, client, console, fail
 from gpupool.config import ConfigError, load_spec
+from gpupool.model import ENDED, JobState
 from gpupool.units import gpu_time, human_seconds, plural
 
 
@@ -153,7 +154,7 @@ def logs(
         if text:
             console.out(text, end="", highlight=False)
             offset += len(text.encode())
-        if not follow or call(api_client.job, job_id)["state"] in ("succeeded", "failed", "cancelled"):
+        if not follow or JobState(call(api_client.job, job_id)["state"]) in ENDED:
             return
         time.sleep(0.5)
 

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from gpupool.cli_common import ApiOption, ConfigOption, call, client, console, fail
+from gpupool.units import parse_time_limit
 
 PROTOCOL_PREFIX = "GPUPOOL_"
 """The job protocol's variables: the service sets them for each attempt, so the submitter's own
@@ -60,6 +61,12 @@ def submit(
     gpu_type: Annotated[str | None, typer.Option(help="Only nodes with this GPU type.")] = None,
     name: Annotated[str, typer.Option("--name", "-J", help="A name to find the job by.")] = "",
     max_failures: Annotated[int, typer.Option(help="Retries after failed attempts.")] = 0,
+    time: Annotated[
+        str | None,
+        typer.Option(
+            "--time", "-t", help="Time limit over all attempts: minutes, HH:MM:SS, D-HH:MM, or 2h (then TIMEOUT)."
+        ),
+    ] = None,
     export: Annotated[
         str, typer.Option(help="The submitter's variables the job gets: ALL, NONE, or A,B (A=value sets one).")
     ] = "ALL",
@@ -79,6 +86,10 @@ def submit(
     if not argv:
         raise fail("give the command to run after --, or --wrap 'shell line'")
     workdir = (chdir or Path.cwd()).expanduser().absolute()
+    try:
+        time_limit = parse_time_limit(time) if time is not None else None
+    except ValueError as exc:
+        raise fail(f"--time: {exc}") from None
     body = {
         "command": argv,
         "team": team,
@@ -90,6 +101,7 @@ def submit(
         "workdir": str(workdir),
         "env": job_environment(export, env or [], os.environ),
         "max_failures": max_failures,
+        "time_limit": time_limit,
     }
     job = call(client(config, api).submit, body)
     if parsable:

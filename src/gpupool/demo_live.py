@@ -22,6 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gpupool.config import parse_spec
+from gpupool.model import ENDED, JobState
 from gpupool.store import JobSpec, Store
 from gpupool.store.schema import AttemptRow, JobRow
 from gpupool.units import gpu_time
@@ -93,7 +94,7 @@ def narrate(running: Running, console: Console, data: Path) -> None:
     time.sleep(3.0)
     store.submit(JobSpec(trainer(16), "nlp", "high", 2, "pretrain", workdir=str(data)), time.time())
     running.loop.wakeup.set()
-    wait(narrator, lambda: all(j.state in ("succeeded", "failed", "cancelled") for j in store.jobs()), 120)
+    wait(narrator, lambda: all(JobState(j.state) in ENDED for j in store.jobs()), 120)
     console.print(summary(store))
     console.print(escape(costs(store, data)))
 

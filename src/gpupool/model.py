@@ -21,7 +21,11 @@ class JobState(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    """It reached its time limit (run time over all its attempts): ended, not requeued."""
 
+
+ENDED: frozenset[JobState] = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT})
 
 TRANSITIONS: Mapping[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset({JobState.STARTING, JobState.CANCELLED}),
@@ -34,17 +38,26 @@ TRANSITIONS: Mapping[JobState, frozenset[JobState]] = {
             JobState.SUCCEEDED,
             JobState.FAILED,
             JobState.CANCELLED,
+            JobState.TIMEOUT,
         }
     ),
     JobState.RUNNING: frozenset(
-        {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.PREEMPTING, JobState.PENDING}
+        {
+            JobState.SUCCEEDED,
+            JobState.FAILED,
+            JobState.CANCELLED,
+            JobState.PREEMPTING,
+            JobState.PENDING,
+            JobState.TIMEOUT,
+        }
     ),
     # A job given notice goes back in line whatever its exit code, unless it reported that it
-    # finished (success) or is cancelled.
-    JobState.PREEMPTING: frozenset({JobState.PENDING, JobState.SUCCEEDED, JobState.CANCELLED}),
+    # finished (success), is cancelled, or reached its time limit meanwhile.
+    JobState.PREEMPTING: frozenset({JobState.PENDING, JobState.SUCCEEDED, JobState.CANCELLED, JobState.TIMEOUT}),
     JobState.SUCCEEDED: frozenset(),
     JobState.FAILED: frozenset(),
     JobState.CANCELLED: frozenset(),
+    JobState.TIMEOUT: frozenset(),
 }
 
 

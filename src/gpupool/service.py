@@ -24,6 +24,7 @@ from gpupool.executors.proc import recorded_exit, recorded_launcher
 from gpupool.model import Config, JobState, Placement, Plan, Reason
 from gpupool.policy import decide
 from gpupool.store import Store
+from gpupool.store.attempts import run_time
 from gpupool.store.schema import AttemptRow, JobRow
 
 log = logging.getLogger("gpupool.service")
@@ -111,10 +112,22 @@ class ControlLoop:
 
     def enforce_deadlines(self, now: float) -> None:
         """Kill attempts past their notice deadline; stop those of cancelled jobs (SIGTERM,
-        then SIGKILL after their class's grace period)."""
+        then SIGKILL after their class's grace period); give notice to those that reached their
+        job's time limit (they end as TIMEOUT at the end of their grace)."""
         self.deadlines = []
         for attempt, job in self.store.live_attempts_and_jobs():
             key = (attempt.job_id, attempt.attempt)
+            if job.time_limit is not None and attempt.timeout_at is None:
+                left = job.time_limit - job.run_seconds - run_time(attempt, now)
+                if left > 0:
+                    if attempt.notice_at is None:
+                        self.deadlines.append(now + left)
+                else:
+                    grace = self.config.priority_class(job.priority).grace_period
+                    deadline = min(now + grace, attempt.notice_deadline or now + grace)
+                    if self.store.reach_time_limit(*key, deadline, now):
+                        self.executor.notify(*key, deadline)
+                        attempt.notice_deadline = deadline
             if job.cancel_requested_at is not None and key not in self.stopping:
                 grace = self.config.priority_class(job.priority).grace_period
                 self.stopping[key] = now + grace

@@ -29,6 +29,38 @@ def parse_duration(value: object) -> float:
     return seconds
 
 
+_SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+def parse_time_limit(value: str) -> float:
+    """Seconds from a time limit in Slurm's forms (`90` is minutes, `90:30` minutes and seconds,
+    `2:00:00`, `1-12`, `1-12:30`, `1-12:30:00`) or gpupool's (`90s`, `2h`, `1.5d`)."""
+    text = value.strip()
+    match = _SLURM_TIME.match(text)
+    if match is None:
+        try:
+            seconds = parse_duration(text)
+        except ValueError:
+            raise ValueError(
+                f"{value!r} is not a time limit (use minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]], or 90s, 2h, 1d)"
+            ) from None
+    else:
+        days, first, second, third = match.groups()
+        numbers = [int(n) for n in (first, second, third) if n is not None]
+        if days is not None:  # D-H, D-H:M, D-H:M:S
+            hours, minutes, secs = [*numbers, 0, 0][:3]
+            seconds = int(days) * 86400.0 + hours * 3600.0 + minutes * 60.0 + secs
+        elif len(numbers) == 1:  # M
+            seconds = numbers[0] * 60.0
+        elif len(numbers) == 2:  # M:S
+            seconds = numbers[0] * 60.0 + numbers[1]
+        else:  # H:M:S
+            seconds = numbers[0] * 3600.0 + numbers[1] * 60.0 + numbers[2]
+    if seconds <= 0:
+        raise ValueError(f"{value!r}: a time limit must be more than 0")
+    return seconds
+
+
 def human_seconds(seconds: float) -> str:
     """A duration in the largest unit that keeps it readable: "42 s", "3.5 min", "2.1 h", "1.3 d"."""
     if math.isnan(seconds):

@@ -130,3 +130,21 @@ def test_show_quotes_the_command_and_counts_in_words(service: Service) -> None:
     shown = service.cli("show", str(job)).stdout
     assert "command: sh -c 'echo '\"'\"'a b'\"'\"''" in shown
     assert "1 GPU;" in shown
+
+
+def test_time_limits_end_jobs_as_timeout_and_hold_across_a_kill_9(service: Service) -> None:
+    short = int(service.cli("submit", "--parsable", "--priority", "low", "--time", "0:02", "--", "sleep", "600").stdout)
+    wait_for(lambda: state(service, short) == "timeout", timeout=30)
+    longer = int(service.cli("submit", "--parsable", "--priority", "low", "-t", "0:06", "--", "sleep", "600").stdout)
+    wait_for(lambda: state(service, longer) == "running")
+    service.kill()
+    time.sleep(6.5)  # its limit passes while nobody watches
+    service.up()
+    wait_for(lambda: state(service, longer) == "timeout", timeout=30)
+    assert state(service, short) == "timeout"
+    shown = service.get(f"/jobs/{longer}").json()  # type: ignore[union-attr]
+    assert shown["attempts"] == 1, "reached its limit: not run again"
+    assert shown["run_seconds"] >= 6.0
+    bad = service.cli("submit", "--time", "soon", "--", "true")
+    assert bad.returncode == 2
+    assert "--time: 'soon' is not a time limit" in bad.stderr

@@ -160,3 +160,46 @@ def test_a_job_that_ends_before_it_is_marked_running_succeeds(store: Store) -> N
     job = store.submit(JobSpec(["true"]), now=0.0)
     store.start_attempt(job.id, [Allocation("gpu0", (0,))], now=1.0, message="started")
     assert store.end_attempts([(job.id, 0, 0)], now=1.1) == [JobState.SUCCEEDED]
+
+
+def test_a_job_at_its_time_limit_gets_notice_then_ends_as_timeout(loop: ControlLoop, store: Store) -> None:
+    job = store.submit(JobSpec(["train"], team="vision", time_limit=100.0), now=0.0)
+    loop.tick(0.0)
+    loop.tick(99.0)
+    assert not fake(loop).notified
+    assert loop.next_wakeup(99.0) <= 100.0, "the loop wakes up when the limit is reached"
+    loop.tick(100.0)
+    [(job_id, attempt, deadline)] = fake(loop).notified
+    assert (job_id, attempt, deadline) == (job.id, 0, 100.0 + 120.0)  # the class's grace
+    fake(loop).finish(job.id, 0, 75)  # it saved and left, as gpupool.job does on notice
+    loop.tick(105.0)
+    ended = store.job(job.id)
+    assert (ended.state, ended.run_seconds) == (JobState.TIMEOUT.value, 105.0)
+    assert [e.kind for e in store.events(job_id=job.id)][-2:] == ["time_limit", "timeout"]
+    assert not loop.tick(500.0), "a timed-out job is not requeued"
+
+
+def test_a_time_limit_counts_run_time_over_attempts_but_not_the_drain_of_a_preemption(
+    loop: ControlLoop, store: Store
+) -> None:
+    job = store.submit(JobSpec(["train"], team="vision", priority="low", time_limit=100.0), now=0.0)
+    loop.tick(0.0)
+    store.give_notice(job.id, 0, for_job=job.id, deadline=160.0, now=60.0, reason="priority", message="x")
+    fake(loop).finish(job.id, 0, 75)  # released at 90 after a 30 s drain: 60 s counted
+    loop.tick(90.0)  # requeued and started again at once: 40 s left
+    assert store.job(job.id).run_seconds == 60.0
+    assert [launch.attempt for launch in fake(loop).started] == [0, 1]
+    loop.tick(129.0)
+    assert not fake(loop).notified
+    loop.tick(130.0)
+    assert [n[:2] for n in fake(loop).notified] == [(job.id, 1)]
+
+
+def test_a_job_killed_at_the_end_of_its_grace_after_its_limit_is_timed_out(loop: ControlLoop, store: Store) -> None:
+    job = store.submit(JobSpec(["train"], team="vision", time_limit=10.0), now=0.0)
+    loop.tick(0.0)
+    loop.tick(10.0)  # notice; it ignores it
+    loop.tick(10.0 + 120.0)  # the grace is over: SIGKILL
+    assert fake(loop).killed == [(job.id, 0)]
+    loop.tick(131.0)
+    assert store.job(job.id).state == JobState.TIMEOUT.value

@@ -139,6 +139,7 @@ def create_app(ctx: Context) -> FastAPI:
             body.env,
             body.max_failures,
             body.max_preemptions,
+            body.time_limit,
         )
         return JobOut.of(await writer.submit(spec))
 

@@ -32,6 +32,9 @@ class JobIn(_In):
     """The job's variables (the command line sends the submitter's environment, as sbatch)."""
     max_failures: int = Field(default=0, ge=0, le=MANY)
     max_preemptions: int | None = Field(default=None, ge=0, le=MANY)
+    time_limit: float | None = Field(default=None, gt=0, le=10 * 365 * 86400)
+    """Seconds of run time over all attempts (a preemption's drain not counted); at the limit the
+    job gets notice and its class's grace, then ends as `timeout`."""
 
     @field_validator("env")
     @classmethod
@@ -165,6 +168,9 @@ class JobOut(BaseModel):
     exit_code: int | None
     wait_reason: str | None
     wait_message: str | None
+    time_limit: float | None
+    run_seconds: float
+    """Run time of its ended attempts (what counts against `time_limit`, with the live one's)."""
     placement: dict[str, list[int]] = Field(default_factory=dict)
     running_since: float | None = None
     """Start of its live attempt, if it has one."""

@@ -10,9 +10,19 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpupool.errors import Conflict, Forbidden
-from gpupool.model import Allocation, JobState
+from gpupool.model import ENDED, Allocation, JobState
 from gpupool.store.base import StoreBase
 from gpupool.store.schema import AttemptRow, CheckpointRow, EventRow, JobRow, PlacementRow
+from gpupool.units import human_seconds
+
+
+def run_time(attempt: AttemptRow, now: float) -> float:
+    """Seconds an attempt ran, as a time limit counts it: from its start to its end, or to the
+    preemption notice that made it leave (a job is not charged for being interrupted)."""
+    end = attempt.ended_at if attempt.ended_at is not None else now
+    if attempt.notice_at is not None:
+        end = min(end, attempt.notice_at)
+    return max(0.0, end - attempt.started_at)
 
 
 class AttemptsStore(StoreBase):
@@ -211,12 +221,17 @@ class AttemptsStore(StoreBase):
         row = self.live_attempt(s, job_id, attempt)
         job = self.locked_job(s, job_id)
         row.ended_at, row.exit_code = now, exit_code
+        job.run_seconds = (job.run_seconds or 0.0) + run_time(row, now)
         self._release(s, job_id, attempt, now)
         code = f"exit code {exit_code}" if exit_code is not None else "no exit code (lost)"
         if job.cancel_requested_at is not None and row.completed_at is None:
             # Stopped because it was cancelled: a clean exit on SIGTERM is no success.
             row.outcome = "cancelled"
             self.move(s, job, JobState.CANCELLED, now, f"cancelled ({code})", attempt=attempt)
+        elif row.timeout_at is not None and row.completed_at is None:
+            row.outcome = "timeout"
+            limit = human_seconds(job.time_limit or 0.0)
+            self.move(s, job, JobState.TIMEOUT, now, f"ended at its time limit of {limit} ({code})", attempt=attempt)
         elif row.completed_at is not None or (exit_code == 0 and row.notice_at is None):
             row.outcome = "succeeded"
             self.move(s, job, JobState.SUCCEEDED, now, f"succeeded ({code})", attempt=attempt)
@@ -235,9 +250,29 @@ class AttemptsStore(StoreBase):
                 self.move(s, job, JobState.PENDING, now, retry, attempt=attempt)
             else:
                 self.move(s, job, JobState.FAILED, now, f"failed ({code})", attempt=attempt)
-        if job.state in (JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.CANCELLED.value):
+        if JobState(job.state) in ENDED:
             job.ended_at, job.exit_code = now, exit_code
         return JobState(job.state)
+
+    def reach_time_limit(self, job_id: int, attempt: int, deadline: float, now: float) -> bool:
+        """Record that the attempt reached its job's time limit: it gets notice until `deadline`,
+        then ends as TIMEOUT. False (nothing written) if it is no longer live or was told already."""
+        with self.transaction() as s:
+            try:
+                row = self.live_attempt(s, job_id, attempt)
+            except Conflict:
+                return False
+            if row.timeout_at is not None:
+                return False
+            job = self.locked_job(s, job_id)
+            row.timeout_at = now
+            row.notice_deadline = min(deadline, row.notice_deadline or deadline)
+            limit = human_seconds(job.time_limit or 0.0)
+            message = (
+                f"reached its time limit of {limit}: notice given, it ends by {human_seconds(deadline - now)} from now"
+            )
+            s.add(EventRow(time=now, kind="time_limit", job_id=job_id, attempt=attempt, message=message))
+            return True
 
     def live_attempts(self) -> list[AttemptRow]:
         """Attempts that have not ended, oldest first."""

@@ -11,7 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpupool.errors import Conflict, Forbidden, GpupoolError, InvalidInput, NotFound
-from gpupool.model import Config, JobState, Node, Team
+from gpupool.model import ENDED, Config, JobState, Node, Team
 from gpupool.store.base import StoreBase
 from gpupool.store.schema import BudgetRow, EventRow, JobRow, NodeRow, PriorityClassRow, TeamRow
 
@@ -42,6 +42,8 @@ class JobSpec:
     env: dict[str, str] = field(default_factory=dict)
     max_failures: int = 0
     max_preemptions: int | None = None
+    time_limit: float | None = None
+    """Seconds of run time over all attempts; None for no limit."""
 
 
 class JobsStore(StoreBase):
@@ -147,6 +149,8 @@ class JobsStore(StoreBase):
     def _new_job(spec: JobSpec, teams: Mapping[str, TeamRow], classes: Sequence[str], now: float) -> JobRow:
         if not spec.command:
             raise InvalidInput("command: give the command to run")
+        if spec.time_limit is not None and not spec.time_limit > 0:
+            raise InvalidInput(f"time_limit: {spec.time_limit} is not a positive number of seconds")
         if spec.gpus < 1:
             raise InvalidInput(f"gpus: {spec.gpus} is not a positive number of GPUs")
         if spec.gpus_per_node is not None and (spec.gpus_per_node < 1 or spec.gpus % spec.gpus_per_node):
@@ -173,6 +177,7 @@ class JobsStore(StoreBase):
             submit_time=now,
             max_failures=spec.max_failures,
             max_preemptions=spec.max_preemptions,
+            time_limit=spec.time_limit,
         )
 
     def job(self, job_id: int) -> JobRow:
@@ -199,7 +204,7 @@ class JobsStore(StoreBase):
             if job.state == JobState.PENDING.value:
                 self.move(s, job, JobState.CANCELLED, now, "cancelled")
                 job.ended_at = now
-            elif job.state in (JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.CANCELLED.value):
+            elif JobState(job.state) in ENDED:
                 raise Conflict(f"job {job_id} has already ended ({job.state})")
             elif job.cancel_requested_at is None:
                 job.cancel_requested_at = now

@@ -91,6 +91,11 @@ class JobRow(Base):
     wait_reason: Mapped[str | None] = mapped_column(String(40), default=None)
     wait_message: Mapped[str | None] = mapped_column(String(2000), default=None)
     """Why the job waited at the last decision, for people."""
+    time_limit: Mapped[float | None] = mapped_column(Float, default=None)
+    """Seconds of run time over all its attempts (notice to release not counted) before it
+    gets notice and ends as TIMEOUT; None for no limit."""
+    run_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    """Run time of its ended attempts, counted against `time_limit`."""
     nominated_at: Mapped[float | None] = mapped_column(Float, default=None)
     """When jobs were first given notice for it; cleared when it starts (see `Job.nominated`)."""
 
@@ -123,6 +128,8 @@ class AttemptRow(Base):
     notice_at: Mapped[float | None] = mapped_column(Float, default=None)
     notice_deadline: Mapped[float | None] = mapped_column(Float, default=None)
     notice_for: Mapped[int | None] = mapped_column(Integer, default=None)
+    timeout_at: Mapped[float | None] = mapped_column(Float, default=None)
+    """When the job reached its time limit (its notice deadline is then the end of its grace)."""
     acked_at: Mapped[float | None] = mapped_column(Float, default=None)
     completed_at: Mapped[float | None] = mapped_column(Float, default=None)
     """When the job reported that it finished: success whatever happens after."""
