@@ -8,11 +8,17 @@ Exit codes (documented in the README), distinct so that scripts can tell them ap
     3  not found: no such job, team or class
     4  cannot reach the service
     5  refused: the token may not do this, or the state forbids it now (forbidden, conflict)
+
+`submit --wait` and `logs -f` end with the job's outcome instead: 0 succeeded, the job's own
+exit code when it failed (128 + N when signal N ended it, 1 when unknown), 124 timeout (as GNU
+`timeout`), 125 cancelled; `logs -f --attempt N` ends with 75 (EX_TEMPFAIL) when that attempt
+was preempted and the job waits for its next one. For an array, the highest code of its tasks.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -23,12 +29,16 @@ from rich.markup import escape
 from gpupool.client import Client, Unreachable
 from gpupool.config import load_spec
 from gpupool.errors import Conflict, Forbidden, GpupoolError, NotFound, Unauthorized
+from gpupool.model import ENDED, JobState
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 EXIT_UNREACHABLE = 4
 EXIT_REFUSED = 5
+EXIT_PREEMPTED = 75
+EXIT_TIMEOUT = 124
+EXIT_CANCELLED = 125
 
 console = Console()
 errors = Console(stderr=True)
@@ -58,6 +68,40 @@ def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
 
 def failed(error: GpupoolError) -> NoReturn:
     raise fail(str(error), exit_code(error)) from None
+
+
+def outcome_code(job: dict[str, Any]) -> int:
+    """The exit code that stands for an ended job's outcome (see the table above)."""
+    state = job["state"]
+    if state == JobState.SUCCEEDED.value:
+        return 0
+    if state == JobState.TIMEOUT.value:
+        return EXIT_TIMEOUT
+    if state == JobState.CANCELLED.value:
+        return EXIT_CANCELLED
+    code = job["exit_code"]
+    if not isinstance(code, int) or code == 0:
+        return EXIT_FAILED
+    return 128 - code if code < 0 else min(code, 255)
+
+
+def ended(job: dict[str, Any]) -> bool:
+    return JobState(job["state"]) in ENDED
+
+
+def wait_for_outcome(api: Client, job_id: int, *, quiet: bool = False, every: float = 0.5) -> int:
+    """Wait until the job (every task, for an array) has ended; its outcome's exit code."""
+    while True:
+        jobs = call(lambda: api.jobs(array=job_id)) or [call(api.job, job_id)]
+        if all(ended(j) for j in jobs):
+            break
+        time.sleep(every)
+    if not quiet:
+        for job in jobs:
+            who = job["task"] or job["id"]
+            code = "" if job["exit_code"] is None else f" (exit code {job['exit_code']})"
+            errors.print(f"job {who}: {job['state']}{code}", highlight=False)
+    return max(outcome_code(j) for j in jobs)
 
 
 def client(config: Path | None, api: str | None) -> Client:

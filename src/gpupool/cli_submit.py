@@ -1,15 +1,18 @@
-"""`gpupool submit`: a job from a command line, in the submitter's environment (as `sbatch`)."""
+"""`gpupool submit`: a job from a command line or a batch script, in the submitter's
+environment, with Slurm's options (`--time`, `--after`, `--array`, `-o`/`-e`, `--wrap`)."""
 
 from __future__ import annotations
 
+import getpass
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from gpupool.cli_common import ApiOption, ConfigOption, call, client, console, fail
+from gpupool.cli_common import ApiOption, ConfigOption, call, client, console, fail, wait_for_outcome
+from gpupool.slurm import DIRECTIVE, directives
 from gpupool.units import parse_time_limit
 
 PROTOCOL_PREFIX = "GPUPOOL_"
@@ -52,10 +55,54 @@ def job_environment(export: str, extra: list[str], environ: Mapping[str, str]) -
     return chosen
 
 
+def batch_script(command: list[str]) -> str | None:
+    """The text of the batch script `command` starts with (a file whose first line is `#!`, as
+    sbatch takes), or None for a plain command."""
+    if not command:
+        return None
+    path = Path(command[0])
+    try:
+        if not path.is_file():
+            return None
+        with path.open("rb") as stream:
+            if stream.read(2) != b"#!":
+                return None
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return None  # a binary that happens to start with #!: run it as it is
+    except OSError as exc:
+        raise fail(f"{command[0]}: cannot read ({exc.strerror})") from None
+
+
+def with_directives(ctx: typer.Context, script: str, source: str) -> dict[str, Any]:
+    """The options of `submit`: the script's `#GPUPOOL` lines, under those of the command line."""
+    options = dict(ctx.params)
+    try:
+        words = directives(script)
+    except ValueError as exc:
+        raise fail(f"{source}: {DIRECTIVE} {exc}") from None
+    if not words:
+        return options
+    command = ctx.command
+    try:
+        parsed = command.make_context(ctx.info_name, [*words, "--", "script"], parent=ctx.parent)
+    except Exception as exc:  # click's usage errors (typer ships its own click)
+        problem = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        raise fail(f"{source}: {DIRECTIVE} line: {problem}") from None
+    for name, value in parsed.params.items():
+        source_of = ctx.get_parameter_source(name)
+        if name != "command" and getattr(source_of, "name", None) != "COMMANDLINE":
+            options[name] = value
+    return options
+
+
 def submit(
-    command: Annotated[list[str] | None, typer.Argument(help="The command to run, after --.")] = None,
+    ctx: typer.Context,
+    command: Annotated[
+        list[str] | None, typer.Argument(help="The command after --, or a batch script and its arguments.")
+    ] = None,
     team: Annotated[str | None, typer.Option(help="Team (default: the token's team).")] = None,
-    priority: Annotated[str, typer.Option(help="Priority class.")] = "normal",
+    priority: Annotated[str, typer.Option("--priority", "-p", help="Priority class.")] = "normal",
     gpus: Annotated[int, typer.Option(help="GPUs, all or nothing.")] = 1,
     gpus_per_node: Annotated[int | None, typer.Option(help="GPUs on each node of a multi-node job.")] = None,
     gpu_type: Annotated[str | None, typer.Option(help="Only nodes with this GPU type.")] = None,
@@ -63,9 +110,13 @@ def submit(
     max_failures: Annotated[int, typer.Option(help="Retries after failed attempts.")] = 0,
     time: Annotated[
         str | None,
-        typer.Option(
-            "--time", "-t", help="Time limit over all attempts: minutes, HH:MM:SS, D-HH:MM, or 2h (then TIMEOUT)."
-        ),
+        typer.Option("--time", "-t", help="Time limit over all attempts: minutes, HH:MM:SS, D-HH:MM, or 2h."),
+    ] = None,
+    after: Annotated[
+        str | None, typer.Option("--after", "-d", help="Start after these jobs: 12, ok:12:13, notok:12, any:12.")
+    ] = None,
+    array: Annotated[
+        str | None, typer.Option("--array", "-a", help="A job array: 0-99%8 (8 at once), 1,3,5-9.")
     ] = None,
     export: Annotated[
         str, typer.Option(help="The submitter's variables the job gets: ALL, NONE, or A,B (A=value sets one).")
@@ -75,36 +126,65 @@ def submit(
     chdir: Annotated[
         Path | None, typer.Option("--chdir", "-D", help="Working directory of the job (default: this one).")
     ] = None,
+    output: Annotated[
+        str | None, typer.Option("--output", "-o", help="Standard output to this file: %j job, %a index, %t attempt.")
+    ] = None,
+    error: Annotated[
+        str | None, typer.Option("--error", "-e", help="Standard error to this file (default: -o's).")
+    ] = None,
     parsable: Annotated[bool, typer.Option("--parsable", help="Print the job id alone.")] = False,
+    wait: Annotated[bool, typer.Option("--wait", "-W", help="Wait for the job to end; exit with its outcome.")] = False,
     config: ConfigOption = None,
     api: ApiOption = None,
 ) -> None:
-    """Submit a job: gpupool submit --gpus 2 --priority high -- python train.py"""
-    if wrap is not None and command:
+    """Submit a job: gpupool submit --gpus 2 --priority high -- python train.py
+
+    A batch script (a file starting with #!) is read for #GPUPOOL option lines at its top, as
+    sbatch reads #SBATCH; options on the command line win. The job runs a copy of the script
+    taken now.
+    """
+    argv = list(command or [])
+    script = batch_script(argv) if wrap is None else None
+    o = with_directives(ctx, script, argv[0]) if script is not None else dict(ctx.params)
+    if o["wrap"] is not None and argv:
         raise fail("give a command after -- or --wrap, not both")
-    argv = ["/bin/sh", "-c", wrap] if wrap is not None else list(command or [])
+    if o["wrap"] is not None:
+        argv = ["/bin/sh", "-c", o["wrap"]]
     if not argv:
-        raise fail("give the command to run after --, or --wrap 'shell line'")
-    workdir = (chdir or Path.cwd()).expanduser().absolute()
+        raise fail("give the command to run after --, a batch script, or --wrap 'shell line'")
+    workdir = (o["chdir"] or Path.cwd()).expanduser().absolute()
     try:
-        time_limit = parse_time_limit(time) if time is not None else None
+        time_limit = parse_time_limit(o["time"]) if o["time"] is not None else None
     except ValueError as exc:
         raise fail(f"--time: {exc}") from None
     body = {
         "command": argv,
-        "team": team,
-        "priority": priority,
-        "gpus": gpus,
-        "gpus_per_node": gpus_per_node,
-        "gpu_type": gpu_type,
-        "name": name,
+        "team": o["team"],
+        "priority": o["priority"],
+        "gpus": o["gpus"],
+        "gpus_per_node": o["gpus_per_node"],
+        "gpu_type": o["gpu_type"],
+        "name": o["name"] or (Path(argv[0]).name if script is not None else ""),
         "workdir": str(workdir),
-        "env": job_environment(export, env or [], os.environ),
-        "max_failures": max_failures,
+        "env": job_environment(o["export"], o["env"] or [], os.environ),
+        "max_failures": o["max_failures"],
         "time_limit": time_limit,
+        "after": o["after"],
+        "array": o["array"],
+        "script": script,
+        "output": o["output"],
+        "error": o["error"],
+        "user": getpass.getuser(),
     }
-    job = call(client(config, api).submit, body)
-    if parsable:
+    api_client = client(config, api)
+    job = call(api_client.submit, body)
+    if o["parsable"]:
         console.print(str(job["id"]), highlight=False)
-        return
-    console.print(f"submitted job [bold]{job['id']}[/] ({job['name']}, team {job['team']}, {job['priority']})")
+    elif job["task"] is not None:
+        console.print(
+            f"submitted array job [bold]{job['id']}[/] ({job['name']}, team {job['team']}, {job['priority']})"
+        )
+    else:
+        console.print(f"submitted job [bold]{job['id']}[/] ({job['name']}, team {job['team']}, {job['priority']})")
+    if o["wait"]:
+        raise typer.Exit(wait_for_outcome(api_client, job["id"], quiet=o["parsable"]))

@@ -246,6 +246,10 @@ class Reason(StrEnum):
     NO_VICTIMS = "no_victims"
     NEVER_FITS = "never_fits"
     QUEUE_BLOCKED = "queue_blocked"
+    DEPENDENCY = "dependency"
+    """Held by the driver, never given to the core: it waits on another job's outcome."""
+    ARRAY_LIMIT = "array_limit"
+    """Held by the driver: its array runs as many tasks at once as it may."""
 
 
 @dataclass(frozen=True, slots=True)

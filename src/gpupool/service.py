@@ -10,6 +10,8 @@ Decisions are recorded in the store before the executor acts on them; after a cr
 from __future__ import annotations
 
 import logging
+import os
+import re
 import secrets
 import threading
 import time
@@ -32,6 +34,20 @@ log = logging.getLogger("gpupool.service")
 
 def token_hash(token: str) -> str:
     return sha256(token.encode()).hexdigest()
+
+
+def expand_log_path(template: str, job: JobRow, attempt: int) -> str:
+    """Slurm's patterns in a log path: `%j` the job, `%A` its array, `%a` its index in the array,
+    `%t` the attempt, `%x` the job's name, `%%` a percent sign."""
+    values = {
+        "j": str(job.id),
+        "A": str(job.array_id if job.array_id is not None else job.id),
+        "a": str(job.array_index if job.array_index is not None else ""),
+        "t": str(attempt),
+        "x": job.name,
+        "%": "%",
+    }
+    return re.sub(r"%([jAatx%])", lambda m: values[m.group(1)], template)
 
 
 @dataclass
@@ -65,6 +81,15 @@ class ControlLoop:
     def attempt_dir(self, job_id: int, attempt: int) -> Path:
         return self.job_dir(job_id) / f"attempt-{attempt}"
 
+    def log_file(self, job: JobRow, attempt: int, stream: str) -> Path:
+        """Where an attempt's `stdout` or `stderr` goes: the job's `-o`/`-e` path, or its folder."""
+        template = job.output if stream == "stdout" else job.error
+        if template is None and stream == "stderr" and job.output is not None:
+            template = job.output  # as sbatch: without -e, errors go where -o says
+        if template is None:
+            return self.attempt_dir(job.id, attempt) / f"{stream}.log"
+        return Path(job.workdir) / expand_log_path(template, job, attempt)
+
     # --- one iteration -----------------------------------------------------------------------
 
     def tick(self, now: float) -> bool:
@@ -72,14 +97,15 @@ class ControlLoop:
         Returns whether anything changed."""
         changed = self.reap(now)
         self.enforce_deadlines(now)
-        snapshot = self.store.snapshot(now)
-        if not snapshot.pending:
+        changed |= self.store.settle_dependencies(now)
+        snapshot, holds = self.store.snapshot_with_holds(now)
+        if not snapshot.pending and not holds:
             self.retry_at = None
             return changed
-        plan = decide(snapshot, self.config, now)
+        plan = decide(snapshot, self.config, now) if snapshot.pending else Plan()
         self.retry_at = plan.retry_at
         # A job's reason to wait is written when it changes, not at every decision.
-        waits = tuple(w for w in plan.waits if self.told.get(w.job) != (w.reason, w.message))
+        waits = tuple(w for w in (*plan.waits, *holds) if self.told.get(w.job) != (w.reason, w.message))
         if not (waits or plan.starts or plan.preemptions):
             return changed
         tokens = {start.job: secrets.token_urlsafe(24) for start in plan.starts}
@@ -179,6 +205,9 @@ class ControlLoop:
         attempt_dir = self.attempt_dir(job.id, attempt)
         checkpoints = self.job_dir(job.id) / "checkpoints"
         checkpoints.mkdir(parents=True, exist_ok=True)
+        command = list(job.command)
+        if job.script is not None:
+            command[0] = str(self.script_file(job))
         env = {
             **{k: str(v) for k, v in job.env.items()},
             "GPUPOOL_JOB_ID": str(job.id),
@@ -191,8 +220,33 @@ class ControlLoop:
         }
         if interruption_interval is not None:
             env["GPUPOOL_INTERRUPTION_INTERVAL"] = f"{interruption_interval:.0f}"
-        handle = self.executor.start(Launch(job.id, attempt, job.command, Path(job.workdir), env, attempt_dir, gpus))
+        if job.array_id is not None:
+            env["GPUPOOL_ARRAY_ID"] = str(job.array_id)
+            env["GPUPOOL_ARRAY_INDEX"] = str(job.array_index)
+        launch = Launch(
+            job.id,
+            attempt,
+            command,
+            Path(job.workdir),
+            env,
+            attempt_dir,
+            gpus,
+            self.log_file(job, attempt, "stdout"),
+            self.log_file(job, attempt, "stderr"),
+        )
+        handle = self.executor.start(launch)
         return (job.id, attempt, handle.pid, handle.started)
+
+    def script_file(self, job: JobRow) -> Path:
+        """The job's batch script as submitted, written once into its folder (owner only)."""
+        path = self.job_dir(job.id) / "script"
+        if not path.exists():
+            partial = path.with_suffix(".tmp")
+            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700)
+            with os.fdopen(fd, "w") as stream:
+                stream.write(job.script or "")
+            os.replace(partial, path)
+        return path
 
     # --- after a restart -----------------------------------------------------------------------
 

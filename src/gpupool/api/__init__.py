@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
@@ -48,8 +48,11 @@ from gpupool.model import Job, JobState, Node
 from gpupool.policy import messages
 from gpupool.policy.place import FreeGpus, can_ever_fit, job_shapes
 from gpupool.service import ControlLoop, token_hash
+from gpupool.slurm import parse_after, parse_array
 from gpupool.store import DEFAULT_TEAM, UNCHANGED, JobSpec, Store
 from gpupool.store.schema import TeamRow
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -77,6 +80,7 @@ class Context:
 class Principal:
     admin: bool
     team: str | None
+    user: str | None = None
 
 
 def create_app(ctx: Context) -> FastAPI:
@@ -127,6 +131,8 @@ def create_app(ctx: Context) -> FastAPI:
         check_fits(ctx.nodes(), body, team)
         if not Path(body.workdir).is_dir():
             raise InvalidInput(f"workdir: {body.workdir!r} is not a directory on this machine")
+        dependencies = parsed("after", parse_after, body.after) or []
+        indexes, limit = parsed("array", parse_array, body.array) or ([], None)
         spec = JobSpec(
             body.command,
             team,
@@ -140,7 +146,18 @@ def create_app(ctx: Context) -> FastAPI:
             body.max_failures,
             body.max_preemptions,
             body.time_limit,
+            user=who.user if not who.admin else body.user,
+            dependencies=dependencies,
+            script=body.script,
+            output=body.output,
+            error=body.error,
+            array=indexes,
+            array_limit=limit,
         )
+        if spec.array:
+            tasks = ctx.store.submit_array(spec, ctx.clock())
+            ctx.loop.wakeup.set()
+            return JobOut.of(tasks[0])
         return JobOut.of(await writer.submit(spec))
 
     @app.get("/jobs", response_model=list[JobOut])
@@ -148,12 +165,16 @@ def create_app(ctx: Context) -> FastAPI:
         who: Annotated[Principal, Depends(principal)],
         state: str | None = None,
         team: str | None = None,
+        user: str | None = None,
+        array: int | None = None,
+        name: str | None = None,
         limit: int = 1000,
     ) -> list[JobOut]:
+        """Jobs, filtered by state (comma-separated), team, user, array (its tasks) and name."""
         states = [parse_state(s) for s in state.split(",")] if state else []
         held = placements(ctx)
         since = {a.job_id: a.started_at for a in ctx.store.live_attempts()}
-        jobs = ctx.store.jobs(states=states, team=team, limit=limit)
+        jobs = ctx.store.jobs(states=states, team=team, user=user, array=array, name=name, limit=limit)
         return [JobOut.of(j, placement=held.get(j.id, {}), running_since=since.get(j.id)) for j in jobs]
 
     @app.get("/jobs/{job_id}", response_model=JobOut)
@@ -209,8 +230,7 @@ def create_app(ctx: Context) -> FastAPI:
         number = attempt if attempt is not None else job.attempts - 1
         if number < 0:
             return ""
-        path = ctx.loop.attempt_dir(job_id, number) / f"{stream}.log"
-        return read_from(path, offset)
+        return read_from(ctx.loop.log_file(job, number, stream), offset)
 
     @app.get("/events", response_model=list[EventOut])
     def events(
@@ -305,6 +325,16 @@ def create_app(ctx: Context) -> FastAPI:
         ctx.store.report_completed(job_id, attempt, ctx.clock())
 
     return app
+
+
+def parsed(field: str, parse: Callable[[str], T], text: str | None) -> T | None:
+    """`parse(text)`, its error named after the field; None when the field was not given."""
+    if not text:
+        return None
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise InvalidInput(f"{field}: {exc}") from None
 
 
 def bearer(authorization: str | None) -> str:

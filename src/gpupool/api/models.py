@@ -35,6 +35,20 @@ class JobIn(_In):
     time_limit: float | None = Field(default=None, gt=0, le=10 * 365 * 86400)
     """Seconds of run time over all attempts (a preemption's drain not counted); at the limit the
     job gets notice and its class's grace, then ends as `timeout`."""
+    after: str | None = Field(default=None, max_length=10_000)
+    """Dependencies in Slurm's words: `12`, `ok:12:13`, `notok:12`, `any:12,ok:14` (a bare id is
+    `ok`); an array's id stands for all its tasks. The job waits; one that can never be met
+    cancels it, saying why."""
+    array: str | None = Field(default=None, max_length=10_000)
+    """A job array: `0-99%8` is 100 tasks, at most 8 at once; each gets GPUPOOL_ARRAY_INDEX."""
+    script: str | None = Field(default=None, max_length=1_000_000)
+    """A batch script's text, run in place of `command[0]` (the rest are its arguments)."""
+    output: str | None = Field(default=None, max_length=4096)
+    error: str | None = Field(default=None, max_length=4096)
+    """Paths of standard output and error, relative to `workdir`: `%j` job, `%A` array, `%a`
+    index, `%t` attempt, `%x` name, `%%`. Without `error`, errors go to `output`."""
+    user: str | None = Field(default=None, max_length=200)
+    """Who submits it: the admin's command line sends its OS user; a team's token has its own."""
 
     @field_validator("env")
     @classmethod
@@ -171,6 +185,14 @@ class JobOut(BaseModel):
     time_limit: float | None
     run_seconds: float
     """Run time of its ended attempts (what counts against `time_limit`, with the live one's)."""
+    user: str | None
+    dependencies: list[list[Any]] | None
+    dependency_met_at: float | None
+    array_id: int | None
+    array_index: int | None
+    array_limit: int | None
+    task: str | None = None
+    """`ARRAY_INDEX` for a task of a job array (Slurm's form), else None."""
     placement: dict[str, list[int]] = Field(default_factory=dict)
     running_since: float | None = None
     """Start of its live attempt, if it has one."""
@@ -181,6 +203,8 @@ class JobOut(BaseModel):
     @classmethod
     def of(cls, row: JobRow, **extra: Any) -> JobOut:
         fields = {name: getattr(row, name) for name in cls.model_fields if hasattr(row, name) and name not in extra}
+        if row.array_id is not None:
+            fields["task"] = f"{row.array_id}_{row.array_index}"
         return cls(**fields, **extra)
 
 

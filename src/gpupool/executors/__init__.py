@@ -25,6 +25,9 @@ class Launch:
     attempt_dir: Path
     """Logs, the notice file and the exit status of this attempt."""
     gpus: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    stdout: Path | None = None
+    stderr: Path | None = None
+    """Where its output goes (appended); None is `stdout.log`/`stderr.log` in `attempt_dir`."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,10 +32,11 @@ class LocalExecutor:
         key = (launch.job_id, launch.attempt)
         launch.attempt_dir.mkdir(parents=True, exist_ok=True)
         launcher = ["/bin/sh", str(LAUNCHER), str(launch.attempt_dir), *launch.command]
-        with (
-            (launch.attempt_dir / "stdout.log").open("ab") as out,
-            (launch.attempt_dir / "stderr.log").open("ab") as err,
-        ):
+        stdout = launch.stdout or launch.attempt_dir / "stdout.log"
+        stderr = launch.stderr or launch.attempt_dir / "stderr.log"
+        for path in (stdout, stderr):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        with stdout.open("ab") as out, stderr.open("ab") as err:
             child = subprocess.Popen(
                 launcher,
                 cwd=launch.workdir,

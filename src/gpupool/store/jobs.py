@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from gpupool.errors import Conflict, Forbidden, GpupoolError, InvalidInput, NotFound
 from gpupool.model import ENDED, Config, JobState, Node, Team
 from gpupool.store.base import StoreBase
+from gpupool.store.holds import KINDS as DEPENDENCY_KINDS
 from gpupool.store.schema import BudgetRow, EventRow, JobRow, NodeRow, PriorityClassRow, TeamRow
 
 DEFAULT_TEAM = "default"
@@ -44,6 +45,20 @@ class JobSpec:
     max_preemptions: int | None = None
     time_limit: float | None = None
     """Seconds of run time over all attempts; None for no limit."""
+    user: str | None = None
+    dependencies: Sequence[tuple[str, int]] = ()
+    """(kind, job id): `ok`, `notok` or `any`; an array's id stands for all its tasks."""
+    script: str | None = None
+    """A batch script's text: `command[0]` names it, the rest are its arguments."""
+    output: str | None = None
+    error: str | None = None
+    array: Sequence[int] = ()
+    """Indexes of a job array: one task per index, each a job of its own."""
+    array_limit: int | None = None
+
+
+def submitted_by(spec: JobSpec) -> str:
+    return f"submitted by {spec.user} of team {spec.team}" if spec.user else f"submitted by team {spec.team}"
 
 
 class JobsStore(StoreBase):
@@ -130,8 +145,15 @@ class JobsStore(StoreBase):
         with self.transaction() as s:
             teams = {team.name: team for team in s.scalars(select(TeamRow))}
             classes = list(s.scalars(select(PriorityClassRow.name).order_by(PriorityClassRow.value.desc())))
+            named = {job for spec in specs for _, job in spec.dependencies}
+            known = set(s.scalars(select(JobRow.id).where(JobRow.id.in_(named)))) if named else set()
             for spec in specs:
                 try:
+                    missing = sorted({job for _, job in spec.dependencies} - known)
+                    if missing:
+                        raise InvalidInput(f"after: no job {', '.join(map(str, missing))}")
+                    if spec.array:
+                        raise InvalidInput("array: submit an array with submit_array")
                     job = self._new_job(spec, teams, classes, now)
                 except (InvalidInput, Forbidden) as exc:
                     results.append(exc)
@@ -141,14 +163,41 @@ class JobsStore(StoreBase):
             s.flush()
             for spec, result in zip(specs, results, strict=True):
                 if isinstance(result, JobRow):
-                    message = f"submitted by team {spec.team}"
-                    s.add(EventRow(time=now, kind="submitted", job_id=result.id, message=message))
+                    s.add(EventRow(time=now, kind="submitted", job_id=result.id, message=submitted_by(spec)))
         return results
+
+    def submit_array(self, spec: JobSpec, now: float) -> list[JobRow]:
+        """Record one pending job per index of `spec.array`, in one transaction; every task has
+        the first task's id as its `array_id`. Raises what is wrong with the spec."""
+        if not spec.array:
+            raise InvalidInput("array: give at least one index")
+        with self.transaction() as s:
+            teams = {team.name: team for team in s.scalars(select(TeamRow))}
+            classes = list(s.scalars(select(PriorityClassRow.name).order_by(PriorityClassRow.value.desc())))
+            named = {job for _, job in spec.dependencies}
+            known = set(s.scalars(select(JobRow.id).where(JobRow.id.in_(named)))) if named else set()
+            if named - known:
+                raise InvalidInput(f"after: no job {', '.join(map(str, sorted(named - known)))}")
+            tasks = []
+            for index in spec.array:
+                task = self._new_job(spec, teams, classes, now)
+                task.array_index, task.array_limit = index, spec.array_limit
+                s.add(task)
+                tasks.append(task)
+            s.flush()
+            for task in tasks:
+                task.array_id = tasks[0].id
+                message = f"{submitted_by(spec)}: task {task.array_index} of array {tasks[0].id}"
+                s.add(EventRow(time=now, kind="submitted", job_id=task.id, message=message))
+            return tasks
 
     @staticmethod
     def _new_job(spec: JobSpec, teams: Mapping[str, TeamRow], classes: Sequence[str], now: float) -> JobRow:
         if not spec.command:
             raise InvalidInput("command: give the command to run")
+        for kind, _ in spec.dependencies:
+            if kind not in DEPENDENCY_KINDS:
+                raise InvalidInput(f"after: unknown kind {kind!r} (known: {', '.join(DEPENDENCY_KINDS)})")
         if spec.time_limit is not None and not spec.time_limit > 0:
             raise InvalidInput(f"time_limit: {spec.time_limit} is not a positive number of seconds")
         if spec.gpus < 1:
@@ -178,6 +227,11 @@ class JobsStore(StoreBase):
             max_failures=spec.max_failures,
             max_preemptions=spec.max_preemptions,
             time_limit=spec.time_limit,
+            user=spec.user,
+            dependencies=[[kind, job] for kind, job in spec.dependencies] or None,
+            script=spec.script,
+            output=spec.output,
+            error=spec.error,
         )
 
     def job(self, job_id: int) -> JobRow:
@@ -187,8 +241,23 @@ class JobsStore(StoreBase):
                 raise NotFound(f"no job {job_id}")
             return job
 
-    def jobs(self, *, states: Sequence[JobState] = (), team: str | None = None, limit: int = 1000) -> list[JobRow]:
+    def jobs(
+        self,
+        *,
+        states: Sequence[JobState] = (),
+        team: str | None = None,
+        user: str | None = None,
+        array: int | None = None,
+        name: str | None = None,
+        limit: int = 1000,
+    ) -> list[JobRow]:
         query = select(JobRow).order_by(JobRow.id).limit(limit)
+        if user is not None:
+            query = query.where(JobRow.user == user)
+        if array is not None:
+            query = query.where(JobRow.array_id == array)
+        if name is not None:
+            query = query.where(JobRow.name == name)
         if states:
             query = query.where(JobRow.state.in_([s.value for s in states]))
         if team is not None:

@@ -11,8 +11,21 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpupool.errors import Conflict
-from gpupool.model import Allocation, Job, JobState, Node, Notice, Plan, PriorityBudget, RunningJob, Snapshot, Team
+from gpupool.model import (
+    Allocation,
+    Job,
+    JobState,
+    Node,
+    Notice,
+    Plan,
+    PriorityBudget,
+    RunningJob,
+    Snapshot,
+    Team,
+    Wait,
+)
 from gpupool.store.attempts import AttemptsStore
+from gpupool.store.holds import HoldsStore
 from gpupool.store.schema import AttemptRow, BudgetRow, JobRow, NodeRow, PlacementRow, TeamRow
 
 # What the core needs of a job, read as plain columns: the pending queue can be long, and the
@@ -50,9 +63,17 @@ def core_job(columns: Sequence[Any], expected_restart: float) -> Job:
     )
 
 
-class SchedulingStore(AttemptsStore):
+def _maybe_int(value: object) -> int | None:
+    return None if value is None else int(str(value))
+
+
+class SchedulingStore(AttemptsStore, HoldsStore):
     def snapshot(self, now: float) -> Snapshot:
-        """Nodes, live attempts with their GPUs, pending jobs and budget use, in one read."""
+        return self.snapshot_with_holds(now)[0]
+
+    def snapshot_with_holds(self, now: float) -> tuple[Snapshot, list[Wait]]:
+        """Nodes, live attempts with their GPUs, pending jobs and budget use, in one read; and
+        the pending jobs held back from the core (dependencies, array limits), with why."""
         with self.reading() as s:
             nodes = [
                 Node(n.name, n.gpus, n.gpu_type, n.team) for n in s.scalars(select(NodeRow).order_by(NodeRow.name))
@@ -82,11 +103,28 @@ class SchedulingStore(AttemptsStore):
                         attempt.priority,
                     )
                 )
+            depends = JobRow.dependencies.is_not(None) & JobRow.dependency_met_at.is_(None)
             pending_rows = s.execute(
-                select(*JOB_COLUMNS).where(JobRow.state == JobState.PENDING.value).order_by(JobRow.id)
-            )
-            pending = [core_job(r, startup.get(r[0], 0.0)) for r in pending_rows]
-            return Snapshot(nodes, running, pending, self._usage(s, now), teams=self._teams(s))
+                select(*JOB_COLUMNS, depends, JobRow.array_id, JobRow.array_index, JobRow.array_limit)
+                .where(JobRow.state == JobState.PENDING.value)
+                .order_by(JobRow.id)
+            ).all()
+            extra = len(JOB_COLUMNS)
+            special = [
+                (
+                    int(r[0]),
+                    bool(r[extra]),
+                    _maybe_int(r[extra + 1]),
+                    _maybe_int(r[extra + 2]),
+                    _maybe_int(r[extra + 3]),
+                )
+                for r in pending_rows
+                if r[extra] or r[extra + 3] is not None
+            ]
+            holds = self._holds(s, special)
+            pending = [core_job(r[:extra], startup.get(r[0], 0.0)) for r in pending_rows if r[0] not in holds]
+            snapshot = Snapshot(nodes, running, pending, self._usage(s, now), teams=self._teams(s))
+            return snapshot, list(holds.values())
 
     @staticmethod
     def _teams(s: Session) -> dict[str, Team]:

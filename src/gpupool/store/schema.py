@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, ForeignKeyConstraint, Index, Integer, String, text
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, ForeignKeyConstraint, Index, Integer, String, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -63,7 +63,11 @@ class BudgetRow(Base):
 
 class JobRow(Base):
     __tablename__ = "jobs"
-    __table_args__ = (Index("ix_jobs_state", "state"), Index("ix_jobs_team_state", "team", "state"))
+    __table_args__ = (
+        Index("ix_jobs_state", "state"),
+        Index("ix_jobs_team_state", "team", "state"),
+        Index("ix_jobs_array", "array_id"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(200))
@@ -96,6 +100,23 @@ class JobRow(Base):
     gets notice and ends as TIMEOUT; None for no limit."""
     run_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     """Run time of its ended attempts, counted against `time_limit`."""
+    user: Mapped[str | None] = mapped_column(String(200), default=None)
+    """Who submitted it: the user of the token, or the OS user of the admin's command line."""
+    dependencies: Mapped[list[list[Any]] | None] = mapped_column(JSON(none_as_null=True), default=None)
+    """`[kind, job id]` pairs, kind `ok` (succeeded), `notok` (ended otherwise) or `any` (ended)."""
+    dependency_met_at: Mapped[float | None] = mapped_column(Float, default=None)
+    """When every dependency was met: only then is the job given to the scheduling core."""
+    array_id: Mapped[int | None] = mapped_column(Integer, default=None)
+    """The id of the array's first task, for every task of a job array."""
+    array_index: Mapped[int | None] = mapped_column(Integer, default=None)
+    array_limit: Mapped[int | None] = mapped_column(Integer, default=None)
+    """At most this many tasks of the array hold GPUs at once."""
+    script: Mapped[str | None] = mapped_column(Text, default=None)
+    """A batch script, as it was when submitted: each attempt runs this copy."""
+    output: Mapped[str | None] = mapped_column(String(4096), default=None)
+    error: Mapped[str | None] = mapped_column(String(4096), default=None)
+    """Paths of the standard output and error (`%j` job, `%a` array index, `%t` attempt, `%%`);
+    None keeps them in the attempt's folder."""
     nominated_at: Mapped[float | None] = mapped_column(Float, default=None)
     """When jobs were first given notice for it; cleared when it starts (see `Job.nominated`)."""
 

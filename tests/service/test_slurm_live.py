@@ -1,0 +1,106 @@
+"""What a Slurm user reaches for, through `gpupool up` with real processes: dependencies,
+arrays and their limits, batch scripts with directives, log paths, `--wait` outcomes."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_up import Service, running, state
+
+from gpupool.testing import wait_for
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    yield from running(Service(tmp_path))
+
+
+def submit(service: Service, *args: str) -> int:
+    done = service.cli("submit", "--parsable", "--priority", "low", *args)
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout)
+
+
+def job(service: Service, job_id: int) -> dict[str, object]:
+    response = service.get(f"/jobs/{job_id}")
+    assert response is not None
+    shown: dict[str, object] = response.json()
+    return shown
+
+
+def test_dependencies_wait_for_the_outcome_and_a_dependency_that_cannot_be_met_cancels(service: Service) -> None:
+    first = submit(service, "--", "sh", "-c", "sleep 1")
+    then = submit(service, "--after", str(first), "--", "true")
+    doomed = submit(service, "--", "sh", "-c", "exit 4")
+    never = submit(service, "--after", f"ok:{doomed}", "--", "true")
+    anyway = submit(service, "--after", f"any:{doomed}", "--", "true")
+    wait_for(lambda: job(service, then)["wait_reason"] == "dependency")
+    assert f"waits for job {first} to succeed" in str(job(service, then)["wait_message"])
+    wait_for(lambda: all(state(service, j) in ("succeeded", "cancelled") for j in (then, never, anyway)))
+    assert (state(service, then), state(service, never), state(service, anyway)) == (
+        "succeeded",
+        "cancelled",
+        "succeeded",
+    )
+    events = service.cli("events", "--job", str(never)).stdout
+    assert f"job {doomed} ended failed, so it can never succeed" in events
+    unknown = service.cli("submit", "--priority", "low", "--after", "999", "--", "true")
+    assert unknown.returncode == 2
+    assert "after: no job 999" in unknown.stderr
+
+
+def test_an_array_runs_at_most_its_limit_at_once_even_across_a_kill_9(service: Service, tmp_path: Path) -> None:
+    array = submit(
+        service,
+        "--array",
+        "0-5%1",
+        "-o",
+        str(tmp_path / "out-%A_%a.txt"),
+        "--",
+        "sh",
+        "-c",
+        "echo task $GPUPOOL_ARRAY_INDEX; sleep 1",
+    )
+    wait_for(lambda: state(service, array) == "running")
+    service.kill()
+    service.up()
+    wait_for(lambda: all(state(service, array + i) == "succeeded" for i in range(6)), timeout=90)
+    for i in range(6):
+        assert (tmp_path / f"out-{array}_{i}.txt").read_text() == f"task {i}\n"
+    # From the store's placements: never two tasks holding GPUs at the same time (the pool has 2).
+    spans: list[tuple[float, float]] = []
+    for i in range(6):
+        history: list[dict[str, float]] = job(service, array + i)["history"]  # type: ignore[assignment]
+        spans.extend((a["started_at"], a["ended_at"]) for a in history)
+    for (_, end), (start, _) in itertools.pairwise(sorted(spans)):
+        assert start >= end, "two tasks of a %1 array ran at once"
+    tasks = service.get(f"/jobs?array={array}").json()  # type: ignore[union-attr]
+    assert [t["task"] for t in tasks] == [f"{array}_{i}" for i in range(6)]
+
+
+def test_a_batch_script_is_read_for_directives_and_runs_as_it_was_submitted(service: Service, tmp_path: Path) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text(
+        "#!/bin/sh\n#GPUPOOL --name scripted --priority low\n#GPUPOOL -o out-%j.log\n"
+        'echo "job $GPUPOOL_JOB_ID says $1"\n'
+    )
+    done = service.cli("submit", "--parsable", "--chdir", str(tmp_path), "--name", "mine", str(script), "hello")
+    assert done.returncode == 0, done.stderr
+    job_id = int(done.stdout)
+    script.write_text("#!/bin/sh\necho changed\n")  # the job runs the copy taken at submit
+    wait_for(lambda: state(service, job_id) == "succeeded")
+    shown = job(service, job_id)
+    assert (shown["name"], shown["priority"]) == ("mine", "low")  # the command line wins over a directive
+    assert (tmp_path / f"out-{job_id}.log").read_text() == f"job {job_id} says hello\n"
+    assert service.cli("logs", str(job_id)).stdout == f"job {job_id} says hello\n"
+
+
+def test_submit_wait_ends_with_the_jobs_outcome(service: Service) -> None:
+    assert service.cli("submit", "--wait", "--priority", "low", "--", "sh", "-c", "exit 3").returncode == 3
+    assert service.cli("submit", "--wait", "--priority", "low", "--wrap", "true").returncode == 0
+    timed_out = service.cli("submit", "--wait", "--priority", "low", "-t", "0:01", "--", "sleep", "60")
+    assert timed_out.returncode == 124
+    assert "timeout" in timed_out.stderr
