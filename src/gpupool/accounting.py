@@ -103,6 +103,8 @@ class JobAccount:
     priority: str
     attempts: tuple[AttemptCost, ...]
     interruptions: tuple[Interruption, ...]
+    user: str = ""
+    """Who submitted it, where the driver knows."""
 
     @property
     def allocated(self) -> float:
@@ -163,7 +165,9 @@ class Totals:
             self.causes[i.cause] = self.causes.get(i.cause, 0) + 1
 
 
-def account(job_id: int, team: str, priority: str, attempts: Sequence[AttemptRecord], now: float) -> JobAccount:
+def account(
+    job_id: int, team: str, priority: str, attempts: Sequence[AttemptRecord], now: float, user: str = ""
+) -> JobAccount:
     """The account of one job from its attempts in order."""
     ordered = sorted(attempts, key=lambda a: a.attempt)
     costs = []
@@ -192,7 +196,7 @@ def account(job_id: int, team: str, priority: str, attempts: Sequence[AttemptRec
                 delay,
             )
         )
-    return JobAccount(job_id, team, priority, tuple(costs), tuple(interruptions))
+    return JobAccount(job_id, team, priority, tuple(costs), tuple(interruptions), user)
 
 
 def _cost(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from importlib.metadata import version
 from pathlib import Path
 from typing import Annotated
 
@@ -12,7 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gpupool import config as configuration
-from gpupool.cli_common import prepare_output
+from gpupool.cli_common import HELP, prepare_output
 from gpupool.cli_service import register
 from gpupool.config import ConfigError
 from gpupool.sim.cluster import load_vc_sizes
@@ -27,7 +28,25 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings=HELP,
 )
+
+
+def show_version(value: bool) -> None:
+    if value:
+        console.print(f"gpupool {version('gpupool')}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    _version: Annotated[
+        bool | None, typer.Option("--version", "-V", callback=show_version, is_eager=True, help="Print the version.")
+    ] = None,
+) -> None:
+    """gpupool: one shared GPU pool, priority as a job attribute."""
+
+
 console = Console()
 errors = Console(stderr=True)
 
@@ -91,7 +110,7 @@ def duration_option(text: str, option: str) -> float:
         raise UsageError(f"{option}: {exc}") from None
 
 
-@app.command()
+@app.command(context_settings=HELP)
 def simulate(
     trace: Annotated[Path, typer.Option(help="Trace in the normalised jobs.csv format (.gz too).")],
     vc_sizes: Annotated[Path | None, typer.Option(help="Per-team node counts (vc,node num).")] = None,
@@ -180,7 +199,7 @@ def replay_with_progress(trace: Trace, spec: ClusterSpec, policies: list[Policy]
         return compare(trace, spec, policies, settings, lambda p, done: progress.update(tasks[p], completed=done))
 
 
-@app.command()
+@app.command(context_settings=HELP)
 def demo(
     simulated: Annotated[bool, typer.Option(help="Replay the demonstration in the simulator instead.")] = False,
 ) -> None:

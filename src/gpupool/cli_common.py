@@ -17,8 +17,10 @@ was preempted and the job waits for its next one. For an array, the highest code
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -39,6 +41,9 @@ EXIT_REFUSED = 5
 EXIT_PREEMPTED = 75
 EXIT_TIMEOUT = 124
 EXIT_CANCELLED = 125
+
+HELP = {"help_option_names": ["-h", "--help"]}
+"""`-h` as well as `--help`, on every command."""
 
 console = Console()
 errors = Console(stderr=True)
@@ -102,6 +107,33 @@ def wait_for_outcome(api: Client, job_id: int, *, quiet: bool = False, every: fl
             code = "" if job["exit_code"] is None else f" (exit code {job['exit_code']})"
             errors.print(f"job {who}: {job['state']}{code}", highlight=False)
     return max(outcome_code(j) for j in jobs)
+
+
+TIME_FIELDS = frozenset({"at", "time", "since", "until", "submit_time", "running_since", "nominated_at"})
+
+
+def for_machines(value: Any, key: str = "") -> Any:
+    """API data for `--json`: points in time as ISO-8601 (UTC), durations and counts as numbers."""
+    if isinstance(value, dict):
+        return {k: for_machines(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [for_machines(v, key) for v in value]
+    if isinstance(value, int | float) and not isinstance(value, bool) and (key in TIME_FIELDS or key.endswith("_at")):
+        return datetime.fromtimestamp(value, UTC).isoformat()
+    return value
+
+
+def print_json(value: Any) -> None:
+    console.out(json.dumps(for_machines(value), indent=2), highlight=False)
+
+
+def when(timestamp: float | None, now: float | None = None) -> str:
+    """A point in time for people: the time of day today, else the date and time."""
+    if timestamp is None:
+        return ""
+    moment = datetime.fromtimestamp(timestamp)
+    today = datetime.fromtimestamp(now if now is not None else time.time()).date()
+    return moment.strftime("%H:%M:%S") if moment.date() == today else moment.strftime("%Y-%m-%d %H:%M")
 
 
 def client(config: Path | None, api: str | None) -> Client:

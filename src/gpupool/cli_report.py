@@ -8,34 +8,53 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from gpupool.cli_common import ApiOption, ConfigOption, call, client, console, fail, prepare_output
-from gpupool.cli_service import interruptions_table
+from gpupool.cli_common import (
+    ApiOption,
+    ConfigOption,
+    JsonOption,
+    call,
+    client,
+    console,
+    errors,
+    fail,
+    prepare_output,
+    print_json,
+)
+from gpupool.cli_jobs import interruptions_table
+from gpupool.cli_table import Column, table
 from gpupool.units import gpu_time, parse_duration
 
-COLUMNS = (
-    "jobs",
-    "allocated",
-    "productive",
-    "goodput",
-    "startup",
-    "checkpoint",
-    "drain",
-    "wasted",
-    "unreported",
-    "cuts",
-    "lost",
-)
+BUCKETS = ("startup", "checkpoint", "drain", "wasted", "unreported")
+
+
+def totals_columns(title: str) -> tuple[Column, ...]:
+    return (
+        Column(title.upper(), shrink=1, minimum=6),
+        Column("JOBS", justify="right"),
+        Column("ALLOCATED", justify="right"),
+        Column("PRODUCTIVE", justify="right", drop=6),
+        Column("GOODPUT", justify="right"),
+        Column("STARTUP", justify="right", drop=3),
+        Column("CHECKPOINT", justify="right", drop=2),
+        Column("DRAIN", justify="right", drop=4),
+        Column("WASTED", justify="right", drop=5),
+        Column("UNREPORTED", justify="right", drop=1),
+        Column("CUTS", justify="right"),
+        Column("LOST", justify="right"),
+    )
 
 
 def report(
     since: Annotated[str | None, typer.Option(help="Only the last DURATION, e.g. 1h or 7d (default: all).")] = None,
     plots: Annotated[Path | None, typer.Option(help="Also write PNG plots into this folder.")] = None,
+    as_json: JsonOption = False,
     config: ConfigOption = None,
     api: ApiOption = None,
 ) -> None:
-    """GPU time by what it went to, goodput, and what interruptions cost: pool, teams, classes."""
+    """GPU time, goodput and what interruptions cost: pool, teams, users, classes.
+
+    Goodput is productive over reported GPU time (jobs that report nothing are apart)."""
     try:
         start = time.time() - parse_duration(since) if since is not None else None
     except ValueError as exc:
@@ -43,29 +62,38 @@ def report(
     if plots is not None:
         prepare_output(plots, "--plots", folder=True)
     data = call(client(config, api).report, start)
-    console.print(totals_table("pool", {"pool": data["pool"]}))
-    console.print(totals_table("teams", data["teams"]))
-    console.print(totals_table("classes", data["classes"]))
-    costly = sorted(data["interruptions"], key=lambda i: i["lost"], reverse=True)[:20]
-    if costly:
-        table = interruptions_table(costly, jobs=True)
-        table.title = f"the {len(costly)} costliest of {len(data['interruptions'])} interruptions"
-        console.print(table)
+    if as_json:
+        print_json(data)
+    else:
+        groups = (("pool", {"pool": data["pool"]}), ("team", data["teams"]), ("user", data["users"]))
+        for title, rows in (*groups, ("class", data["classes"])):
+            console.print(totals_table(title, rows))
+        costly = sorted(data["interruptions"], key=lambda i: i["lost"], reverse=True)[:20]
+        if costly:
+            cuts = interruptions_table(costly, width=console.width, jobs=True)
+            cuts.title = f"the {len(costly)} costliest of {len(data['interruptions'])} interruptions"
+            console.print(cuts)
     if plots is not None:
         from gpupool.report_plots import plot_report
 
         for path in plot_report(data, plots):
-            console.print(f"wrote {path}")
+            errors.print(f"wrote {path}", highlight=False)
 
 
-def totals_table(title: str, rows: Mapping[str, Mapping[str, Any]]) -> Table:
-    table = Table(title=title, box=None, header_style="bold")
-    table.add_column("")
-    for column in COLUMNS:
-        table.add_column(column, justify="right")
+def totals_table(title: str, rows: Mapping[str, Mapping[str, Any]]) -> Any:
+    cells = []
     for name, t in rows.items():
         goodput = "" if t["goodput"] is None else f"{t['goodput']:.1%}"
-        buckets = [gpu_time(t[b]) for b in ("allocated", "productive")]
-        losses = [gpu_time(t[b]) for b in ("startup", "checkpoint", "drain", "wasted", "unreported")]
-        table.add_row(name, str(t["jobs"]), *buckets, goodput, *losses, str(t["interruptions"]), gpu_time(t["lost"]))
-    return table
+        cells.append(
+            [
+                name,
+                str(t["jobs"]),
+                gpu_time(t["allocated"]),
+                gpu_time(t["productive"]),
+                goodput,
+                *(gpu_time(t[b]) for b in BUCKETS),
+                str(t["interruptions"]),
+                gpu_time(t["lost"]),
+            ]
+        )
+    return table(totals_columns(title), cells, console.width)

@@ -1,19 +1,27 @@
-"""The command line of the live service: `up`, `submit`, `queue`, `show`, `cancel`, `logs`, `events`."""
+"""The command line of the live service: `up`, and the pool as a whole: `pool` (as sinfo),
+`team`, `user`, `classes`. Job commands are in `cli_jobs`, `submit` in `cli_submit`."""
 
 from __future__ import annotations
 
-import shlex
-import time
-from datetime import datetime
+from collections import Counter
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from gpupool.cli_common import ApiOption, ConfigOption, call, client, console, fail
+from gpupool.cli_common import (
+    HELP,
+    ApiOption,
+    ConfigOption,
+    JsonOption,
+    call,
+    client,
+    console,
+    fail,
+    print_json,
+)
+from gpupool.cli_table import Column, table
 from gpupool.config import ConfigError, load_spec
-from gpupool.model import ENDED, JobState
-from gpupool.units import gpu_time, human_seconds, plural
+from gpupool.units import human_seconds, plural
 
 
 def up(config: ConfigOption = None) -> None:
@@ -35,154 +43,98 @@ def up(config: ConfigOption = None) -> None:
         shut_down(running)
 
 
-def queue(
-    all_jobs: Annotated[bool, typer.Option("--all", help="Ended jobs too.")] = False,
-    team: Annotated[str | None, typer.Option(help="Only this team's jobs.")] = None,
-    config: ConfigOption = None,
-    api: ApiOption = None,
-) -> None:
-    """The jobs that wait or run, like squeue."""
-    states = None if all_jobs else "pending,starting,running,preempting"
-    api_client = client(config, api)
-    jobs = call(lambda: api_client.jobs(state=states, team=team))
-    now = time.time()
-    table = Table(box=None, header_style="bold")
-    for header in ("ID", "NAME", "TEAM", "CLASS", "STATE", "GPUS", "WAIT/RUN", "NODE/GPUS", "ATTEMPTS", "WHY"):
-        table.add_column(header)
-    for job in jobs:
-        # Run time of the live attempt, else time in line (or, once ended, submit to end).
-        if job["running_since"] is not None:
-            age = now - job["running_since"]
-        else:
-            age = (job["ended_at"] or now) - job["submit_time"]
-        where = " ".join(f"{node}[{','.join(map(str, ids))}]" for node, ids in job["placement"].items())
-        why = job["wait_reason"] if job["state"] == "pending" and job["wait_reason"] else ""
-        table.add_row(
-            str(job["id"]),
-            job["name"],
-            job["team"],
-            job["priority"],
-            job["state"],
-            str(job["gpus"]),
-            human_seconds(age),
-            where,
-            str(job["attempts"]),
-            why,
-        )
-    console.print(table)
+POOL_COLUMNS = (
+    Column("NODE", shrink=2, minimum=8),
+    Column("TYPE", shrink=3, minimum=6, drop=2),
+    Column("GPUS", justify="right"),
+    Column("IDLE", justify="right"),
+    Column("ALLOC", justify="right"),
+    Column("DRAIN", justify="right"),
+    Column("HELD", justify="right"),
+    Column("WHO", shrink=1, minimum=12, drop=1, wrap=True),
+)
 
 
-def show(job_id: int, config: ConfigOption = None, api: ApiOption = None) -> None:
-    """A job with its attempts, its GPU time, and each interruption with its reason and cost."""
-    api_client = client(config, api)
-    job = call(api_client.job, job_id)
-    console.print(f"[bold]job {job['id']}[/] {job['name']}: {job['state']}, team {job['team']}, {job['priority']}")
-    console.print(f"  command: {shlex.join(job['command'])}  (in {job['workdir']})", highlight=False)
-    console.print(f"  {plural(job['gpus'], 'GPU')}; attempts {job['attempts']}, preemptions {job['preemptions']}")
-    if job["wait_message"] and job["state"] == "pending":
-        console.print(f"  waits: {job['wait_message']}")
-    table = Table(title="attempts", box=None, header_style="bold")
-    for header in ("#", "started", "ended", "outcome", "exit", "step", "last checkpoint"):
-        table.add_column(header)
-    for a in job["history"]:
-        table.add_row(
-            str(a["attempt"]),
-            clock(a["started_at"]),
-            clock(a["ended_at"]),
-            a["outcome"] or "live",
-            "" if a["exit_code"] is None else str(a["exit_code"]),
-            "" if a["step"] is None else str(a["step"]),
-            clock(a["last_checkpoint_at"]),
-        )
-    console.print(table)
-    account = job.get("account")
-    if account is None:
+def pool(as_json: JsonOption = False, config: ConfigOption = None, api: ApiOption = None) -> None:
+    """The nodes and their GPUs, as sinfo, with who holds what.
+
+    A GPU is idle, allocated, draining (its job has notice) or held for a preemptor (free,
+    kept while that job's victims drain)."""
+    data = call(client(config, api).pool)
+    if as_json:
+        print_json(data)
         return
-    goodput = f", goodput {account['goodput']:.1%}" if account["goodput"] is not None else ", goodput unknown"
-    unreported = ""
-    if account["unreported"] > 0:
-        unreported = f", {gpu_time(account['unreported'])} unreported (the job does not report its progress)"
-    console.print(
-        f"  {gpu_time(account['allocated'])} allocated, {gpu_time(account['productive'])} productive"
-        f"{unreported}{goodput}"
-    )
-    if account["interruptions"]:
-        console.print(interruptions_table(account["interruptions"]))
-
-
-def interruptions_table(interruptions: list[dict[str, Any]], *, jobs: bool = False) -> Table:
-    """Each interruption with its cause, its reason and what it cost (GPU time)."""
-    table = Table(title="interruptions (GPU time lost)", box=None, header_style="bold")
-    headers = ("job", "team", "class") if jobs else ("attempt",)
-    for header in (*headers, "at", "cause", "wasted", "drain", "restart", "lost", "waited", "reason"):
-        table.add_column(header, overflow="fold")
-    for i in interruptions:
-        first = (str(i["job"]), i["team"], i["priority"]) if jobs else (str(i["attempt"]),)
-        table.add_row(
-            *first,
-            clock(i["at"]),
-            i["cause"],
-            gpu_time(i["wasted"]),
-            gpu_time(i["drain"]),
-            "" if i["restart"] is None else gpu_time(i["restart"]),
-            gpu_time(i["lost"]),
-            "waiting" if i["delay"] is None else human_seconds(i["delay"]),
-            i["reason"],
+    rows = []
+    for node in data["nodes"]:
+        states = Counter(g["state"] for g in node["gpu_states"])
+        holders: dict[str, list[int]] = {}
+        for g in node["gpu_states"]:
+            if g["state"] in ("allocated", "draining"):
+                who = f"{g['team']}/{g['job']}" + (f"→{g['for_job']}" if g["state"] == "draining" else "")
+            elif g["state"] == "held":
+                who = f"held→{g['for_job']}"
+            else:
+                continue
+            holders.setdefault(who, []).append(g["gpu"])
+        who = " ".join(f"{name}[{','.join(map(str, ids))}]" for name, ids in holders.items())
+        rows.append(
+            [
+                node["name"],
+                node["gpu_type"] + (" (virtual)" if node["virtual"] and "virtual" not in node["gpu_type"] else ""),
+                str(node["gpus"]),
+                str(states["idle"]),
+                str(states["allocated"]),
+                str(states["draining"]),
+                str(states["held"]),
+                who,
+            ]
         )
-    return table
+    console.print(table(POOL_COLUMNS, rows, console.width))
+    console.print(f"{data['busy']} of {plural(data['gpus'], 'GPU')} in use", highlight=False)
 
 
-def cancel(job_id: int, config: ConfigOption = None, api: ApiOption = None) -> None:
-    """Cancel a job: at once if it waits; a running one gets SIGTERM, then SIGKILL after its grace."""
-    job = call(client(config, api).cancel, job_id)
-    console.print(f"job {job['id']}: {job['state']}" + (" (stopping)" if job["state"] != "cancelled" else ""))
+team_app = typer.Typer(
+    help="Teams: weights, guarantees, budgets, allowed classes, tokens.", no_args_is_help=True, context_settings=HELP
+)
 
 
-def logs(
-    job_id: int,
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
-    attempt: Annotated[int | None, typer.Option(help="Attempt number (default: the latest).")] = None,
-    stderr: Annotated[bool, typer.Option("--stderr", help="Standard error instead of output.")] = False,
-    config: ConfigOption = None,
-    api: ApiOption = None,
-) -> None:
-    """Print a job's output."""
-    api_client = client(config, api)
-    offset = 0
-    while True:
-        text = call(api_client.logs, job_id, attempt, "stderr" if stderr else "stdout", offset)
-        if text:
-            console.out(text, end="", highlight=False)
-            offset += len(text.encode())
-        if not follow or JobState(call(api_client.job, job_id)["state"]) in ENDED:
-            return
-        time.sleep(0.5)
-
-
-def events(
-    job: Annotated[int | None, typer.Option(help="Only this job's events.")] = None,
-    config: ConfigOption = None,
-    api: ApiOption = None,
-) -> None:
-    """Every decision and state change, with its reason."""
-    for event in call(client(config, api).events, job):
-        subject = f"job {event['job_id']}" if event["job_id"] is not None else ""
-        console.print(f"{clock(event['time'])} {event['kind']:<16} {subject:<8} {event['message']}", highlight=False)
-
-
-team_app = typer.Typer(help="Teams: weights, guarantees, allowed classes, tokens (admin).", no_args_is_help=True)
+def budgets_text(team: dict[str, Any]) -> str:
+    return "; ".join(
+        f"{b['priority']} {b['used_gpu_hours']:.1f}/{b['gpu_hours']:g} GPU-h per {human_seconds(b['window'])}"
+        f" ({max(0.0, b['gpu_hours'] - b['used_gpu_hours']):.1f} left)"
+        for b in team["budgets"]
+    )
 
 
 @team_app.command("list")
-def team_list(config: ConfigOption = None, api: ApiOption = None) -> None:
-    """Every team with its weight, guarantee and allowed classes."""
-    table = Table(box=None, header_style="bold")
-    for header in ("TEAM", "WEIGHT", "GUARANTEED GPUS", "CLASSES"):
-        table.add_column(header)
-    for team in call(client(config, api).teams):
-        classes = ", ".join(team["classes"]) if team["classes"] is not None else "all"
-        table.add_row(team["name"], f"{team['weight']:g}", str(team["guaranteed_gpus"]), classes)
-    console.print(table)
+def team_list(as_json: JsonOption = False, config: ConfigOption = None, api: ApiOption = None) -> None:
+    """Every team: GPUs in use against its guarantee, weight, budgets and their use."""
+    teams = call(client(config, api).teams)
+    if as_json:
+        print_json(teams)
+        return
+    columns = (
+        Column("TEAM", shrink=2, minimum=6),
+        Column("USING", justify="right"),
+        Column("GUARANTEED", justify="right"),
+        Column("PENDING", justify="right"),
+        Column("WEIGHT", justify="right"),
+        Column("CLASSES", shrink=3, minimum=6, drop=2),
+        Column("BUDGETS: USED/BUDGET", shrink=1, minimum=16, drop=1, wrap=True),
+    )
+    rows = [
+        [
+            t["name"],
+            str(t["using_gpus"]),
+            str(t["guaranteed_gpus"]),
+            str(t["pending_jobs"]),
+            f"{t['weight']:g}",
+            ", ".join(t["classes"]) if t["classes"] is not None else "all",
+            budgets_text(t),
+        ]
+        for t in teams
+    ]
+    console.print(table(columns, rows, console.width))
 
 
 @team_app.command("set")
@@ -197,7 +149,7 @@ def team_set(
     config: ConfigOption = None,
     api: ApiOption = None,
 ) -> None:
-    """Create or change a team: only the options given change."""
+    """Create or change a team (admin): only the options given change."""
     body: dict[str, Any] = {"new_token": new_token}
     if weight is not None:
         body["weight"] = weight
@@ -208,37 +160,94 @@ def team_set(
         body["classes"] = None if names == ["all"] else names
     team = call(client(config, api).set_team, name, body)
     console.print(
-        f"team {team['name']}: weight {team['weight']:g}, {plural(team['guaranteed_gpus'], 'GPU')} guaranteed"
+        f"team {team['name']}: weight {team['weight']:g}, {plural(team['guaranteed_gpus'], 'GPU')} guaranteed",
+        highlight=False,
     )
     if team["token"]:
-        console.print(f"token (shown once; give it to the team as GPUPOOL_TOKEN): {team['token']}")
+        console.print(f"token (shown once; give it to the team as GPUPOOL_TOKEN): {team['token']}", highlight=False)
 
 
-def classes(config: ConfigOption = None, api: ApiOption = None) -> None:
+user_app = typer.Typer(
+    help="Users: who submits, in which team, with a token each.", no_args_is_help=True, context_settings=HELP
+)
+
+
+@user_app.command("add")
+def user_add(
+    name: str,
+    team: Annotated[str, typer.Option(help="The user's team.")],
+    config: ConfigOption = None,
+    api: ApiOption = None,
+) -> None:
+    """Add a user to a team (admin), with a token of their own (shown once)."""
+    user = call(client(config, api).set_user, name, {"team": team, "new_token": True})
+    console.print(f"user {user['name']} of team {user['team']}", highlight=False)
+    console.print(f"token (shown once; give it to them as GPUPOOL_TOKEN): {user['token']}", highlight=False)
+
+
+@user_app.command("set")
+def user_set(
+    name: str,
+    team: Annotated[str | None, typer.Option(help="Move the user to this team.")] = None,
+    new_token: Annotated[bool, typer.Option(help="Make a new token (the old one stops working).")] = False,
+    config: ConfigOption = None,
+    api: ApiOption = None,
+) -> None:
+    """Move a user to another team, or give them a new token (admin)."""
+    user = call(client(config, api).set_user, name, {"team": team, "new_token": new_token})
+    console.print(f"user {user['name']} of team {user['team']}", highlight=False)
+    if user["token"]:
+        console.print(f"token (shown once; give it to them as GPUPOOL_TOKEN): {user['token']}", highlight=False)
+
+
+@user_app.command("list")
+def user_list(as_json: JsonOption = False, config: ConfigOption = None, api: ApiOption = None) -> None:
+    """The users and their teams."""
+    users = call(client(config, api).users)
+    if as_json:
+        print_json(users)
+        return
+    console.print(
+        table(
+            (Column("USER", shrink=1), Column("TEAM", shrink=2)), [[u["name"], u["team"]] for u in users], console.width
+        )
+    )
+
+
+def classes(as_json: JsonOption = False, config: ConfigOption = None, api: ApiOption = None) -> None:
     """The priority classes, most important first."""
-    table = Table(box=None, header_style="bold")
-    for header in ("CLASS", "VALUE", "MAY PREEMPT", "PREEMPTIBLE", "MIN RUNTIME", "GRACE"):
-        table.add_column(header)
-    for c in call(client(config, api).classes):
-        table.add_row(
+    found = call(client(config, api).classes)
+    if as_json:
+        print_json(found)
+        return
+    columns = (
+        Column("CLASS"),
+        Column("VALUE", justify="right"),
+        Column("PREEMPTS"),
+        Column("PREEMPTIBLE"),
+        Column("MIN RUN", justify="right"),
+        Column("GRACE", justify="right"),
+    )
+    rows = [
+        [
             c["name"],
             str(c["value"]),
             "yes" if c["may_preempt"] else "no",
             "yes" if c["preemptible"] else "no",
             human_seconds(c["min_runtime"]),
             human_seconds(c["grace_period"]),
-        )
-    console.print(table)
-
-
-def clock(timestamp: float | None) -> str:
-    return datetime.fromtimestamp(timestamp).strftime("%H:%M:%S") if timestamp is not None else ""
+        ]
+        for c in found
+    ]
+    console.print(table(columns, rows, console.width))
 
 
 def register(app: typer.Typer) -> None:
+    from gpupool.cli_jobs import cancel, events, logs, queue, show
     from gpupool.cli_report import report
     from gpupool.cli_submit import submit
 
-    for command in (up, submit, queue, show, cancel, logs, events, classes, report):
-        app.command()(command)
+    for command in (up, submit, queue, show, cancel, logs, events, pool, classes, report):
+        app.command(context_settings=HELP)(command)
     app.add_typer(team_app, name="team")
+    app.add_typer(user_app, name="user")

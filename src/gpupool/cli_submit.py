@@ -139,7 +139,7 @@ def submit(
 ) -> None:
     """Submit a job: gpupool submit --gpus 2 --priority high -- python train.py
 
-    A batch script (a file starting with #!) is read for #GPUPOOL option lines at its top, as
+    Or a batch script (a file starting with #!) is read for #GPUPOOL option lines at its top, as
     sbatch reads #SBATCH; options on the command line win. The job runs a copy of the script
     taken now.
     """

@@ -90,9 +90,21 @@ class Client:
         team: dict[str, Any] = self.request("PUT", f"/teams/{name}", json=body)
         return team
 
+    def users(self) -> list[dict[str, Any]]:
+        users: list[dict[str, Any]] = self.request("GET", "/users")
+        return users
+
+    def set_user(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        user: dict[str, Any] = self.request("PUT", f"/users/{name}", json=body)
+        return user
+
     def classes(self) -> list[dict[str, Any]]:
         classes: list[dict[str, Any]] = self.request("GET", "/classes")
         return classes
+
+    def pool(self) -> dict[str, Any]:
+        pool: dict[str, Any] = self.request("GET", "/pool")
+        return pool
 
     def report(self, since: float | None = None) -> dict[str, Any]:
         params = {"since": since} if since is not None else {}

@@ -13,7 +13,6 @@ protocol, the token of one attempt (`GPUPOOL_TOKEN`). Domain errors become JSON
 # the event loop and pay no hand-off to a worker thread, which costs more than their one small
 # transaction. Submissions go through a group commit (`batching`). Reads that may return many
 # rows, and logs, stay `def` and run in FastAPI's thread pool.
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,18 +38,16 @@ from gpupool.api.models import (
     JobOut,
     NoticeOut,
     ReportOut,
-    TeamIn,
-    TeamOut,
     TotalsOut,
 )
+from gpupool.api.pool import Principal, add_pool_routes
 from gpupool.errors import HTTP_STATUS, Forbidden, GpupoolError, InvalidInput, Unauthorized
 from gpupool.model import Job, JobState, Node
 from gpupool.policy import messages
 from gpupool.policy.place import FreeGpus, can_ever_fit, job_shapes
 from gpupool.service import ControlLoop, token_hash
 from gpupool.slurm import parse_after, parse_array
-from gpupool.store import DEFAULT_TEAM, UNCHANGED, JobSpec, Store
-from gpupool.store.schema import TeamRow
+from gpupool.store import DEFAULT_TEAM, JobSpec, Store
 
 T = TypeVar("T")
 
@@ -76,16 +73,18 @@ class Context:
         return self._nodes
 
 
-@dataclass(frozen=True)
-class Principal:
-    admin: bool
-    team: str | None
-    user: str | None = None
-
-
 def create_app(ctx: Context) -> FastAPI:
     app = FastAPI(title="gpupool", summary="One shared GPU pool, priority as a job attribute.")
     writer = SubmissionWriter(ctx.store, ctx.clock, ctx.loop.wakeup.set)
+
+    @app.get("/health")
+    def health() -> JSONResponse:
+        """No token needed: 200 when the API and the store answer, 503 when the store does not."""
+        try:
+            ctx.store.classes()
+        except Exception as exc:
+            return JSONResponse({"status": "unavailable", "store": str(exc)[:200]}, status_code=503)
+        return JSONResponse({"status": "ok", "store": "ok"})
 
     @app.exception_handler(GpupoolError)
     def domain_error(_request: Request, exc: GpupoolError) -> JSONResponse:
@@ -105,10 +104,10 @@ def create_app(ctx: Context) -> FastAPI:
         digest = token_hash(token)
         if digest == ctx.admin_hash:
             return Principal(admin=True, team=None)
-        team = ctx.store.team_by_token(digest)
-        if team is None:
-            raise Unauthorized("this token is not the admin's nor a team's")
-        return Principal(admin=False, team=team.name)
+        holder = ctx.store.holder_of(digest)
+        if holder is None:
+            raise Unauthorized("this token is not the admin's, a team's nor a user's")
+        return Principal(admin=False, team=holder[0], user=holder[1])
 
     async def admin(who: Annotated[Principal, Depends(principal)]) -> Principal:
         if not who.admin:
@@ -197,6 +196,7 @@ def create_app(ctx: Context) -> FastAPI:
             until=now,
             pool=TotalsOut.of(pool),
             teams={k: TotalsOut.of(v) for k, v in totals(accounts, lambda a: a.team).items()},
+            users={k: TotalsOut.of(v) for k, v in totals(accounts, lambda a: a.user or "(none)").items()},
             classes={k: TotalsOut.of(v) for k, v in totals(accounts, lambda a: a.priority).items()},
             interruptions=[
                 JobInterruptionOut.model_validate(
@@ -241,49 +241,7 @@ def create_app(ctx: Context) -> FastAPI:
             for e in ctx.store.events(job_id=job, after=after, limit=limit)
         ]
 
-    # --- teams, classes, pool -----------------------------------------------------------------
-
-    @app.get("/teams", response_model=list[TeamOut])
-    def teams(who: Annotated[Principal, Depends(principal)]) -> list[TeamOut]:
-        return [team_out(t) for t in ctx.store.teams()]
-
-    @app.put("/teams/{name}", response_model=TeamOut)
-    def set_team(name: str, body: TeamIn, who: Annotated[Principal, Depends(admin)]) -> TeamOut:
-        token = secrets.token_urlsafe(24) if body.new_token else None
-        row = ctx.store.set_team(
-            name,
-            weight=body.weight,
-            guaranteed_gpus=body.guaranteed_gpus,
-            allowed_classes=body.classes if "classes" in body.model_fields_set else UNCHANGED,
-            token_hash=token_hash(token) if token else None,
-        )
-        ctx.loop.wakeup.set()  # a new guarantee or weight may change what the loop decides
-        return team_out(row, token)
-
-    @app.get("/classes")
-    def classes(who: Annotated[Principal, Depends(principal)]) -> list[dict[str, object]]:
-        return [
-            {
-                "name": c.name,
-                "value": c.value,
-                "may_preempt": c.may_preempt,
-                "preemptible": c.preemptible,
-                "min_runtime": c.min_runtime,
-                "grace_period": c.grace_period,
-            }
-            for c in ctx.store.classes()
-        ]
-
-    @app.get("/pool")
-    def pool(who: Annotated[Principal, Depends(principal)]) -> dict[str, object]:
-        held: dict[str, int] = {}
-        for p in ctx.store.held():
-            held[p.node] = held.get(p.node, 0) + 1
-        nodes = [
-            {"name": n.name, "gpus": n.gpus, "gpu_type": n.gpu_type, "virtual": n.virtual, "busy": held.get(n.name, 0)}
-            for n in ctx.store.nodes()
-        ]
-        return {"nodes": nodes, "gpus": sum(n.gpus for n in ctx.store.nodes()), "busy": sum(held.values())}
+    add_pool_routes(app, ctx, principal, admin)
 
     # --- the job protocol ------------------------------------------------------------------------
 
@@ -349,12 +307,6 @@ def parse_state(text: str) -> JobState:
     except ValueError:
         known = ", ".join(s.value for s in JobState)
         raise InvalidInput(f"state: unknown state {text!r} (known: {known})") from None
-
-
-def team_out(row: TeamRow, token: str | None = None) -> TeamOut:
-    return TeamOut(
-        name=row.name, weight=row.weight, guaranteed_gpus=row.guaranteed_gpus, classes=row.allowed_classes, token=token
-    )
 
 
 def placements(ctx: Context) -> dict[int, dict[str, list[int]]]:

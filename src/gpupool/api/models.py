@@ -159,6 +159,8 @@ class ReportOut(BaseModel):
     until: float
     pool: TotalsOut
     teams: dict[str, TotalsOut]
+    users: dict[str, TotalsOut]
+    """Per user who submitted (jobs of no known user under "(none)")."""
     classes: dict[str, TotalsOut]
     interruptions: list[JobInterruptionOut]
 
@@ -219,11 +221,62 @@ class TeamIn(_In):
     new_token: bool = False
 
 
+class BudgetOut(BaseModel):
+    priority: str
+    gpu_hours: float
+    window: float
+    used_gpu_hours: float
+    """GPU-hours spent at this class inside the window (metered at the class attempts ran at)."""
+
+
 class TeamOut(BaseModel):
     name: str
     weight: float
     guaranteed_gpus: int
     classes: list[str] | None
+    using_gpus: int = 0
+    """GPUs its live attempts hold now."""
+    pending_jobs: int = 0
+    budgets: list[BudgetOut] = Field(default_factory=list)
+    token: str | None = None
+    """Only when a token was just made: it is not stored and cannot be shown again."""
+
+
+class GpuOut(BaseModel):
+    gpu: int
+    state: str
+    """idle, allocated, draining (its job has notice), held (free, kept for a preemptor)."""
+    job: int | None
+    team: str | None
+    user: str | None
+    for_job: int | None
+    """For draining and held GPUs: the job they are freed or kept for."""
+
+
+class NodeOut(BaseModel):
+    name: str
+    gpus: int
+    gpu_type: str
+    virtual: bool
+    gpu_states: list[GpuOut]
+
+
+class PoolOut(BaseModel):
+    nodes: list[NodeOut]
+    gpus: int
+    busy: int
+    """GPUs held by live attempts (allocated or draining)."""
+
+
+class UserIn(_In):
+    team: str | None = Field(default=None, max_length=200)
+    """The user's team: needed for a new user; given for an old one, it moves them."""
+    new_token: bool = False
+
+
+class UserOut(BaseModel):
+    name: str
+    team: str
     token: str | None = None
     """Only when a token was just made: it is not stored and cannot be shown again."""
 

@@ -259,9 +259,23 @@ class _Cycle:
     def explain(self, job: Job, reason: Reason) -> str:
         if reason is Reason.NEVER_FITS:
             return messages.never_fits(job, [n for n in self.snapshot.nodes if n.team in (None, job.team)])
+        eff = self.effective_of(job)
         if reason is Reason.NO_VICTIMS:
-            return messages.no_victims(job, self.effective_of(job).cls)
-        return messages.no_fit(job, self.free, self.shapes_of(job)[0].groups)
+            text = messages.no_victims(job, eff.cls, self.protected_below(job, eff.cls), self.now)
+        else:
+            text = messages.no_fit(job, self.free, self.shapes_of(job)[0].groups)
+        return f"{text}; {eff.note}" if eff.note else text
+
+    def protected_below(self, job: Job, cls: PriorityClass) -> list[Candidate]:
+        """Running jobs on the nodes `job` may use that its class could preempt but a rule
+        protects: what a person needs to know of why nobody is given notice."""
+        nodes = {i for shape in self.shapes_of(job) for i in self.nodes_in(shape.groups)}
+        seen: dict[JobId, Candidate] = {}
+        for i in sorted(nodes):
+            for candidate in self.candidates.on_node[i]:
+                if candidate.protection is not None and candidate.cls.value < cls.value:
+                    seen.setdefault(candidate.id, candidate)
+        return list(seen.values())
 
     def fits_ever(self, shapes: tuple[Shape, ...]) -> bool:
         if shapes not in self.ever_fits:

@@ -69,8 +69,31 @@ def queue_blocked() -> str:
     return "waits behind an earlier job that does not fit (strict queue)"
 
 
-def no_victims(job: Job, cls: PriorityClass) -> str:
-    return (
+def no_victims(job: Job, cls: PriorityClass, protected: Sequence[Candidate] = (), now: float = 0.0) -> str:
+    """Why no job is given notice for `job`, with the rules that protect those it could take."""
+    text = (
         f"waits for {plural(job.gpus, 'GPU')}: no set of preemptible jobs below {cls.name} "
         f"(or above their team's guarantee) frees a placement now"
     )
+    if not protected:
+        return text
+    reasons: dict[str, list[str]] = {}
+    for c in sorted(protected, key=lambda c: (c.protected_until or float("inf"), c.id)):
+        if c.protected_until is not None:
+            rule = f"inside their minimum runtime ({c.cls.name}: {human_seconds(c.cls.min_runtime)})"
+            detail = f"job {c.id} for {human_seconds(c.protected_until - now)} more"
+        else:
+            rule = c.protection or "protected"
+            if rule.startswith("reached its preemption cap"):
+                rule, detail = (
+                    "at their preemption cap",
+                    f"job {c.id} {rule.removeprefix('reached its preemption cap ')}",
+                )
+            else:
+                detail = f"job {c.id}"
+        reasons.setdefault(rule, []).append(detail)
+    parts = []
+    for rule, jobs in reasons.items():
+        shown = ", ".join(jobs[:3]) + (f" and {len(jobs) - 3} more" if len(jobs) > 3 else "")
+        parts.append(f"{rule}: {shown}")
+    return f"{text}; protected: {'; '.join(parts)}"

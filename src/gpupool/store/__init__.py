@@ -10,11 +10,12 @@ from gpupool.store.accounts import AccountsStore
 from gpupool.store.engine import connect, migrate
 from gpupool.store.jobs import DEFAULT_TEAM, UNCHANGED, JobSpec, JobsStore
 from gpupool.store.scheduling import SchedulingStore
+from gpupool.store.views import ViewsStore
 
 __all__ = ["DEFAULT_TEAM", "UNCHANGED", "JobSpec", "Store"]
 
 
-class Store(JobsStore, SchedulingStore, AccountsStore):
+class Store(JobsStore, SchedulingStore, AccountsStore, ViewsStore):
     @classmethod
     def open(cls, url: str) -> Store:
         """Connect to `url` and bring its schema to the newest revision."""

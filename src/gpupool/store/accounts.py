@@ -78,4 +78,4 @@ class AccountsStore(StoreBase):
                     a.last_heartbeat_at is not None or a.productive_at is not None or bool(commits[key]),
                 )
             )
-        return [account(i, jobs[i].team, jobs[i].priority, by_job[i], now) for i in ids]
+        return [account(i, jobs[i].team, jobs[i].priority, by_job[i], now, jobs[i].user or "") for i in ids]

@@ -59,6 +59,7 @@ class AttemptsStore(StoreBase):
         s.add(attempt)
         job.attempts += 1
         job.nominated_at = None
+        job.held_gpus = None
         self.move(s, job, JobState.STARTING, now, message, attempt=attempt.attempt)
         s.flush()
         s.add_all(

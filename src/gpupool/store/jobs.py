@@ -14,7 +14,7 @@ from gpupool.errors import Conflict, Forbidden, GpupoolError, InvalidInput, NotF
 from gpupool.model import ENDED, Config, JobState, Node, Team
 from gpupool.store.base import StoreBase
 from gpupool.store.holds import KINDS as DEPENDENCY_KINDS
-from gpupool.store.schema import BudgetRow, EventRow, JobRow, NodeRow, PriorityClassRow, TeamRow
+from gpupool.store.schema import BudgetRow, EventRow, JobRow, NodeRow, PriorityClassRow, TeamRow, UserRow
 
 DEFAULT_TEAM = "default"
 
@@ -303,6 +303,37 @@ class JobsStore(StoreBase):
     def team_by_token(self, token_hash: str) -> TeamRow | None:
         with self.reading() as s:
             return s.scalars(select(TeamRow).where(TeamRow.token_hash == token_hash)).first()
+
+    def holder_of(self, token_hash: str) -> tuple[str, str | None] | None:
+        """(team, user) whose token this is: a user's own, or a team's (no user); None if nobody's."""
+        with self.reading() as s:
+            user = s.scalars(select(UserRow).where(UserRow.token_hash == token_hash)).first()
+            if user is not None:
+                return user.team, user.name
+            team = s.scalars(select(TeamRow).where(TeamRow.token_hash == token_hash)).first()
+            return (team.name, None) if team is not None else None
+
+    def users(self) -> list[UserRow]:
+        with self.reading() as s:
+            return list(s.scalars(select(UserRow).order_by(UserRow.team, UserRow.name)))
+
+    def set_user(self, name: str, *, team: str | None, token_hash: str | None) -> UserRow:
+        """Create a user in `team`, or move one to another team; a new `token_hash` replaces the
+        old token. A new user needs a team."""
+        with self.transaction() as s:
+            user = s.get(UserRow, name)
+            if team is not None and s.get(TeamRow, team) is None:
+                raise InvalidInput(f"team: unknown team {team!r}")
+            if user is None:
+                if team is None:
+                    raise InvalidInput(f"team: give the team of the new user {name!r}")
+                user = UserRow(name=name, team=team)
+            elif team is not None:
+                user.team = team
+            if token_hash is not None:
+                user.token_hash = token_hash
+            s.add(user)
+            return user
 
     def set_team(
         self,

@@ -155,6 +155,11 @@ class SchedulingStore(AttemptsStore, HoldsStore):
         )
         return {job_id: (productive or started) - started for job_id, started, productive in rows}
 
+    def budget_use(self, now: float) -> tuple[list[BudgetRow], dict[tuple[str, str], float]]:
+        """Every budget, and GPU-seconds spent per (team, class) inside its window."""
+        with self.reading() as s:
+            return list(s.scalars(select(BudgetRow).order_by(BudgetRow.team, BudgetRow.priority))), self._usage(s, now)
+
     @staticmethod
     def _usage(s: Session, now: float) -> dict[tuple[str, str], float]:
         """GPU-seconds per (team, class) inside each budget's window, for the budgets that exist,
@@ -192,7 +197,13 @@ class SchedulingStore(AttemptsStore, HoldsStore):
                     self.start_in(s, int(start.job), start.placement, now, start.message, token, start.priority)
                 if plan.waits:
                     reasons = [
-                        {"id": int(w.job), "wait_reason": w.reason.value, "wait_message": w.message} for w in plan.waits
+                        {
+                            "id": int(w.job),
+                            "wait_reason": w.reason.value,
+                            "wait_message": w.message,
+                            "held_gpus": {a.node: list(a.gpus) for a in w.placement} or None,
+                        }
+                        for w in plan.waits
                     ]
                     s.execute(update(JobRow), reasons)
         except IntegrityError as exc:

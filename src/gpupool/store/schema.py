@@ -52,6 +52,16 @@ class TeamRow(Base):
     wins over the store, one it leaves as it was keeps what the API set."""
 
 
+class UserRow(Base):
+    """A person who submits jobs, in one team, with a token of their own."""
+
+    __tablename__ = "users"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    team: Mapped[str] = mapped_column(ForeignKey("teams.name", ondelete="CASCADE"))
+    token_hash: Mapped[str | None] = mapped_column(String(128), unique=True, default=None)
+
+
 class BudgetRow(Base):
     __tablename__ = "budgets"
 
@@ -67,6 +77,7 @@ class JobRow(Base):
         Index("ix_jobs_state", "state"),
         Index("ix_jobs_team_state", "team", "state"),
         Index("ix_jobs_array", "array_id"),
+        Index("ix_jobs_user", "user"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -95,6 +106,8 @@ class JobRow(Base):
     wait_reason: Mapped[str | None] = mapped_column(String(40), default=None)
     wait_message: Mapped[str | None] = mapped_column(String(2000), default=None)
     """Why the job waited at the last decision, for people."""
+    held_gpus: Mapped[dict[str, list[int]] | None] = mapped_column(JSON(none_as_null=True), default=None)
+    """While its victims drain: the GPUs held for it, by node (draining ones and free ones)."""
     time_limit: Mapped[float | None] = mapped_column(Float, default=None)
     """Seconds of run time over all its attempts (notice to release not counted) before it
     gets notice and ends as TIMEOUT; None for no limit."""

@@ -1,0 +1,388 @@
+"""The commands about jobs: `queue` (as squeue), `show`, `cancel` (as scancel), `logs`, `events`.
+
+A job is named by its id, or `ARRAY_INDEX` for a task of a job array; an array's id names the
+whole array where Slurm's does (`cancel`, `queue`).
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from typing import Annotated, Any
+
+import typer
+
+from gpupool.cli_common import (
+    EXIT_PREEMPTED,
+    ApiOption,
+    ConfigOption,
+    JsonOption,
+    call,
+    client,
+    console,
+    ended,
+    errors,
+    exit_code,
+    fail,
+    outcome_code,
+    print_json,
+    when,
+)
+from gpupool.cli_table import Column, table
+from gpupool.client import Client
+from gpupool.errors import GpupoolError, InvalidInput, NotFound
+from gpupool.units import gpu_time, human_seconds, plural
+
+LIVE = "pending,starting,running,preempting"
+
+
+def find(api: Client, ref: str) -> dict[str, Any]:
+    """The job `ref` names: `12`, or `12_3` for task 3 of array 12; raises what is wrong."""
+    array, sep, index = ref.partition("_")
+    if not array.isdigit() or (sep and not index.isdigit()):
+        raise InvalidInput(f"{ref!r} is not a job: give its id, or ARRAY_INDEX for a task of an array")
+    if not sep:
+        return api.job(int(array))
+    for task in api.jobs(array=int(array)):
+        if task["array_index"] == int(index):
+            return dict(task)
+    raise NotFound(f"no task {index} in array {array}")
+
+
+def resolve(api: Client, ref: str) -> dict[str, Any]:
+    """`find`, for commands that stop at the first error."""
+    found: dict[str, Any] = call(find, api, ref)
+    return found
+
+
+def label(job: dict[str, Any]) -> str:
+    return str(job["task"] or job["id"])
+
+
+def ranges(numbers: list[int]) -> str:
+    """`[0-3,7,9-10]` for 0 1 2 3 7 9 10."""
+    parts = []
+    numbers = sorted(numbers)
+    start = prev = numbers[0]
+    for n in [*numbers[1:], None]:
+        if n is not None and n == prev + 1:
+            prev = n
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if n is not None:
+            start = prev = n
+    return "[" + ",".join(parts) + "]"
+
+
+def collapsed(jobs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Rows of `queue`: pending tasks of an array in one row, `12_[3-99%8]`, as squeue shows them."""
+    rows: list[tuple[str, dict[str, Any]]] = []
+    waiting: dict[int, list[dict[str, Any]]] = {}
+    for job in jobs:
+        if job["array_id"] is not None and job["state"] == "pending":
+            if job["array_id"] not in waiting:
+                waiting[job["array_id"]] = []
+                rows.append(("", {"array_group": job["array_id"]}))
+            waiting[job["array_id"]].append(job)
+        else:
+            rows.append((label(job), job))
+    out = []
+    for name, job in rows:
+        if "array_group" in job:
+            tasks = waiting[job["array_group"]]
+            first = tasks[0]
+            limit = f"%{first['array_limit']}" if first["array_limit"] else ""
+            out.append((f"{first['array_id']}_{ranges([t['array_index'] for t in tasks])}{limit}", first))
+        else:
+            out.append((name, job))
+    return out
+
+
+QUEUE_COLUMNS = (
+    Column("JOBID"),
+    Column("NAME", shrink=1, minimum=6),
+    Column("TEAM", shrink=2, minimum=6),
+    Column("USER", shrink=3, minimum=6, drop=1),
+    Column("CLASS"),
+    Column("STATE"),
+    Column("GPUS", justify="right"),
+    Column("TIME", justify="right"),
+    Column("LIMIT", justify="right", drop=2),
+    Column("NODES(REASON)", shrink=4, minimum=16),
+)
+
+
+def queue(
+    all_jobs: Annotated[bool, typer.Option("--all", "-a", help="Ended jobs too.")] = False,
+    team: Annotated[str | None, typer.Option("--team", "-A", help="Only this team's jobs.")] = None,
+    user: Annotated[str | None, typer.Option("--user", "-u", help="Only this user's jobs.")] = None,
+    state: Annotated[str | None, typer.Option("--state", "-t", help="Only these states, comma-separated.")] = None,
+    name: Annotated[str | None, typer.Option("--name", "-n", help="Only jobs of this name.")] = None,
+    as_json: JsonOption = False,
+    config: ConfigOption = None,
+    api: ApiOption = None,
+) -> None:
+    """The jobs that wait or run, like squeue.
+
+    TIME is the run time of a running job, the wait of a pending one; NODES(REASON) where it
+    runs, or why it waits (`show` says it in full)."""
+    states = state or (None if all_jobs else LIVE)
+    api_client = client(config, api)
+    jobs = call(lambda: api_client.jobs(state=states, team=team, user=user, name=name))
+    if as_json:
+        print_json(jobs)
+        return
+    now = time.time()
+    rows = []
+    for shown, job in collapsed(jobs):
+        if job["running_since"] is not None:
+            age = now - job["running_since"]
+        else:
+            age = (job["ended_at"] or now) - job["submit_time"]
+        where = " ".join(f"{node}[{','.join(map(str, ids))}]" for node, ids in job["placement"].items())
+        why = f"({job['wait_reason']})" if job["state"] == "pending" and job["wait_reason"] else ""
+        rows.append(
+            [
+                shown,
+                job["name"],
+                job["team"],
+                job["user"] or "",
+                job["priority"],
+                job["state"],
+                str(job["gpus"]),
+                human_seconds(age),
+                human_seconds(job["time_limit"]) if job["time_limit"] else "",
+                where or why,
+            ]
+        )
+    console.print(table(QUEUE_COLUMNS, rows, console.width))
+
+
+ATTEMPT_COLUMNS = (
+    Column("#", justify="right"),
+    Column("STARTED"),
+    Column("ENDED"),
+    Column("OUTCOME"),
+    Column("EXIT", justify="right"),
+    Column("STEP", justify="right", drop=2),
+    Column("CHECKPOINT", drop=1),
+)
+
+
+def show(
+    job_ref: Annotated[str, typer.Argument(metavar="JOB", help="A job id, or ARRAY_INDEX.")],
+    as_json: JsonOption = False,
+    config: ConfigOption = None,
+    api: ApiOption = None,
+) -> None:
+    """A job: what it asked, why it waits, its attempts and what each interruption cost."""
+    api_client = client(config, api)
+    job = resolve(api_client, job_ref)
+    if "history" not in job or not job.get("account"):
+        job = call(api_client.job, job["id"])
+    if as_json:
+        print_json(job)
+        return
+    now = time.time()
+    by = f", user {job['user']}" if job["user"] else ""
+    console.print(
+        f"[bold]job {label(job)}[/] {job['name']}: {job['state']}, team {job['team']}{by}, {job['priority']}",
+        highlight=False,
+    )
+    console.print(f"  command: {shlex.join(job['command'])}", highlight=False, soft_wrap=True)
+    console.print(f"  in: {job['workdir']}", highlight=False, soft_wrap=True)
+    layout = f" ({job['gpus_per_node']} per node)" if job["gpus_per_node"] else ""
+    console.print(
+        f"  {plural(job['gpus'], 'GPU')}{layout}; {plural(job['attempts'], 'attempt')}, "
+        f"{plural(job['preemptions'], 'preemption')}; submitted {when(job['submit_time'], now)}",
+        highlight=False,
+    )
+    if job["time_limit"]:
+        live = [a for a in job["history"] if a["ended_at"] is None and a["notice_at"] is None]
+        used = job["run_seconds"] + sum(now - a["started_at"] for a in live)
+        limit, spent = human_seconds(job["time_limit"]), human_seconds(used)
+        console.print(f"  time limit {limit}, {spent} used (over all attempts)", highlight=False)
+    if job["dependencies"]:
+        after = ", ".join(f"{kind}:{target}" for kind, target in job["dependencies"])
+        met = " (met)" if job["dependency_met_at"] else ""
+        console.print(f"  after: {after}{met}", highlight=False)
+    if job["wait_message"] and job["state"] == "pending":
+        console.print(f"  waits ({job['wait_reason']}): {job['wait_message']}", highlight=False, soft_wrap=True)
+    if job["history"]:
+        rows = [
+            [
+                str(a["attempt"]),
+                when(a["started_at"], now),
+                when(a["ended_at"], now),
+                a["outcome"] or "live",
+                "" if a["exit_code"] is None else str(a["exit_code"]),
+                "" if a["step"] is None else str(a["step"]),
+                when(a["last_checkpoint_at"], now),
+            ]
+            for a in job["history"]
+        ]
+        console.print(table(ATTEMPT_COLUMNS, rows, console.width, title="attempts"))
+    account = job.get("account")
+    if account is None:
+        return
+    goodput = f", goodput {account['goodput']:.1%}" if account["goodput"] is not None else ", goodput unknown"
+    unreported = ""
+    if account["unreported"] > 0:
+        unreported = f", {gpu_time(account['unreported'])} unreported (the job does not report its progress)"
+    console.print(
+        f"  {gpu_time(account['allocated'])} allocated, {gpu_time(account['productive'])} productive"
+        f"{unreported}{goodput}",
+        highlight=False,
+    )
+    if account["interruptions"]:
+        console.print(interruptions_table(account["interruptions"], width=console.width))
+
+
+def interruptions_table(interruptions: list[dict[str, Any]], *, width: int, jobs: bool = False) -> Any:
+    """Each interruption with its cause, its reason and what it cost (GPU time)."""
+    first = (Column("JOB"), Column("TEAM", shrink=3, drop=4), Column("CLASS", drop=5)) if jobs else (Column("#"),)
+    columns = (
+        *first,
+        Column("AT"),
+        Column("CAUSE"),
+        Column("WASTED", justify="right", drop=3),
+        Column("DRAIN", justify="right", drop=2),
+        Column("RESTART", justify="right", drop=1),
+        Column("LOST", justify="right"),
+        Column("WAITED", justify="right", drop=6),
+        Column("REASON", shrink=1, minimum=16, drop=7, wrap=True),
+    )
+    now = time.time()
+    rows = []
+    for i in interruptions:
+        who = [str(i["job"]), i["team"], i["priority"]] if jobs else [str(i["attempt"])]
+        rows.append(
+            [
+                *who,
+                when(i["at"], now),
+                i["cause"],
+                gpu_time(i["wasted"]),
+                gpu_time(i["drain"]),
+                "" if i["restart"] is None else gpu_time(i["restart"]),
+                gpu_time(i["lost"]),
+                "waiting" if i["delay"] is None else human_seconds(i["delay"]),
+                i["reason"],
+            ]
+        )
+    return table(columns, rows, width, title="interruptions (GPU time lost)")
+
+
+def cancel(
+    jobs: Annotated[
+        list[str] | None, typer.Argument(metavar="[JOB]...", help="Job ids, ARRAY_INDEX, or an array's id.")
+    ] = None,
+    user: Annotated[str | None, typer.Option("--user", "-u", help="Every live job of this user.")] = None,
+    team: Annotated[str | None, typer.Option("--team", "-A", help="Every live job of this team.")] = None,
+    state: Annotated[str | None, typer.Option("--state", "-t", help="Only jobs in these states.")] = None,
+    name: Annotated[str | None, typer.Option("--name", "-n", help="Only jobs of this name.")] = None,
+    config: ConfigOption = None,
+    api: ApiOption = None,
+) -> None:
+    """Cancel jobs, as scancel.
+
+    A waiting job ends at once; a running one gets SIGTERM, then SIGKILL after its class's
+    grace. An array's id cancels all its tasks. Filters narrow the ids given, or pick the jobs
+    when no id is given."""
+    api_client = client(config, api)
+    filtered = any(f is not None for f in (user, team, state, name))
+    if not jobs and not filtered:
+        raise fail("name the jobs to cancel, or choose them with --user, --team, --state or --name")
+    targets: list[dict[str, Any]] = []
+    worst = 0
+    for ref in jobs or []:
+        try:
+            job = find(api_client, ref)
+            tasks = api_client.jobs(array=job["id"]) if "_" not in ref else []
+        except GpupoolError as exc:
+            errors.print(f"[bold red]error:[/] {ref}: {exc}", highlight=False)
+            worst = max(worst, exit_code(exc))
+            continue
+        targets.extend(tasks if tasks and tasks[0]["array_id"] == job["id"] else [job])
+    if filtered:
+        chosen = call(lambda: api_client.jobs(state=state or LIVE, team=team, user=user, name=name))
+        if jobs:
+            ids = {j["id"] for j in chosen}
+            targets = [t for t in targets if t["id"] in ids]
+        else:
+            targets = chosen
+    for job in targets:
+        if ended(job) and not jobs:
+            continue
+        try:
+            done = api_client.cancel(job["id"])
+        except GpupoolError as exc:
+            errors.print(f"[bold red]error:[/] job {label(job)}: {exc}", highlight=False)
+            worst = max(worst, exit_code(exc))
+            continue
+        stopping = " (stopping)" if done["state"] != "cancelled" else ""
+        console.print(f"job {label(job)}: {done['state']}{stopping}", highlight=False)
+    if not targets and not worst:
+        console.print("no job to cancel")
+    raise typer.Exit(worst)
+
+
+def logs(
+    job_ref: Annotated[str, typer.Argument(metavar="JOB", help="A job id, or ARRAY_INDEX.")],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing until the job ends; exit with its outcome.")
+    ] = False,
+    attempt: Annotated[int | None, typer.Option(help="Attempt number (default: the latest; -f follows each).")] = None,
+    stderr: Annotated[bool, typer.Option("--stderr", help="Standard error instead of output.")] = False,
+    config: ConfigOption = None,
+    api: ApiOption = None,
+) -> None:
+    """Print a job's output.
+
+    With -f, follow it (through each new attempt unless --attempt) and end with the job's
+    outcome as the exit code (see the README's exit codes)."""
+    api_client = client(config, api)
+    job = resolve(api_client, job_ref)
+    stream = "stderr" if stderr else "stdout"
+    number = attempt if attempt is not None else max(0, job["attempts"] - 1)
+    offset = 0
+    while True:
+        text = call(api_client.logs, job["id"], number, stream, offset)
+        if text:
+            console.out(text, end="", highlight=False)
+            offset += len(text.encode())
+        if not follow:
+            return
+        job = call(api_client.job, job["id"])
+        if attempt is None and job["attempts"] - 1 > number:
+            number, offset = job["attempts"] - 1, 0  # a new attempt: follow it from its start
+            continue
+        if ended(job):
+            if call(api_client.logs, job["id"], number, stream, offset):
+                continue  # the last words of the attempt, then stop
+            raise typer.Exit(outcome_code(job))
+        if attempt is not None:
+            mine = next((a for a in job["history"] if a["attempt"] == attempt), None)
+            if mine is not None and mine["ended_at"] is not None and mine["outcome"] == "preempted":
+                raise typer.Exit(EXIT_PREEMPTED)
+        time.sleep(0.5)
+
+
+def events(
+    job_ref: Annotated[str | None, typer.Option("--job", "-j", metavar="JOB", help="Only this job's events.")] = None,
+    as_json: JsonOption = False,
+    config: ConfigOption = None,
+    api: ApiOption = None,
+) -> None:
+    """Every decision and state change, with its reason."""
+    api_client = client(config, api)
+    job_id = resolve(api_client, job_ref)["id"] if job_ref is not None else None
+    found = call(api_client.events, job_id)
+    if as_json:
+        print_json(found)
+        return
+    now = time.time()
+    columns = (Column("TIME"), Column("KIND"), Column("JOB", drop=1), Column("WHAT", shrink=1, minimum=20, wrap=True))
+    rows = [
+        [when(e["time"], now), e["kind"], "" if e["job_id"] is None else str(e["job_id"]), e["message"]] for e in found
+    ]
+    console.print(table(columns, rows, console.width))

@@ -1,0 +1,79 @@
+"""What people look at: every GPU of the pool with who holds it and why, and each team's use
+of the pool against its guarantee and budgets. Reads only."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from sqlalchemy import select
+
+from gpupool.model import JobState
+from gpupool.store.base import StoreBase
+from gpupool.store.schema import AttemptRow, JobRow, NodeRow, PlacementRow
+
+
+@dataclass(frozen=True, slots=True)
+class GpuView:
+    node: str
+    gpu: int
+    state: str
+    """idle, allocated, draining (its job has notice) or held (free, kept for a preemptor)."""
+    job: int | None = None
+    team: str | None = None
+    user: str | None = None
+    for_job: int | None = None
+    """For draining and held GPUs: the job they are freed or kept for."""
+
+
+class ViewsStore(StoreBase):
+    def pool_view(self) -> tuple[list[NodeRow], list[GpuView]]:
+        """Every node and every GPU on it, in order, in one read."""
+        with self.reading() as s:
+            nodes = list(s.scalars(select(NodeRow).order_by(NodeRow.name)))
+            holders = s.execute(
+                select(PlacementRow.node, PlacementRow.gpu, JobRow.id, JobRow.team, JobRow.user, AttemptRow.notice_for)
+                .join(JobRow, JobRow.id == PlacementRow.job_id)
+                .join(
+                    AttemptRow,
+                    (AttemptRow.job_id == PlacementRow.job_id) & (AttemptRow.attempt == PlacementRow.attempt),
+                )
+                .where(PlacementRow.held_until.is_(None))
+            )
+            held = {(node, gpu): (job, team, user, notice_for) for node, gpu, job, team, user, notice_for in holders}
+            kept: dict[tuple[str, int], int] = {}
+            waiting = select(JobRow.id, JobRow.held_gpus).where(
+                JobRow.state == JobState.PENDING.value, JobRow.held_gpus.is_not(None)
+            )
+            for job_id, gpus in s.execute(waiting):
+                for node, ids in (gpus or {}).items():
+                    for gpu in ids:
+                        kept[(node, int(gpu))] = job_id
+        views = []
+        for n in nodes:
+            for gpu in range(n.gpus):
+                key = (n.name, gpu)
+                if key in held:
+                    job, team, user, notice_for = held[key]
+                    state = "draining" if notice_for is not None else "allocated"
+                    views.append(GpuView(n.name, gpu, state, job, team, user, notice_for or kept.get(key)))
+                elif key in kept:
+                    views.append(GpuView(n.name, gpu, "held", for_job=kept[key]))
+                else:
+                    views.append(GpuView(n.name, gpu, "idle"))
+        return nodes, views
+
+    def team_use(self) -> tuple[Counter[str], Counter[str]]:
+        """Per team: GPUs its live attempts hold now, and its pending jobs."""
+        with self.reading() as s:
+            using: Counter[str] = Counter()
+            for team, _ in s.execute(
+                select(JobRow.team, PlacementRow.id)
+                .join(JobRow, JobRow.id == PlacementRow.job_id)
+                .where(PlacementRow.held_until.is_(None))
+            ):
+                using[team] += 1
+            pending: Counter[str] = Counter(
+                team for (team,) in s.execute(select(JobRow.team).where(JobRow.state == JobState.PENDING.value))
+            )
+        return using, pending

@@ -1,0 +1,32 @@
+"""Why a job waits, always with the rule and the numbers."""
+
+from __future__ import annotations
+
+from gpupool.model import DEFAULT_CLASSES, Config, PriorityBudget, Reason, Snapshot, Team
+from gpupool.policy import decide
+from gpupool.testing import job, on, pool, running
+
+NOW = 1000.0
+
+
+def test_a_job_without_victims_is_told_which_rule_protects_each_one() -> None:
+    nodes = pool(1, 4)
+    young = running(job("young", cls="low", gpus=2), on("n0", 0, 1), started=NOW - 30)
+    capped = running(job("capped", cls="normal", gpus=1, preemptions=10), on("n0", 2), started=0)
+    vip = running(job("vip", cls="urgent", gpus=1), on("n0", 3), started=0)
+    plan = decide(Snapshot(nodes, [young, capped, vip], [job("h", cls="high", gpus=4)]), Config(DEFAULT_CLASSES), NOW)
+    [wait] = plan.waits
+    assert wait.reason is Reason.NO_VICTIMS
+    assert "inside their minimum runtime (low: 2.0 min): job young for 1.5 min more" in wait.message
+    assert "at their preemption cap: job capped (10 of 10)" in wait.message
+    assert "vip" not in wait.message, "an urgent job is not one a high job could take anyway"
+    assert plan.retry_at == NOW + 90
+
+
+def test_a_demoted_job_says_its_team_is_over_budget_when_it_waits() -> None:
+    nodes = pool(1, 2)
+    busy = running(job("busy", team="b", cls="normal", gpus=2), on("n0", 0, 1), started=0)
+    config = Config(DEFAULT_CLASSES, {"a": Team("a", budgets=(PriorityBudget("high", 1.0, 86400),))})
+    snapshot = Snapshot(nodes, [busy], [job("h", team="a", cls="high", gpus=2)], usage={("a", "high"): 7200.0})
+    [wait] = decide(snapshot, config, NOW).waits
+    assert "team a is over its high budget (2.0 of 1 GPU-h per 24 h): runs as normal" in wait.message
