@@ -71,7 +71,7 @@ def test_wasted_progress_is_the_work_done_again_and_reports_show_it(service: Ser
     assert "preempted" in shown
     report = service.cli("report", "--plots", str(tmp_path / "plots"))
     assert report.returncode == 0, report.stderr
-    assert "goodput" in report.stdout
+    assert "GOODPUT" in report.stdout
     assert "costliest of 1 interruptions" in report.stdout
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
         "goodput-by-team.png", "gpu-time-by-class.png", "interruptions.png",

@@ -31,14 +31,18 @@ def job(service: Service, job_id: int) -> dict[str, object]:
     return shown
 
 
-def test_dependencies_wait_for_the_outcome_and_a_dependency_that_cannot_be_met_cancels(service: Service) -> None:
-    first = submit(service, "--", "sh", "-c", "sleep 1")
+def test_dependencies_wait_for_the_outcome_and_a_dependency_that_cannot_be_met_cancels(
+    service: Service, tmp_path: Path
+) -> None:
+    gate = tmp_path / "go"
+    first = submit(service, "--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done")
     then = submit(service, "--after", str(first), "--", "true")
     doomed = submit(service, "--", "sh", "-c", "exit 4")
     never = submit(service, "--after", f"ok:{doomed}", "--", "true")
     anyway = submit(service, "--after", f"any:{doomed}", "--", "true")
     wait_for(lambda: job(service, then)["wait_reason"] == "dependency")
     assert f"waits for job {first} to succeed" in str(job(service, then)["wait_message"])
+    gate.touch()
     wait_for(lambda: all(state(service, j) in ("succeeded", "cancelled") for j in (then, never, anyway)))
     assert (state(service, then), state(service, never), state(service, anyway)) == (
         "succeeded",
@@ -62,7 +66,7 @@ def test_an_array_runs_at_most_its_limit_at_once_even_across_a_kill_9(service: S
         "--",
         "sh",
         "-c",
-        "echo task $GPUPOOL_ARRAY_INDEX; sleep 1",
+        "echo task $GPUPOOL_ARRAY_INDEX; sleep 2",
     )
     wait_for(lambda: state(service, array) == "running")
     service.kill()

@@ -142,7 +142,7 @@ def test_a_kill_9_of_the_scheduler_loses_no_job_and_runs_none_twice(service: Ser
     service.up()
     wait_for(lambda: all(state(service, j) == "succeeded" for j in (1, 2, 3)), timeout=60)
     for job in (1, 2):
-        assert "attempts 1, preemptions 0" in service.cli("show", str(job)).stdout
+        assert "1 attempt, 0 preemptions" in service.cli("show", str(job)).stdout
     assert service.cli("logs", "1").stdout == "done\n"
     assert_no_gpu_held_twice(service)
 
@@ -210,6 +210,6 @@ def test_a_kill_9_during_preemptions_in_flight_loses_no_job_and_runs_none_twice(
     service.up()
     wait_for(lambda: all(state(service, j) == "succeeded" for j in (1, 2, 3)), timeout=90)
     for job in (1, 2):
-        assert "preemptions 1" in service.cli("show", str(job)).stdout
+        assert "1 preemption;" in service.cli("show", str(job)).stdout
         assert "done: 6 steps" in service.cli("logs", str(job)).stdout
     assert_no_gpu_held_twice(service)
