@@ -141,3 +141,17 @@ def test_simulate_makes_its_output_folders_and_refuses_an_unwritable_one_before_
     assert refused.returncode == 2
     assert f"--json {blocker / 'r.json'}: cannot make {blocker}" in refused.stderr
     assert "Policies compared" not in refused.stdout
+
+
+def test_simulate_compare_reads_at_80_columns_when_piped(traces_dir: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "COLUMNS": "80"}
+    trace = str(traces_dir / "tiresias-sample" / "jobs.csv")
+    args = ["simulate", "--trace", trace, "--nodes", "2", "--compare", "partitioned,pool-fifo,pool-priority"]
+    done = subprocess.run(
+        [sys.executable, "-m", "gpupool", *args], capture_output=True, text=True, timeout=300, check=False, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert not any("…" in line for line in lines), "a cell was cut"
+    assert any("p95 wait urgent" in line for line in lines)

@@ -31,7 +31,7 @@ from gpupool.cli_common import (
 from gpupool.cli_table import Column, table
 from gpupool.client import Client
 from gpupool.errors import GpupoolError, InvalidInput, NotFound
-from gpupool.units import gpu_time, human_seconds, plural
+from gpupool.units import clock_time, gpu_time, gpu_unit, human_seconds, plural
 
 LIVE = "pending,starting,running,preempting"
 
@@ -107,7 +107,7 @@ QUEUE_COLUMNS = (
     Column("STATE"),
     Column("GPUS", justify="right"),
     Column("TIME", justify="right"),
-    Column("LIMIT", justify="right", drop=2),
+    Column("TIME_LIMIT", justify="right", drop=2),
     Column("NODES(REASON)", shrink=4, minimum=16),
 )
 
@@ -150,8 +150,8 @@ def queue(
                 job["priority"],
                 job["state"],
                 str(job["gpus"]),
-                human_seconds(age),
-                human_seconds(job["time_limit"]) if job["time_limit"] else "",
+                clock_time(age),
+                clock_time(job["time_limit"]) if job["time_limit"] else "",
                 where or why,
             ]
         )
@@ -241,6 +241,7 @@ def show(
 def interruptions_table(interruptions: list[dict[str, Any]], *, width: int, jobs: bool = False) -> Any:
     """Each interruption with its cause, its reason and what it cost (GPU time)."""
     first = (Column("JOB"), Column("TEAM", shrink=3, drop=4), Column("CLASS", drop=5)) if jobs else (Column("#"),)
+    unit, size = gpu_unit(max((i["lost"] for i in interruptions), default=0.0))
     columns = (
         *first,
         Column("AT"),
@@ -261,15 +262,15 @@ def interruptions_table(interruptions: list[dict[str, Any]], *, width: int, jobs
                 *who,
                 when(i["at"], now),
                 i["cause"],
-                gpu_time(i["wasted"]),
-                gpu_time(i["drain"]),
-                "" if i["restart"] is None else gpu_time(i["restart"]),
-                gpu_time(i["lost"]),
-                "waiting" if i["delay"] is None else human_seconds(i["delay"]),
+                f"{i['wasted'] / size:.1f}",
+                f"{i['drain'] / size:.1f}",
+                "" if i["restart"] is None else f"{i['restart'] / size:.1f}",
+                f"{i['lost'] / size:.1f}",
+                "waiting" if i["delay"] is None else clock_time(i["delay"]),
                 i["reason"],
             ]
         )
-    return table(columns, rows, width, title="interruptions (GPU time lost)")
+    return table(columns, rows, width, title=f"interruptions (GPU time lost, in {unit})")
 
 
 def cancel(

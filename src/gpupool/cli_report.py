@@ -23,23 +23,23 @@ from gpupool.cli_common import (
 )
 from gpupool.cli_jobs import interruptions_table
 from gpupool.cli_table import Column, table
-from gpupool.units import gpu_time, parse_duration
+from gpupool.units import gpu_unit, parse_duration
 
 BUCKETS = ("startup", "checkpoint", "drain", "wasted", "unreported")
 
 
 def totals_columns(title: str) -> tuple[Column, ...]:
     return (
-        Column(title.upper(), shrink=1, minimum=6),
+        Column(title.upper(), shrink=1, minimum=8),
         Column("JOBS", justify="right"),
-        Column("ALLOCATED", justify="right"),
-        Column("PRODUCTIVE", justify="right", drop=6),
+        Column("ALLOC", justify="right"),
+        Column("PROD", justify="right", drop=6),
         Column("GOODPUT", justify="right"),
-        Column("STARTUP", justify="right", drop=3),
-        Column("CHECKPOINT", justify="right", drop=2),
-        Column("DRAIN", justify="right", drop=4),
+        Column("STARTUP", justify="right", drop=2),
+        Column("CKPT", justify="right", drop=1),
+        Column("DRAIN", justify="right", drop=3),
         Column("WASTED", justify="right", drop=5),
-        Column("UNREPORTED", justify="right", drop=1),
+        Column("UNREP", justify="right", drop=4),
         Column("CUTS", justify="right"),
         Column("LOST", justify="right"),
     )
@@ -81,6 +81,8 @@ def report(
 
 
 def totals_table(title: str, rows: Mapping[str, Mapping[str, Any]]) -> Any:
+    """GPU time in one unit for the whole table (said in its title); goodput blank when unknown."""
+    unit, size = gpu_unit(max((t["allocated"] for t in rows.values()), default=0.0))
     cells = []
     for name, t in rows.items():
         goodput = "" if t["goodput"] is None else f"{t['goodput']:.1%}"
@@ -88,12 +90,12 @@ def totals_table(title: str, rows: Mapping[str, Mapping[str, Any]]) -> Any:
             [
                 name,
                 str(t["jobs"]),
-                gpu_time(t["allocated"]),
-                gpu_time(t["productive"]),
+                f"{t['allocated'] / size:.1f}",
+                f"{t['productive'] / size:.1f}",
                 goodput,
-                *(gpu_time(t[b]) for b in BUCKETS),
+                *(f"{t[b] / size:.1f}" for b in BUCKETS),
                 str(t["interruptions"]),
-                gpu_time(t["lost"]),
+                f"{t['lost'] / size:.1f}",
             ]
         )
-    return table(totals_columns(title), cells, console.width)
+    return table(totals_columns(title), cells, console.width, title=f"per {title}, GPU time in {unit}")

@@ -70,7 +70,7 @@ def pool(as_json: JsonOption = False, config: ConfigOption = None, api: ApiOptio
         holders: dict[str, list[int]] = {}
         for g in node["gpu_states"]:
             if g["state"] in ("allocated", "draining"):
-                who = f"{g['team']}/{g['job']}" + (f"→{g['for_job']}" if g["state"] == "draining" else "")
+                who = f"{g['team']}/{g['task'] or g['job']}" + (f"→{g['for_job']}" if g["state"] == "draining" else "")
             elif g["state"] == "held":
                 who = f"held→{g['for_job']}"
             else:

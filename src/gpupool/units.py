@@ -89,3 +89,30 @@ def gpu_time(gpu_seconds: float) -> str:
 def plural(count: int, word: str) -> str:
     """`1 GPU`, `2 GPUs`, `1 node`, `0 nodes`."""
     return f"{count:,} {word}" if count == 1 else f"{count:,} {word}s"
+
+
+def clock_time(seconds: float) -> str:
+    """A duration as Slurm prints one, the same form for a whole column: `0:05`, `12:34`,
+    `1:02:03`, `3-04:05:06` (days-hours:minutes:seconds)."""
+    if math.isnan(seconds) or math.isinf(seconds):
+        return NONE
+    total = max(0, round(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    if hours:
+        return f"{hours}:{minutes:02d}:{secs:02d}"
+    return f"{minutes}:{secs:02d}"
+
+
+GPU_UNITS = (("GPU·h", 3600.0), ("GPU·min", 60.0), ("GPU·s", 1.0))
+
+
+def gpu_unit(largest: float) -> tuple[str, float]:
+    """One unit of GPU time for a whole table, chosen by its largest value: (name, seconds)."""
+    for name, size in GPU_UNITS:
+        if largest >= 10 * size:
+            return name, size
+    return GPU_UNITS[-1]

@@ -103,14 +103,16 @@ def test_classes_are_ordered_as_the_default_classes_then_unknown_ones_by_name() 
     ]
 
 
-def test_the_comparison_table_has_one_row_per_report_and_a_p95_wait_column_per_class() -> None:
+def test_the_comparison_table_has_one_column_per_report_and_a_p95_wait_row_per_class() -> None:
     table = comparison_table([FIFO, PRIORITY])
-    assert table.row_count == 2
-    assert [str(c.header) for c in table.columns] == [
-        "policy",
+    assert [str(c.header) for c in table.columns] == ["measure", "pool-fifo", "pool-priority"]
+    text = render(table)
+    lines = text.splitlines()
+    measures = [line.split("│")[1].strip() for line in lines if line.startswith("│")]
+    assert measures == [
         "jobs",
         "GPUs",
-        "util.",
+        "utilization",
         "mean JCT",
         "p95 wait",
         "p95 wait urgent",
@@ -122,19 +124,26 @@ def test_the_comparison_table_has_one_row_per_report_and_a_p95_wait_column_per_c
         "fairness (Jain)",
         "left out",
     ]
-    text = render(table)
-    lines = text.splitlines()
-    assert sum("pool-fifo" in line for line in lines) == 1
-    assert sum("pool-priority" in line for line in lines) == 1
-    fifo = next(line for line in lines if "pool-fifo" in line)
+
+    def row(measure: str) -> list[str]:
+        line = next(line for line in lines if line.startswith("│") and line.split("│")[1].strip() == measure)
+        return [cell.strip() for cell in line.split("│")[2:-1]]
+
     # FIFO ran no batch job: its cell says so rather than showing zero.
-    assert "—" in fifo
-    assert "1.8 h" in fifo  # the urgent job's p95 wait
-    priority = next(line for line in lines if "pool-priority" in line)
+    assert row("p95 wait batch")[0] == "—"
+    assert row("p95 wait urgent")[0] == "1.8 h"
     lost = 8 * 600 / 3600
     share = lost / PRIORITY["trace_gpu_hours"] * 100
-    assert f"{lost:.1f} ({share:.1f} %)" in priority
-    assert priority.rstrip().endswith(" 3 │")  # left out: 2 never fit + 1 of a team without a size
+    assert row("lost GPU-h")[1] == f"{lost:.1f} ({share:.1f} %)"
+    assert row("left out")[1] == "3"  # 2 never fit + 1 of a team without a size
+
+
+def test_the_comparison_reads_at_80_columns() -> None:
+    console = Console(record=True, width=80)
+    console.print(comparison_table([FIFO, PRIORITY, FIFO]))
+    lines = console.export_text().splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert not any("…" in line for line in lines), "a cell was cut"
 
 
 def test_the_team_table_lists_the_team_with_the_most_gpu_hours_first() -> None:

@@ -251,6 +251,8 @@ class GpuOut(BaseModel):
     user: str | None
     for_job: int | None
     """For draining and held GPUs: the job they are freed or kept for."""
+    task: str | None
+    """`ARRAY_INDEX` when the holder is a task of a job array."""
 
 
 class NodeOut(BaseModel):

@@ -37,41 +37,40 @@ def _left_out(report: Mapping[str, Any]) -> str:
 
 
 def comparison_table(reports: Sequence[Mapping[str, Any]]) -> Table:
-    """One row per policy: size, utilization, completion and wait times, lost work, fairness."""
+    """One column per policy, one row per measure (size, utilization, completion and wait times,
+    lost work, fairness), so that the comparison reads at 80 columns."""
     classes = ordered_classes(name for r in reports for name in r["by_priority"])
     table = Table(
         title="Policies compared",
         caption="lost GPU-h: wasted + drain + restart (share of the trace's GPU-h); "
         "left out: jobs that never fit + jobs of teams without a size",
     )
-    table.add_column("policy", no_wrap=True)
-    for header in ("jobs", "GPUs", "util.", "mean JCT", "p95 wait"):
-        table.add_column(header, justify="right")
-    for name in classes:
-        table.add_column(f"p95 wait {name}", justify="right")
-    for header in ("preemptions", "lost GPU-h", "goodput", "fairness (Jain)", "left out"):
-        table.add_column(header, justify="right")
+    table.add_column("measure", no_wrap=True)
     for r in reports:
-        lost = r["lost_gpu_hours"]["total"]
-        trace = r["trace_gpu_hours"]
-        by_class = [
-            human_seconds(r["by_priority"][name]["wait"]["p95"]) if name in r["by_priority"] else NONE
-            for name in classes
-        ]
-        table.add_row(
-            r["policy"],
-            f"{r['jobs']:,}",
-            f"{r['gpus']:,}",
-            _percent(r["utilization"]),
-            human_seconds(r["jct"]["mean"]),
-            human_seconds(r["wait"]["p95"]),
-            *by_class,
-            f"{r['preemptions']:,}",
-            f"{_gpu_hours(lost)} ({_percent(lost / trace if trace else 0.0)})",
-            _percent(r["goodput"]),
-            f"{r['fairness']:.3f}",
-            _left_out(r),
-        )
+        table.add_column(r["policy"], justify="right", no_wrap=True)
+
+    def lost(r: Mapping[str, Any]) -> str:
+        total, trace = r["lost_gpu_hours"]["total"], r["trace_gpu_hours"]
+        return f"{_gpu_hours(total)} ({_percent(total / trace if trace else 0.0)})"
+
+    def class_wait(name: str) -> Any:
+        return lambda r: human_seconds(r["by_priority"][name]["wait"]["p95"]) if name in r["by_priority"] else NONE
+
+    rows: list[tuple[str, Any]] = [
+        ("jobs", lambda r: f"{r['jobs']:,}"),
+        ("GPUs", lambda r: f"{r['gpus']:,}"),
+        ("utilization", lambda r: _percent(r["utilization"])),
+        ("mean JCT", lambda r: human_seconds(r["jct"]["mean"])),
+        ("p95 wait", lambda r: human_seconds(r["wait"]["p95"])),
+        *((f"p95 wait {name}", class_wait(name)) for name in classes),
+        ("preemptions", lambda r: f"{r['preemptions']:,}"),
+        ("lost GPU-h", lost),
+        ("goodput", lambda r: _percent(r["goodput"])),
+        ("fairness (Jain)", lambda r: f"{r['fairness']:.3f}"),
+        ("left out", _left_out),
+    ]
+    for measure, cell in rows:
+        table.add_row(measure, *(cell(r) for r in reports))
     return table
 
 

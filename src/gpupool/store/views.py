@@ -24,6 +24,8 @@ class GpuView:
     user: str | None = None
     for_job: int | None = None
     """For draining and held GPUs: the job they are freed or kept for."""
+    task: str | None = None
+    """`ARRAY_INDEX` when the holder is a task of a job array."""
 
 
 class ViewsStore(StoreBase):
@@ -32,7 +34,16 @@ class ViewsStore(StoreBase):
         with self.reading() as s:
             nodes = list(s.scalars(select(NodeRow).order_by(NodeRow.name)))
             holders = s.execute(
-                select(PlacementRow.node, PlacementRow.gpu, JobRow.id, JobRow.team, JobRow.user, AttemptRow.notice_for)
+                select(
+                    PlacementRow.node,
+                    PlacementRow.gpu,
+                    JobRow.id,
+                    JobRow.team,
+                    JobRow.user,
+                    AttemptRow.notice_for,
+                    JobRow.array_id,
+                    JobRow.array_index,
+                )
                 .join(JobRow, JobRow.id == PlacementRow.job_id)
                 .join(
                     AttemptRow,
@@ -40,7 +51,10 @@ class ViewsStore(StoreBase):
                 )
                 .where(PlacementRow.held_until.is_(None))
             )
-            held = {(node, gpu): (job, team, user, notice_for) for node, gpu, job, team, user, notice_for in holders}
+            held = {
+                (node, gpu): (job, team, user, notice_for, array, index)
+                for node, gpu, job, team, user, notice_for, array, index in holders
+            }
             kept: dict[tuple[str, int], int] = {}
             waiting = select(JobRow.id, JobRow.held_gpus).where(
                 JobRow.state == JobState.PENDING.value, JobRow.held_gpus.is_not(None)
@@ -54,9 +68,10 @@ class ViewsStore(StoreBase):
             for gpu in range(n.gpus):
                 key = (n.name, gpu)
                 if key in held:
-                    job, team, user, notice_for = held[key]
+                    job, team, user, notice_for, array, index = held[key]
                     state = "draining" if notice_for is not None else "allocated"
-                    views.append(GpuView(n.name, gpu, state, job, team, user, notice_for or kept.get(key)))
+                    task = f"{array}_{index}" if array is not None else None
+                    views.append(GpuView(n.name, gpu, state, job, team, user, notice_for or kept.get(key), task))
                 elif key in kept:
                     views.append(GpuView(n.name, gpu, "held", for_job=kept[key]))
                 else:
