@@ -143,10 +143,7 @@ class JobsStore(StoreBase):
         its job, or the error that says what is wrong with it; a bad spec harms no other."""
         results: list[JobRow | GpupoolError] = []
         with self.transaction() as s:
-            teams = {team.name: team for team in s.scalars(select(TeamRow))}
-            classes = list(s.scalars(select(PriorityClassRow.name).order_by(PriorityClassRow.value.desc())))
-            named = {job for spec in specs for _, job in spec.dependencies}
-            known = set(s.scalars(select(JobRow.id).where(JobRow.id.in_(named)))) if named else set()
+            teams, classes, known = self._submit_context(s, specs)
             for spec in specs:
                 try:
                     missing = sorted({job for _, job in spec.dependencies} - known)
@@ -172,12 +169,10 @@ class JobsStore(StoreBase):
         if not spec.array:
             raise InvalidInput("array: give at least one index")
         with self.transaction() as s:
-            teams = {team.name: team for team in s.scalars(select(TeamRow))}
-            classes = list(s.scalars(select(PriorityClassRow.name).order_by(PriorityClassRow.value.desc())))
-            named = {job for _, job in spec.dependencies}
-            known = set(s.scalars(select(JobRow.id).where(JobRow.id.in_(named)))) if named else set()
-            if named - known:
-                raise InvalidInput(f"after: no job {', '.join(map(str, sorted(named - known)))}")
+            teams, classes, known = self._submit_context(s, [spec])
+            missing = sorted({job for _, job in spec.dependencies} - known)
+            if missing:
+                raise InvalidInput(f"after: no job {', '.join(map(str, missing))}")
             tasks = []
             for index in spec.array:
                 task = self._new_job(spec, teams, classes, now)
@@ -190,6 +185,16 @@ class JobsStore(StoreBase):
                 message = f"{submitted_by(spec)}: task {task.array_index} of array {tasks[0].id}"
                 s.add(EventRow(time=now, kind="submitted", job_id=task.id, message=message))
             return tasks
+
+    @staticmethod
+    def _submit_context(s: Session, specs: Sequence[JobSpec]) -> tuple[dict[str, TeamRow], list[str], set[int]]:
+        """What checking new jobs needs, read once: teams, class names (most important first),
+        and which of the jobs they depend on exist."""
+        teams = {team.name: team for team in s.scalars(select(TeamRow))}
+        classes = list(s.scalars(select(PriorityClassRow.name).order_by(PriorityClassRow.value.desc())))
+        named = {job for spec in specs for _, job in spec.dependencies}
+        known = set(s.scalars(select(JobRow.id).where(JobRow.id.in_(named)))) if named else set()
+        return teams, classes, known
 
     @staticmethod
     def _new_job(spec: JobSpec, teams: Mapping[str, TeamRow], classes: Sequence[str], now: float) -> JobRow:
