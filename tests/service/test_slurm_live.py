@@ -108,3 +108,16 @@ def test_submit_wait_ends_with_the_jobs_outcome(service: Service) -> None:
     timed_out = service.cli("submit", "--wait", "--priority", "low", "-t", "0:01", "--", "sleep", "60")
     assert timed_out.returncode == 124
     assert "timeout" in timed_out.stderr
+
+
+def test_a_dependency_holds_across_a_kill_9_and_is_met_after_the_restart(service: Service, tmp_path: Path) -> None:
+    gate = tmp_path / "go"
+    first = submit(service, "--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done")
+    then = submit(service, "--after", f"ok:{first}", "--", "true")
+    wait_for(lambda: job(service, then)["wait_reason"] == "dependency")
+    service.kill()
+    gate.touch()  # the first job ends while nobody watches
+    service.up()
+    wait_for(lambda: state(service, then) == "succeeded", timeout=60)
+    assert state(service, first) == "succeeded"
+    assert job(service, then)["attempts"] == 1
