@@ -150,7 +150,7 @@ def test_an_unreported_job_preempted_pays_its_drain_and_nothing_it_cannot_know()
     first = AttemptRecord(0, 2, 0, 50, notice_at=40, outcome="preempted", reported=False)
     second = AttemptRecord(1, 2, 60, 100, outcome="succeeded", reported=False)
     job = account(1, "nlp", "low", [first, second], now=100)
-    assert [(a.unreported, a.drain) for a in job.attempts] == [(80, 20), (80, 0)]
+    assert [(a.unreported, a.drain) for a in job.attempts] == [(100, 0), (80, 0)]
     [cut] = job.interruptions
     assert (cut.wasted, cut.drain, cut.restart) == (0, 20, 0)
 
@@ -159,3 +159,11 @@ def test_goodput_counts_only_the_time_jobs_reported_on() -> None:
     quiet = account(1, "a", "low", [AttemptRecord(0, 1, 0, 100, outcome="succeeded", reported=False)], now=100)
     busy = account(2, "a", "low", [AttemptRecord(0, 1, 0, 100, productive_at=0, outcome="succeeded")], now=100)
     assert totals([quiet, busy], lambda _: "pool")["pool"].goodput == 1.0
+
+
+def test_a_job_that_never_reports_and_was_preempted_has_no_goodput_not_zero() -> None:
+    quiet = AttemptRecord(0, 2, 0, 50, notice_at=40, outcome="preempted", reported=False)
+    job = account(1, "nlp", "low", [quiet], now=60)
+    assert job.goodput is None
+    [cut] = job.interruptions
+    assert cut.drain == 2 * 10

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from gpupool.model import JobState
@@ -72,3 +74,27 @@ def test_directives_are_read_up_to_the_first_command() -> None:
     )
     assert directives(script) == ["--gpus", "2", "-J", "my run", "-t", "2h"]
     assert directives("#!/bin/sh\n#GPUPOOLX --gpus 2\n") == []
+
+
+@pytest.mark.parametrize(
+    ("states", "verdict"),
+    [
+        ([JobState.SUCCEEDED, JobState.RUNNING], Verdict.WAITING),  # another task may still fail
+        ([JobState.SUCCEEDED, JobState.FAILED], Verdict.MET),
+        ([JobState.SUCCEEDED, JobState.SUCCEEDED], Verdict.NEVER),
+    ],
+)
+def test_notok_on_an_array_is_met_once_all_ended_and_one_did_not_succeed(
+    states: list[JobState], verdict: Verdict
+) -> None:
+    assert judge("notok", 12, states).verdict is verdict
+
+
+def test_a_bare_id_is_ok_whatever_came_before_it() -> None:
+    assert parse_after("any:12,13") == [("any", 12), ("ok", 13)]
+
+
+@pytest.mark.parametrize(("parse", "text"), [(parse_array, "5000000000"), (parse_after, "ok:99999999999")])
+def test_ids_and_indexes_stay_within_what_the_store_keeps(parse: Any, text: str) -> None:
+    with pytest.raises(ValueError, match="2,147,483,647"):
+        parse(text)

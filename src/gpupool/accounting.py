@@ -10,9 +10,10 @@ For an attempt holding G GPUs from allocation to release:
     wasted      G × (stop − the point the next attempt resumed from): work done again
     productive  allocated − startup − checkpoint − drain − wasted
     unreported  for a job that never reports (it does not use `gpupool.job` or the job
-                protocol): G × (stop − allocation). gpupool cannot tell its progress from its
-                startup or lost work, so that time is neither productive nor wasted: it is left
-                out of goodput, and only its drain counts when it is interrupted.
+                protocol): all of the attempt, G × (release − allocation), instead of the
+                buckets above. gpupool cannot tell its progress from its startup or lost work,
+                so that time is neither productive nor wasted: it is left out of goodput, and
+                only its drain (notice to release) is charged when it is interrupted.
 
 "Stop" is the notice (work after it is drain) or, without one, the release. "The point the next
 attempt resumed from" is the commit, in this attempt, of the checkpoint the next attempt
@@ -191,7 +192,7 @@ def account(
                 record.outcome or "",
                 record.reason,
                 costs[index].wasted,
-                costs[index].drain,
+                costs[index].drain if record.reported else _drain(record, now),
                 restart,
                 delay,
             )
@@ -205,11 +206,10 @@ def _cost(
     end = record.released_at if record.released_at is not None else now
     g = record.gpus
     if not record.reported:
-        stop = min(record.notice_at, end) if record.notice_at is not None else end
-        held = end - record.allocated_at
-        return AttemptCost(
-            record.attempt, g * held, 0.0, 0.0, 0.0, g * (end - stop), 0.0, 0.0, g * (stop - record.allocated_at)
-        )
+        # All of it, the drain too, is time gpupool knows nothing of; the interruption still
+        # charges the drain (`_drain`), which it can measure.
+        held = g * (end - record.allocated_at)
+        return AttemptCost(record.attempt, held, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, held)
     productive_from = min(record.productive_at, end) if record.productive_at is not None else end
     startup = productive_from - record.allocated_at
     stop = min(record.notice_at, end) if record.notice_at is not None else end
@@ -234,6 +234,12 @@ def _cost(
         g * wasted,
         g * productive,
     )
+
+
+def _drain(record: AttemptRecord, now: float) -> float:
+    """GPU-seconds from notice to release."""
+    end = record.released_at if record.released_at is not None else now
+    return record.gpus * max(0.0, end - min(record.notice_at, end)) if record.notice_at is not None else 0.0
 
 
 def _blocked(commits: Sequence[Commit], after: float, until: float) -> float:

@@ -11,6 +11,7 @@ import time
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from gpupool.cli_common import (
     EXIT_PREEMPTED,
@@ -184,30 +185,34 @@ def show(
         print_json(job)
         return
     now = time.time()
-    by = f", user {job['user']}" if job["user"] else ""
+    by = f", user {escape(job['user'])}" if job["user"] else ""
     console.print(
-        f"[bold]job {label(job)}[/] {job['name']}: {job['state']}, team {job['team']}{by}, {job['priority']}",
+        f"[bold]job {label(job)}[/] {escape(job['name'])}: {job['state']}, team {escape(job['team'])}{by}, "
+        f"{job['priority']}",
         highlight=False,
     )
-    console.print(f"  command: {shlex.join(job['command'])}", highlight=False, soft_wrap=True)
-    console.print(f"  in: {job['workdir']}", highlight=False, soft_wrap=True)
+    console.print(f"  command: {shlex.join(job['command'])}", highlight=False, soft_wrap=True, markup=False)
+    console.print(f"  in: {job['workdir']}", highlight=False, soft_wrap=True, markup=False)
     layout = f" ({job['gpus_per_node']} per node)" if job["gpus_per_node"] else ""
     console.print(
         f"  {plural(job['gpus'], 'GPU')}{layout}; {plural(job['attempts'], 'attempt')}, "
         f"{plural(job['preemptions'], 'preemption')}; submitted {when(job['submit_time'], now)}",
         highlight=False,
+        markup=False,
     )
     if job["time_limit"]:
         live = [a for a in job["history"] if a["ended_at"] is None and a["notice_at"] is None]
         used = job["run_seconds"] + sum(now - a["started_at"] for a in live)
         limit, spent = human_seconds(job["time_limit"]), human_seconds(used)
-        console.print(f"  time limit {limit}, {spent} used (over all attempts)", highlight=False)
+        console.print(f"  time limit {limit}, {spent} used (over all attempts)", highlight=False, markup=False)
     if job["dependencies"]:
         after = ", ".join(f"{kind}:{target}" for kind, target in job["dependencies"])
         met = " (met)" if job["dependency_met_at"] else ""
-        console.print(f"  after: {after}{met}", highlight=False)
+        console.print(f"  after: {after}{met}", highlight=False, markup=False)
     if job["wait_message"] and job["state"] == "pending":
-        console.print(f"  waits ({job['wait_reason']}): {job['wait_message']}", highlight=False, soft_wrap=True)
+        console.print(
+            f"  waits ({job['wait_reason']}): {job['wait_message']}", highlight=False, soft_wrap=True, markup=False
+        )
     if job["history"]:
         rows = [
             [
@@ -233,6 +238,7 @@ def show(
         f"  {gpu_time(account['allocated'])} allocated, {gpu_time(account['productive'])} productive"
         f"{unreported}{goodput}",
         highlight=False,
+        markup=False,
     )
     if account["interruptions"]:
         console.print(interruptions_table(account["interruptions"], width=console.width))
@@ -300,10 +306,13 @@ def cancel(
             job = find(api_client, ref)
             tasks = api_client.jobs(array=job["id"]) if "_" not in ref else []
         except GpupoolError as exc:
-            errors.print(f"[bold red]error:[/] {ref}: {exc}", highlight=False)
+            errors.print(f"[bold red]error:[/] {escape(ref)}: {escape(str(exc))}", highlight=False)
             worst = max(worst, exit_code(exc))
             continue
-        targets.extend(tasks if tasks and tasks[0]["array_id"] == job["id"] else [job])
+        if tasks and tasks[0]["array_id"] == job["id"]:
+            targets.extend(t for t in tasks if not ended(t))  # as scancel: the array's live tasks
+        else:
+            targets.append(job)
     if filtered:
         chosen = call(lambda: api_client.jobs(state=state or LIVE, team=team, user=user, name=name))
         if jobs:
@@ -317,11 +326,11 @@ def cancel(
         try:
             done = api_client.cancel(job["id"])
         except GpupoolError as exc:
-            errors.print(f"[bold red]error:[/] job {label(job)}: {exc}", highlight=False)
+            errors.print(f"[bold red]error:[/] job {label(job)}: {escape(str(exc))}", highlight=False)
             worst = max(worst, exit_code(exc))
             continue
         stopping = " (stopping)" if done["state"] != "cancelled" else ""
-        console.print(f"job {label(job)}: {done['state']}{stopping}", highlight=False)
+        console.print(f"job {label(job)}: {done['state']}{stopping}", highlight=False, markup=False)
     if not targets and not worst:
         console.print("no job to cancel")
     raise typer.Exit(worst)
@@ -355,7 +364,10 @@ def logs(
             return
         job = call(api_client.job, job["id"])
         if attempt is None and job["attempts"] - 1 > number:
-            number, offset = job["attempts"] - 1, 0  # a new attempt: follow it from its start
+            # A new attempt: follow it from its start, unless every attempt writes one file.
+            template = job["error"] if stderr and job["error"] else job["output"]
+            shared = template is not None and "%t" not in template
+            number, offset = job["attempts"] - 1, offset if shared else 0
             continue
         if ended(job):
             if call(api_client.logs, job["id"], number, stream, offset):

@@ -77,7 +77,7 @@ def report(
         from gpupool.report_plots import plot_report
 
         for path in plot_report(data, plots):
-            errors.print(f"wrote {path}", highlight=False)
+            errors.print(f"wrote {path}", highlight=False, markup=False)
 
 
 def totals_table(title: str, rows: Mapping[str, Mapping[str, Any]]) -> Any:

@@ -35,8 +35,8 @@ def up(config: ConfigOption = None) -> None:
         raise fail(str(exc)) from None
     label = "[yellow]virtual[/]" if running.gpus.virtual else "[green]real[/]"
     console.print(f"gpupool listening on [bold]{spec.service.url}[/] (API docs: {spec.service.url}/docs)")
-    console.print(f"GPUs: {running.gpus.detail} ({label}); data: {spec.service.data_path}")
-    console.print(f"admin token: {spec.service.data_path / 'admin.token'}")
+    console.print(f"GPUs: {running.gpus.detail} ({label}); data: {spec.service.data_path}", markup=False)
+    console.print(f"admin token: {spec.service.data_path / 'admin.token'}", markup=False)
     try:
         running.server.run()
     finally:
@@ -90,7 +90,7 @@ def pool(as_json: JsonOption = False, config: ConfigOption = None, api: ApiOptio
             ]
         )
     console.print(table(POOL_COLUMNS, rows, console.width))
-    console.print(f"{data['busy']} of {plural(data['gpus'], 'GPU')} in use", highlight=False)
+    console.print(f"{data['busy']} of {plural(data['gpus'], 'GPU')} in use", highlight=False, markup=False)
 
 
 team_app = typer.Typer(
@@ -162,9 +162,12 @@ def team_set(
     console.print(
         f"team {team['name']}: weight {team['weight']:g}, {plural(team['guaranteed_gpus'], 'GPU')} guaranteed",
         highlight=False,
+        markup=False,
     )
     if team["token"]:
-        console.print(f"token (shown once; give it to the team as GPUPOOL_TOKEN): {team['token']}", highlight=False)
+        console.print(
+            f"token (shown once; give it to the team as GPUPOOL_TOKEN): {team['token']}", highlight=False, markup=False
+        )
 
 
 user_app = typer.Typer(
@@ -181,8 +184,10 @@ def user_add(
 ) -> None:
     """Add a user to a team (admin), with a token of their own (shown once)."""
     user = call(client(config, api).set_user, name, {"team": team, "new_token": True})
-    console.print(f"user {user['name']} of team {user['team']}", highlight=False)
-    console.print(f"token (shown once; give it to them as GPUPOOL_TOKEN): {user['token']}", highlight=False)
+    console.print(f"user {user['name']} of team {user['team']}", highlight=False, markup=False)
+    console.print(
+        f"token (shown once; give it to them as GPUPOOL_TOKEN): {user['token']}", highlight=False, markup=False
+    )
 
 
 @user_app.command("set")
@@ -195,9 +200,11 @@ def user_set(
 ) -> None:
     """Move a user to another team, or give them a new token (admin)."""
     user = call(client(config, api).set_user, name, {"team": team, "new_token": new_token})
-    console.print(f"user {user['name']} of team {user['team']}", highlight=False)
+    console.print(f"user {user['name']} of team {user['team']}", highlight=False, markup=False)
     if user["token"]:
-        console.print(f"token (shown once; give it to them as GPUPOOL_TOKEN): {user['token']}", highlight=False)
+        console.print(
+            f"token (shown once; give it to them as GPUPOOL_TOKEN): {user['token']}", highlight=False, markup=False
+        )
 
 
 @user_app.command("list")

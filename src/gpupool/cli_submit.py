@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from gpupool.cli_common import ApiOption, ConfigOption, call, client, console, fail, wait_for_outcome
 from gpupool.slurm import DIRECTIVE, directives
@@ -55,9 +56,17 @@ def job_environment(export: str, extra: list[str], environ: Mapping[str, str]) -
     return chosen
 
 
+def directives_in(script: str) -> bool:
+    try:
+        return bool(directives(script))
+    except ValueError:
+        return True  # a malformed directive: read it as a batch script, to say what is wrong
+
+
 def batch_script(command: list[str]) -> str | None:
-    """The text of the batch script `command` starts with (a file whose first line is `#!`, as
-    sbatch takes), or None for a plain command."""
+    """The text of the batch script `command` starts with: a file whose first line is `#!` and
+    that has `#GPUPOOL` option lines at its top (as sbatch reads `#SBATCH`). None for anything
+    else, which runs in place, as it is when it runs (a script next to the modules it imports)."""
     if not command:
         return None
     path = Path(command[0])
@@ -67,7 +76,8 @@ def batch_script(command: list[str]) -> str | None:
         with path.open("rb") as stream:
             if stream.read(2) != b"#!":
                 return None
-        return path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
+        return text if directives_in(text) else None
     except UnicodeDecodeError:
         return None  # a binary that happens to start with #!: run it as it is
     except OSError as exc:
@@ -139,9 +149,9 @@ def submit(
 ) -> None:
     """Submit a job: gpupool submit --gpus 2 --priority high -- python train.py
 
-    Or a batch script (a file starting with #!) is read for #GPUPOOL option lines at its top, as
-    sbatch reads #SBATCH; options on the command line win. The job runs a copy of the script
-    taken now.
+    A script (a file starting with #!) with #GPUPOOL option lines at its top is a batch script,
+    as sbatch reads #SBATCH: options on the command line win, and the job runs a copy of the
+    script taken now. Any other command runs in place.
     """
     argv = list(command or [])
     script = batch_script(argv) if wrap is None else None
@@ -180,11 +190,9 @@ def submit(
     job = call(api_client.submit, body)
     if o["parsable"]:
         console.print(str(job["id"]), highlight=False)
-    elif job["task"] is not None:
-        console.print(
-            f"submitted array job [bold]{job['id']}[/] ({job['name']}, team {job['team']}, {job['priority']})"
-        )
     else:
-        console.print(f"submitted job [bold]{job['id']}[/] ({job['name']}, team {job['team']}, {job['priority']})")
+        kind = "array job" if job["task"] is not None else "job"
+        about = escape(f"({job['name']}, team {job['team']}, {job['priority']})")
+        console.print(f"submitted {kind} [bold]{job['id']}[/] {about}", highlight=False)
     if o["wait"]:
         raise typer.Exit(wait_for_outcome(api_client, job["id"], quiet=o["parsable"]))

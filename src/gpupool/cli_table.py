@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rich.table import Table
+from rich.text import Text
 
 GAP = 2
 """Blank columns between two table columns (rich's padding of one on each side)."""
@@ -56,6 +57,15 @@ def fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) ->
         if total() <= width:
             break
         widths[i] = None
+    # Last, should cells of the fixed columns be longer than anyone expected: the widest of them
+    # give way too, never below their header, so that no header is ever cut.
+    while total() > width:
+        shown = [i for i, w in enumerate(widths) if w is not None and w > len(columns[i].header)]
+        if not shown:
+            break
+        widest = max(shown, key=lambda i: (widths[i] or 0, -i))
+        current = widths[widest] or 0
+        widths[widest] = max(len(columns[widest].header), current - (total() - width))
     return widths
 
 
@@ -69,5 +79,5 @@ def table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int, 
         w = widths[i]
         out.add_column(c.header, justify=c.justify, no_wrap=not c.wrap, overflow="ellipsis", width=w)
     for row in rows:
-        out.add_row(*(row[i] for i in shown))
+        out.add_row(*(Text(row[i]) for i in shown))  # plain text: a name like "run[/]" is no markup
     return out

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from gpupool.errors import Conflict
 from gpupool.executors import Executor, Exit, Handle, Launch
-from gpupool.executors.proc import recorded_exit, recorded_launcher
+from gpupool.executors.proc import recorded_exit, recorded_exit_time, recorded_launcher
 from gpupool.model import Config, JobState, Placement, Plan, Reason
 from gpupool.policy import decide
 from gpupool.store import Store
@@ -36,18 +36,25 @@ def token_hash(token: str) -> str:
     return sha256(token.encode()).hexdigest()
 
 
-def expand_log_path(template: str, job: JobRow, attempt: int) -> str:
+def expand_log_path(
+    template: str, job: int, attempt: int, name: str, array: int | None = None, index: int | None = None
+) -> str:
     """Slurm's patterns in a log path: `%j` the job, `%A` its array, `%a` its index in the array,
     `%t` the attempt, `%x` the job's name, `%%` a percent sign."""
     values = {
-        "j": str(job.id),
-        "A": str(job.array_id if job.array_id is not None else job.id),
-        "a": str(job.array_index if job.array_index is not None else ""),
+        "j": str(job),
+        "A": str(array if array is not None else job),
+        "a": str(index if index is not None else ""),
         "t": str(attempt),
-        "x": job.name,
+        "x": name,
         "%": "%",
     }
     return re.sub(r"%([jAatx%])", lambda m: values[m.group(1)], template)
+
+
+def inside(path: Path, folder: Path) -> bool:
+    """Whether `path`, its links followed, is `folder` or lies in it."""
+    return path.resolve().is_relative_to(folder.resolve())
 
 
 @dataclass
@@ -88,7 +95,8 @@ class ControlLoop:
             template = job.output  # as sbatch: without -e, errors go where -o says
         if template is None:
             return self.attempt_dir(job.id, attempt) / f"{stream}.log"
-        return Path(job.workdir) / expand_log_path(template, job, attempt)
+        expanded = expand_log_path(template, job.id, attempt, job.name, job.array_id, job.array_index)
+        return Path(job.workdir) / expanded
 
     # --- one iteration -----------------------------------------------------------------------
 
@@ -185,7 +193,7 @@ class ControlLoop:
                 launched.append(self.launch(job, start.placement, tokens[start.job], intervals.get(job.priority)))
             except Exception as exc:
                 log.warning("job %s could not start: %s", job.id, exc)
-                self.store.end_attempt(job.id, job.attempts - 1, 127, now)
+                self.store.end_attempt(job.id, job.attempts - 1, 127, now, why=f"could not start: {exc}"[:500])
         if launched:
             self.store.mark_all_running(launched, now)
 
@@ -264,7 +272,12 @@ class ControlLoop:
         attempt_dir = self.attempt_dir(*key)
         known = (attempt.pid, attempt.pid_started) if attempt.pid is not None else recorded_launcher(attempt_dir)
         if known is None or not self.executor.adopt(*key, Handle(known[0], known[1] or ""), attempt_dir):
-            self.store.end_attempt(*key, recorded_exit(attempt_dir), now)
+            # It ended while nobody watched: its time limit is charged up to when it ended (the
+            # launcher's exit record), or its last sign of life when there is none.
+            ended = recorded_exit_time(attempt_dir)
+            if ended is None:
+                ended = attempt.last_heartbeat_at or attempt.started_at
+            self.store.end_attempt(*key, recorded_exit(attempt_dir), now, ran_until=ended)
             return
         if self.store.job(attempt.job_id).state == JobState.STARTING.value:
             self.store.mark_running(*key, known[0], known[1] or "", now)

@@ -11,6 +11,16 @@ import shlex
 
 MAX_ARRAY = 10_000
 """Tasks one array may have (Slurm's MaxArraySize defaults to 1001)."""
+MAX_ID = 2**31 - 1
+"""The largest job id or array index the store keeps (a 32-bit integer)."""
+
+
+def _number(text: str, whole: str, what: str) -> int:
+    value = int(text)
+    if value > MAX_ID:
+        raise ValueError(f"{whole!r}: {what} {value} is more than {MAX_ID:,}")
+    return value
+
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
 
@@ -28,8 +38,8 @@ def parse_array(text: str) -> tuple[list[int], int | None]:
         match = _RANGE.match(part.strip())
         if match is None:
             raise ValueError(f"{text!r}: use indexes and ranges like 0-99, 1,3,5-9, 0-20:5, with %N to limit")
-        first = int(match.group(1))
-        last = int(match.group(2)) if match.group(2) is not None else first
+        first = _number(match.group(1), text, "index")
+        last = _number(match.group(2), text, "index") if match.group(2) is not None else first
         step = int(match.group(3)) if match.group(3) is not None else 1
         if last < first or step < 1:
             raise ValueError(f"{text!r}: {part.strip()!r} is an empty range")
@@ -53,10 +63,10 @@ def parse_after(text: str) -> list[tuple[str, int]]:
     """`12`, `12,13`, `ok:12:13`, `any:12`, `notok:12` (Slurm's afterok/afterany/afternotok
     too, and several separated by commas): (kind, job id) pairs. A bare id means `ok`."""
     pairs: list[tuple[str, int]] = []
-    kind = "ok"
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
+        kind = "ok"
         words = part.split(":")
         if not words[0].isdigit():
             named = DEPENDENCY_KINDS.get(words[0].lower())
@@ -65,7 +75,7 @@ def parse_after(text: str) -> list[tuple[str, int]]:
             kind, words = named, words[1:]
         if not words or not all(w.isdigit() for w in words):
             raise ValueError(f"{text!r}: give job ids, like ok:12 or 12,13")
-        pairs.extend((kind, int(w)) for w in words)
+        pairs.extend((kind, _number(w, text, "job id")) for w in words)
     if not pairs:
         raise ValueError(f"{text!r}: give at least one job id")
     return pairs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -203,3 +204,52 @@ def test_a_job_killed_at_the_end_of_its_grace_after_its_limit_is_timed_out(loop:
     assert fake(loop).killed == [(job.id, 0)]
     loop.tick(131.0)
     assert store.job(job.id).state == JobState.TIMEOUT.value
+
+
+def test_a_job_out_of_time_after_a_failure_ends_as_timeout_instead_of_a_retry(loop: ControlLoop, store: Store) -> None:
+    job = store.submit(JobSpec(["train"], team="vision", time_limit=50.0, max_failures=3), now=0.0)
+    loop.tick(0.0)
+    fake(loop).finish(job.id, 0, 1)
+    loop.tick(60.0)  # it failed at 60, past its 50 s: no more run time for a retry
+    assert store.job(job.id).state == JobState.TIMEOUT.value
+    assert len(fake(loop).started) == 1
+
+
+def test_the_scheduler_being_down_is_not_charged_to_a_time_limit(
+    loop: ControlLoop, store: Store, tmp_path: Path
+) -> None:
+    job = store.submit(JobSpec(["train"], team="vision", time_limit=100.0, max_failures=1), now=0.0)
+    loop.tick(0.0)
+    attempt_dir = loop.attempt_dir(job.id, 0)
+    attempt_dir.mkdir(parents=True, exist_ok=True)
+    exit_file = attempt_dir / "exit.json"
+    exit_file.write_text('{"exit_code": 1}')
+    os.utime(exit_file, (10.0, 10.0))  # it ended 10 s in, while the scheduler was down
+    fake(loop).alive.clear()
+    loop.reconcile(now=500.0)
+    assert store.job(job.id).run_seconds == 10.0
+    assert store.job(job.id).state == JobState.PENDING.value, "90 s are left for its retry"
+
+
+def test_a_job_in_its_time_limit_grace_is_draining_for_the_core(loop: ControlLoop, store: Store) -> None:
+    job = store.submit(JobSpec(["train"], team="vision", gpus=4, time_limit=10.0), now=0.0)
+    loop.tick(0.0)
+    loop.tick(10.0)
+    [running] = store.snapshot(now=11.0).running
+    assert running.notice is not None
+    assert running.notice.deadline == 10.0 + 120.0
+    urgent = store.submit(JobSpec(["train"], team="nlp", priority="urgent", gpus=4), now=11.0)
+    loop.tick(11.0)
+    assert [n[0] for n in fake(loop).notified] == [job.id], "no one else is given notice: its GPUs come free"
+    assert store.job(urgent.id).wait_reason == "awaiting_drain"
+
+
+def test_a_launch_that_fails_says_why_in_its_event(loop: ControlLoop, store: Store) -> None:
+    def refuse(launch: Launch) -> Handle:
+        raise OSError("no such interpreter")
+
+    fake(loop).start = refuse  # type: ignore[method-assign]
+    job = store.submit(JobSpec(["train"], team="vision"), now=0.0)
+    loop.tick(0.0)
+    assert store.job(job.id).state == JobState.FAILED.value
+    assert "could not start: no such interpreter" in store.events(job_id=job.id)[-1].message

@@ -22,6 +22,7 @@ from typing import Annotated, TypeVar
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
+from sqlalchemy.exc import DataError
 
 from gpupool.accounting import Totals, totals
 from gpupool.api.batching import SubmissionWriter
@@ -45,7 +46,7 @@ from gpupool.errors import HTTP_STATUS, Forbidden, GpupoolError, InvalidInput, U
 from gpupool.model import Job, JobState, Node
 from gpupool.policy import messages
 from gpupool.policy.place import FreeGpus, can_ever_fit, job_shapes
-from gpupool.service import ControlLoop, token_hash
+from gpupool.service import ControlLoop, expand_log_path, inside, token_hash
 from gpupool.slurm import parse_after, parse_array
 from gpupool.store import DEFAULT_TEAM, JobSpec, Store
 
@@ -91,6 +92,13 @@ def create_app(ctx: Context) -> FastAPI:
         status = HTTP_STATUS.get(type(exc), 400)
         return JSONResponse({"error": type(exc).__name__, "message": str(exc)}, status_code=status)
 
+    @app.exception_handler(DataError)
+    def out_of_range(_request: Request, exc: DataError) -> JSONResponse:
+        # PostgreSQL refuses a number its column cannot hold (SQLite takes any): that is the
+        # request's fault, not the server's.
+        message = f"a value is out of range for the store ({str(exc.orig).splitlines()[0][:200]})"
+        return JSONResponse({"error": "InvalidInput", "message": message}, status_code=400)
+
     @app.exception_handler(RequestValidationError)
     def bad_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = "; ".join(
@@ -128,8 +136,7 @@ def create_app(ctx: Context) -> FastAPI:
         if body.priority not in known:
             raise InvalidInput(f"priority: unknown priority class {body.priority!r} (known: {', '.join(known)})")
         check_fits(ctx.nodes(), body, team)
-        if not Path(body.workdir).is_dir():
-            raise InvalidInput(f"workdir: {body.workdir!r} is not a directory on this machine")
+        check_paths(body, ctx.loop.data_dir)
         dependencies = parsed("after", parse_after, body.after) or []
         indexes, limit = parsed("array", parse_array, body.array) or ([], None)
         spec = JobSpec(
@@ -167,9 +174,10 @@ def create_app(ctx: Context) -> FastAPI:
         user: str | None = None,
         array: int | None = None,
         name: str | None = None,
-        limit: int = 1000,
+        limit: int | None = None,
     ) -> list[JobOut]:
-        """Jobs, filtered by state (comma-separated), team, user, array (its tasks) and name."""
+        """Jobs, filtered by state (comma-separated), team, user, array (its tasks) and name;
+        all of them unless `limit` says how many at most."""
         states = [parse_state(s) for s in state.split(",")] if state else []
         held = placements(ctx)
         since = {a.job_id: a.started_at for a in ctx.store.live_attempts()}
@@ -325,6 +333,26 @@ def check_fits(nodes: list[Node], body: JobIn, team: str) -> None:
     if not any(can_ever_fit(s, nodes) for s in job_shapes(probe, FreeGpus(nodes, ()))):
         usable = [n for n in nodes if n.team in (None, team)]
         raise InvalidInput(f"gpus: {messages.never_fits(probe, usable)}")
+
+
+def check_paths(body: JobIn, data_dir: Path) -> None:
+    """Refuse a working directory that is not one, and log paths that could never be written
+    or that lie in the scheduler's data directory (its store, tokens and other jobs' folders)."""
+    workdir = Path(body.workdir)
+    if not workdir.is_dir():
+        raise InvalidInput(f"workdir: {body.workdir!r} is not a directory on this machine")
+    if inside(workdir, data_dir):
+        raise InvalidInput(f"workdir: {body.workdir!r} is in the scheduler's data directory")
+    for field, template in (("output", body.output), ("error", body.error)):
+        if template is None:
+            continue
+        if "\0" in template or not template.strip():
+            raise InvalidInput(f"{field}: {template!r} is not a path")
+        path = workdir / expand_log_path(template, 1, 0, body.name or "job", 1, 0)
+        if path.is_dir():
+            raise InvalidInput(f"{field}: {template!r} is a folder; give a file name (with %j for the job)")
+        if inside(path, data_dir):
+            raise InvalidInput(f"{field}: {template!r} is in the scheduler's data directory")
 
 
 def read_from(path: Path, offset: int) -> str:

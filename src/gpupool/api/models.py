@@ -193,6 +193,9 @@ class JobOut(BaseModel):
     array_id: int | None
     array_index: int | None
     array_limit: int | None
+    output: str | None
+    error: str | None
+    """Its `-o`/`-e` paths as given (patterns unexpanded), if any."""
     task: str | None = None
     """`ARRAY_INDEX` for a task of a job array (Slurm's form), else None."""
     placement: dict[str, list[int]] = Field(default_factory=dict)

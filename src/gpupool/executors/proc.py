@@ -25,6 +25,14 @@ def recorded_exit(attempt_dir: Path) -> int | None:
     return code
 
 
+def recorded_exit_time(attempt_dir: Path) -> float | None:
+    """When the launcher wrote the attempt's exit status (its file's time); None without one."""
+    try:
+        return (attempt_dir / "exit.json").stat().st_mtime
+    except OSError:
+        return None
+
+
 def recorded_launcher(attempt_dir: Path) -> tuple[int, str] | None:
     """The launcher's pid and start time: as it wrote them when it started or, if the scheduler
     died before the launcher could write them, found among the running processes by the

@@ -132,6 +132,8 @@ class AttemptsStore(StoreBase):
         message: str,
     ) -> None:
         row = self.live_attempt(s, job_id, attempt)
+        # A job already in the grace of its time limit keeps the earlier deadline.
+        deadline = min(deadline, row.notice_deadline) if row.notice_deadline is not None else deadline
         row.notice_at, row.notice_deadline, row.notice_for = now, deadline, for_job
         preemptor = s.get(JobRow, for_job, with_for_update=True)
         if preemptor is not None and preemptor.nominated_at is None:
@@ -192,7 +194,16 @@ class AttemptsStore(StoreBase):
         with self.transaction() as s:
             self.live_attempt(s, job_id, attempt).completed_at = now
 
-    def end_attempt(self, job_id: int, attempt: int, exit_code: int | None, now: float) -> JobState:
+    def end_attempt(
+        self,
+        job_id: int,
+        attempt: int,
+        exit_code: int | None,
+        now: float,
+        *,
+        ran_until: float | None = None,
+        why: str | None = None,
+    ) -> JobState:
         """The attempt's process is gone: release its GPUs and decide what becomes of the job.
 
         Cancelled if a cancel was asked for, unless the job reported completion. Success if the
@@ -200,10 +211,15 @@ class AttemptsStore(StoreBase):
         job goes back in line whatever its exit code (a preemption, not a success or failure).
         An attempt whose process vanished with no status (`exit_code` None: the scheduler was
         down when it ended) goes back in line too, without using the failure budget.
-        Otherwise it failed: retried while its failure budget lasts, else FAILED.
+        Otherwise it failed: retried while its failure budget lasts, else FAILED. A job that
+        would go back in line with no run time left under its time limit ends as TIMEOUT.
+
+        `ran_until`: when the process really ended, if that was before `now` (it ended while the
+        scheduler was down): the time limit is charged up to then. `why`: what went wrong, for
+        people (a launch that failed says so).
         """
         with self.transaction() as s:
-            return self.end_in(s, job_id, attempt, exit_code, now)
+            return self.end_in(s, job_id, attempt, exit_code, now, ran_until=ran_until, why=why)
 
     def end_attempts(self, ended: Sequence[tuple[int, int, int | None]], now: float) -> list[JobState | None]:
         """`end_attempt` for (job, attempt, exit code) of many attempts in one transaction; None
@@ -218,13 +234,35 @@ class AttemptsStore(StoreBase):
                     states.append(None)
         return states
 
-    def end_in(self, s: Session, job_id: int, attempt: int, exit_code: int | None, now: float) -> JobState:
+    def end_in(
+        self,
+        s: Session,
+        job_id: int,
+        attempt: int,
+        exit_code: int | None,
+        now: float,
+        *,
+        ran_until: float | None = None,
+        why: str | None = None,
+    ) -> JobState:
         row = self.live_attempt(s, job_id, attempt)
         job = self.locked_job(s, job_id)
+        job.run_seconds = (job.run_seconds or 0.0) + run_time(
+            row, min(now, ran_until if ran_until is not None else now)
+        )
         row.ended_at, row.exit_code = now, exit_code
-        job.run_seconds = (job.run_seconds or 0.0) + run_time(row, now)
         self._release(s, job_id, attempt, now)
         code = f"exit code {exit_code}" if exit_code is not None else "no exit code (lost)"
+        if why:
+            code = f"{code}: {why}"
+
+        def requeue(message: str) -> None:
+            if job.time_limit is not None and job.run_seconds >= job.time_limit:
+                limit = human_seconds(job.time_limit)
+                self.move(s, job, JobState.TIMEOUT, now, f"{message}, but no run time is left of its {limit} limit")
+            else:
+                self.move(s, job, JobState.PENDING, now, message, attempt=attempt)
+
         if job.cancel_requested_at is not None and row.completed_at is None:
             # Stopped because it was cancelled: a clean exit on SIGTERM is no success.
             row.outcome = "cancelled"
@@ -239,16 +277,15 @@ class AttemptsStore(StoreBase):
         elif row.notice_at is not None:
             row.outcome = "preempted"
             job.preemptions += 1
-            self.move(s, job, JobState.PENDING, now, f"requeued after notice ({code})", attempt=attempt)
+            requeue(f"requeued after notice ({code})")
         elif exit_code is None:
             row.outcome = "lost"
-            self.move(s, job, JobState.PENDING, now, "requeued: its process ended while the scheduler was down")
+            requeue("requeued: its process ended while the scheduler was down")
         else:
             row.outcome = "failed"
             job.failures += 1
             if job.failures <= job.max_failures:
-                retry = f"failed ({code}); retry {job.failures} of {job.max_failures}"
-                self.move(s, job, JobState.PENDING, now, retry, attempt=attempt)
+                requeue(f"failed ({code}); retry {job.failures} of {job.max_failures}")
             else:
                 self.move(s, job, JobState.FAILED, now, f"failed ({code})", attempt=attempt)
         if JobState(job.state) in ENDED:

@@ -44,7 +44,8 @@ def judge(kind: str, job: int, states: Sequence[JobState]) -> Dependency:
         bad = next((s for s in ended if s is not JobState.SUCCEEDED), None)
         if bad is not None:
             return Dependency(Verdict.NEVER, f"{target} ended {bad.value}, so it can never succeed")
-    if kind == "notok" and JobState.SUCCEEDED in ended:
+    if len(ended) == len(states) and kind == "notok" and all(s is JobState.SUCCEEDED for s in ended):
+        # For an array, as Slurm: met once every task ended and one of them did not succeed.
         return Dependency(Verdict.NEVER, f"{target} succeeded, so it can never fail")
     if len(ended) == len(states):
         return Dependency(Verdict.MET, f"{target} ended as asked ({KINDS[kind]})")
@@ -75,9 +76,10 @@ class HoldsStore(StoreBase):
             )
         )
         for job_id, array_id, state in rows:
-            if array_id in targets and array_id != job_id:
+            # A task counts for its array's id and, when it is named itself, for its own.
+            if array_id in targets:
                 states[array_id].append(JobState(state))
-            elif job_id in targets:
+            if job_id in targets and array_id != job_id:
                 states[job_id].append(JobState(state))
         return {
             job_id: combined(judge(str(kind), int(str(job)), states.get(int(str(job)), [])) for kind, job in deps)
@@ -147,6 +149,9 @@ class HoldsStore(StoreBase):
                 if room[array] > 0:
                     room[array] -= 1
                     continue
-                message = f"array {array} runs {live[array]} of its at most {limit} tasks at once"
+                next_up = limit - live[array]
+                message = f"array {array} may run {limit} tasks at once: {live[array]} running" + (
+                    f", {next_up} next in line before this one" if next_up > 0 else ""
+                )
                 holds[job_id] = Wait(str(job_id), Reason.ARRAY_LIMIT, message)
         return holds

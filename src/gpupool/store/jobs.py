@@ -254,9 +254,11 @@ class JobsStore(StoreBase):
         user: str | None = None,
         array: int | None = None,
         name: str | None = None,
-        limit: int = 1000,
+        limit: int | None = None,
     ) -> list[JobRow]:
-        query = select(JobRow).order_by(JobRow.id).limit(limit)
+        query = select(JobRow).order_by(JobRow.id)
+        if limit is not None:
+            query = query.limit(limit)
         if user is not None:
             query = query.where(JobRow.user == user)
         if array is not None:

@@ -63,6 +63,10 @@ def core_job(columns: Sequence[Any], expected_restart: float) -> Job:
     )
 
 
+TIME_LIMIT = "time-limit"
+"""The `Notice.for_job` of an attempt that leaves at its time limit: no job has that id."""
+
+
 def _maybe_int(value: object) -> int | None:
     return None if value is None else int(str(value))
 
@@ -93,6 +97,10 @@ class SchedulingStore(AttemptsStore, HoldsStore):
                 notice = None
                 if attempt.notice_at is not None and attempt.notice_deadline is not None:
                     notice = Notice(str(attempt.notice_for), attempt.notice_deadline)
+                elif attempt.timeout_at is not None and attempt.notice_deadline is not None:
+                    # At its time limit: it leaves by the deadline, for no one in particular (the
+                    # core lets a waiting job hold its GPUs instead of preempting others).
+                    notice = Notice(TIME_LIMIT, attempt.notice_deadline)
                 running.append(
                     RunningJob(
                         core_job(job, startup.get(job_id, 0.0)),

@@ -1,0 +1,92 @@
+"""Findings of a review of the day-one change, each a test first: arrays past a thousand tasks,
+dependencies on an array and one of its tasks, output paths, values out of range, markup."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from gpupool.api import Context, create_app
+from gpupool.model import DEFAULT_CLASSES, Config, JobState, Node
+from gpupool.service import ControlLoop, token_hash
+from gpupool.store import JobSpec, Store
+from gpupool.testing import FakeExecutor
+
+ADMIN = "admin-secret"
+CONFIG = Config(DEFAULT_CLASSES)
+HEADERS = {"Authorization": f"Bearer {ADMIN}"}
+
+
+@pytest.fixture
+def api(store_url: str, tmp_path: Path) -> Iterator[tuple[TestClient, Store, Path]]:
+    store = Store.open(store_url)
+    store.sync_config(CONFIG)
+    store.set_nodes([Node("gpu0", 4, "virtual")], virtual=True)
+    data = tmp_path / "data"
+    data.mkdir()
+    loop = ControlLoop(store, CONFIG, FakeExecutor(), data)
+    yield TestClient(create_app(Context(store, loop, token_hash(ADMIN)))), store, data
+    store.close()
+
+
+def test_an_array_lists_every_task_past_a_thousand(api: tuple[TestClient, Store, Path], tmp_path: Path) -> None:
+    client, _, _ = api
+    made = client.post(
+        "/jobs", json={"command": ["true"], "array": "0-1199", "workdir": str(tmp_path)}, headers=HEADERS
+    )
+    assert made.status_code == 201, made.text
+    tasks = client.get(f"/jobs?array={made.json()['id']}", headers=HEADERS).json()
+    assert len(tasks) == 1200
+    assert len(client.get("/jobs", headers=HEADERS).json()) == 1200, "a listing is not cut at 1,000"
+
+
+@pytest.mark.parametrize("path", ["/jobs/99999999999", "/jobs?array=99999999999", "/events?job=99999999999"])
+def test_an_id_out_of_range_is_a_clear_error_on_every_store(api: tuple[TestClient, Store, Path], path: str) -> None:
+    client, _, _ = api
+    response = client.get(path, headers=HEADERS)
+    assert response.status_code in (400, 404, 200), response.text
+    assert response.status_code != 500
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"array": "5000000000"}, "array: "),
+        ({"after": "ok:99999999999"}, "after: "),
+        ({"output": "logs"}, "output: "),
+        ({"error": "bad\u0000path"}, "error: "),
+    ],
+)
+def test_bad_job_fields_are_refused_at_submit(
+    api: tuple[TestClient, Store, Path], tmp_path: Path, fields: dict[str, str], message: str
+) -> None:
+    client, _, _ = api
+    (tmp_path / "logs").mkdir()
+    response = client.post("/jobs", json={"command": ["true"], "workdir": str(tmp_path), **fields}, headers=HEADERS)
+    assert response.status_code in (400, 422), response.text
+    assert message in response.json()["message"]
+
+
+def test_logs_and_work_never_go_into_the_data_directory(api: tuple[TestClient, Store, Path]) -> None:
+    client, _, data = api
+    (data / "admin.token").write_text("secret\n")
+    for fields in ({"workdir": str(data)}, {"workdir": "/", "error": str(data / "admin.token")}):
+        response = client.post("/jobs", json={"command": ["true"], **fields}, headers=HEADERS)
+        assert response.status_code == 400, response.text
+        assert "data directory" in response.json()["message"]
+
+
+def test_a_dependency_on_an_array_and_on_one_of_its_tasks_waits_for_both(
+    api: tuple[TestClient, Store, Path], tmp_path: Path
+) -> None:
+    _, store, _ = api
+    tasks = store.submit_array(JobSpec(["true"], workdir=str(tmp_path), array=[0, 1, 2]), now=0.0)
+    first, last = tasks[0].id, tasks[2].id
+    waiting = store.submit(JobSpec(["true"], dependencies=[("ok", first), ("ok", last)]), now=1.0)
+    store.settle_dependencies(now=2.0)
+    assert store.job(waiting.id).state == JobState.PENDING.value
+    [hold] = store.snapshot_with_holds(now=2.0)[1]
+    assert f"waits for job {first} to succeed" in hold.message
