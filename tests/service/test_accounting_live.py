@@ -67,7 +67,7 @@ def test_wasted_progress_is_the_work_done_again_and_reports_show_it(service: Ser
     assert account["attempts"][1]["restore"] >= 0
 
     shown = service.cli("show", "1").stdout
-    assert "interruptions (GPU time lost)" in shown
+    assert "interruptions (GPU time lost, in GPU·s)" in shown
     assert "preempted" in shown
     report = service.cli("report", "--plots", str(tmp_path / "plots"))
     assert report.returncode == 0, report.stderr
