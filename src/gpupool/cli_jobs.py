@@ -102,14 +102,14 @@ def collapsed(jobs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
 QUEUE_COLUMNS = (
     Column("JOBID"),
     Column("NAME", shrink=1, minimum=6),
-    Column("TEAM", shrink=2, minimum=6),
-    Column("USER", shrink=3, minimum=6, drop=1),
+    Column("TEAM", shrink=4, minimum=6),
+    Column("USER", drop=2),
     Column("CLASS"),
     Column("STATE"),
     Column("GPUS", justify="right"),
     Column("TIME", justify="right"),
-    Column("TIME_LIMIT", justify="right", drop=2),
-    Column("NODES(REASON)", shrink=4, minimum=16),
+    Column("LIMIT", justify="right", drop=3),
+    Column("NODES(REASON)", shrink=5, minimum=16),
 )
 
 

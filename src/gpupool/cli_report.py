@@ -30,7 +30,7 @@ BUCKETS = ("startup", "checkpoint", "drain", "wasted", "unreported")
 
 def totals_columns(title: str) -> tuple[Column, ...]:
     return (
-        Column(title.upper(), shrink=1, minimum=8),
+        Column(title.upper(), shrink=7, minimum=8),
         Column("JOBS", justify="right"),
         Column("ALLOC", justify="right"),
         Column("PROD", justify="right", drop=6),

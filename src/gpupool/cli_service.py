@@ -44,14 +44,14 @@ def up(config: ConfigOption = None) -> None:
 
 
 POOL_COLUMNS = (
-    Column("NODE", shrink=2, minimum=8),
-    Column("TYPE", shrink=3, minimum=6, drop=2),
+    Column("NODE", shrink=3, minimum=8),
+    Column("TYPE", drop=2),
     Column("GPUS", justify="right"),
     Column("IDLE", justify="right"),
     Column("ALLOC", justify="right"),
     Column("DRAIN", justify="right"),
     Column("HELD", justify="right"),
-    Column("WHO", shrink=1, minimum=12, drop=1, wrap=True),
+    Column("WHO", shrink=1, minimum=12, drop=4, wrap=True),
 )
 
 
@@ -114,13 +114,13 @@ def team_list(as_json: JsonOption = False, config: ConfigOption = None, api: Api
         print_json(teams)
         return
     columns = (
-        Column("TEAM", shrink=2, minimum=6),
+        Column("TEAM", shrink=4, minimum=6),
         Column("USING", justify="right"),
         Column("GUARANTEED", justify="right"),
         Column("PENDING", justify="right"),
         Column("WEIGHT", justify="right"),
-        Column("CLASSES", shrink=3, minimum=6, drop=2),
-        Column("BUDGETS: USED/BUDGET", shrink=1, minimum=16, drop=1, wrap=True),
+        Column("CLASSES", shrink=2, minimum=6, drop=3),
+        Column("BUDGETS: USED/BUDGET", shrink=1, minimum=16, drop=5, wrap=True),
     )
     rows = [
         [

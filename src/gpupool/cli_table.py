@@ -25,17 +25,21 @@ class Column:
     header: str
     justify: Literal["left", "right"] = "left"
     shrink: int = 0
-    """0: never cut; others are cut with an ellipsis, 1 first, then 2..."""
+    """0: never cut; else its step in the sequence that makes a table fit (see `fit`)."""
     minimum: int = 8
     """The narrowest a shrinking column gets."""
     drop: int = 0
-    """0: always shown; others are left out when even shrunk the table does not fit, 1 first."""
+    """0: always shown; else its step in the sequence that makes a table fit (see `fit`)."""
     wrap: bool = False
     """Prose: wraps between words instead of being cut."""
 
 
 def fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[int | None]:
-    """The width of each column (None: left out) so that the table fits `width`."""
+    """The width of each column (None: left out) so that the table fits `width`.
+
+    Shrinking and leaving out are one sequence of steps, in the order of their numbers (at one
+    number, shrinking comes first): so a table may cut names only after it has left out a
+    column that matters less, or the other way round, as each table chooses."""
     natural = [max([len(c.header)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
     widths: list[int | None] = list(natural)
 
@@ -43,20 +47,24 @@ def fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) ->
         shown = [w for w in widths if w is not None]
         return sum(shown) + GAP * max(0, len(shown) - 1)
 
-    for i in sorted((i for i, c in enumerate(columns) if c.shrink), key=lambda i: columns[i].shrink):
+    steps = sorted(
+        [(c.shrink, 0, i) for i, c in enumerate(columns) if c.shrink]
+        + [(c.drop, 1, i) for i, c in enumerate(columns) if c.drop]
+    )
+    for _, leave_out, i in steps:
         excess = total() - width
         if excess <= 0:
             break
         current = widths[i]
-        assert current is not None
+        if current is None:
+            continue
+        if leave_out:
+            widths[i] = None
+            continue
         # A header is never cut (one that wraps may wrap between its words).
         longest = max(len(w) for w in columns[i].header.split()) if columns[i].wrap else len(columns[i].header)
         floor = min(current, max(columns[i].minimum, longest, 1))
         widths[i] = max(floor, current - excess)
-    for i in sorted((i for i, c in enumerate(columns) if c.drop), key=lambda i: columns[i].drop):
-        if total() <= width:
-            break
-        widths[i] = None
     # Last, should cells of the fixed columns be longer than anyone expected: the widest of them
     # give way too, never below their header, so that no header is ever cut.
     while total() > width:
