@@ -269,7 +269,8 @@ class Simulation:
                 self.model.interval_of(job.priority),
                 self.model.save_cost,
             )
-            live.core = replace(live.core, nominated=False)
+            if live.core.nominated:
+                live.core = replace(live.core, nominated=False)
             live.running = RunningJob(live.core, start.placement, now, priority=start.priority)
             for alloc in start.placement:
                 self.free[alloc.node] = tuple(g for g in self.free[alloc.node] if g not in alloc.gpus)
