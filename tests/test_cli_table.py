@@ -45,3 +45,13 @@ def test_prose_wraps_between_words_and_a_too_long_word_is_cut_not_broken() -> No
     for line in out.getvalue().splitlines()[1:]:
         for word in line.split()[1:] if line.startswith("preempting") else line.split():
             assert word in words or word.endswith("…"), f"{word!r} is a broken word"
+
+
+@given(st.lists(st.lists(WORD, min_size=6, max_size=6), min_size=1, max_size=8), st.integers(72, 200))
+def test_a_job_id_is_never_cut(rows: list[list[str]], width: int) -> None:
+    rows = [[f"{i}_{n}" for n in (123456,)][0:1] + r[1:] for i, r in enumerate(rows)]
+    out = io.StringIO()
+    columns = (Column("JOBID", keep=True), *COLUMNS[1:])
+    Console(file=out, width=width, color_system=None).print(table(columns, rows, width))
+    ids = [line.split()[0] for line in out.getvalue().splitlines()[1:]]
+    assert ids == [r[0] for r in rows]

@@ -6,6 +6,7 @@ whole array where Slurm's does (`cancel`, `queue`).
 
 from __future__ import annotations
 
+import re
 import shlex
 import time
 from typing import Annotated, Any
@@ -15,6 +16,7 @@ from rich.markup import escape
 
 from gpupool.cli_common import (
     EXIT_PREEMPTED,
+    EXIT_REFUSED,
     ApiOption,
     ConfigOption,
     JsonOption,
@@ -100,7 +102,7 @@ def collapsed(jobs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
 
 
 QUEUE_COLUMNS = (
-    Column("JOBID"),
+    Column("JOBID", keep=True),
     Column("NAME", shrink=1, minimum=6),
     Column("TEAM", shrink=4, minimum=6),
     Column("USER", drop=2),
@@ -241,11 +243,14 @@ def show(
         markup=False,
     )
     if account["interruptions"]:
-        console.print(interruptions_table(account["interruptions"], width=console.width))
+        console.print(interruptions_table(account["interruptions"], width=console.width, ended=ended(job)))
 
 
-def interruptions_table(interruptions: list[dict[str, Any]], *, width: int, jobs: bool = False) -> Any:
-    """Each interruption with its cause, its reason and what it cost (GPU time)."""
+def interruptions_table(
+    interruptions: list[dict[str, Any]], *, width: int, jobs: bool = False, ended: bool = False
+) -> Any:
+    """Each interruption with its cause, its reason and what it cost (GPU time). `ended`: the
+    job has ended, so one with no next attempt waits for nothing."""
     first = (Column("JOB"), Column("TEAM", shrink=3, drop=4), Column("CLASS", drop=5)) if jobs else (Column("#"),)
     unit, size = gpu_unit(max((i["lost"] for i in interruptions), default=0.0))
     columns = (
@@ -272,7 +277,7 @@ def interruptions_table(interruptions: list[dict[str, Any]], *, width: int, jobs
                 f"{i['drain'] / size:.1f}",
                 "" if i["restart"] is None else f"{i['restart'] / size:.1f}",
                 f"{i['lost'] / size:.1f}",
-                "waiting" if i["delay"] is None else clock_time(i["delay"]),
+                ("—" if ended else "waiting") if i["delay"] is None else clock_time(i["delay"]),
                 i["reason"],
             ]
         )
@@ -310,7 +315,11 @@ def cancel(
             worst = max(worst, exit_code(exc))
             continue
         if tasks and tasks[0]["array_id"] == job["id"]:
-            targets.extend(t for t in tasks if not ended(t))  # as scancel: the array's live tasks
+            live = [t for t in tasks if not ended(t)]  # as scancel: the array's live tasks
+            if not live:
+                errors.print(f"[bold red]error:[/] array {job['id']} has already ended", highlight=False)
+                worst = max(worst, EXIT_REFUSED)
+            targets.extend(live)
         else:
             targets.append(job)
     if filtered:
@@ -320,9 +329,11 @@ def cancel(
             targets = [t for t in targets if t["id"] in ids]
         else:
             targets = chosen
+    seen: set[int] = set()
     for job in targets:
-        if ended(job) and not jobs:
+        if job["id"] in seen or (ended(job) and not jobs):
             continue
+        seen.add(job["id"])
         try:
             done = api_client.cancel(job["id"])
         except GpupoolError as exc:
@@ -355,29 +366,39 @@ def logs(
     stream = "stderr" if stderr else "stdout"
     number = attempt if attempt is not None else max(0, job["attempts"] - 1)
     offset = 0
+
+    def drain() -> None:
+        """Print what the attempt's file holds from `offset` on, as of now."""
+        nonlocal offset
+        text, offset = call(api_client.logs, job["id"], number, stream, offset)
+        console.out(text, end="", highlight=False)
+
     while True:
-        text = call(api_client.logs, job["id"], number, stream, offset)
-        if text:
-            console.out(text, end="", highlight=False)
-            offset += len(text.encode())
+        drain()
         if not follow:
             return
         job = call(api_client.job, job["id"])
         if attempt is None and job["attempts"] - 1 > number:
-            # A new attempt: follow it from its start, unless every attempt writes one file.
+            # A new attempt: the end of the last one first, then the new one from its start,
+            # unless every attempt writes one file.
+            drain()
             template = job["error"] if stderr and job["error"] else job["output"]
-            shared = template is not None and "%t" not in template
-            number, offset = job["attempts"] - 1, offset if shared else 0
+            number = job["attempts"] - 1
+            offset = offset if template is not None and not PER_ATTEMPT.search(template) else 0
             continue
         if ended(job):
-            if call(api_client.logs, job["id"], number, stream, offset):
-                continue  # the last words of the attempt, then stop
+            drain()  # the last words of the attempt, then stop
             raise typer.Exit(outcome_code(job))
         if attempt is not None:
             mine = next((a for a in job["history"] if a["attempt"] == attempt), None)
             if mine is not None and mine["ended_at"] is not None and mine["outcome"] == "preempted":
+                drain()
                 raise typer.Exit(EXIT_PREEMPTED)
         time.sleep(0.5)
+
+
+PER_ATTEMPT = re.compile(r"(?<!%)(?:%%)*%t")
+"""A log path with `%t` (not `%%t`, a percent sign and a t) gives each attempt its own file."""
 
 
 def events(

@@ -70,7 +70,8 @@ def pool(as_json: JsonOption = False, config: ConfigOption = None, api: ApiOptio
         holders: dict[str, list[int]] = {}
         for g in node["gpu_states"]:
             if g["state"] in ("allocated", "draining"):
-                who = f"{g['team']}/{g['task'] or g['job']}" + (f"→{g['for_job']}" if g["state"] == "draining" else "")
+                towards = f"→{g['for_job']}" if g["state"] == "draining" and g["for_job"] else ""
+                who = f"{g['team']}/{g['task'] or g['job']}{towards}"
             elif g["state"] == "held":
                 who = f"held→{g['for_job']}"
             else:

@@ -65,8 +65,9 @@ def directives_in(script: str) -> bool:
 
 def batch_script(command: list[str]) -> str | None:
     """The text of the batch script `command` starts with: a file whose first line is `#!` and
-    that has `#GPUPOOL` option lines at its top (as sbatch reads `#SBATCH`). None for anything
-    else, which runs in place, as it is when it runs (a script next to the modules it imports)."""
+    that has `#GPUPOOL` option lines at its top (as sbatch reads `#SBATCH`), or that is not
+    executable. None for anything else, which runs in place, as it is when it runs (a script
+    next to the modules it imports)."""
     if not command:
         return None
     path = Path(command[0])
@@ -77,11 +78,24 @@ def batch_script(command: list[str]) -> str | None:
             if stream.read(2) != b"#!":
                 return None
         text = path.read_text(encoding="utf-8")
-        return text if directives_in(text) else None
+        # Not executable, it can only run as sbatch runs a script: from a copy gpupool makes.
+        return text if directives_in(text) or not os.access(path, os.X_OK) else None
     except UnicodeDecodeError:
         return None  # a binary that happens to start with #!: run it as it is
     except OSError as exc:
         raise fail(f"{command[0]}: cannot read ({exc.strerror})") from None
+
+
+def runnable(word: str) -> str:
+    """A command the job can run from its own working directory: a file named here (`train.sh`,
+    `./train.py`) by its absolute path, as the shell that submits would have found it; a name
+    looked up in PATH as it is."""
+    path = Path(word)
+    if "/" not in word and not path.is_file():
+        return word
+    if path.is_file() and not os.access(path, os.X_OK):
+        raise fail(f"{word}: not executable (chmod +x it, or run it with its interpreter)")
+    return str(path.absolute()) if path.is_file() else word
 
 
 def with_directives(ctx: typer.Context, script: str, source: str) -> dict[str, Any]:
@@ -149,12 +163,14 @@ def submit(
 ) -> None:
     """Submit a job: gpupool submit --gpus 2 --priority high -- python train.py
 
-    A script (a file starting with #!) with #GPUPOOL option lines at its top is a batch script,
-    as sbatch reads #SBATCH: options on the command line win, and the job runs a copy of the
-    script taken now. Any other command runs in place.
+    A script (a file starting with #!) with #GPUPOOL option lines at its top, or one that is not
+    executable, is a batch script, as sbatch reads #SBATCH: options on the command line win, and
+    the job runs a copy of the script taken now. Any other command runs in place.
     """
     argv = list(command or [])
     script = batch_script(argv) if wrap is None else None
+    if script is None and argv and wrap is None:
+        argv[0] = runnable(argv[0])
     o = with_directives(ctx, script, argv[0]) if script is not None else dict(ctx.params)
     if o["wrap"] is not None and argv:
         raise fail("give a command after -- or --wrap, not both")

@@ -32,6 +32,8 @@ class Column:
     """0: always shown; else its step in the sequence that makes a table fit (see `fit`)."""
     wrap: bool = False
     """Prose: wraps between words instead of being cut."""
+    keep: bool = False
+    """Never cut, whatever else has to give (an identifier people type back)."""
 
 
 def fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[int | None]:
@@ -65,15 +67,26 @@ def fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) ->
         longest = max(len(w) for w in columns[i].header.split()) if columns[i].wrap else len(columns[i].header)
         floor = min(current, max(columns[i].minimum, longest, 1))
         widths[i] = max(floor, current - excess)
-    # Last, should cells of the fixed columns be longer than anyone expected: the widest of them
-    # give way too, never below their header, so that no header is ever cut.
+
+    # Last, should cells be longer than anyone expected: shrinking columns give way below their
+    # minimum, in their order, then the widest other columns; never below a header, never one
+    # that must be kept whole.
+    def give(candidates: list[int]) -> None:
+        for i in candidates:
+            excess = total() - width
+            current = widths[i]
+            if excess <= 0 or current is None:
+                return
+            widths[i] = max(len(columns[i].header), current - excess)
+
+    give(sorted((i for i, c in enumerate(columns) if c.shrink), key=lambda i: columns[i].shrink))
     while total() > width:
-        shown = [i for i, w in enumerate(widths) if w is not None and w > len(columns[i].header)]
-        if not shown:
+        movable = [
+            i for i, w in enumerate(widths) if w is not None and not columns[i].keep and w > len(columns[i].header)
+        ]
+        if not movable:
             break
-        widest = max(shown, key=lambda i: (widths[i] or 0, -i))
-        current = widths[widest] or 0
-        widths[widest] = max(len(columns[widest].header), current - (total() - width))
+        give([max(movable, key=lambda i: (widths[i] or 0, -i))])
     return widths
 
 

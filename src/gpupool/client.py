@@ -35,7 +35,8 @@ class Client:
                 raise GpupoolError(f"no token: set GPUPOOL_TOKEN, or start `gpupool up` (it writes {path})") from None
         return cls(url or os.environ.get("GPUPOOL_API") or "http://127.0.0.1:8470", token)
 
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+    def send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """The response, or the error it stands for raised."""
         try:
             response = self.http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
@@ -46,6 +47,11 @@ class Client:
             except (ValueError, KeyError):
                 message = response.text
             raise ERRORS.get(response.status_code, GpupoolError)(message)
+        return response
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        """The body of the response: JSON decoded, text, or None."""
+        response = self.send(method, path, **kwargs)
         if response.status_code == 204:
             return None
         if response.headers.get("content-type", "").startswith("application/json"):
@@ -68,12 +74,13 @@ class Client:
         job: dict[str, Any] = self.request("POST", f"/jobs/{job_id}/cancel")
         return job
 
-    def logs(self, job_id: int, attempt: int | None, stream: str, offset: int) -> str:
+    def logs(self, job_id: int, attempt: int | None, stream: str, offset: int) -> tuple[str, int]:
+        """The output from byte `offset` on, and the offset to read from next."""
         params: dict[str, Any] = {"stream": stream, "offset": offset}
         if attempt is not None:
             params["attempt"] = attempt
-        text: str = self.request("GET", f"/jobs/{job_id}/logs", params=params)
-        return text
+        response = self.send("GET", f"/jobs/{job_id}/logs", params=params)
+        return response.text, int(response.headers.get("X-Next-Offset", offset + len(response.content)))
 
     def events(self, job_id: int | None = None, after: int = 0) -> list[dict[str, Any]]:
         params: dict[str, Any] = {"after": after}

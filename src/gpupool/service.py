@@ -22,7 +22,7 @@ from pathlib import Path
 
 from gpupool.errors import Conflict
 from gpupool.executors import Executor, Exit, Handle, Launch
-from gpupool.executors.proc import recorded_exit, recorded_exit_time, recorded_launcher
+from gpupool.executors.proc import last_sign_of_life, recorded_exit, recorded_exit_time, recorded_launcher
 from gpupool.model import Config, JobState, Placement, Plan, Reason
 from gpupool.policy import decide
 from gpupool.store import Store
@@ -231,17 +231,13 @@ class ControlLoop:
         if job.array_id is not None:
             env["GPUPOOL_ARRAY_ID"] = str(job.array_id)
             env["GPUPOOL_ARRAY_INDEX"] = str(job.array_index)
-        launch = Launch(
-            job.id,
-            attempt,
-            command,
-            Path(job.workdir),
-            env,
-            attempt_dir,
-            gpus,
-            self.log_file(job, attempt, "stdout"),
-            self.log_file(job, attempt, "stderr"),
-        )
+        stdout, stderr = (self.log_file(job, attempt, stream) for stream in ("stdout", "stderr"))
+        if job.output is not None or job.error is not None:
+            # Checked at submit, and again now: a link made since must not lead into the data.
+            for path in (stdout, stderr):
+                if inside(path, self.data_dir) and not inside(path, attempt_dir):
+                    raise ValueError(f"{path} is in the scheduler's data directory")
+        launch = Launch(job.id, attempt, command, Path(job.workdir), env, attempt_dir, gpus, stdout, stderr)
         handle = self.executor.start(launch)
         return (job.id, attempt, handle.pid, handle.started)
 
@@ -276,7 +272,9 @@ class ControlLoop:
             # launcher's exit record), or its last sign of life when there is none.
             ended = recorded_exit_time(attempt_dir)
             if ended is None:
-                ended = attempt.last_heartbeat_at or attempt.started_at
+                job = self.store.job(attempt.job_id)
+                logs = [self.log_file(job, attempt.attempt, stream) for stream in ("stdout", "stderr")]
+                ended = last_sign_of_life(attempt_dir, logs, attempt.last_heartbeat_at or attempt.started_at)
             self.store.end_attempt(*key, recorded_exit(attempt_dir), now, ran_until=ended)
             return
         if self.store.job(attempt.job_id).state == JobState.STARTING.value:

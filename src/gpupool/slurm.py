@@ -30,8 +30,8 @@ def parse_array(text: str) -> tuple[list[int], int | None]:
     body, _, limit_text = text.strip().partition("%")
     limit: int | None = None
     if limit_text:
-        if not limit_text.isdigit() or int(limit_text) < 1:
-            raise ValueError(f"{text!r}: the limit after % must be a positive number")
+        if not limit_text.isdigit() or not 1 <= int(limit_text) <= MAX_ARRAY:
+            raise ValueError(f"{text!r}: the limit after % must be a number from 1 to {MAX_ARRAY:,}")
         limit = int(limit_text)
     indexes: set[int] = set()
     for part in body.split(","):

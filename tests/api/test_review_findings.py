@@ -90,3 +90,45 @@ def test_a_dependency_on_an_array_and_on_one_of_its_tasks_waits_for_both(
     assert store.job(waiting.id).state == JobState.PENDING.value
     [hold] = store.snapshot_with_holds(now=2.0)[1]
     assert f"waits for job {first} to succeed" in hold.message
+
+
+@pytest.mark.parametrize(("field", "value"), [("output", "x" * 300 + ".log"), ("workdir", "/" + "y" * 300)])
+def test_a_path_the_system_refuses_is_a_clear_error_not_a_500(
+    api: tuple[TestClient, Store, Path], tmp_path: Path, field: str, value: str
+) -> None:
+    client, _, _ = api
+    body = {"command": ["true"], "workdir": str(tmp_path), field: value}
+    response = client.post("/jobs", json=body, headers=HEADERS)
+    assert response.status_code == 400, response.text
+    assert f"{field}: " in response.json()["message"]
+
+
+def test_an_array_limit_past_what_the_store_keeps_is_refused(
+    api: tuple[TestClient, Store, Path], tmp_path: Path
+) -> None:
+    client, _, _ = api
+    body = {"command": ["true"], "workdir": str(tmp_path), "array": "0-3%99999999999999999999"}
+    response = client.post("/jobs", json=body, headers=HEADERS)
+    assert response.status_code == 400, response.text
+    assert "array: " in response.json()["message"]
+
+
+def test_the_name_a_log_path_checks_is_the_one_the_job_gets(
+    api: tuple[TestClient, Store, Path], tmp_path: Path
+) -> None:
+    client, _, _ = api
+    (tmp_path / "train").mkdir()  # the job is named after its command: train
+    body = {"command": ["train"], "workdir": str(tmp_path), "output": "%x"}
+    response = client.post("/jobs", json=body, headers=HEADERS)
+    assert response.status_code == 400, response.text
+    assert "is a folder" in response.json()["message"]
+
+
+def test_logs_leave_a_character_cut_at_the_end_for_the_next_read(tmp_path: Path) -> None:
+    from gpupool.api import read_from
+
+    log = tmp_path / "stdout.log"
+    log.write_bytes(b"caf" + "é".encode()[:1])
+    assert read_from(log, 0) == ("caf", 3)
+    log.write_bytes("café\n".encode() + b"\xff")
+    assert read_from(log, 3) == ("é\n\ufffd", len("café\n".encode()) + 1)

@@ -253,3 +253,34 @@ def test_a_launch_that_fails_says_why_in_its_event(loop: ControlLoop, store: Sto
     loop.tick(0.0)
     assert store.job(job.id).state == JobState.FAILED.value
     assert "could not start: no such interpreter" in store.events(job_id=job.id)[-1].message
+
+
+def test_an_attempt_that_ended_while_the_scheduler_was_down_ends_when_it_did(loop: ControlLoop, store: Store) -> None:
+    job = store.submit(JobSpec(["train"], team="vision", time_limit=100.0, max_failures=1), now=0.0)
+    loop.tick(0.0)
+    attempt_dir = loop.attempt_dir(job.id, 0)
+    attempt_dir.mkdir(parents=True, exist_ok=True)
+    log = attempt_dir / "stdout.log"
+    log.write_text("working\n")
+    os.utime(log, (30.0, 30.0))  # its last sign of life: no exit was recorded (a reboot)
+    fake(loop).alive.clear()
+    loop.reconcile(now=500.0)
+    assert store.job(job.id).run_seconds == 30.0
+    [attempt] = store.attempts(job.id)
+    assert attempt.ended_at == 30.0, "budgets and accounting are not charged the downtime either"
+    assert all(p.held_until is None or p.held_until == 30.0 for p in store.held()) and not store.held()
+
+
+def test_a_log_path_that_became_a_link_into_the_data_directory_is_not_opened(
+    loop: ControlLoop, store: Store, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    loop.data_dir.mkdir(parents=True, exist_ok=True)
+    (loop.data_dir / "admin.token").write_text("secret\n")
+    job = store.submit(JobSpec(["train"], team="vision", workdir=str(work), output="out.log"), now=0.0)
+    (work / "out.log").symlink_to(loop.data_dir / "admin.token")  # made after the submit's checks
+    loop.tick(0.0)
+    assert store.job(job.id).state == JobState.FAILED.value
+    assert "in the scheduler's data directory" in store.events(job_id=job.id)[-1].message
+    assert (loop.data_dir / "admin.token").read_text() == "secret\n"

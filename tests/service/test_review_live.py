@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,3 +64,48 @@ def test_logs_follow_a_shared_output_file_once_across_retries(service: Service, 
     assert followed.returncode == 1, followed.stderr
     assert followed.stdout == "attempt 0\nattempt 1\n"
     assert json.loads(service.cli("show", "--json", str(job)).stdout)["attempts"] == 2
+
+
+def test_a_script_named_without_a_path_or_not_executable_runs_as_sbatch_would(service: Service, tmp_path: Path) -> None:
+    plain = tmp_path / "plain.sh"
+    plain.write_text("#!/bin/sh\necho plain from $(pwd)\n")
+    plain.chmod(0o755)
+    bare = tmp_path / "bare.sh"
+    bare.write_text("#!/bin/sh\necho bare\n")  # not executable: run from a copy, as sbatch does
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = dict(service.env)
+    jobs = []
+    for script in ("plain.sh", "bare.sh"):
+        command = [
+            sys.executable,
+            "-m",
+            "gpupool",
+            "submit",
+            "--config",
+            str(service.config),
+            "--parsable",
+            "--priority",
+            "low",
+            "-D",
+            str(elsewhere),
+            script,
+        ]
+        done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        jobs.append(int(done.stdout))
+    wait_for(lambda: all(state(service, j) in ("succeeded", "failed") for j in jobs))
+    assert service.cli("logs", str(jobs[0])).stdout == f"plain from {elsewhere}\n"
+    assert service.cli("logs", str(jobs[1])).stdout == "bare\n"
+
+
+def test_cancel_names_each_job_once_and_says_when_an_array_has_ended(service: Service) -> None:
+    array = submit(service, "--array", "0-1", "--", "true")
+    wait_for(lambda: all(state(service, array + i) == "succeeded" for i in (0, 1)))
+    done = service.cli("cancel", str(array))
+    assert done.returncode == 5
+    assert f"array {array} has already ended" in done.stderr
+    waiting = submit(service, "--array", "0-2%1", "--", "sleep", "600")
+    twice = service.cli("cancel", str(waiting), f"{waiting}_2")
+    assert twice.returncode == 0, twice.stderr
+    assert twice.stdout.count(f"job {waiting}_2:") == 1

@@ -49,6 +49,7 @@ from gpupool.policy.place import FreeGpus, can_ever_fit, job_shapes
 from gpupool.service import ControlLoop, expand_log_path, inside, token_hash
 from gpupool.slurm import parse_after, parse_array
 from gpupool.store import DEFAULT_TEAM, JobSpec, Store
+from gpupool.store.jobs import job_name
 
 T = TypeVar("T")
 
@@ -96,7 +97,8 @@ def create_app(ctx: Context) -> FastAPI:
     def out_of_range(_request: Request, exc: DataError) -> JSONResponse:
         # PostgreSQL refuses a number its column cannot hold (SQLite takes any): that is the
         # request's fault, not the server's.
-        message = f"a value is out of range for the store ({str(exc.orig).splitlines()[0][:200]})"
+        first = (str(exc.orig).splitlines() or [""])[0][:200]
+        message = f"a value is out of range for the store ({first})"
         return JSONResponse({"error": "InvalidInput", "message": message}, status_code=400)
 
     @app.exception_handler(RequestValidationError)
@@ -229,16 +231,17 @@ def create_app(ctx: Context) -> FastAPI:
         attempt: int | None = None,
         stream: str = "stdout",
         offset: int = 0,
-    ) -> str:
+    ) -> PlainTextResponse:
+        """The output from byte `offset` on; the header `X-Next-Offset` says where to read
+        next (a character cut at the end of the file is left for the next read)."""
         if offset < 0:
             raise InvalidInput(f"offset: {offset} is negative")
         if stream not in ("stdout", "stderr"):
             raise InvalidInput(f"stream: {stream!r} is neither stdout nor stderr")
         job = ctx.store.job(job_id)
         number = attempt if attempt is not None else job.attempts - 1
-        if number < 0:
-            return ""
-        return read_from(ctx.loop.log_file(job, number, stream), offset)
+        text, following = read_from(ctx.loop.log_file(job, number, stream), offset) if number >= 0 else ("", offset)
+        return PlainTextResponse(text, headers={"X-Next-Offset": str(following)})
 
     @app.get("/events", response_model=list[EventOut])
     def events(
@@ -339,26 +342,44 @@ def check_paths(body: JobIn, data_dir: Path) -> None:
     """Refuse a working directory that is not one, and log paths that could never be written
     or that lie in the scheduler's data directory (its store, tokens and other jobs' folders)."""
     workdir = Path(body.workdir)
-    if not workdir.is_dir():
-        raise InvalidInput(f"workdir: {body.workdir!r} is not a directory on this machine")
-    if inside(workdir, data_dir):
-        raise InvalidInput(f"workdir: {body.workdir!r} is in the scheduler's data directory")
+    try:
+        if not workdir.is_dir():
+            raise InvalidInput(f"workdir: {body.workdir!r} is not a directory on this machine")
+        if inside(workdir, data_dir):
+            raise InvalidInput(f"workdir: {body.workdir!r} is in the scheduler's data directory")
+    except OSError as exc:
+        raise InvalidInput(f"workdir: {body.workdir!r}: {exc.strerror}") from None
+    name = job_name(body.name, body.command)
     for field, template in (("output", body.output), ("error", body.error)):
         if template is None:
             continue
         if "\0" in template or not template.strip():
             raise InvalidInput(f"{field}: {template!r} is not a path")
-        path = workdir / expand_log_path(template, 1, 0, body.name or "job", 1, 0)
-        if path.is_dir():
-            raise InvalidInput(f"{field}: {template!r} is a folder; give a file name (with %j for the job)")
-        if inside(path, data_dir):
-            raise InvalidInput(f"{field}: {template!r} is in the scheduler's data directory")
+        path = workdir / expand_log_path(template, 1, 0, name, 1, 0)
+        try:
+            if path.is_dir():
+                raise InvalidInput(f"{field}: {template!r} is a folder; give a file name (with %j for the job)")
+            if inside(path, data_dir):
+                raise InvalidInput(f"{field}: {template!r} is in the scheduler's data directory")
+        except OSError as exc:
+            raise InvalidInput(f"{field}: {template!r}: {exc.strerror}") from None
 
 
-def read_from(path: Path, offset: int) -> str:
+def read_from(path: Path, offset: int) -> tuple[str, int]:
+    """The text of `path` from byte `offset`, and the offset after it: bytes that are not UTF-8
+    read as U+FFFD, and a character cut at the end waits for the next read."""
     try:
         with path.open("rb") as stream:
             stream.seek(offset)
-            return stream.read().decode(errors="replace")
+            data = stream.read()
     except FileNotFoundError:
-        return ""
+        return "", offset
+    cut = len(data)
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 != 0x80:  # the first byte of the last character
+            needed = 2 if byte & 0xE0 == 0xC0 else 3 if byte & 0xF0 == 0xE0 else 4 if byte & 0xF8 == 0xF0 else 1
+            if needed > back:
+                cut = len(data) - back
+            break
+    return data[:cut].decode(errors="replace"), offset + cut

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -31,6 +33,16 @@ def recorded_exit_time(attempt_dir: Path) -> float | None:
         return (attempt_dir / "exit.json").stat().st_mtime
     except OSError:
         return None
+
+
+def last_sign_of_life(attempt_dir: Path, logs: Sequence[Path], since: float) -> float:
+    """The latest time an attempt's files were written (its logs grow while it runs): when it
+    was last known alive, for one that ended with no exit recorded. At least `since`."""
+    times = [since]
+    for path in [*attempt_dir.glob("*"), *logs]:
+        with contextlib.suppress(OSError):
+            times.append(path.stat().st_mtime)
+    return max(times)
 
 
 def recorded_launcher(attempt_dir: Path) -> tuple[int, str] | None:

@@ -247,11 +247,12 @@ class AttemptsStore(StoreBase):
     ) -> JobState:
         row = self.live_attempt(s, job_id, attempt)
         job = self.locked_job(s, job_id)
-        job.run_seconds = (job.run_seconds or 0.0) + run_time(
-            row, min(now, ran_until if ran_until is not None else now)
-        )
-        row.ended_at, row.exit_code = now, exit_code
-        self._release(s, job_id, attempt, now)
+        # Its process ended when it did, not when the scheduler saw it: time limits, budgets
+        # and the accounting are charged up to then.
+        end = max(row.started_at, min(now, ran_until)) if ran_until is not None else now
+        job.run_seconds = (job.run_seconds or 0.0) + run_time(row, end)
+        row.ended_at, row.exit_code = end, exit_code
+        self._release(s, job_id, attempt, end)
         code = f"exit code {exit_code}" if exit_code is not None else "no exit code (lost)"
         if why:
             code = f"{code}: {why}"
@@ -259,7 +260,8 @@ class AttemptsStore(StoreBase):
         def requeue(message: str) -> None:
             if job.time_limit is not None and job.run_seconds >= job.time_limit:
                 limit = human_seconds(job.time_limit)
-                self.move(s, job, JobState.TIMEOUT, now, f"{message}, but no run time is left of its {limit} limit")
+                left = f"{message}, but no run time is left of its {limit} limit"
+                self.move(s, job, JobState.TIMEOUT, now, left, attempt=attempt)
             else:
                 self.move(s, job, JobState.PENDING, now, message, attempt=attempt)
 

@@ -57,6 +57,11 @@ class JobSpec:
     array_limit: int | None = None
 
 
+def job_name(name: str, command: Sequence[str]) -> str:
+    """The name a job goes by: the one given, else its command's file name."""
+    return (name or (command[0].rsplit("/", 1)[-1] if command else "job"))[:200]
+
+
 def submitted_by(spec: JobSpec) -> str:
     return f"submitted by {spec.user} of team {spec.team}" if spec.user else f"submitted by team {spec.team}"
 
@@ -218,7 +223,7 @@ class JobsStore(StoreBase):
             allowed = ", ".join(team.allowed_classes)
             raise Forbidden(f"team {spec.team} may not use class {spec.priority} (allowed: {allowed})")
         return JobRow(
-            name=(spec.name or spec.command[0].rsplit("/", 1)[-1])[:200],
+            name=job_name(spec.name, spec.command),
             team=spec.team,
             priority=spec.priority,
             gpus=spec.gpus,

@@ -18,7 +18,8 @@ class GpuView:
     node: str
     gpu: int
     state: str
-    """idle, allocated, draining (its job has notice) or held (free, kept for a preemptor)."""
+    """idle, allocated, draining (its job has notice, or reached its time limit) or held (free,
+    kept for a preemptor)."""
     job: int | None = None
     team: str | None = None
     user: str | None = None
@@ -41,6 +42,7 @@ class ViewsStore(StoreBase):
                     JobRow.team,
                     JobRow.user,
                     AttemptRow.notice_for,
+                    AttemptRow.timeout_at,
                     JobRow.array_id,
                     JobRow.array_index,
                 )
@@ -52,8 +54,8 @@ class ViewsStore(StoreBase):
                 .where(PlacementRow.held_until.is_(None))
             )
             held = {
-                (node, gpu): (job, team, user, notice_for, array, index)
-                for node, gpu, job, team, user, notice_for, array, index in holders
+                (node, gpu): (job, team, user, notice_for, timeout_at, array, index)
+                for node, gpu, job, team, user, notice_for, timeout_at, array, index in holders
             }
             kept: dict[tuple[str, int], int] = {}
             waiting = select(JobRow.id, JobRow.held_gpus).where(
@@ -68,8 +70,9 @@ class ViewsStore(StoreBase):
             for gpu in range(n.gpus):
                 key = (n.name, gpu)
                 if key in held:
-                    job, team, user, notice_for, array, index = held[key]
-                    state = "draining" if notice_for is not None else "allocated"
+                    job, team, user, notice_for, timeout_at, array, index = held[key]
+                    leaving = notice_for is not None or timeout_at is not None  # notice, or its time limit
+                    state = "draining" if leaving else "allocated"
                     task = f"{array}_{index}" if array is not None else None
                     views.append(GpuView(n.name, gpu, state, job, team, user, notice_for or kept.get(key), task))
                 elif key in kept:
