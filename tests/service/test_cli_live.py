@@ -23,20 +23,14 @@ def service(tmp_path: Path) -> Iterator[Service]:
     yield from running(Service(tmp_path))
 
 
-def submit(service: Service, *args: str, env: dict[str, str] | None = None) -> int:
-    done = service.run_cli(env or service.env, "submit", "--parsable", "--priority", "low", *args)
-    assert done.returncode == 0, done.stderr
-    return int(done.stdout)
-
-
 def test_a_users_token_submits_as_that_user_and_queue_cancel_and_report_know_users(service: Service) -> None:
     assert service.cli("team", "set", "nlp").returncode == 0
     added = service.cli("user", "add", "alice", "--team", "nlp")
     assert added.returncode == 0, added.stderr
     token = added.stdout.rsplit(": ", 1)[1].strip()
     as_alice = dict(service.env, GPUPOOL_TOKEN=token)
-    mine = submit(service, "--name", "x", "--", "sleep", "600", env=as_alice)
-    other = submit(service, "--name", "x", "--", "sleep", "600")
+    mine = service.submit("--name", "x", "--", "sleep", "600", env=as_alice)
+    other = service.submit("--name", "x", "--", "sleep", "600")
     assert service.get(f"/jobs/{mine}").json()["user"] == "alice"  # type: ignore[union-attr]
     assert service.get(f"/jobs/{mine}").json()["team"] == "nlp"  # type: ignore[union-attr]
     listed = json.loads(service.cli("queue", "--user", "alice", "--json").stdout)
@@ -53,9 +47,9 @@ def test_a_users_token_submits_as_that_user_and_queue_cancel_and_report_know_use
 
 
 def test_pool_shows_draining_gpus_and_those_held_for_the_preemptor(service: Service) -> None:
-    stubborn = submit(service, "--", "sh", "-c", "trap '' TERM; sleep 600")
+    stubborn = service.submit("--", "sh", "-c", "trap '' TERM; sleep 600")
     wait_for(lambda: state(service, stubborn) == "running")
-    big = submit(service, "--priority", "high", "--gpus", "2", "--", "sleep", "600")
+    big = service.submit("--priority", "high", "--gpus", "2", "--", "sleep", "600")
     wait_for(lambda: state(service, stubborn) == "preempting")
     wait_for(lambda: {g["state"] for g in pool_gpus(service)} == {"draining", "held"})
     gpus = pool_gpus(service)
@@ -73,7 +67,7 @@ def pool_gpus(service: Service) -> list[dict[str, object]]:
 
 
 def test_json_has_iso_times_and_numbers_for_durations(service: Service) -> None:
-    job = submit(service, "-t", "1:00:00", "--", "true")
+    job = service.submit("-t", "1:00:00", "--", "true")
     wait_for(lambda: state(service, job) == "succeeded")
     shown = json.loads(service.cli("show", str(job), "--json").stdout)
     assert datetime.fromisoformat(shown["submit_time"]).tzinfo is not None
@@ -89,10 +83,10 @@ def test_health_answers_without_a_token(service: Service) -> None:
 
 def test_every_table_fits_80_columns_when_piped(service: Service) -> None:
     assert service.cli("team", "set", "a-team-with-a-long-name", "--guaranteed-gpus", "1").returncode == 0
-    running_job = submit(service, "--name", "a-job-name-that-is-much-longer-than-any-column", "--", "sleep", "600")
+    running_job = service.submit("--name", "a-job-name-that-is-much-longer-than-any-column", "--", "sleep", "600")
     for _ in range(3):
-        submit(service, "--gpus", "2", "--after", str(running_job), "--", "true")
-    submit(service, "--array", "0-20%2", "--", "sleep", "1")
+        service.submit("--gpus", "2", "--after", str(running_job), "--", "true")
+    service.submit("--array", "0-20%2", "--", "sleep", "1")
     wait_for(lambda: state(service, running_job) == "running")
     env = dict(service.env, COLUMNS="80")
     for command in (

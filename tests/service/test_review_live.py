@@ -19,12 +19,6 @@ def service(tmp_path: Path) -> Iterator[Service]:
     yield from running(Service(tmp_path))
 
 
-def submit(service: Service, *args: str) -> int:
-    done = service.cli("submit", "--parsable", "--priority", "low", *args)
-    assert done.returncode == 0, done.stderr
-    return int(done.stdout)
-
-
 def test_a_name_that_looks_like_markup_breaks_neither_submit_nor_queue(service: Service) -> None:
     done = service.cli("submit", "--priority", "low", "--name", "run[/]", "--", "sleep", "600")
     assert done.returncode == 0, done.stderr
@@ -36,7 +30,7 @@ def test_a_name_that_looks_like_markup_breaks_neither_submit_nor_queue(service: 
 
 
 def test_cancelling_an_array_whose_first_tasks_ended_stops_the_rest_quietly(service: Service) -> None:
-    array = submit(service, "--array", "0-3%1", "--", "sh", "-c", 'test "$GPUPOOL_ARRAY_INDEX" = 0 || sleep 600')
+    array = service.submit("--array", "0-3%1", "--", "sh", "-c", 'test "$GPUPOOL_ARRAY_INDEX" = 0 || sleep 600')
     wait_for(lambda: state(service, array) == "succeeded" and state(service, array + 1) == "running")
     done = service.cli("cancel", str(array))
     assert done.returncode == 0, done.stderr
@@ -49,7 +43,7 @@ def test_a_script_without_directives_runs_in_place_next_to_its_modules(service: 
     script = tmp_path / "train.py"
     script.write_text("#!/usr/bin/env python3\nimport helper\nprint(helper.WORD)\n")
     script.chmod(0o755)
-    job = submit(service, "--chdir", str(tmp_path), "--", "./train.py")
+    job = service.submit("--chdir", str(tmp_path), "--", "./train.py")
     wait_for(lambda: state(service, job) in ("succeeded", "failed"))
     assert state(service, job) == "succeeded", service.cli("logs", "--stderr", str(job)).stdout
     assert service.cli("logs", str(job)).stdout == "found\n"
@@ -57,8 +51,8 @@ def test_a_script_without_directives_runs_in_place_next_to_its_modules(service: 
 
 def test_logs_follow_a_shared_output_file_once_across_retries(service: Service, tmp_path: Path) -> None:
     out = tmp_path / "shared.log"
-    job = submit(
-        service, "--max-failures", "1", "-o", str(out), "--", "sh", "-c", 'echo "attempt $GPUPOOL_ATTEMPT"; exit 1'
+    job = service.submit(
+        "--max-failures", "1", "-o", str(out), "--", "sh", "-c", 'echo "attempt $GPUPOOL_ATTEMPT"; exit 1'
     )
     followed = service.cli("logs", "-f", str(job))
     assert followed.returncode == 1, followed.stderr
@@ -100,12 +94,12 @@ def test_a_script_named_without_a_path_or_not_executable_runs_as_sbatch_would(se
 
 
 def test_cancel_names_each_job_once_and_says_when_an_array_has_ended(service: Service) -> None:
-    array = submit(service, "--array", "0-1", "--", "true")
+    array = service.submit("--array", "0-1", "--", "true")
     wait_for(lambda: all(state(service, array + i) == "succeeded" for i in (0, 1)))
     done = service.cli("cancel", str(array))
     assert done.returncode == 5
     assert f"array {array} has already ended" in done.stderr
-    waiting = submit(service, "--array", "0-2%1", "--", "sleep", "600")
+    waiting = service.submit("--array", "0-2%1", "--", "sleep", "600")
     twice = service.cli("cancel", str(waiting), f"{waiting}_2")
     assert twice.returncode == 0, twice.stderr
     assert twice.stdout.count(f"job {waiting}_2:") == 1

@@ -18,12 +18,6 @@ def service(tmp_path: Path) -> Iterator[Service]:
     yield from running(Service(tmp_path))
 
 
-def submit(service: Service, *args: str) -> int:
-    done = service.cli("submit", "--parsable", "--priority", "low", *args)
-    assert done.returncode == 0, done.stderr
-    return int(done.stdout)
-
-
 def job(service: Service, job_id: int) -> dict[str, object]:
     response = service.get(f"/jobs/{job_id}")
     assert response is not None
@@ -35,11 +29,11 @@ def test_dependencies_wait_for_the_outcome_and_a_dependency_that_cannot_be_met_c
     service: Service, tmp_path: Path
 ) -> None:
     gate = tmp_path / "go"
-    first = submit(service, "--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done")
-    then = submit(service, "--after", str(first), "--", "true")
-    doomed = submit(service, "--", "sh", "-c", "exit 4")
-    never = submit(service, "--after", f"ok:{doomed}", "--", "true")
-    anyway = submit(service, "--after", f"any:{doomed}", "--", "true")
+    first = service.submit("--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done")
+    then = service.submit("--after", str(first), "--", "true")
+    doomed = service.submit("--", "sh", "-c", "exit 4")
+    never = service.submit("--after", f"ok:{doomed}", "--", "true")
+    anyway = service.submit("--after", f"any:{doomed}", "--", "true")
     wait_for(lambda: job(service, then)["wait_reason"] == "dependency")
     assert f"waits for job {first} to succeed" in str(job(service, then)["wait_message"])
     gate.touch()
@@ -57,8 +51,7 @@ def test_dependencies_wait_for_the_outcome_and_a_dependency_that_cannot_be_met_c
 
 
 def test_an_array_runs_at_most_its_limit_at_once_even_across_a_kill_9(service: Service, tmp_path: Path) -> None:
-    array = submit(
-        service,
+    array = service.submit(
         "--array",
         "0-5%1",
         "-o",
@@ -112,8 +105,8 @@ def test_submit_wait_ends_with_the_jobs_outcome(service: Service) -> None:
 
 def test_a_dependency_holds_across_a_kill_9_and_is_met_after_the_restart(service: Service, tmp_path: Path) -> None:
     gate = tmp_path / "go"
-    first = submit(service, "--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done")
-    then = submit(service, "--after", f"ok:{first}", "--", "true")
+    first = service.submit("--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done")
+    then = service.submit("--after", f"ok:{first}", "--", "true")
     wait_for(lambda: job(service, then)["wait_reason"] == "dependency")
     service.kill()
     gate.touch()  # the first job ends while nobody watches

@@ -64,6 +64,12 @@ class Service:
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return self.run_cli(self.env, *args)
 
+    def submit(self, *args: str, env: dict[str, str] | None = None) -> int:
+        """`gpupool submit --parsable --priority low ARGS`, which must succeed: the job's id."""
+        done = self.run_cli(env or self.env, "submit", "--parsable", "--priority", "low", *args)
+        assert done.returncode == 0, done.stderr
+        return int(done.stdout)
+
     def run_cli(self, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
         """The command line with this configuration, in the environment `env`."""
         command = [sys.executable, "-m", "gpupool", *args]
