@@ -52,13 +52,12 @@ def decide(snapshot: Snapshot, config: Config, now: float) -> Plan:
 
     1. Build a private working state (free GPUs, GPUs per team) from the snapshot.
     2. Jobs whose victims are draining hold the GPUs being freed for them; jobs whose victims
-       have left (nominated) take free GPUs before anyone else.
+       have left (nominated) come first in their class.
     3. Take the queue in order; place each job on free GPUs, else preempt for it when the
        policy allows and a sufficient set of victims exists, else say why it waits.
     """
     cycle = _Cycle(snapshot, config, now)
     cycle.hold_for_drains()
-    cycle.place_nominated()
     cycle.place_queue()
     return cycle.plan()
 
@@ -209,17 +208,6 @@ class _Cycle:
         """`job` holds `placement` while `victims` drain; its team counts those GPUs already."""
         message = messages.awaiting_drain(victims, deadline, self.now)
         self.waits.append(Wait(job.id, Reason.AWAITING_DRAIN, message, placement))
-
-    def place_nominated(self) -> None:
-        """Jobs whose victims have all left take free GPUs first, in queue order: the GPUs were
-        freed for them, and a requeued victim that sorts earlier must not take them back."""
-        nominated = [
-            (self.effective_of(j).cls.value, j)
-            for j in self.snapshot.pending
-            if j.nominated and j.id not in self.settled
-        ]
-        for job in queue_order(nominated, self.config.order, self.share):
-            self.start_on_free(job)
 
     # --- 3. the queue --------------------------------------------------------------------
 

@@ -17,18 +17,23 @@ def submit_key(job: Job) -> tuple[float, int, str]:
 def queue_order(pending: Sequence[tuple[int, Job]], order: QueueOrder, share: Callable[[str], float]) -> Iterator[Job]:
     """Yield pending jobs, given as (effective class value, job), best first.
 
-    `PRIORITY`: by `(-class value, team's weighted share, submit time, arrival order)`. The share is
+    `PRIORITY`: by `(-class value, nominated first, team's weighted share, submit time,
+    arrival order)`. The share is
     read again each time a team's next job comes up, so a team that just got GPUs in this
     very pass falls back behind teams that got none (weighted round-robin within a class).
-    `FIFO`: by `(submit time, arrival order)` alone.
+    `FIFO`: by `(submit time, arrival order)` alone (nothing is preempted under it).
     """
     if order is QueueOrder.FIFO:
         yield from sorted((job for _, job in pending), key=submit_key)
         return
     by_class: dict[int, dict[str, list[Job]]] = defaultdict(lambda: defaultdict(list))
+    nominated: dict[int, list[Job]] = defaultdict(list)
     for value, job in pending:
-        by_class[value][job.team].append(job)
-    for value in sorted(by_class, reverse=True):
+        (nominated[value] if job.nominated else by_class[value][job.team]).append(job)
+    for value in sorted(by_class.keys() | nominated.keys(), reverse=True):
+        # Within a class, the jobs whose victims have left come first: the GPUs were freed for
+        # them (a requeued victim of the same class must not take them back).
+        yield from sorted(nominated[value], key=submit_key)
         queues = {team: deque(sorted(jobs, key=submit_key)) for team, jobs in by_class[value].items()}
         heap = [(share(team), *submit_key(q[0]), team) for team, q in queues.items()]
         heapq.heapify(heap)
