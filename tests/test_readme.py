@@ -19,7 +19,7 @@ import httpx
 import pytest
 import yaml
 
-from gpupool.testing import wait_for
+from gpupool.testing import kill_attempts, wait_for
 from gpupool.up import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,7 +71,7 @@ def lab(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
     yield work, env
     process.terminate()
     process.wait(timeout=10)
-    subprocess.run(["pkill", "-f", str(data)], check=False)
+    kill_attempts(data)
 
 
 def answers(port: int) -> bool:

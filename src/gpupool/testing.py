@@ -9,6 +9,8 @@ snapshot = Snapshot(
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -115,6 +117,21 @@ class FakeExecutor:
 
     def adopt(self, job_id: int, attempt: int, handle: Handle, attempt_dir: Path) -> bool:
         return (job_id, attempt) in self.alive
+
+
+def kill_attempts(data_dir: Path) -> None:
+    """SIGKILL the process group of every attempt launched under `data_dir` (its launcher names
+    its attempt folder; the launcher outlives a SIGTERM by design, so `pkill` would not do)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            group = os.getpgid(int(proc.name))
+            if str(data_dir) in command and group != os.getpgid(0):  # never the tests' own group
+                os.killpg(group, signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 30.0, every: float = 0.02) -> float:

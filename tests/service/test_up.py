@@ -18,7 +18,7 @@ from sqlalchemy import select
 from gpupool.store import Store
 from gpupool.store.engine import sqlite_url
 from gpupool.store.schema import PlacementRow
-from gpupool.testing import wait_for
+from gpupool.testing import kill_attempts, wait_for
 from gpupool.up import free_port
 
 
@@ -105,7 +105,7 @@ def running(service: Service) -> Iterator[Service]:
     if service.process is not None and service.process.poll() is None:
         service.process.terminate()
         service.process.wait(timeout=10)
-    subprocess.run(["pkill", "-f", str(service.data)], check=False)
+    kill_attempts(service.data)
 
 
 @pytest.fixture
