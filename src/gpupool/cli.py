@@ -8,12 +8,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gpupool import config as configuration
-from gpupool.cli_common import HELP, prepare_output
+from gpupool.cli_common import EXIT_USAGE, HELP, console, errors, fail, prepare_output
 from gpupool.cli_service import register
 from gpupool.config import ConfigError
 from gpupool.sim.cluster import load_vc_sizes
@@ -47,16 +45,12 @@ def main_options(
     """gpupool: one shared GPU pool, priority as a job attribute."""
 
 
-console = Console()
-errors = Console(stderr=True)
-
-
 class UsageError(typer.Exit):
     """Bad input: print what is wrong and exit with status 2."""
 
     def __init__(self, message: str) -> None:
-        errors.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-        super().__init__(code=2)
+        fail(message)  # prints it, as every command does
+        super().__init__(code=EXIT_USAGE)
 
 
 def parse_when(text: str, option: str) -> datetime:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -68,24 +66,11 @@ def test_a_script_named_without_a_path_or_not_executable_runs_as_sbatch_would(se
     bare.write_text("#!/bin/sh\necho bare\n")  # not executable: run from a copy, as sbatch does
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    env = dict(service.env)
     jobs = []
     for script in ("plain.sh", "bare.sh"):
-        command = [
-            sys.executable,
-            "-m",
-            "gpupool",
-            "submit",
-            "--config",
-            str(service.config),
-            "--parsable",
-            "--priority",
-            "low",
-            "-D",
-            str(elsewhere),
-            script,
-        ]
-        done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False)
+        done = service.run_cli(
+            service.env, "submit", "--parsable", "-p", "low", "-D", str(elsewhere), script, cwd=tmp_path
+        )
         assert done.returncode == 0, done.stderr
         jobs.append(int(done.stdout))
     wait_for(lambda: all(state(service, j) in ("succeeded", "failed") for j in jobs))

@@ -70,15 +70,15 @@ class Service:
         assert done.returncode == 0, done.stderr
         return int(done.stdout)
 
-    def run_cli(self, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-        """The command line with this configuration, in the environment `env`."""
+    def run_cli(self, env: dict[str, str], *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        """The command line with this configuration, in the environment `env` (and folder `cwd`)."""
         command = [sys.executable, "-m", "gpupool", *args]
         if args[0] != "submit" or "--" not in args:
             command += ["--config", str(self.config)]
         else:
             split = command.index("--")
             command[split:split] = ["--config", str(self.config)]
-        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
+        return subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=60, check=False)
 
 
 def state(service: Service, job: int) -> str:

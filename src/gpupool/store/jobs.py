@@ -312,10 +312,6 @@ class JobsStore(StoreBase):
         with self.reading() as s:
             return s.get(TeamRow, name)
 
-    def team_by_token(self, token_hash: str) -> TeamRow | None:
-        with self.reading() as s:
-            return s.scalars(select(TeamRow).where(TeamRow.token_hash == token_hash)).first()
-
     def holder_of(self, token_hash: str) -> tuple[str, str | None] | None:
         """(team, user) whose token this is: a user's own, or a team's (no user); None if nobody's."""
         with self.reading() as s:
