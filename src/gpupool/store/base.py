@@ -7,13 +7,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpupool.errors import Conflict, NotFound
 from gpupool.model import InvalidTransition, JobState, transition
 from gpupool.store.engine import read_options
-from gpupool.store.schema import EventRow, JobRow
+from gpupool.store.schema import EventRow, JobRow, StoreIdentityRow
 
 
 class StoreBase:
@@ -37,6 +37,11 @@ class StoreBase:
         so the API's writes go on while the control loop reads its snapshot."""
         with self._reads.begin() as session:
             yield session
+
+    def identity(self) -> StoreIdentityRow:
+        """The store's id (made once, by its migrations) and the first job of its folder layout."""
+        with self.reading() as s:
+            return s.scalars(select(StoreIdentityRow)).one()
 
     @staticmethod
     def locked_job(s: Session, job_id: int) -> JobRow:

@@ -17,6 +17,18 @@ class Base(DeclarativeBase):
     pass
 
 
+class StoreIdentityRow(Base):
+    """One row, made by the migration that created it: the store's id names the job folders
+    it makes and is written in the data directory, so that neither is mistaken for another's."""
+
+    __tablename__ = "store_identity"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    legacy_below: Mapped[int] = mapped_column(Integer)
+    """Jobs with smaller ids were made before store ids: their folders are `jobs/<id>`."""
+
+
 class NodeRow(Base):
     __tablename__ = "nodes"
 
@@ -78,6 +90,7 @@ class JobRow(Base):
         Index("ix_jobs_team_state", "team", "state"),
         Index("ix_jobs_array", "array_id"),
         Index("ix_jobs_user", "user"),
+        Index("ux_jobs_idempotency", "team", "idempotency_key", unique=True),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -132,6 +145,12 @@ class JobRow(Base):
     None keeps them in the attempt's folder."""
     nominated_at: Mapped[float | None] = mapped_column(Float, default=None)
     """When jobs were first given notice for it; cleared when it starts (see `Job.nominated`)."""
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), default=None)
+    """The client's `Idempotency-Key`: a retried submission returns this job, not a new one."""
+    launch_failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Launches in a row that failed for the scheduler's reasons (disk, fork), not the job's."""
+    retry_after: Mapped[float | None] = mapped_column(Float, default=None)
+    """After such a failure: the job is held until then (a back-off), then tried again."""
 
 
 class AttemptRow(Base):
