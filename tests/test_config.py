@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.config import ConfigError, load, parse
+from gpupool.config import ConfigError, load, parse, parse_spec
 from gpupool.model import DEFAULT_CLASSES, PriorityBudget, QueueMode
 from gpupool.units import parse_duration
 
@@ -101,3 +101,134 @@ def test_malformed_yaml_names_the_line(tmp_path: Path) -> None:
 def test_a_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"nope\.yaml: cannot read"):
         load(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"classes": {"a": {"value": 10**20, "may_preempt": True, "preemptible": True}}},
+            "c.yaml: classes.a.value: Input should be less than or equal to 2147483647",
+        ),
+        (
+            {"classes": {"a": {"value": -(2**31) - 1, "may_preempt": True, "preemptible": True}}},
+            "c.yaml: classes.a.value: Input should be greater than or equal to -2147483648",
+        ),
+        (
+            {"service": {"virtual_gpus": 100_000_000}},
+            "c.yaml: service.virtual_gpus: Input should be less than or equal to 4096",
+        ),
+        ({"teams": {"nlp": {"weight": float("inf")}}}, "c.yaml: teams.nlp.weight: Input should be a finite number"),
+        ({"teams": {"nlp": {"weight": float("nan")}}}, "c.yaml: teams.nlp.weight: Input should be a finite number"),
+        (
+            {"teams": {"nlp": {"weight": 1e7}}},
+            "c.yaml: teams.nlp.weight: Input should be less than or equal to 1000000",
+        ),
+        (
+            {"teams": {"nlp": {"guaranteed_gpus": 10**12}}},
+            "c.yaml: teams.nlp.guaranteed_gpus: Input should be less than or equal to 1000000",
+        ),
+        (
+            {"teams": {"nlp": {"budgets": {"high": {"gpu_hours": float("inf"), "window": "1d"}}}}},
+            "c.yaml: teams.nlp.budgets.high.gpu_hours: Input should be a finite number",
+        ),
+        (
+            {"teams": {"nlp": {"budgets": {"high": {"gpu_hours": 1, "window": "100000d"}}}}},
+            "c.yaml: teams.nlp.budgets.high.window: '100000d' is more than 10 years",
+        ),
+        (
+            {"classes": {"a": {"value": 1, "may_preempt": True, "preemptible": True, "grace_period": 1e300}}},
+            "c.yaml: classes.a.grace_period: 1e+300 is more than 10 years",
+        ),
+        (
+            {"policy": {"max_preemptions": 10**20}},
+            "c.yaml: policy.max_preemptions: Input should be less than or equal to",
+        ),
+        ({"service": {"interval": float("inf")}}, "c.yaml: service.interval: inf is not a duration"),
+        ({"service": {"store": "nonsense"}}, "c.yaml: service.store: not a sqlite or postgresql URL"),
+        ({"service": {"store": "mysql://u@h/db"}}, "c.yaml: service.store: not a sqlite or postgresql URL"),
+        ({"service": {"store": "postgresql://u@h:notaport/db"}}, "c.yaml: service.store: "),
+        ({"service": {"store": "postgresql://u@h:99999/db"}}, "c.yaml: service.store: port 99999"),
+        ({"service": {"run_as": "root"}}, "c.yaml: service.run_as: Input should be 'service', 'submitter' or 'team'"),
+        ({"service": {"job_user": "gp-{uid}"}}, "c.yaml: service.job_user: unknown placeholder {uid}"),
+        ({"service": {"job_user": "Bad User"}}, "c.yaml: service.job_user: 'Bad User' is not a POSIX user name"),
+        ({"service": {"job_user": "{user"}}, "c.yaml: service.job_user: "),
+    ],
+)
+def test_values_the_store_or_the_service_cannot_hold_are_refused(data: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse(data, "c.yaml")
+
+
+def test_a_store_password_is_not_echoed_in_errors() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse({"service": {"store": "mysql://u:s3cret@h/db"}}, "c.yaml")
+    assert "s3cret" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "store", [None, "sqlite:///tmp/x.db", "postgresql://u:p@db.example:5432/gpupool", "postgresql+psycopg://h/db"]
+)
+def test_store_urls_of_both_backends_are_accepted(store: str | None) -> None:
+    assert parse_spec({"service": {"store": store}}).service.store == store
+
+
+def test_jobs_run_as_the_service_by_default_and_the_user_template_is_checked() -> None:
+    service = parse_spec({}).service
+    assert service.run_as == "service"
+    assert service.job_user is None
+    spec = parse_spec({"service": {"run_as": "team", "job_user": "gp-{team}"}}).service
+    assert (spec.run_as, spec.job_user) == ("team", "gp-{team}")
+    assert parse_spec({"service": {"run_as": "submitter", "job_user": "{user}"}}).service.job_user == "{user}"
+    both = parse_spec({"service": {"run_as": "team", "job_user": "lab_{team}-{user}"}}).service
+    assert both.job_user_template == "lab_{team}-{user}"
+
+
+@pytest.mark.parametrize(
+    ("run_as", "template"), [("service", None), ("submitter", "{user}"), ("team", "gpupool-{team}")]
+)
+def test_without_job_user_each_run_as_has_its_user(run_as: str, template: str | None) -> None:
+    assert parse_spec({"service": {"run_as": run_as}}).service.job_user_template == template
+
+
+def test_a_job_user_for_jobs_that_run_as_the_service_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"c\.yaml: service: job_user is used only with run_as: submitter or team"):
+        parse({"service": {"job_user": "gp-{team}"}}, "c.yaml")
+
+
+def test_duplicate_keys_are_refused_with_the_key_and_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "dup.yaml"
+    path.write_text("teams:\n  nlp: {weight: 2}\n  vision: {}\n  nlp: {weight: 3}\n")
+    with pytest.raises(ConfigError, match=r"dup\.yaml: line 4, column 3: duplicate key 'nlp' \(first on line 2\)"):
+        load(path)
+
+
+def test_duplicate_keys_inside_a_flow_mapping_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "dup.yaml"
+    path.write_text("service: {port: 1, port: 2}\n")
+    with pytest.raises(ConfigError, match=r"dup\.yaml: line 1, column \d+: duplicate key 'port'"):
+        load(path)
+
+
+def test_a_bad_value_stops_up_before_the_data_directory_is_made(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from gpupool.cli import app
+
+    data = tmp_path / "data"
+    path = tmp_path / "gpupool.yaml"
+    path.write_text(
+        f"classes:\n  a: {{value: {10**20}, may_preempt: true, preemptible: true}}\nservice:\n  data_dir: {data}\n"
+    )
+    result = CliRunner().invoke(app, ["up", "--config", str(path)])
+    assert result.exit_code == 2
+    assert "classes.a.value" in result.output
+    assert "Traceback" not in result.output
+    assert not data.exists()
+
+
+def test_merge_keys_may_be_overridden(tmp_path: Path) -> None:
+    path = tmp_path / "merge.yaml"
+    path.write_text("teams:\n  nlp: &base {weight: 2, guaranteed_gpus: 1}\n  vision: {<<: *base, weight: 3}\n")
+    config = load(path)
+    assert (config.team("vision").weight, config.team("vision").guaranteed_gpus) == (3.0, 1)

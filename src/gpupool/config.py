@@ -13,19 +13,30 @@
       data_dir: ~/.gpupool         # store, logs, checkpoints, the admin token
       host: 127.0.0.1
       port: 8470
-      virtual_gpus: 4              # used when NVML finds no GPU
+      virtual_gpus: 4              # used when NVML finds no GPU; at most 4096
       store: null                  # a PostgreSQL URL; null is SQLite in data_dir
+      run_as: submitter            # service | submitter | team: the OS user jobs run as
+      job_user: null               # its name: {user} and {team} are replaced; null is
+                                   # {user} for submitter, gpupool-{team} for team
 
-Durations are seconds or a number with a unit: `90s`, `30m`, `1.5h`, `7d`.
+Durations are seconds or a number with a unit: `90s`, `30m`, `1.5h`, `7d`; at most 10 years.
+
+Every value is checked before anything is made, and bounded by what the store holds: a class
+`value` fits a 32-bit signed integer (-2147483648 to 2147483647), a team's `weight` is finite,
+above 0 and at most 1,000,000, `guaranteed_gpus` at most 1,000,000, `gpu_hours` finite and at
+most 1,000,000,000, `max_preemptions` at most 2147483647. `store` must be a `sqlite:///PATH` or
+`postgresql://` URL. A key given twice in one mapping is refused with its line.
 """
 
 from __future__ import annotations
 
+import re
+import string
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpupool.errors import InvalidInput
 from gpupool.model import DEFAULT_CLASSES, Config, PriorityBudget, PriorityClass, QueueMode, QueueOrder, Team
@@ -36,7 +47,31 @@ class ConfigError(InvalidInput, ValueError):
     """A configuration that cannot be used; the message names the file and the key."""
 
 
-Duration = Annotated[float, BeforeValidator(parse_duration)]
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+"""What the store's Integer columns hold on PostgreSQL (a class value, a count)."""
+MAX_DURATION = 10 * 365 * 86400.0
+"""Ten years, in seconds: the longest duration a configuration may give."""
+MAX_VIRTUAL_GPUS = 4096
+MAX_WEIGHT = 1e6
+MAX_GUARANTEED_GPUS = 1_000_000
+MAX_GPU_HOURS = 1e9
+STORE_BACKENDS = {"sqlite": "pysqlite", "postgresql": "psycopg"}
+"""The store URLs gpupool opens: backend, and the one driver it has."""
+RUN_AS = ("service", "submitter", "team")
+JOB_USER_PLACEHOLDERS = ("user", "team")
+POSIX_USER = re.compile(r"^[a-z_][a-z0-9_-]*$")
+POSIX_USER_LENGTH = 32
+"""The longest user name Linux's useradd accepts."""
+
+
+def _bounded_duration(value: object) -> float:
+    seconds = parse_duration(value)
+    if seconds > MAX_DURATION:
+        raise ValueError(f"{value!r} is more than 10 years")
+    return seconds
+
+
+Duration = Annotated[float, BeforeValidator(_bounded_duration)]
 
 
 class _Strict(BaseModel):
@@ -44,7 +79,7 @@ class _Strict(BaseModel):
 
 
 class ClassSpec(_Strict):
-    value: int
+    value: int = Field(ge=INT32_MIN, le=INT32_MAX)
     may_preempt: bool
     preemptible: bool
     min_runtime: Duration = 0.0
@@ -52,13 +87,13 @@ class ClassSpec(_Strict):
 
 
 class BudgetSpec(_Strict):
-    gpu_hours: float = Field(ge=0)
+    gpu_hours: float = Field(ge=0, le=MAX_GPU_HOURS, allow_inf_nan=False)
     window: Duration
 
 
 class TeamSpec(_Strict):
-    weight: float = Field(default=1.0, gt=0)
-    guaranteed_gpus: int = Field(default=0, ge=0)
+    weight: float = Field(default=1.0, gt=0, le=MAX_WEIGHT, allow_inf_nan=False)
+    guaranteed_gpus: int = Field(default=0, ge=0, le=MAX_GUARANTEED_GPUS)
     budgets: dict[str, BudgetSpec] = Field(default_factory=dict)
 
 
@@ -67,16 +102,50 @@ class PolicySpec(_Strict):
     queue: QueueMode = QueueMode.BACKFILL
     preemption: bool = True
     reclaim: bool = True
-    max_preemptions: int | None = Field(default=10, ge=0)
+    max_preemptions: int | None = Field(default=10, ge=0, le=INT32_MAX)
 
 
 class ServiceSpec(_Strict):
     data_dir: str = "~/.gpupool"
     host: str = "127.0.0.1"
     port: int = Field(default=8470, ge=1, le=65535)
-    virtual_gpus: int = Field(default=4, ge=0)
+    virtual_gpus: int = Field(default=4, ge=0, le=MAX_VIRTUAL_GPUS)
     store: str | None = None
     interval: Duration = 1.0
+    run_as: Literal["service", "submitter", "team"] = "service"
+    """The OS user jobs run as: the service's own, the submitter's, or one per team."""
+    job_user: str | None = None
+    """That user's name, `{user}` and `{team}` replaced; None is `{user}` for submitter and
+    `gpupool-{team}` for team (see `job_user_template`)."""
+
+    @field_validator("store")
+    @classmethod
+    def _store_is_a_store_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_store_url(value)
+        return value
+
+    @field_validator("job_user")
+    @classmethod
+    def _job_user_is_a_user_name(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_job_user(value)
+        return value
+
+    @model_validator(mode="after")
+    def _job_user_needs_another_user(self) -> ServiceSpec:
+        if self.job_user is not None and self.run_as == "service":
+            raise ValueError("job_user is used only with run_as: submitter or team (jobs run as the service)")
+        return self
+
+    @property
+    def job_user_template(self) -> str | None:
+        """The OS user name of jobs, `{user}` and `{team}` to replace; None: the service's."""
+        if self.run_as == "service":
+            return None
+        if self.job_user is not None:
+            return self.job_user
+        return "{user}" if self.run_as == "submitter" else "gpupool-{team}"
 
     @property
     def data_path(self) -> Path:
@@ -107,6 +176,49 @@ class ConfigSpec(_Strict):
             if len(set(values)) != len(values):
                 raise ValueError("classes: two priority classes share one value")
         return self
+
+
+def check_store_url(url: str) -> None:
+    """Refuse what is not a store URL gpupool can open (a ValueError that does not repeat it)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    usage = "use sqlite:///PATH or postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise ValueError(f"not a sqlite or postgresql URL ({usage})") from None
+    except ValueError as exc:  # a port that is not a number
+        raise ValueError(f"not a store URL: {exc} ({usage})") from None
+    backend, _, driver = parsed.drivername.partition("+")
+    if backend not in STORE_BACKENDS:
+        raise ValueError(f"not a sqlite or postgresql URL ({usage})")
+    if driver and driver != STORE_BACKENDS[backend]:
+        raise ValueError(f"driver {driver!r}: gpupool opens {backend} with {STORE_BACKENDS[backend]} ({usage})")
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        raise ValueError(f"port {parsed.port} is not in 1..65535")
+    if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise ValueError("an in-memory SQLite store loses every job at exit: give a file, sqlite:///PATH")
+
+
+def check_job_user(template: str) -> None:
+    """A user-name template: only `{user}` and `{team}`, else a POSIX user name."""
+    try:
+        fields = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise ValueError(f"{template!r}: {exc} (placeholders are {{user}} and {{team}})") from None
+    for _literal, name, spec, conversion in fields:
+        if name is None:
+            continue
+        if name not in JOB_USER_PLACEHOLDERS or spec or conversion:
+            shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            raise ValueError(f"unknown placeholder {shown} in {template!r} (placeholders are {{user}} and {{team}})")
+    sample = template.format(user="u", team="t")
+    if not POSIX_USER.match(sample) or len(sample) > POSIX_USER_LENGTH:
+        raise ValueError(
+            f"{template!r} is not a POSIX user name: lower-case letters, digits, _ and -, not starting"
+            f" with a digit or -, at most {POSIX_USER_LENGTH} characters, besides {{user}} and {{team}}"
+        )
 
 
 def build(spec: ConfigSpec) -> Config:
@@ -141,14 +253,47 @@ def parse_spec(data: Any, source: str = "config") -> ConfigSpec:
         for error in exc.errors():
             where = ".".join(str(part) for part in error["loc"])
             message = str(error["msg"]).removeprefix("Value error, ")
-            got = f" (got {error['input']!r})" if where and not isinstance(error["input"], dict) else ""
+            shown = error["input"]
+            if error["loc"] == ("service", "store") and isinstance(shown, str):
+                shown = _masked(shown)
+            got = f" (got {shown!r})" if where and not isinstance(shown, dict) else ""
             problems.append(f"{source}: {where + ': ' if where else ''}{message}{got}")
         raise ConfigError("\n".join(problems)) from None
+
+
+def _masked(url: str) -> str:
+    """`url` with its password replaced by `***`, also when it does not parse."""
+    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
 
 
 def parse(data: Any, source: str = "config") -> Config:
     """The scheduling `Config` from parsed YAML."""
     return build(parse_spec(data, source))
+
+
+class _DuplicateKey(yaml.constructor.ConstructorError):
+    pass
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first: dict[Any, int] = {}
+        for key_node, _value in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *anchor` merges; its keys may be overridden
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                line = first.get(key)
+            except TypeError:
+                continue  # unhashable: the constructor says so
+            if line is not None:
+                raise _DuplicateKey(
+                    None, None, f"duplicate key {key!r} (first on line {line + 1})", key_node.start_mark
+                )
+            first[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
 
 
 def load_spec(path: Path | None) -> ConfigSpec:
@@ -160,12 +305,13 @@ def load_spec(path: Path | None) -> ConfigSpec:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: builds only plain data
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{path}:{where}: not valid YAML: {problem}") from None
+        kind = "" if isinstance(exc, _DuplicateKey) else "not valid YAML: "
+        raise ConfigError(f"{path}:{where}: {kind}{problem}") from None
     return parse_spec(data, str(path))
 
 

@@ -35,6 +35,11 @@ class Conflict(GpupoolError):
     pass
 
 
+class StoreUnavailable(GpupoolError, OSError):
+    """The store cannot be opened (a server that refuses or is not there, a login refused, a
+    SQLite file in a missing folder): one line with its URL, password masked, and the reason."""
+
+
 HTTP_STATUS: dict[type[GpupoolError], int] = {
     InvalidInput: 400,
     Unauthorized: 401,

@@ -7,7 +7,7 @@ detached (plain values, safe to read after it), never bound to a session.
 from __future__ import annotations
 
 from gpupool.store.accounts import AccountsStore
-from gpupool.store.engine import connect, migrate
+from gpupool.store.engine import migrate, open_engine
 from gpupool.store.jobs import DEFAULT_TEAM, UNCHANGED, JobSpec, JobsStore
 from gpupool.store.scheduling import SchedulingStore
 from gpupool.store.views import ViewsStore
@@ -18,7 +18,8 @@ __all__ = ["DEFAULT_TEAM", "UNCHANGED", "JobSpec", "Store"]
 class Store(JobsStore, SchedulingStore, AccountsStore, ViewsStore):
     @classmethod
     def open(cls, url: str) -> Store:
-        """Connect to `url` and bring its schema to the newest revision."""
-        engine = connect(url)
+        """Connect to `url` and bring its schema to the newest revision. A store that cannot be
+        reached raises StoreUnavailable (one line: the URL, password masked, and why)."""
+        engine = open_engine(url)
         migrate(engine)
         return cls(engine)
