@@ -250,6 +250,8 @@ class Reason(StrEnum):
     """Held by the driver, never given to the core: it waits on another job's outcome."""
     ARRAY_LIMIT = "array_limit"
     """Held by the driver: its array runs as many tasks at once as it may."""
+    LAUNCH_RETRY = "launch_retry"
+    """Held by the driver: its last launch failed for the scheduler's reasons; it waits a back-off."""
 
 
 @dataclass(frozen=True, slots=True)

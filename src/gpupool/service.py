@@ -22,12 +22,13 @@ from pathlib import Path
 
 from gpupool.errors import Conflict
 from gpupool.executors import Executor, Exit, Handle, Launch
-from gpupool.executors.proc import last_sign_of_life, recorded_exit, recorded_exit_time, recorded_launcher
+from gpupool.executors.proc import last_sign_of_life, owner, recorded_exit, recorded_exit_time, recorded_launcher
+from gpupool.executors.users import JobUser, give, job_user_name, lookup
 from gpupool.model import Config, JobState, Placement, Plan, Reason
 from gpupool.policy import decide
 from gpupool.store import Store
 from gpupool.store.attempts import run_time
-from gpupool.store.schema import AttemptRow, JobRow
+from gpupool.store.schema import AttemptRow, JobRow, StoreIdentityRow
 
 log = logging.getLogger("gpupool.service")
 
@@ -78,12 +79,34 @@ class ControlLoop:
     """The reason to wait last recorded for each pending job."""
     stopping: dict[tuple[int, int], float] = field(default_factory=dict)
     """Attempts of cancelled jobs that got SIGTERM, with when they get SIGKILL."""
+    run_as: str = "service"
+    """Whose OS user jobs run as: `submitter`, `team` or `service` (see executors/users.py)."""
+    job_user: str | None = None
+    """The OS user's name, from `{user}` and `{team}`; None for the default of `run_as`."""
+    guard: Callable[[], str | None] = lambda: None
+    """Why the loop must not decide now (its data directory or its store is not the one it
+    started with, or another scheduler leads), or None."""
+    halted: str | None = None
+    """The guard's last answer: while it is not None, nothing is decided nor carried out."""
     _intervals: tuple[float, dict[str, float]] | None = None
+    _identity: StoreIdentityRow | None = None
 
     # --- where an attempt lives on disk -------------------------------------------------------
 
+    @property
+    def store_id(self) -> str:
+        if self._identity is None:
+            self._identity = self.store.identity()
+        return self._identity.id
+
     def job_dir(self, job_id: int) -> Path:
-        return self.data_dir / "jobs" / str(job_id)
+        """`jobs/<store id>-<job id>`: a job of another store with the same id never shares
+        its checkpoints, logs or exit records (jobs made before store ids keep `jobs/<id>`)."""
+        self.store_id  # noqa: B018 (reads the identity once)
+        assert self._identity is not None
+        if job_id < self._identity.legacy_below:
+            return self.data_dir / "jobs" / str(job_id)
+        return self.data_dir / "jobs" / f"{self._identity.id[:12]}-{job_id}"
 
     def attempt_dir(self, job_id: int, attempt: int) -> Path:
         return self.job_dir(job_id) / f"attempt-{attempt}"
@@ -102,7 +125,9 @@ class ControlLoop:
 
     def tick(self, now: float) -> bool:
         """Reap ended attempts, kill those past their deadline, then decide and act.
-        Returns whether anything changed."""
+        Returns whether anything changed. Nothing at all while the guard says not to."""
+        if not self.guarded(now):
+            return False
         changed = self.reap(now)
         self.enforce_deadlines(now)
         changed |= self.store.settle_dependencies(now)
@@ -128,12 +153,27 @@ class ControlLoop:
         self.carry_out(plan, tokens, now)
         return changed or bool(plan.starts or plan.preemptions)
 
+    def guarded(self, now: float) -> bool:
+        """Whether the loop may decide: the guard's verdict, said loudly when it changes. On
+        coming back, attempts are reconciled again (what ran meanwhile is not known)."""
+        reason = self.guard()
+        if reason != self.halted:
+            if reason is not None:
+                log.error("gpupool stops deciding: %s", reason)
+            else:
+                log.warning("gpupool decides again: %s", self.halted)
+        resumed = self.halted is not None and reason is None
+        self.halted = reason
+        if resumed:
+            self.reconcile(now)
+        return reason is None
+
     def reap(self, now: float) -> bool:
         # Exits stay here until the store has them: the executor reports each one only once.
         self.unrecorded.extend(self.executor.poll())
         ended, self.unrecorded = self.unrecorded, []
         try:
-            states = self.store.end_attempts([(e.job_id, e.attempt, e.exit_code) for e in ended], now)
+            states = self.store.end_attempts([(e.job_id, e.attempt, e.exit_code, e.why) for e in ended], now)
         except Exception:
             self.unrecorded = ended
             raise
@@ -176,8 +216,10 @@ class ControlLoop:
                 self.deadlines.append(deadline)
 
     def carry_out(self, plan: Plan, tokens: Mapping[str, str], now: float) -> None:
-        """Act on a recorded plan. One launch or notice that fails harms no other: a job whose
-        process cannot start ends its attempt at once (a failure, exit code 127)."""
+        """Act on a recorded plan. One launch or notice that fails harms no other. A launch
+        that fails for the scheduler's reasons (an OSError: a full disk, no process to fork) is
+        tried again after a back-off, not charged to the job; one that fails for the job's (no
+        such OS user, a log path into the data) ends its attempt as a failure, exit code 127."""
         jobs = self.store.jobs_by_id([int(p.victim) for p in plan.preemptions] + [int(s.job) for s in plan.starts])
         for preempt in plan.preemptions:
             victim = jobs[int(preempt.victim)]
@@ -191,6 +233,9 @@ class ControlLoop:
             job = jobs[int(start.job)]
             try:
                 launched.append(self.launch(job, start.placement, tokens[start.job], intervals.get(job.priority)))
+            except OSError as exc:
+                log.warning("the scheduler could not launch job %s: %s; it is tried again", job.id, exc)
+                self.store.retry_launch(job.id, job.attempts - 1, now, str(exc))
             except Exception as exc:
                 log.warning("job %s could not start: %s", job.id, exc)
                 self.store.end_attempt(job.id, job.attempts - 1, 127, now, why=f"could not start: {exc}"[:500])
@@ -211,13 +256,19 @@ class ControlLoop:
         attempt = job.attempts - 1
         gpus = {a.node: list(a.gpus) for a in placement}
         attempt_dir = self.attempt_dir(job.id, attempt)
+        user = self.user_of(job)
         checkpoints = self.job_dir(job.id) / "checkpoints"
         checkpoints.mkdir(parents=True, exist_ok=True)
+        # Nobody but the scheduler lists its folders; a job's user reaches its own by name.
+        for folder in (self.data_dir / "jobs", self.job_dir(job.id)):
+            give(folder, None, 0o711 if user is not None else 0o700)
+        give(checkpoints, user, 0o700)
         command = list(job.command)
         if job.script is not None:
-            command[0] = str(self.script_file(job))
+            command[0] = str(self.script_file(job, user))
         env = {
             **{k: str(v) for k, v in job.env.items()},
+            **({"USER": user.name, "LOGNAME": user.name, "HOME": user.home} if user is not None else {}),
             "GPUPOOL_JOB_ID": str(job.id),
             "GPUPOOL_ATTEMPT": str(attempt),
             "GPUPOOL_CHECKPOINT_DIR": str(checkpoints),
@@ -237,12 +288,17 @@ class ControlLoop:
             for path in (stdout, stderr):
                 if inside(path, self.data_dir) and not inside(path, attempt_dir):
                     raise ValueError(f"{path} is in the scheduler's data directory")
-        launch = Launch(job.id, attempt, command, Path(job.workdir), env, attempt_dir, gpus, stdout, stderr)
+        launch = Launch(job.id, attempt, command, Path(job.workdir), env, attempt_dir, gpus, stdout, stderr, user)
         handle = self.executor.start(launch)
         return (job.id, attempt, handle.pid, handle.started)
 
-    def script_file(self, job: JobRow) -> Path:
-        """The job's batch script as submitted, written once into its folder (owner only)."""
+    def user_of(self, job: JobRow) -> JobUser | None:
+        """The OS user the job runs as (None: the scheduler's); raises `NoSuchUser`."""
+        name = job_user_name(self.run_as, self.job_user, job.user, job.team)
+        return lookup(name) if name is not None else None
+
+    def script_file(self, job: JobRow, user: JobUser | None = None) -> Path:
+        """The job's batch script as submitted, written once into its folder (its user's only)."""
         path = self.job_dir(job.id) / "script"
         if not path.exists():
             partial = path.with_suffix(".tmp")
@@ -250,6 +306,7 @@ class ControlLoop:
             with os.fdopen(fd, "w") as stream:
                 stream.write(job.script or "")
             os.replace(partial, path)
+        give(path, user, 0o700)
         return path
 
     # --- after a restart -----------------------------------------------------------------------
@@ -266,7 +323,8 @@ class ControlLoop:
     def reconcile_one(self, attempt: AttemptRow, now: float) -> None:
         key = (attempt.job_id, attempt.attempt)
         attempt_dir = self.attempt_dir(*key)
-        known = (attempt.pid, attempt.pid_started) if attempt.pid is not None else recorded_launcher(attempt_dir)
+        mine = owner(self.store_id, *key)
+        known = (attempt.pid, attempt.pid_started) if attempt.pid is not None else recorded_launcher(attempt_dir, mine)
         if known is None or not self.executor.adopt(*key, Handle(known[0], known[1] or ""), attempt_dir):
             # It ended while nobody watched: its time limit is charged up to when it ended (the
             # launcher's exit record), or its last sign of life when there is none.
@@ -275,7 +333,7 @@ class ControlLoop:
                 job = self.store.job(attempt.job_id)
                 logs = [self.log_file(job, attempt.attempt, stream) for stream in ("stdout", "stderr")]
                 ended = last_sign_of_life(attempt_dir, logs, attempt.last_heartbeat_at or attempt.started_at)
-            self.store.end_attempt(*key, recorded_exit(attempt_dir), now, ran_until=ended)
+            self.store.end_attempt(*key, recorded_exit(attempt_dir, mine), now, ran_until=ended)
             return
         if self.store.job(attempt.job_id).state == JobState.STARTING.value:
             self.store.mark_running(*key, known[0], known[1] or "", now)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 import textwrap
 import threading
@@ -115,19 +113,52 @@ def test_a_victim_that_ignores_its_notice_is_killed_at_the_deadline(
 
 
 def test_a_launcher_is_found_by_its_attempt_folder_before_it_recorded_itself(tmp_path: Path) -> None:
-    import subprocess
-
-    from gpupool.executors.local import LAUNCHER
-    from gpupool.executors.proc import process_started, recorded_launcher
+    from gpupool.executors import Launch
+    from gpupool.executors.local import LocalExecutor
+    from gpupool.executors.proc import owner, process_started, recorded_launcher
 
     folder = tmp_path / "attempt-0"
-    folder.mkdir()
-    child = subprocess.Popen(["/bin/sh", str(LAUNCHER), str(folder), "sleep", "30"], start_new_session=True)
+    executor = LocalExecutor(store_id="s1")
+    handle = executor.start(Launch(7, 0, ["sleep", "30"], tmp_path, {}, folder))
     try:
         wait_for((folder / "launcher.json").exists)
         (folder / "launcher.json").unlink()  # as if the scheduler had died before it was written
-        assert recorded_launcher(folder) == (child.pid, process_started(child.pid))
+        assert recorded_launcher(folder, owner("s1", 7, 0)) == (handle.pid, process_started(handle.pid))
+        assert recorded_launcher(folder, owner("another store", 7, 0)) is None
     finally:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
+        executor.kill(7, 0)
+        wait_for(lambda: bool(executor.poll()))
     assert recorded_launcher(tmp_path / "attempt-1") is None
+
+
+def test_a_zombie_is_not_alive() -> None:
+    import subprocess
+
+    from gpupool.executors.proc import process_started
+
+    child = subprocess.Popen(["true"])
+    try:
+        stat = Path(f"/proc/{child.pid}/stat")
+        wait_for(lambda: stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")  # ended, not reaped
+        assert process_started(child.pid) is None
+    finally:
+        child.wait()
+
+
+def test_a_fresh_store_on_an_old_data_directory_shares_no_job_folder(tmp_path: Path) -> None:
+    from gpupool.executors.proc import owner, recorded_exit
+    from gpupool.model import DEFAULT_CLASSES, Config
+    from gpupool.testing import FakeExecutor
+
+    data = tmp_path / "data"
+    old, new = (Store.open(f"sqlite:///{tmp_path / name}.db") for name in ("old", "new"))
+    loops = [ControlLoop(store, Config(DEFAULT_CLASSES), FakeExecutor(), data) for store in (old, new)]
+    for store in (old, new):
+        store.sync_config(Config(DEFAULT_CLASSES))
+        assert store.submit(JobSpec(["train"]), now=0.0).id == 1
+    assert loops[0].job_dir(1) != loops[1].job_dir(1), "job 1 of each store has a folder of its own"
+    folder = loops[0].attempt_dir(1, 0)
+    folder.mkdir(parents=True)
+    (folder / "exit.json").write_text(f'{{"exit_code": 3, "owner": "{owner(loops[0].store_id, 1, 0)}"}}')
+    assert recorded_exit(folder, owner(loops[0].store_id, 1, 0)) == 3
+    assert recorded_exit(folder, owner(loops[1].store_id, 1, 0)) is None, "another store's record is not taken"

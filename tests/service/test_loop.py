@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,8 +45,9 @@ def test_a_submitted_job_is_launched_with_the_job_protocol(loop: ControlLoop, st
     env = launch.env
     assert env["SEED"] == "1"
     assert (env["GPUPOOL_JOB_ID"], env["GPUPOOL_ATTEMPT"], env["CUDA_VISIBLE_DEVICES"]) == (str(job.id), "0", "0,1")
-    assert env["GPUPOOL_CHECKPOINT_DIR"].endswith(f"jobs/{job.id}/checkpoints")
-    assert env["GPUPOOL_NOTICE_FILE"].endswith(f"jobs/{job.id}/attempt-0/notice")
+    assert env["GPUPOOL_CHECKPOINT_DIR"] == str(loop.job_dir(job.id) / "checkpoints")
+    assert env["GPUPOOL_NOTICE_FILE"] == str(loop.job_dir(job.id) / "attempt-0" / "notice")
+    assert loop.job_dir(job.id).name == f"{store.identity().id[:12]}-{job.id}"
     assert len(env["GPUPOOL_TOKEN"]) >= 24
     assert store.job(job.id).state == JobState.RUNNING.value
     assert "GPUPOOL_INTERRUPTION_INTERVAL" not in env, "no interruption yet to measure it by"
@@ -132,7 +134,7 @@ def test_a_job_whose_process_cannot_start_fails_and_frees_its_gpus(store: Store,
     class Refusing(FakeExecutor):
         def start(self, launch: Launch) -> Handle:
             if launch.command[0] == "broken":
-                raise FileNotFoundError("no such program")
+                raise LookupError("there is no OS user to run the job as")
             return super().start(launch)
 
     loop = ControlLoop(store, CONFIG, Refusing(), tmp_path / "data")
@@ -244,15 +246,46 @@ def test_a_job_in_its_time_limit_grace_is_draining_for_the_core(loop: ControlLoo
     assert store.job(urgent.id).wait_reason == "awaiting_drain"
 
 
-def test_a_launch_that_fails_says_why_in_its_event(loop: ControlLoop, store: Store) -> None:
+def test_a_launch_that_fails_for_the_jobs_reasons_says_why_in_its_event(loop: ControlLoop, store: Store) -> None:
     def refuse(launch: Launch) -> Handle:
-        raise OSError("no such interpreter")
+        raise ValueError("its log is in the data directory")
 
     fake(loop).start = refuse  # type: ignore[method-assign]
     job = store.submit(JobSpec(["train"], team="vision"), now=0.0)
     loop.tick(0.0)
     assert store.job(job.id).state == JobState.FAILED.value
-    assert "could not start: no such interpreter" in store.events(job_id=job.id)[-1].message
+    assert "could not start: its log is in the data directory" in store.events(job_id=job.id)[-1].message
+
+
+def test_a_launch_that_fails_for_the_schedulers_reasons_is_retried_after_a_back_off(
+    loop: ControlLoop, store: Store
+) -> None:
+    real = fake(loop).start
+    failures = iter([OSError(errno.ENOSPC, "No space left on device"), OSError(errno.EAGAIN, "fork failed")])
+
+    def flaky(launch: Launch) -> Handle:
+        failure = next(failures, None)
+        if failure is not None:
+            raise failure
+        return real(launch)
+
+    fake(loop).start = flaky  # type: ignore[method-assign]
+    job = store.submit(JobSpec(["train"], team="vision", max_failures=0), now=0.0)
+    loop.tick(0.0)
+    row = store.job(job.id)
+    assert (row.state, row.failures, row.launch_failures) == (JobState.PENDING.value, 0, 1)
+    assert "No space left on device" in store.events(job_id=job.id)[-1].message
+    assert not store.held(), "its GPUs are free while it waits"
+    loop.tick(4.0)
+    assert store.job(job.id).wait_reason == "launch_retry" and "No space left" in str(store.job(job.id).wait_message)
+    loop.tick(5.0)  # 5 s after the first failure: tried again, fails again (10 s now)
+    assert store.job(job.id).launch_failures == 2
+    loop.tick(14.0)
+    assert store.job(job.id).state == JobState.PENDING.value
+    loop.tick(15.0)
+    row = store.job(job.id)
+    assert (row.state, row.failures, row.launch_failures) == (JobState.RUNNING.value, 0, 0)
+    assert [launch.attempt for launch in fake(loop).started] == [2]
 
 
 def test_an_attempt_that_ended_while_the_scheduler_was_down_ends_when_it_did(loop: ControlLoop, store: Store) -> None:

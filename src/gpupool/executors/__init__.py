@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from gpupool.executors.users import JobUser
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +31,8 @@ class Launch:
     stdout: Path | None = None
     stderr: Path | None = None
     """Where its output goes (appended); None is `stdout.log`/`stderr.log` in `attempt_dir`."""
+    user: JobUser | None = None
+    """The OS user it runs as; None for the scheduler's own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +50,8 @@ class Exit:
     attempt: int
     exit_code: int | None
     """None when the process is gone and its status could not be read."""
+    why: str | None = None
+    """What went wrong before the command started, when the launcher said."""
 
 
 class Executor(Protocol):

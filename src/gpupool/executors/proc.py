@@ -10,21 +10,54 @@ from pathlib import Path
 
 def process_started(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat), or None
-    if there is no such process."""
+    if there is no such process, or it has ended and waits to be reaped (a zombie runs nothing
+    and must not keep its job's GPUs)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def recorded_exit(attempt_dir: Path) -> int | None:
-    try:
-        code: int = json.loads((attempt_dir / "exit.json").read_text())["exit_code"]
-    except (OSError, ValueError, KeyError):
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):
         return None
-    return code
+    return fields[19]
+
+
+def owner(store_id: str, job_id: int, attempt: int) -> str:
+    """Who a launcher's records belong to: one attempt of one job of one store."""
+    return f"{store_id}:{job_id}:{attempt}"
+
+
+def _record(path: Path, expected_owner: str | None) -> dict[str, object] | None:
+    """A launcher's record, if it is there and is `expected_owner`'s (records of launchers
+    older than owners have none, and are taken as the attempt's)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    if expected_owner is not None and data.get("owner", expected_owner) != expected_owner:
+        return None
+    return data
+
+
+def recorded_exit(attempt_dir: Path, expected_owner: str | None = None) -> int | None:
+    data = _record(attempt_dir / "exit.json", expected_owner)
+    code = data.get("exit_code") if data is not None else None
+    return code if isinstance(code, int) else None
+
+
+def launch_error(attempt_dir: Path) -> str | None:
+    """What the launcher said went wrong before the command started (a log it could not open),
+    in one line, if anything."""
+    try:
+        text = (attempt_dir / "launcher.log").read_text(errors="replace").strip()
+    except OSError:
+        return None
+    if not text:
+        return None
+    return text.splitlines()[-1].removeprefix("job: 1: ")[-300:]
 
 
 def recorded_exit_time(attempt_dir: Path) -> float | None:
@@ -45,14 +78,15 @@ def last_sign_of_life(attempt_dir: Path, logs: Sequence[Path], since: float) -> 
     return max(times)
 
 
-def recorded_launcher(attempt_dir: Path) -> tuple[int, str] | None:
+def recorded_launcher(attempt_dir: Path, expected_owner: str | None = None) -> tuple[int, str] | None:
     """The launcher's pid and start time: as it wrote them when it started or, if the scheduler
     died before the launcher could write them, found among the running processes by the
     attempt folder on its command line (so no attempt can run unknown to a new scheduler)."""
+    data = _record(attempt_dir / "launcher.json", expected_owner)
     try:
-        data = json.loads((attempt_dir / "launcher.json").read_text())
-        return int(data["pid"]), str(data["started"])
-    except (OSError, ValueError, KeyError, TypeError):
+        if data is not None:
+            return int(str(data["pid"])), str(data["started"])
+    except (KeyError, ValueError):
         pass
     wanted = str(attempt_dir).encode()
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
@@ -60,7 +94,10 @@ def recorded_launcher(attempt_dir: Path) -> tuple[int, str] | None:
             args = cmdline.read_bytes().split(b"\0")
         except OSError:
             continue
-        if len(args) > 2 and args[1].endswith(b"launch.sh") and args[2] == wanted:
+        at = next((i for i, arg in enumerate(args[:4]) if arg.endswith(b"launcher.py")), None)
+        if at is None or args[at + 1 : at + 2] != [wanted]:
+            continue
+        if expected_owner is None or args[at + 2 : at + 3] == [expected_owner.encode()]:
             pid = int(cmdline.parent.name)
             started = process_started(pid)
             if started is not None:

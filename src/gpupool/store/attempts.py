@@ -110,6 +110,7 @@ class AttemptsStore(StoreBase):
                     continue
                 row.pid, row.pid_started = pid, pid_started
                 job = self.locked_job(s, job_id)
+                job.launch_failures, job.retry_after, job.launch_error = 0, None, None
                 if job.state == JobState.STARTING.value:
                     self.move(s, job, JobState.RUNNING, now, f"running as pid {pid}", attempt=attempt)
 
@@ -221,15 +222,17 @@ class AttemptsStore(StoreBase):
         with self.transaction() as s:
             return self.end_in(s, job_id, attempt, exit_code, now, ran_until=ran_until, why=why)
 
-    def end_attempts(self, ended: Sequence[tuple[int, int, int | None]], now: float) -> list[JobState | None]:
-        """`end_attempt` for (job, attempt, exit code) of many attempts in one transaction; None
-        for an attempt that is not live (its end was recorded already)."""
+    def end_attempts(
+        self, ended: Sequence[tuple[int, int, int | None] | tuple[int, int, int | None, str | None]], now: float
+    ) -> list[JobState | None]:
+        """`end_attempt` for (job, attempt, exit code[, why]) of many attempts in one
+        transaction; None for an attempt that is not live (its end was recorded already)."""
         states: list[JobState | None] = []
         with self.transaction() as s:
-            for job_id, attempt, exit_code in ended:
+            for job_id, attempt, exit_code, *why in ended:
                 try:
                     with s.begin_nested():  # a refused end leaves nothing half-written
-                        states.append(self.end_in(s, job_id, attempt, exit_code, now))
+                        states.append(self.end_in(s, job_id, attempt, exit_code, now, why=why[0] if why else None))
                 except Conflict:
                     states.append(None)
         return states
@@ -293,6 +296,24 @@ class AttemptsStore(StoreBase):
         if JobState(job.state) in ENDED:
             job.ended_at, job.exit_code = now, exit_code
         return JobState(job.state)
+
+    def retry_launch(self, job_id: int, attempt: int, now: float, why: str) -> float:
+        """The attempt could not be launched for the scheduler's reasons (a full disk, no
+        process left to fork): not the job's failure. Its GPUs are released and it goes back in
+        line, held for a back-off that doubles with each such failure in a row (5 s to 5
+        minutes). Returns when it is tried again."""
+        with self.transaction() as s:
+            row = self.live_attempt(s, job_id, attempt)
+            job = self.locked_job(s, job_id)
+            row.ended_at, row.outcome = now, "not_launched"
+            self._release(s, job_id, attempt, now)
+            job.launch_failures = (job.launch_failures or 0) + 1
+            job.retry_after = now + min(300.0, 5.0 * 2 ** (job.launch_failures - 1))
+            job.launch_error = why[:500]
+            wait = human_seconds(job.retry_after - now)
+            message = f"the scheduler could not launch it ({why}); it is tried again in {wait}"
+            self.move(s, job, JobState.PENDING, now, message[:2000], attempt=attempt)
+            return job.retry_after
 
     def reach_time_limit(self, job_id: int, attempt: int, deadline: float, now: float) -> bool:
         """Record that the attempt reached its job's time limit: it gets notice until `deadline`,

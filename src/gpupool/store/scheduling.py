@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import func, select, update
@@ -19,6 +20,7 @@ from gpupool.model import (
     Notice,
     Plan,
     PriorityBudget,
+    Reason,
     RunningJob,
     Snapshot,
     Team,
@@ -130,9 +132,28 @@ class SchedulingStore(AttemptsStore, HoldsStore):
                 if r[extra] or r[extra + 3] is not None
             ]
             holds = self._holds(s, special)
+            holds.update(self._launch_retries(s, now))
             pending = [core_job(r[:extra], startup.get(r[0], 0.0)) for r in pending_rows if r[0] not in holds]
             snapshot = Snapshot(nodes, running, pending, self._usage(s, now), teams=self._teams(s))
             return snapshot, list(holds.values())
+
+    @staticmethod
+    def _launch_retries(s: Session, now: float) -> dict[int, Wait]:
+        """Pending jobs in their back-off after the scheduler failed to launch them."""
+        rows = s.execute(
+            select(JobRow.id, JobRow.retry_after, JobRow.launch_error, JobRow.launch_failures).where(
+                JobRow.state == JobState.PENDING.value, JobRow.retry_after > now
+            )
+        )
+        return {
+            job_id: Wait(
+                str(job_id),
+                Reason.LAUNCH_RETRY,
+                f"the scheduler could not launch it ({error}; {failures} time(s) in a row): it is tried "
+                f"again at {datetime.fromtimestamp(retry_after or now, UTC):%H:%M:%S} UTC",
+            )
+            for job_id, retry_after, error, failures in rows
+        }
 
     @staticmethod
     def _teams(s: Session) -> dict[str, Team]:

@@ -151,6 +151,8 @@ class JobRow(Base):
     """Launches in a row that failed for the scheduler's reasons (disk, fork), not the job's."""
     retry_after: Mapped[float | None] = mapped_column(Float, default=None)
     """After such a failure: the job is held until then (a back-off), then tried again."""
+    launch_error: Mapped[str | None] = mapped_column(String(500), default=None)
+    """What went wrong at its last launch that failed for the scheduler's reasons."""
 
 
 class AttemptRow(Base):

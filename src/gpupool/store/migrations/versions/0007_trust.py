@@ -34,12 +34,14 @@ def upgrade() -> None:
         batch.add_column(sa.Column("idempotency_key", sa.String(length=200), nullable=True))
         batch.add_column(sa.Column("launch_failures", sa.Integer(), nullable=False, server_default="0"))
         batch.add_column(sa.Column("retry_after", sa.Float(), nullable=True))
+        batch.add_column(sa.Column("launch_error", sa.String(length=500), nullable=True))
         batch.create_index("ux_jobs_idempotency", ["team", "idempotency_key"], unique=True)
 
 
 def downgrade() -> None:
     with op.batch_alter_table("jobs") as batch:
         batch.drop_index("ux_jobs_idempotency")
+        batch.drop_column("launch_error")
         batch.drop_column("retry_after")
         batch.drop_column("launch_failures")
         batch.drop_column("idempotency_key")

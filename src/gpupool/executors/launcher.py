@@ -1,0 +1,63 @@
+"""The launcher every attempt runs under (standard library only: it runs as `python -I -S`).
+
+    python -I -S launcher.py ATTEMPT_DIR OWNER USER WORKDIR STDOUT STDERR COMMAND...
+    (the job's environment as JSON on standard input)
+
+It records its pid and start time (launcher.json), starts the command, outlives the notice's
+SIGTERM (the command keeps the default action), waits for the command and writes its exit
+status to exit.json: an attempt's outcome survives a crash of the scheduler. Both records name
+their OWNER (store:job:attempt), so that no other store's attempt is taken for this one.
+
+The launcher runs as the scheduler's user, with an environment of its own: the job's
+variables (LD_PRELOAD, PATH...) reach only the command, which runs as USER (an OS user name,
+or - for the scheduler's own). The command opens its logs and enters WORKDIR as that user, so a
+path the job names is reached with the job's rights, never the scheduler's; what goes wrong
+before it starts (a log that cannot be opened) goes to the launcher's stderr, launcher.log.
+"""
+
+import json
+import os
+import pwd
+import signal
+import subprocess
+import sys
+
+AS_JOB = 'exec >>"$2" 2>>"$3"; cd -- "$1" || exit 126; shift 3; exec "$@"'
+
+
+def write(path: str, record: dict[str, object]) -> None:
+    with open(path + ".tmp", "w") as stream:
+        json.dump(record, stream)
+    os.replace(path + ".tmp", path)
+
+
+def main(argv: list[str]) -> int:
+    folder, owner, user, workdir, stdout, stderr, *command = argv
+    env = json.loads(sys.stdin.read())
+    with open("/proc/self/stat") as stat:
+        started = stat.read().rsplit(")", 1)[1].split()[19]
+    write(os.path.join(folder, "launcher.json"), {"pid": os.getpid(), "started": started, "owner": owner})
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: None)
+    uid = gid = groups = None
+    if user != "-":
+        entry = pwd.getpwnam(user)
+        uid, gid, groups = entry.pw_uid, entry.pw_gid, os.getgrouplist(entry.pw_name, entry.pw_gid)
+    child = subprocess.Popen(
+        ["/bin/sh", "-c", AS_JOB, "job", workdir, stdout, stderr, *command],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        cwd="/",
+        umask=0o022,
+        user=uid,
+        group=gid,
+        extra_groups=groups,
+    )
+    code: int = child.wait()
+    if code < 0:
+        code = 128 - code  # killed by a signal: as a shell reports it
+    write(os.path.join(folder, "exit.json"), {"exit_code": code, "owner": owner})
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,100 @@
+"""The operating-system user an attempt runs as, and the folders it may write.
+
+Jobs are untrusted code. Under `run_as: submitter` (each gpupool user's jobs run as the OS
+user of that name) or `run_as: team` (one OS user per team, `gpupool-<team>` unless
+`job_user` says otherwise), a job cannot read the scheduler's store and tokens, nor another
+user's jobs, their folders or their processes' environment (`/proc/PID/environ` is readable by
+its own user only). The scheduler must then be able to switch users: root, or the capabilities
+in `NEEDED_CAPABILITIES`. `run_as: service` runs jobs as the scheduler's own user: for a
+single-user laptop only, where the jobs may read everything of the scheduler's.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+NEEDED_CAPABILITIES = {
+    "CAP_CHOWN": 0,
+    "CAP_DAC_READ_SEARCH": 2,
+    "CAP_KILL": 5,
+    "CAP_SETGID": 6,
+    "CAP_SETUID": 7,
+}
+"""What a scheduler not run as root needs to run jobs as other users: give the job its folders
+(chown), read its logs, signal it, and start it as its user. The numbers are the bits of
+/proc/PID/status's CapEff."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobUser:
+    name: str
+    uid: int
+    gid: int
+    home: str
+
+    @property
+    def ids(self) -> str:
+        return f"{self.uid}:{self.gid}"
+
+
+class NoSuchUser(LookupError):
+    """The OS user a job should run as does not exist or may not run jobs."""
+
+
+def job_user_name(run_as: str, template: str | None, user: str | None, team: str) -> str | None:
+    """The name of the OS user a job runs as; None when it runs as the scheduler's user."""
+    if run_as == "service":
+        return None
+    if run_as == "submitter" and not user:
+        raise NoSuchUser(
+            "this pool runs jobs as the user who submits them (service.run_as: submitter), and this "
+            "job names no user: submit with a user's token, or give the user with the admin's"
+        )
+    default = "{user}" if run_as == "submitter" else "gpupool-{team}"
+    return (template or default).format(user=user or "", team=team)
+
+
+def lookup(name: str) -> JobUser:
+    """The OS user `name`; never root, nor the scheduler's own user (that is `run_as: service`)."""
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        raise NoSuchUser(f"there is no OS user {name!r} to run the job as (create it: useradd {name})") from None
+    if entry.pw_uid == 0:
+        raise NoSuchUser(f"OS user {name!r} is root: jobs never run as root")
+    if entry.pw_uid == os.geteuid():
+        raise NoSuchUser(f"OS user {name!r} is the scheduler's own: jobs run as another user")
+    return JobUser(entry.pw_name, entry.pw_uid, entry.pw_gid, entry.pw_dir)
+
+
+def missing_capabilities() -> list[str]:
+    """What this process lacks to run jobs as other users (nothing for root)."""
+    if os.geteuid() == 0:
+        return []
+    effective = 0
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                effective = int(line.split()[1], 16)
+    except OSError:
+        pass
+    return [name for name, bit in NEEDED_CAPABILITIES.items() if not effective & (1 << bit)]
+
+
+def switch_command() -> str:
+    """The program that starts a command as another user (util-linux's setpriv)."""
+    found = shutil.which("setpriv")
+    if found is None:
+        raise NoSuchUser("setpriv (Debian package util-linux) is needed to run jobs as other users")
+    return found
+
+
+def give(path: Path, user: JobUser | None, mode: int) -> None:
+    """Make `path` the job user's with `mode` (only `mode` when the job runs as the scheduler)."""
+    if user is not None:
+        os.chown(path, user.uid, user.gid)
+    os.chmod(path, mode)
