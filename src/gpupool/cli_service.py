@@ -20,27 +20,45 @@ from gpupool.cli_common import (
     print_json,
 )
 from gpupool.cli_table import Column, table
-from gpupool.config import ConfigError, load_spec
+from gpupool.config import load_spec, parse_spec
 from gpupool.units import human_seconds, plural
 
+RunAsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--run-as",
+        help="Whose OS user jobs run as: submitter, team or service (overrides service.run_as).",
+        show_default=False,
+    ),
+]
 
-def up(config: ConfigOption = None) -> None:
-    """Run gpupool on this machine: API, control loop and local executor, until Ctrl-C."""
+
+def up(config: ConfigOption = None, run_as: RunAsOption = None) -> None:
+    """Run gpupool on this machine: API, control loop and local executor, until SIGINT (Ctrl-C)
+    or SIGTERM. Either stops it the same way: no new decision, running jobs go on and are
+    adopted by the next `gpupool up`; it exits 0."""
+    from gpupool.errors import GpupoolError
     from gpupool.up import shut_down, start
 
     try:
         spec = load_spec(config)
+        if run_as is not None:
+            service = parse_spec({"service": {**spec.service.model_dump(), "run_as": run_as}}, "--run-as").service
+            spec = spec.model_copy(update={"service": service})
         running = start(spec)
-    except (ConfigError, ValueError, OSError) as exc:
+    except (GpupoolError, ValueError, OSError) as exc:
         raise fail(str(exc)) from None
     label = "[yellow]virtual[/]" if running.gpus.virtual else "[green]real[/]"
     console.print(f"gpupool listening on [bold]{spec.service.url}[/] (API docs: {spec.service.url}/docs)")
     console.print(f"GPUs: {running.gpus.detail} ({label}); data: {spec.service.data_path}", markup=False)
+    console.print(f"jobs run as: {spec.service.run_as}", markup=False)
     console.print(f"admin token: {spec.service.data_path / 'admin.token'}", markup=False)
     try:
-        running.server.run()
+        running.serve()
     finally:
         shut_down(running)
+    signal = {2: "SIGINT", 15: "SIGTERM"}.get(running.server.stopped_by or 0, "a stop")
+    console.print(f"gpupool stopped ({signal}); running jobs go on and are adopted by the next gpupool up")
 
 
 POOL_COLUMNS = (

@@ -70,7 +70,7 @@ def run_live_demo(console: Console) -> None:
         service = {"data_dir": str(data), "port": free_port(), "interval": 0.2, "virtual_gpus": 4}
         spec = parse_spec({**yaml.safe_load(DEMO_CONFIG), "service": service}, "demo")
         running = start(spec)
-        server = threading.Thread(target=running.server.run, daemon=True)
+        server = threading.Thread(target=running.serve, daemon=True)
         server.start()
         while not running.server.started:
             time.sleep(0.05)

@@ -1,25 +1,41 @@
-"""`gpupool up`: the store, the control loop, the local executor and the API, in one process."""
+"""`gpupool up`: the store, the control loop, the local executor and the API, in one process.
+
+Before anything is decided: the data directory is checked (its own, private, writable), locked
+against a second scheduler, and matched with the store (`leader`); jobs' users are checked to
+be reachable (`executors/users.py`). The port is bound before the loop starts, so a service
+that cannot serve never schedules.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import secrets
+import signal
 import socket
+import stat
 import threading
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 
 import uvicorn
 
 from gpupool.api import Context, create_app
-from gpupool.config import ConfigSpec, build
+from gpupool.config import ConfigError, ConfigSpec, ServiceSpec, build
 from gpupool.executors.gpus import LocalGpus, discover
 from gpupool.executors.local import LocalExecutor
+from gpupool.executors.users import missing_capabilities, switch_command
+from gpupool.leader import Guard, NotLeader, StoreLease, claim_data_dir, lock_data_dir
+from gpupool.model import Config
 from gpupool.service import ControlLoop, token_hash
 from gpupool.store import Store
 from gpupool.store.engine import sqlite_url
 
 ADMIN_TOKEN = "admin.token"
+log = logging.getLogger("gpupool.up")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -40,6 +56,96 @@ def admin_token(data_dir: Path) -> str:
     return path.read_text().strip()
 
 
+def prepare_data_dir(service: ServiceSpec) -> Path:
+    """The data directory, made private if new; refused if others may read or write it or what
+    it holds, if it is another user's, or if it cannot be written. Jobs of other OS users may
+    pass through it (mode 0711) to reach their own folders, never list or read it."""
+    data_dir = service.data_path
+    reach = 0o711 if service.run_as != "service" else 0o700
+    if not data_dir.exists():
+        data_dir.mkdir(parents=True, mode=0o700)
+        data_dir.chmod(reach)
+    info = data_dir.stat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise ConfigError(f"service.data_dir: {data_dir} is not a folder")
+    if info.st_uid != os.geteuid():
+        raise ConfigError(f"service.data_dir: {data_dir} belongs to another user (uid {info.st_uid}), not to gpupool's")
+    for path in (data_dir, *(data_dir / name for name in (ADMIN_TOKEN, "gpupool.db", "gpupool.db-wal", "store.id"))):
+        if path.exists() and path.stat().st_mode & 0o066:
+            mode = stat.S_IMODE(path.stat().st_mode)
+            fix = f"chmod {(f'{reach:o}' if path == data_dir else '600')} {path}"
+            raise ConfigError(
+                f"service.data_dir: {path} may be read or written by others (mode {mode:o}): it holds the "
+                f"store and the tokens; {fix}"
+            )
+    if reach == 0o711:
+        closed = next((p for p in data_dir.resolve().parents if not p.stat().st_mode & stat.S_IXOTH), None)
+        if closed is not None:
+            raise ConfigError(
+                f"service.data_dir: jobs run as other users and must reach their folders in {data_dir}, but "
+                f"{closed} is closed to them (chmod o+x {closed}, or use a data_dir such as /var/lib/gpupool)"
+            )
+    if not os.access(data_dir, os.W_OK) or not _writable(data_dir):
+        raise ConfigError(f"service.data_dir: {data_dir} cannot be written (a read-only file system, or no space)")
+    data_dir.chmod(reach)
+    return data_dir
+
+
+def _writable(folder: Path) -> bool:
+    probe = folder / f".probe-{os.getpid()}"
+    try:
+        probe.write_bytes(b"x")
+        probe.unlink()
+    except OSError:
+        return False
+    return True
+
+
+def check_run_as(service: ServiceSpec) -> None:
+    """Refuse a `run_as` this process cannot carry out; warn loudly about `service`."""
+    if service.run_as == "service":
+        log.warning(
+            "service.run_as is 'service': jobs run as gpupool's own user and can read its store and tokens; "
+            "only for a machine with a single user (on a shared one: run_as: submitter or team)"
+        )
+        return
+    missing = missing_capabilities()
+    if missing:
+        raise ConfigError(
+            f"service.run_as: {service.run_as!r} runs jobs as other OS users, which needs root or "
+            f"{', '.join(missing)}. On a machine with a single user, set service.run_as: service "
+            "(or gpupool up --run-as service): jobs then run as you and can read the scheduler's data"
+        )
+    try:
+        switch_command()
+    except LookupError as exc:
+        raise ConfigError(f"service.run_as: {exc}") from None
+
+
+class Server(uvicorn.Server):
+    """uvicorn, stopped the same way by SIGTERM and SIGINT: it stops answering, and `run`
+    returns so that the caller shuts down in order (uvicorn itself raises the signal again once
+    it has stopped, which ends the process before any code of ours runs)."""
+
+    stopped_by: int | None = None
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self._stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _stop(self, sig: int, _frame: FrameType | None) -> None:
+        self.stopped_by = self.stopped_by or sig
+        self.should_exit = True
+
+
 @dataclass
 class Running:
     """A started service: what `gpupool up` prints, and what tests need to stop it."""
@@ -47,31 +153,69 @@ class Running:
     store: Store
     loop: ControlLoop
     gpus: LocalGpus
-    server: uvicorn.Server
+    server: Server
     stop: threading.Event
     loop_thread: threading.Thread
+    sockets: list[socket.socket] = field(default_factory=list)
+    lock: int | None = None
+    lease: StoreLease | None = None
+
+    def serve(self) -> None:
+        """Answer the API until `server.should_exit` (a signal, see `cli_service.up`)."""
+        self.server.run(sockets=self.sockets)
 
 
 def start(spec: ConfigSpec) -> Running:
-    """Open the store, register this machine's GPUs, and start the control loop in a thread.
-    The caller runs `server` (it blocks until interrupted), then sets `stop`."""
-    data_dir = spec.service.data_path
-    data_dir.mkdir(parents=True, exist_ok=True)
+    """Check and lock the data directory, open the store, register this machine's GPUs, bind
+    the port and start the control loop in a thread. The caller runs `serve()` (it blocks until
+    the server is told to exit), then `shut_down`."""
+    service = spec.service
     config = build(spec)
-    store = Store.open(spec.service.store or sqlite_url(data_dir))
+    check_run_as(service)
+    data_dir = prepare_data_dir(service)
+    os.umask(0o077)  # what the scheduler writes is its own; jobs' folders are given modes
+    lock = lock_data_dir(data_dir)
+    try:
+        return _start(spec, config, data_dir, lock)
+    except BaseException:
+        os.close(lock)
+        raise
+
+
+def _start(spec: ConfigSpec, config: Config, data_dir: Path, lock: int) -> Running:
+    service = spec.service
+    store = Store.open(service.store or sqlite_url(data_dir))
+    lease = None
+    if store.engine.dialect.name == "postgresql":
+        lease = StoreLease(store.engine)
+        if not lease.acquire():
+            store.close()
+            raise NotLeader(f"another gpupool up leads the store {service.store}: one scheduler per store")
+    identity = store.identity()
+    claim_data_dir(data_dir, identity.id, fresh_store=identity.legacy_below == 1)
     store.sync_config(config)
-    gpus = discover(socket.gethostname(), spec.service.virtual_gpus)
+    gpus = discover(socket.gethostname(), service.virtual_gpus)
     store.set_nodes([gpus.node], virtual=gpus.virtual)
-    loop = ControlLoop(store, config, LocalExecutor(), data_dir, spec.service.url, spec.service.interval)
-    loop.executor = LocalExecutor(on_exit=loop.wakeup.set)
-    app = create_app(Context(store, loop, token_hash(admin_token(data_dir))))
-    server = uvicorn.Server(
-        uvicorn.Config(app, host=spec.service.host, port=spec.service.port, log_level="warning", lifespan="off")
+    database = data_dir / "gpupool.db" if service.store is None else None
+    loop = ControlLoop(
+        store,
+        config,
+        LocalExecutor(),
+        data_dir,
+        service.url,
+        service.interval,
+        run_as=service.run_as,
+        job_user=service.job_user,
+        guard=Guard(data_dir, identity.id, database, lease),
     )
+    loop.executor = LocalExecutor(on_exit=loop.wakeup.set, store_id=identity.id)
+    app = create_app(Context(store, loop, token_hash(admin_token(data_dir))))
+    listening = socket.create_server((service.host, service.port), reuse_port=False)
+    server = Server(uvicorn.Config(app, host=service.host, port=service.port, log_level="warning", lifespan="off"))
     stop = threading.Event()
     thread = threading.Thread(target=loop.run, args=(stop,), name="control-loop", daemon=True)
     thread.start()
-    return Running(store, loop, gpus, server, stop, thread)
+    return Running(store, loop, gpus, server, stop, thread, [listening], lock, lease)
 
 
 def shut_down(running: Running) -> None:
@@ -79,4 +223,11 @@ def shut_down(running: Running) -> None:
     running.stop.set()
     running.loop.wakeup.set()
     running.loop_thread.join(timeout=10)
+    if running.lease is not None:
+        running.lease.release()
     running.store.close()
+    for sock in running.sockets:
+        sock.close()
+    if running.lock is not None:
+        os.close(running.lock)
+        running.lock = None

@@ -1,0 +1,110 @@
+"""`gpupool up` attacked through its conditions: a second scheduler, signals, a data directory
+that others may read, that is read-only, or that another store used."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_up import Service, running, state
+
+from gpupool.testing import wait_for
+from gpupool.up import free_port
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    yield from running(Service(tmp_path))
+
+
+def up_once(config: Path, *options: str, user: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`gpupool up` that is expected to refuse to start (it must exit on its own)."""
+    command = [sys.executable, "-m", "gpupool", "up", "--config", str(config), *options]
+    if user is not None:
+        command = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *command]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_a_second_scheduler_on_one_data_directory_is_refused_before_it_decides(
+    service: Service, tmp_path: Path
+) -> None:
+    other = tmp_path / "other.yaml"
+    other.write_text(service.config.read_text().replace(str(service.port), str(free_port())))
+    second = up_once(other)
+    assert second.returncode == 2
+    assert f"another gpupool up (pid {service.process.pid if service.process else ''}) uses the data directory" in (
+        second.stderr + second.stdout
+    )
+    assert service.ready(), "the first one goes on"
+
+
+def test_sigterm_stops_the_service_in_order_and_its_jobs_go_on(service: Service) -> None:
+    job = service.submit("--", "sleep", "60")
+    wait_for(lambda: state(service, job) == "running")
+    assert service.process is not None
+    service.process.send_signal(signal.SIGTERM)
+    out, _ = service.process.communicate(timeout=20)
+    assert service.process.returncode == 0, out
+    assert "gpupool stopped (SIGTERM); running jobs go on" in out
+    service.up()
+    assert state(service, job) == "running", "adopted by the next gpupool up"
+
+
+def test_a_data_directory_others_may_read_is_refused(service: Service) -> None:
+    assert service.process is not None
+    service.process.terminate()
+    service.process.wait(timeout=20)
+    service.data.chmod(0o755)
+    refused = up_once(service.config)
+    assert refused.returncode == 2
+    assert "may be read or written by others (mode 755)" in refused.stderr
+    assert f"chmod 700 {service.data}" in refused.stderr
+
+
+def test_a_read_only_data_directory_is_refused_at_start(tmp_path: Path) -> None:
+    folder = tmp_path / "readonly"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,mode=0700,size=1m", "tmpfs", str(folder)], check=False)
+    if mounted.returncode != 0:
+        pytest.skip("mounting a read-only file system needs root")
+    try:
+        config = tmp_path / "gpupool.yaml"
+        config.write_text(f"service: {{data_dir: {folder}, port: {free_port()}, run_as: service}}\n")
+        refused = up_once(config)
+        assert refused.returncode == 2
+        assert "cannot be written (a read-only file system, or no space)" in refused.stderr
+    finally:
+        subprocess.run(["umount", str(folder)], check=False)
+
+
+def test_a_data_directory_of_another_store_is_refused(service: Service) -> None:
+    assert service.process is not None
+    service.process.terminate()
+    service.process.wait(timeout=20)
+    for name in ("gpupool.db", "gpupool.db-wal", "gpupool.db-shm"):
+        (service.data / name).unlink(missing_ok=True)  # a fresh store on the old data directory
+    refused = up_once(service.config)
+    assert refused.returncode == 2
+    assert "belongs to store" in refused.stderr and "Use a fresh data_dir" in refused.stderr
+
+
+def test_jobs_as_other_users_need_a_scheduler_that_can_switch_users(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("runs gpupool up as another user")
+    folder = Path(tempfile.mkdtemp(prefix="gpupool-nobody-"))  # /tmp: reachable by another user
+    os.chown(folder, 65534, 65534)
+    config = folder / "gpupool.yaml"
+    config.write_text(f"service: {{data_dir: {folder / 'data'}, port: {free_port()}, run_as: submitter}}\n")
+    refused = up_once(config, user="65534")
+    assert refused.returncode == 2
+    assert "service.run_as: 'submitter' runs jobs as other OS users, which needs root or CAP_" in refused.stderr
+    assert "gpupool up --run-as service" in refused.stderr
+    assert not (folder / "data").exists(), "nothing is made before the configuration is refused"
+    shutil.rmtree(folder)
