@@ -51,7 +51,7 @@ def lab(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
     config = yaml.safe_load((REPO / "examples" / "lab.yaml").read_text())
     port = free_port()
     data = tmp_path / "data"
-    config["service"].update(data_dir=str(data), port=port, interval="0.2s")
+    config["service"].update(data_dir=str(data), port=port, interval="0.2s", run_as="service")
     path = tmp_path / "lab.yaml"
     path.write_text(yaml.safe_dump(config))
     work = tmp_path / "work"

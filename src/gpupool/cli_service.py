@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from gpupool.cli_common import (
     HELP,
@@ -50,7 +51,7 @@ def up(config: ConfigOption = None, run_as: RunAsOption = None) -> None:
         raise fail(str(exc)) from None
     label = "[yellow]virtual[/]" if running.gpus.virtual else "[green]real[/]"
     console.print(f"gpupool listening on [bold]{spec.service.url}[/] (API docs: {spec.service.url}/docs)")
-    console.print(f"GPUs: {running.gpus.detail} ({label}); data: {spec.service.data_path}", markup=False)
+    console.print(f"GPUs: {escape(running.gpus.detail)} ({label}); data: {escape(str(spec.service.data_path))}")
     console.print(f"jobs run as: {spec.service.run_as}", markup=False)
     console.print(f"admin token: {spec.service.data_path / 'admin.token'}", markup=False)
     try:

@@ -112,8 +112,9 @@ class ServiceSpec(_Strict):
     virtual_gpus: int = Field(default=4, ge=0, le=MAX_VIRTUAL_GPUS)
     store: str | None = None
     interval: Duration = 1.0
-    run_as: Literal["service", "submitter", "team"] = "service"
-    """The OS user jobs run as: the service's own, the submitter's, or one per team."""
+    run_as: Literal["service", "submitter", "team"] = "submitter"
+    """The OS user jobs run as: the submitter's (the default), one per team, or the service's
+    own (an explicit choice, for a machine with a single user: jobs then reach its data)."""
     job_user: str | None = None
     """That user's name, `{user}` and `{team}` replaced; None is `{user}` for submitter and
     `gpupool-{team}` for team (see `job_user_template`)."""

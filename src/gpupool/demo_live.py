@@ -67,7 +67,7 @@ class Narrator:
 def run_live_demo(console: Console) -> None:
     with tempfile.TemporaryDirectory(prefix="gpupool-demo-", ignore_cleanup_errors=True) as tmp:
         data = Path(tmp)
-        service = {"data_dir": str(data), "port": free_port(), "interval": 0.2, "virtual_gpus": 4}
+        service = {"data_dir": str(data), "port": free_port(), "interval": 0.2, "virtual_gpus": 4, "run_as": "service"}
         spec = parse_spec({**yaml.safe_load(DEMO_CONFIG), "service": service}, "demo")
         running = start(spec)
         server = threading.Thread(target=running.serve, daemon=True)

@@ -85,7 +85,7 @@ def test_usage_errors_not_found_and_refusals_have_their_own_exit_codes(service: 
 
 
 LAB = """
-service: {{data_dir: {data}, port: {port}, virtual_gpus: 8, interval: 0.2}}
+service: {{data_dir: {data}, port: {port}, virtual_gpus: 8, interval: 0.2, run_as: service}}
 classes:
   high: {{value: 100, may_preempt: true, preemptible: true, min_runtime: 0s, grace_period: 3s}}
   normal: {{value: 10, may_preempt: true, preemptible: true, min_runtime: 0s, grace_period: 3s}}

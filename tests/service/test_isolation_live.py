@@ -100,7 +100,7 @@ def shared(tmp_path: Path) -> Iterator[Service]:
     work.mkdir()
     work.chmod(0o777)
     service = Service(top)
-    service.config.write_text(service.config.read_text().replace("interval: 0.2}", "interval: 0.2, run_as: team}"))
+    service.config.write_text(service.config.read_text().replace("run_as: service", "run_as: team"))
     service.work = work  # type: ignore[attr-defined]
     try:
         yield from running(service)

@@ -28,7 +28,7 @@ class Service:
         self.data = tmp / "data"
         self.port = free_port()
         self.config.write_text(
-            f"service: {{data_dir: {self.data}, port: {self.port}, virtual_gpus: 2, interval: 0.2}}\n"
+            f"service: {{data_dir: {self.data}, port: {self.port}, virtual_gpus: 2, interval: 0.2, run_as: service}}\n"
             "classes:\n"
             f"  high: {{value: 100, may_preempt: true, preemptible: false, grace_period: {grace}}}\n"
             f"  low: {{value: 0, may_preempt: false, preemptible: true, grace_period: {grace}}}\n"
