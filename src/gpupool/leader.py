@@ -124,12 +124,13 @@ class Guard:
     database: Path | None = None
     """The SQLite file, when the store is one: it must stay the file that was opened."""
     lease: StoreLease | None = None
-    _inode: tuple[int, int] | None = None
+    _fd: int | None = None
 
     def __post_init__(self) -> None:
         if self.database is not None:
-            info = self.database.stat()
-            self._inode = (info.st_dev, info.st_ino)
+            # Held open (and never closed while SQLite runs, which would drop its locks), so
+            # that the file's inode cannot be reused by another one made in its place.
+            self._fd = os.open(self.database, os.O_RDONLY)
 
     def __call__(self) -> str | None:
         try:
@@ -138,13 +139,20 @@ class Guard:
             return f"the data directory's identity {self.data_dir / IDENTITY} cannot be read ({exc.strerror})"
         if found != self.store_id:
             return f"{self.data_dir / IDENTITY} names store {found}, not this store ({self.store_id})"
-        if self.database is not None:
+        if self.database is not None and self._fd is not None:
+            opened = os.fstat(self._fd)
             try:
-                info = self.database.stat()
+                now = self.database.stat()
             except OSError as exc:
                 return f"the store's file {self.database} is gone ({exc.strerror}): what is written now would be lost"
-            if (info.st_dev, info.st_ino) != self._inode:
+            if opened.st_nlink == 0 or (now.st_dev, now.st_ino) != (opened.st_dev, opened.st_ino):
                 return f"the store's file {self.database} was replaced by another file"
         if self.lease is not None and not self.lease.held() and not self.lease.acquire():
             return "the store's leader lease is lost: another scheduler may lead"
         return None
+
+    def close(self) -> None:
+        """After the store is closed."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

@@ -226,6 +226,8 @@ def shut_down(running: Running) -> None:
     if running.lease is not None:
         running.lease.release()
     running.store.close()
+    if isinstance(running.loop.guard, Guard):
+        running.loop.guard.close()
     for sock in running.sockets:
         sock.close()
     if running.lock is not None:

@@ -317,3 +317,37 @@ def test_a_log_path_that_became_a_link_into_the_data_directory_is_not_opened(
     assert store.job(job.id).state == JobState.FAILED.value
     assert "in the scheduler's data directory" in store.events(job_id=job.id)[-1].message
     assert (loop.data_dir / "admin.token").read_text() == "secret\n"
+
+
+def test_nothing_is_decided_while_the_guard_says_the_data_or_store_is_not_the_one_it_started_with(
+    loop: ControlLoop, store: Store
+) -> None:
+    reasons = ["the data directory's identity is gone"]
+    loop.guard = lambda: reasons[0] if reasons else None
+    job = store.submit(JobSpec(["train"], team="vision"), now=0.0)
+    assert not loop.tick(0.0)
+    assert store.job(job.id).state == JobState.PENDING.value and not fake(loop).started
+    assert loop.halted == "the data directory's identity is gone"
+    reasons.clear()
+    loop.tick(1.0)
+    assert store.job(job.id).state == JobState.RUNNING.value and loop.halted is None
+
+
+def test_the_guard_names_a_vanished_data_directory_and_a_replaced_store_file(tmp_path: Path) -> None:
+    from gpupool.leader import Guard, claim_data_dir
+
+    data = tmp_path / "data"
+    data.mkdir()
+    database = data / "gpupool.db"
+    database.write_text("")
+    claim_data_dir(data, "s1", fresh_store=True)
+    guard = Guard(data, "s1", database)
+    assert guard() is None
+    database.unlink()
+    database.write_text("")  # another file where the store was
+    assert "was replaced by another file" in str(guard())
+    for path in data.iterdir():
+        path.unlink()
+    data.rmdir()
+    assert "identity" in str(guard()) and "cannot be read" in str(guard())
+    guard.close()
