@@ -23,6 +23,7 @@ from rich.table import Table
 
 from gpupool.config import parse_spec
 from gpupool.model import ENDED, JobState
+from gpupool.service import ControlLoop
 from gpupool.store import JobSpec, Store
 from gpupool.store.schema import AttemptRow, JobRow
 from gpupool.units import gpu_time
@@ -96,7 +97,7 @@ def narrate(running: Running, console: Console, data: Path) -> None:
     running.loop.wakeup.set()
     wait(narrator, lambda: all(JobState(j.state) in ENDED for j in store.jobs()), 120)
     console.print(summary(store))
-    console.print(escape(costs(store, data)))
+    console.print(escape(costs(store, running.loop)))
 
 
 def wait(narrator: Narrator, done: Callable[[], bool], timeout: float) -> None:
@@ -135,14 +136,14 @@ def pending_time(job: JobRow, attempts: list[AttemptRow]) -> float:
     return waited
 
 
-def costs(store: Store, data: Path) -> str:
+def costs(store: Store, loop: ControlLoop) -> str:
     """Per interruption, what `gpupool.accounting` charges it: work done again, drain (notice to
     release) and the next attempt's restart, in GPU-seconds; and where the next attempt resumed."""
     lines = []
     names = {job.id: job.name for job in store.jobs()}
     for account in store.accounts(time.time()):
         for cut in account.interruptions:
-            log = data / "jobs" / str(account.job_id) / f"attempt-{cut.attempt + 1}" / "stdout.log"
+            log = loop.attempt_dir(account.job_id, cut.attempt + 1) / "stdout.log"
             said = log.read_text().splitlines()[0] if log.exists() else ""
             lines.append(
                 f"job {account.job_id} ({names[account.job_id]}): wasted {gpu_time(cut.wasted)}, "
