@@ -108,3 +108,30 @@ def test_jobs_as_other_users_need_a_scheduler_that_can_switch_users(tmp_path: Pa
     assert "gpupool up --run-as service" in refused.stderr
     assert not (folder / "data").exists(), "nothing is made before the configuration is refused"
     shutil.rmtree(folder)
+
+
+def test_a_second_scheduler_on_one_postgresql_store_is_refused(tmp_path: Path, postgres_url: str) -> None:
+    import uuid
+
+    import psycopg
+
+    name = f"t{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
+    store = postgres_url.rsplit("/", 1)[0] + "/" + name
+    for folder in ("one", "two"):
+        (tmp_path / folder).mkdir()
+    first, second = Service(tmp_path / "one"), Service(tmp_path / "two")
+    for service in (first, second):
+        service.config.write_text(
+            f"service: {{data_dir: {service.data}, port: {service.port}, run_as: service, store: '{store}'}}\n"
+        )
+    try:
+        first.up()
+        refused = up_once(second.config)
+        assert refused.returncode == 2
+        assert "another gpupool up leads the store" in refused.stderr
+    finally:
+        if first.process is not None:
+            first.process.terminate()
+            first.process.wait(timeout=20)
