@@ -6,7 +6,7 @@ Exit codes (documented in the README), distinct so that scripts can tell them ap
     1  the job failed (`submit --wait`, `logs -f`: the job's own exit code when it has one)
     2  usage error: a bad option, value or file
     3  not found: no such job, team or class
-    4  cannot reach the service
+    4  cannot reach the service (or its store is busy): `submit` tries again for about 30 s first
     5  refused: the token may not do this, or the state forbids it now (forbidden, conflict)
 
 `submit --wait` and `logs -f` end with the job's outcome instead: 0 succeeded, the job's own
@@ -28,7 +28,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from gpupool.client import Client, Unreachable
+from gpupool.client import Client, Unavailable, Unreachable
 from gpupool.config import load_spec
 from gpupool.errors import Conflict, Forbidden, GpupoolError, NotFound, Unauthorized
 from gpupool.model import ENDED, JobState
@@ -58,7 +58,7 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for machine
 def exit_code(error: GpupoolError) -> int:
     if isinstance(error, NotFound):
         return EXIT_NOT_FOUND
-    if isinstance(error, Unreachable):
+    if isinstance(error, Unreachable | Unavailable):
         return EXIT_UNREACHABLE
     if isinstance(error, Forbidden | Unauthorized | Conflict):
         return EXIT_REFUSED

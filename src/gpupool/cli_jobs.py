@@ -59,7 +59,12 @@ def resolve(api: Client, ref: str) -> dict[str, Any]:
 
 
 def label(job: dict[str, Any]) -> str:
-    return str(job["task"] or job["id"])
+    return str(job.get("task") or job["id"])
+
+
+def states_option(state: str | None) -> str | None:
+    """`--state` as the API takes it: lower case, no spaces."""
+    return "".join(state.lower().split()) if state else None
 
 
 def ranges(numbers: list[int]) -> str:
@@ -82,7 +87,7 @@ def collapsed(jobs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     rows: list[tuple[str, dict[str, Any]]] = []
     waiting: dict[int, list[dict[str, Any]]] = {}
     for job in jobs:
-        if job["array_id"] is not None and job["state"] == "pending":
+        if job.get("array_id") is not None and job["state"] == "pending":
             if job["array_id"] not in waiting:
                 waiting[job["array_id"]] = []
                 rows.append(("", {"array_group": job["array_id"]}))
@@ -129,7 +134,7 @@ def queue(
 
     TIME is the run time of a running job, the wait of a pending one; NODES(REASON) where it
     runs, or why it waits (`show` says it in full)."""
-    states = state or (None if all_jobs else LIVE)
+    states = states_option(state) or (None if all_jobs else LIVE)
     api_client = client(config, api)
     jobs = call(lambda: api_client.jobs(state=states, team=team, user=user, name=name))
     if as_json:
@@ -138,6 +143,10 @@ def queue(
     now = time.time()
     rows = []
     for shown, job in collapsed(jobs):
+        if job.get("brief"):
+            # Another team's job: the API shows its id, team, class, state and GPUs only.
+            rows.append([shown, "", job["team"], "", job["priority"], job["state"], str(job["gpus"]), "", "", ""])
+            continue
         if job["running_since"] is not None:
             age = now - job["running_since"]
         else:
@@ -323,7 +332,8 @@ def cancel(
         else:
             targets.append(job)
     if filtered:
-        chosen = call(lambda: api_client.jobs(state=state or LIVE, team=team, user=user, name=name))
+        listed = call(lambda: api_client.jobs(state=states_option(state) or LIVE, team=team, user=user, name=name))
+        chosen = [j for j in listed if not j.get("brief")]  # other teams' jobs are not the token's to cancel
         if jobs:
             ids = {j["id"] for j in chosen}
             targets = [t for t in targets if t["id"] in ids]
@@ -368,10 +378,15 @@ def logs(
     offset = 0
 
     def drain() -> None:
-        """Print what the attempt's file holds from `offset` on, as of now."""
+        """Print what the attempt's file holds from `offset` on, as of now (an answer holds a
+        few MiB at most: ask again while the file has more)."""
         nonlocal offset
-        text, offset = call(api_client.logs, job["id"], number, stream, offset)
-        console.out(text, end="", highlight=False)
+        while True:
+            text, following, size = call(api_client.log_part, job["id"], number, stream, offset)
+            console.out(text, end="", highlight=False)
+            advanced, offset = following > offset, following
+            if not advanced or offset >= size:
+                return
 
     while True:
         drain()

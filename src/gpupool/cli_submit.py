@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -203,7 +204,8 @@ def submit(
         "user": getpass.getuser(),
     }
     api_client = client(config, api)
-    job = call(api_client.submit, body)
+    # One key for every try of this submission: a retry after a lost answer is the same job.
+    job = call(api_client.submit, body, str(uuid.uuid4()))
     if o["parsable"]:
         console.print(str(job["id"]), highlight=False)
     else:

@@ -1,8 +1,16 @@
-"""A small client of the HTTP API, for the command line (and for scripts)."""
+"""A small client of the HTTP API, for the command line (and for scripts).
+
+A submission carries a fresh `Idempotency-Key` and is retried with it when its connection fails
+(refused, reset, cut before the answer, timed out) or the store is busy, for about
+`SUBMIT_RETRY_SECONDS`: the service makes one job of all the tries.
+"""
 
 from __future__ import annotations
 
 import os
+import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,17 +18,37 @@ import httpx
 
 from gpupool.errors import HTTP_STATUS, GpupoolError, InvalidInput
 
-ERRORS: dict[int, type[GpupoolError]] = {status: error for error, status in HTTP_STATUS.items()} | {422: InvalidInput}
-
 
 class Unreachable(GpupoolError):
     pass
+
+
+class Unavailable(GpupoolError):
+    """The service answered 503: its store is busy or cannot be written now."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+ERRORS: dict[int, type[GpupoolError]] = {status: error for error, status in HTTP_STATUS.items()} | {
+    413: InvalidInput,
+    422: InvalidInput,
+    503: Unavailable,
+}
+
+SUBMIT_RETRY_SECONDS = 30.0
+"""How long a submission is tried again after its connection failed (its key makes it safe)."""
+RETRIED = (httpx.ConnectError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError, httpx.TimeoutException)
+"""Transport errors after which the request may or may not have been received."""
 
 
 class Client:
     def __init__(self, url: str, token: str, timeout: float = 30.0) -> None:
         self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout)
         self.url = url
+        self.pause: Callable[[float], None] = time.sleep
+        """How the client waits between tries (tests replace it)."""
 
     @classmethod
     def from_env(cls, url: str | None, data_dir: Path) -> Client:
@@ -41,13 +69,7 @@ class Client:
             response = self.http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
             raise Unreachable(f"cannot reach gpupool at {self.url} ({exc}); is `gpupool up` running?") from None
-        if response.status_code >= 400:
-            try:
-                message = response.json()["message"]
-            except (ValueError, KeyError):
-                message = response.text
-            raise ERRORS.get(response.status_code, GpupoolError)(message)
-        return response
+        return checked(response)
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         """The body of the response: JSON decoded, text, or None."""
@@ -58,9 +80,35 @@ class Client:
             return response.json()
         return response.text
 
-    def submit(self, body: dict[str, Any]) -> dict[str, Any]:
-        job: dict[str, Any] = self.request("POST", "/jobs", json=body)
-        return job
+    def submit(self, body: dict[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
+        """Submit a job with `idempotency_key` (a new UUID when None), trying again with the
+        same key after a connection error or a busy store, for `SUBMIT_RETRY_SECONDS`."""
+        headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
+        deadline = time.monotonic() + SUBMIT_RETRY_SECONDS
+        wait = 0.25
+        while True:
+            try:
+                job: dict[str, Any] = checked(self.http.request("POST", "/jobs", json=body, headers=headers)).json()
+                return job
+            except RETRIED as exc:
+                problem: Exception = exc
+                delay = wait
+            except Unavailable as exc:
+                problem = exc
+                delay = exc.retry_after if exc.retry_after is not None else wait
+            except httpx.TransportError as exc:
+                raise Unreachable(f"cannot reach gpupool at {self.url} ({exc}); is `gpupool up` running?") from None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                tried = f"retried for {SUBMIT_RETRY_SECONDS:g} s"
+                if isinstance(problem, Unavailable):
+                    raise Unavailable(f"{problem} ({tried})") from None
+                raise Unreachable(
+                    f"cannot reach gpupool at {self.url} ({str(problem) or type(problem).__name__}; {tried}); "
+                    "is `gpupool up` running? The job may have been submitted: see `gpupool queue`"
+                ) from None
+            self.pause(min(delay, left))
+            wait = min(wait * 2, 4.0)
 
     def jobs(self, **params: Any) -> list[dict[str, Any]]:
         jobs: list[dict[str, Any]] = self.request("GET", "/jobs", params={k: v for k, v in params.items() if v})
@@ -75,12 +123,19 @@ class Client:
         return job
 
     def logs(self, job_id: int, attempt: int | None, stream: str, offset: int) -> tuple[str, int]:
-        """The output from byte `offset` on, and the offset to read from next."""
+        """The output from byte `offset` on (as much as one answer holds), and the offset to
+        read from next."""
+        text, following, _ = self.log_part(job_id, attempt, stream, offset)
+        return text, following
+
+    def log_part(self, job_id: int, attempt: int | None, stream: str, offset: int) -> tuple[str, int, int]:
+        """`logs`, and the file's size when it was read: less than the next offset means more."""
         params: dict[str, Any] = {"stream": stream, "offset": offset}
         if attempt is not None:
             params["attempt"] = attempt
         response = self.send("GET", f"/jobs/{job_id}/logs", params=params)
-        return response.text, int(response.headers.get("X-Next-Offset", offset + len(response.content)))
+        following = int(response.headers.get("X-Next-Offset", offset + len(response.content)))
+        return response.text, following, int(response.headers.get("X-Log-Size", following))
 
     def events(self, job_id: int | None = None, after: int = 0) -> list[dict[str, Any]]:
         params: dict[str, Any] = {"after": after}
@@ -117,3 +172,25 @@ class Client:
         params = {"since": since} if since is not None else {}
         report: dict[str, Any] = self.request("GET", "/report", params=params)
         return report
+
+
+def checked(response: httpx.Response) -> httpx.Response:
+    """`response`, or the error it stands for raised."""
+    if response.status_code >= 400:
+        try:
+            message = response.json()["message"]
+        except (ValueError, KeyError, TypeError):
+            message = response.text
+        error = ERRORS.get(response.status_code, GpupoolError)
+        if error is Unavailable:
+            raise Unavailable(message, retry_seconds(response.headers.get("Retry-After")))
+        raise error(message)
+    return response
+
+
+def retry_seconds(header: str | None) -> float | None:
+    """A Retry-After in seconds (its date form is read as no advice)."""
+    try:
+        return max(0.0, float(header)) if header is not None else None
+    except ValueError:
+        return None

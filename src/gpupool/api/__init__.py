@@ -1,57 +1,96 @@
 """The HTTP API: jobs, teams, classes, the pool, and the job protocol (OpenAPI at /docs).
 
-Every request carries `Authorization: Bearer TOKEN`: the admin token (written by `gpupool up`
-to the data directory), a team's token (its jobs and its allowed classes only), or, for the job
-protocol, the token of one attempt (`GPUPOOL_TOKEN`). Domain errors become JSON
-`{"error": kind, "message": what was wrong}` with the status of one table.
+Every request but `/health` and the documentation carries `Authorization: Bearer TOKEN`: the
+admin token (written by `gpupool up` to the data directory), a team's or a user's token, or, for
+the job protocol, the token of one attempt (`GPUPOOL_TOKEN`).
+
+Who may see and do what is decided in one place, `access` (docs/access.md): the admin token
+everything; a team's or user's token acts for its team, sees the pool and its own jobs in full,
+other teams' jobs only as id, team, class, state and GPUs in listings (asking for one, its logs
+or its events is a 403), the report's totals of the whole pool but only its own users' and
+interruptions; only the admin changes teams and users; a user's token cancels only its own
+jobs; the job protocol takes only the token of the attempt it speaks for.
+
+Every error is JSON `{"error": kind, "message": what was wrong}` (`errors`); inputs are strict
+and bounded (`models`, `limits`); no store call runs on the event loop (routes that reach the
+store are plain `def`, run in worker threads; submissions are committed in groups from one).
+A submission may carry an `Idempotency-Key`: retried with it, it is the same job.
 """
 
 # No `from __future__ import annotations` here: FastAPI must see the dependencies, which are
 # local functions, as real objects in the signatures, not as names to resolve later.
-#
-# The dependencies and the short writes (cancel, the job protocol) are `async def`: they run on
-# the event loop and pay no hand-off to a worker thread, which costs more than their one small
-# transaction. Submissions go through a group commit (`batching`). Reads that may return many
-# rows, and logs, stay `def` and run in FastAPI's thread pool.
+import hmac
+import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from fastapi import Depends, FastAPI, Header, Request
+from fastapi import Depends, FastAPI, Header, Query, Request, Response
+from fastapi import Path as PathParam
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
-from sqlalchemy.exc import DataError
+from fastapi.responses import PlainTextResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import Field, TypeAdapter, ValidationError
 
 from gpupool.accounting import Totals, totals
+from gpupool.api import access, limits
+from gpupool.api.access import JOB_RULES, Principal, Rule
 from gpupool.api.batching import SubmissionWriter
+from gpupool.api.errors import install, responses
 from gpupool.api.models import (
     AccountOut,
     AttemptOut,
     CheckpointIn,
     EventOut,
+    HealthOut,
     HeartbeatIn,
     HeartbeatOut,
     InterruptionOut,
+    JobBriefOut,
     JobIn,
     JobInterruptionOut,
+    JobListed,
     JobOut,
     NoticeOut,
     ReportOut,
     TotalsOut,
 )
-from gpupool.api.pool import Principal, add_pool_routes
-from gpupool.errors import HTTP_STATUS, Forbidden, GpupoolError, InvalidInput, Unauthorized
+from gpupool.api.pool import add_pool_routes
+from gpupool.errors import Conflict, InvalidInput, Unauthorized
 from gpupool.model import Job, JobState, Node
 from gpupool.policy import messages
 from gpupool.policy.place import FreeGpus, can_ever_fit, job_shapes
 from gpupool.service import ControlLoop, expand_log_path, inside, token_hash
 from gpupool.slurm import parse_after, parse_array
 from gpupool.store import DEFAULT_TEAM, JobSpec, Store
-from gpupool.store.jobs import job_name
+from gpupool.store.jobs import DuplicateSubmission, job_name
+from gpupool.store.schema import JobRow
+
+__all__ = ["Context", "Principal", "create_app", "read_from"]
 
 T = TypeVar("T")
+
+Id = Annotated[int, Field(ge=0, le=limits.INT32)]
+JobId = Annotated[int, PathParam(ge=0, le=limits.INT32, description="The job's id.")]
+AttemptNo = Annotated[int, PathParam(ge=0, le=limits.INT32, description="The attempt's number, from 0.")]
+STATES = "|".join(s.value for s in JobState)
+STATE_LIST = f"^({STATES})(,({STATES}))*$"
+
+DESCRIPTION = f"""One shared GPU pool, priority as a job attribute.
+
+Who may see and do what: docs/access.md. Every error is `{{"error": kind, "message": text}}`.
+
+**Limits**: a request body at most {limits.BODY_BYTES // (1024 * 1024)} MiB; a job's command
+{limits.COMMAND_BYTES:,} bytes in all (at most {limits.ARGUMENTS:,} arguments, {limits.ARG_BYTES:,}
+bytes each), its variables {limits.ENV_BYTES:,} bytes in all ({limits.VARIABLES:,}, {limits.ARG_BYTES:,}
+bytes each `NAME=value`), its script {limits.SCRIPT_CHARS:,} characters; names in paths
+{limits.NAME_MAX} bytes, whole paths {limits.PATH_MAX}; ids, attempts and steps 0 to 2^31-1; a log
+answer at most {limits.LOG_BYTES // (1024 * 1024)} MiB (follow `X-Next-Offset`).
+"""
 
 
 @dataclass
@@ -76,64 +115,65 @@ class Context:
 
 
 def create_app(ctx: Context) -> FastAPI:
-    app = FastAPI(title="gpupool", summary="One shared GPU pool, priority as a job attribute.")
+    app = FastAPI(title="gpupool", summary="One shared GPU pool, priority as a job attribute.", description=DESCRIPTION)
+    install(app)
     writer = SubmissionWriter(ctx.store, ctx.clock, ctx.loop.wakeup.set)
+    bearer = HTTPBearer(auto_error=False, description="The admin's, a team's, a user's or an attempt's token.")
 
-    @app.get("/health")
-    def health() -> JSONResponse:
+    @app.get("/health", response_model=HealthOut, responses={503: {"model": HealthOut}})
+    def health() -> Any:
         """No token needed: 200 when the API and the store answer, 503 when the store does not."""
         try:
             ctx.store.classes()
         except Exception as exc:
-            return JSONResponse({"status": "unavailable", "store": str(exc)[:200]}, status_code=503)
-        return JSONResponse({"status": "ok", "store": "ok"})
+            problem = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+            return Response(
+                HealthOut(status="unavailable", store=problem).model_dump_json(), 503, media_type="application/json"
+            )
+        return HealthOut(status="ok", store="ok")
 
-    @app.exception_handler(GpupoolError)
-    def domain_error(_request: Request, exc: GpupoolError) -> JSONResponse:
-        status = HTTP_STATUS.get(type(exc), 400)
-        return JSONResponse({"error": type(exc).__name__, "message": str(exc)}, status_code=status)
-
-    @app.exception_handler(DataError)
-    def out_of_range(_request: Request, exc: DataError) -> JSONResponse:
-        # PostgreSQL refuses a number its column cannot hold (SQLite takes any): that is the
-        # request's fault, not the server's.
-        first = (str(exc.orig).splitlines() or [""])[0][:200]
-        message = f"a value is out of range for the store ({first})"
-        return JSONResponse({"error": "InvalidInput", "message": message}, status_code=400)
-
-    @app.exception_handler(RequestValidationError)
-    def bad_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'] if p != 'body')}: {str(e['msg']).removeprefix('Value error, ')}"
-            for e in exc.errors()
-        )
-        return JSONResponse({"error": "InvalidInput", "message": problems}, status_code=422)
-
-    async def principal(authorization: Annotated[str | None, Header()] = None) -> Principal:
-        token = bearer(authorization)
+    def identify(token: str | None) -> Principal:
+        if not token:
+            raise Unauthorized("send the token as 'Authorization: Bearer TOKEN'")
         digest = token_hash(token)
-        if digest == ctx.admin_hash:
+        if hmac.compare_digest(digest, ctx.admin_hash):
             return Principal(admin=True, team=None)
         holder = ctx.store.holder_of(digest)
         if holder is None:
             raise Unauthorized("this token is not the admin's, a team's nor a user's")
         return Principal(admin=False, team=holder[0], user=holder[1])
 
-    async def admin(who: Annotated[Principal, Depends(principal)]) -> Principal:
-        if not who.admin:
-            raise Forbidden("only the admin token may do this")
+    def authorize(
+        request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+    ) -> Principal:
+        """The principal of the request, once the rule of its route (`access.ROUTES`) allows it."""
+        rule = access.rule_of(request.method, request.scope["route"].path)
+        token = credentials.credentials if credentials is not None else None
+        if rule is Rule.ATTEMPT:
+            job_id, attempt = number(request, "path", "job_id"), number(request, "path", "attempt")
+            if not token:
+                raise Unauthorized("send the attempt's token (GPUPOOL_TOKEN) as 'Authorization: Bearer TOKEN'")
+            ctx.store.check_attempt_token(job_id, attempt, token_hash(token))
+            return Principal(admin=False, team=None, attempt=(job_id, attempt))
+        who = identify(token)
+        job: JobRow | None = None
+        if rule in JOB_RULES:
+            job = ctx.store.job(number(request, "path", "job_id"))
+        elif rule is Rule.EVENTS and request.query_params.get("job") is not None:
+            job = ctx.store.job(number(request, "query", "job"))
+        access.enforce(who, rule, job)
         return who
 
-    def may_touch(who: Principal, team: str) -> None:
-        if not who.admin and who.team != team:
-            raise Forbidden(f"the token of team {who.team} may not act on jobs of team {team}")
+    Who = Annotated[Principal, Depends(authorize)]
 
     # --- jobs -------------------------------------------------------------------------------
 
-    @app.post("/jobs", status_code=201, response_model=JobOut)
-    async def submit(body: JobIn, who: Annotated[Principal, Depends(principal)]) -> JobOut:
+    def prepare(body: JobIn, who: Principal, key: str | None) -> JobSpec:
+        """The job `body` asks for, checked against the pool and this machine."""
+        if key is not None and not KEY_TEXT.fullmatch(key):
+            raise InvalidInput("Idempotency-Key: give 1 to 200 printable ASCII characters")
         team = body.team or who.team or DEFAULT_TEAM
-        may_touch(who, team)
+        access.require_may_submit(who, team)
         known = ctx.class_names()
         if body.priority not in known:
             raise InvalidInput(f"priority: unknown priority class {body.priority!r} (known: {', '.join(known)})")
@@ -141,7 +181,7 @@ def create_app(ctx: Context) -> FastAPI:
         check_paths(body, ctx.loop.data_dir)
         dependencies = parsed("after", parse_after, body.after) or []
         indexes, limit = parsed("array", parse_array, body.array) or ([], None)
-        spec = JobSpec(
+        return JobSpec(
             body.command,
             team,
             body.priority,
@@ -161,108 +201,195 @@ def create_app(ctx: Context) -> FastAPI:
             error=body.error,
             array=indexes,
             array_limit=limit,
+            idempotency_key=key,
         )
-        if spec.array:
-            tasks = ctx.store.submit_array(spec, ctx.clock())
-            ctx.loop.wakeup.set()
-            return JobOut.of(tasks[0])
-        return JobOut.of(await writer.submit(spec))
 
-    @app.get("/jobs", response_model=list[JobOut])
+    async def write(spec: JobSpec) -> JobRow:
+        if spec.array:
+            tasks = await run_in_threadpool(ctx.store.submit_array, spec, ctx.clock())
+            ctx.loop.wakeup.set()
+            return tasks[0]
+        return await writer.submit(spec)
+
+    replayed = {
+        "description": "The job. A retry of a submission (same Idempotency-Key) gets the same answer again.",
+        "headers": {
+            "Idempotent-Replayed": {
+                "description": "`true` when this answers a retry: no new job was made.",
+                "schema": {"type": "string", "enum": ["true"]},
+            }
+        },
+    }
+
+    @app.post(
+        "/jobs",
+        status_code=201,
+        response_model=JobOut,
+        responses={201: replayed, **responses(400, 401, 403, 409, 413, 422, 503)},
+    )
+    async def submit(
+        body: JobIn,
+        who: Who,
+        response: Response,
+        idempotency_key: Annotated[
+            str | None,
+            Header(
+                alias="Idempotency-Key",
+                description="1 to 200 printable ASCII characters (a UUID): a retry with the same key and the "
+                "same request gets the same job; with another request, a 409.",
+            ),
+        ] = None,
+    ) -> JobOut:
+        """Submit a job (or a job array: the answer is its first task)."""
+        spec = await run_in_threadpool(prepare, body, who, idempotency_key)
+        earlier = await run_in_threadpool(ctx.store.earlier_submission, spec)
+        if earlier is None:
+            try:
+                return JobOut.as_submitted(await write(spec))
+            except DuplicateSubmission:
+                # Another request with this key was written first: this one is its retry.
+                earlier = await run_in_threadpool(ctx.store.earlier_submission, spec)
+                if earlier is None:
+                    raise
+        response.headers["Idempotent-Replayed"] = "true"
+        return JobOut.as_submitted(earlier)
+
+    @app.get("/jobs", response_model=list[JobListed], responses=responses(400, 401, 422, 503))
     def list_jobs(
-        who: Annotated[Principal, Depends(principal)],
-        state: str | None = None,
-        team: str | None = None,
-        user: str | None = None,
-        array: int | None = None,
-        name: str | None = None,
-        limit: int | None = None,
-    ) -> list[JobOut]:
+        who: Who,
+        state: Annotated[
+            str | None,
+            Query(pattern=STATE_LIST, max_length=200, description=f"Comma-separated: {STATES.replace('|', ', ')}."),
+        ] = None,
+        team: Annotated[str | None, Query(max_length=200)] = None,
+        user: Annotated[str | None, Query(max_length=200)] = None,
+        array: Annotated[int | None, Query(ge=0, le=limits.INT32)] = None,
+        name: Annotated[str | None, Query(max_length=200)] = None,
+        limit: Annotated[int | None, Query(ge=0, le=limits.INT32)] = None,
+    ) -> list[JobOut | JobBriefOut]:
         """Jobs, filtered by state (comma-separated), team, user, array (its tasks) and name;
-        all of them unless `limit` says how many at most."""
-        states = [parse_state(s) for s in state.split(",")] if state else []
+        all of them unless `limit` says how many at most. Another team's jobs are brief, and
+        `user`, `name` and `array` find only the token's own team's."""
+        hidden = any(f is not None for f in (user, name, array))
+        found, narrowed = access.listing_team(who, team, hidden_filters=hidden)
+        if not found:
+            return []
+        states = [JobState(s) for s in state.split(",")] if state else []
         held = placements(ctx)
         since = {a.job_id: a.started_at for a in ctx.store.live_attempts()}
-        jobs = ctx.store.jobs(states=states, team=team, user=user, array=array, name=name, limit=limit)
-        return [JobOut.of(j, placement=held.get(j.id, {}), running_since=since.get(j.id)) for j in jobs]
+        jobs = ctx.store.jobs(
+            states=states,
+            team=narrowed,
+            user=user,
+            array=array,
+            name=name,
+            limit=limit,
+        )
+        return [access.job_view(who, j, placement=held.get(j.id, {}), running_since=since.get(j.id)) for j in jobs]
 
-    @app.get("/jobs/{job_id}", response_model=JobOut)
-    def show(job_id: int, who: Annotated[Principal, Depends(principal)]) -> JobOut:
+    @app.get("/jobs/{job_id}", response_model=JobOut, responses=responses(401, 403, 404, 422, 503))
+    def show(job_id: JobId, who: Who) -> JobOut:
+        """A job of the token's team, with its attempts and its account."""
         job = ctx.store.job(job_id)
         history = [AttemptOut.of(a) for a in ctx.store.attempts(job_id)]
         accounts = ctx.store.accounts(ctx.clock(), job_ids=[job_id])
         account = AccountOut.of(accounts[0]) if accounts else None
         return JobOut.of(job, placement=placements(ctx).get(job_id, {}), history=history, account=account)
 
-    @app.get("/report", response_model=ReportOut)
-    def report(who: Annotated[Principal, Depends(principal)], since: float | None = None) -> ReportOut:
-        """GPU-seconds, goodput and interruptions of the jobs that held GPUs since `since`
-        (unix time; all time when omitted), for the pool, per team and per class."""
+    @app.get("/report", response_model=ReportOut, responses=responses(401, 422, 503))
+    def report(
+        who: Who,
+        since: Annotated[
+            float | None, Query(allow_inf_nan=False, description="Unix time; all time when omitted.")
+        ] = None,
+    ) -> ReportOut:
+        """GPU-seconds, goodput and interruptions of the jobs that held GPUs since `since`, for
+        the pool, per team and per class; per user and each interruption, of the token's team."""
         now = ctx.clock()
         accounts = ctx.store.accounts(now, since=since)
+        team = access.own_team(who)
+        own = [a for a in accounts if team is None or a.team == team]
         pool = totals(accounts, lambda _: "pool").get("pool") or Totals()
         return ReportOut(
             since=since,
             until=now,
             pool=TotalsOut.of(pool),
             teams={k: TotalsOut.of(v) for k, v in totals(accounts, lambda a: a.team).items()},
-            users={k: TotalsOut.of(v) for k, v in totals(accounts, lambda a: a.user or "(none)").items()},
+            users={k: TotalsOut.of(v) for k, v in totals(own, lambda a: a.user or "(none)").items()},
             classes={k: TotalsOut.of(v) for k, v in totals(accounts, lambda a: a.priority).items()},
             interruptions=[
                 JobInterruptionOut.model_validate(
                     {**InterruptionOut.of(i).model_dump(), "job": a.job_id, "team": a.team, "priority": a.priority}
                 )
-                for a in accounts
+                for a in own
                 for i in a.interruptions
             ],
         )
 
-    @app.post("/jobs/{job_id}/cancel", response_model=JobOut)
-    async def cancel(job_id: int, who: Annotated[Principal, Depends(principal)]) -> JobOut:
-        may_touch(who, ctx.store.job(job_id).team)
+    @app.post("/jobs/{job_id}/cancel", response_model=JobOut, responses=responses(401, 403, 404, 409, 422, 503))
+    def cancel(job_id: JobId, who: Who) -> JobOut:
+        """Cancel a job: a team's token any of its team's, a user's token those it submitted."""
         job = ctx.store.cancel(job_id, ctx.clock())
         ctx.loop.wakeup.set()
         return JobOut.of(job)
 
-    @app.get("/jobs/{job_id}/logs", response_class=PlainTextResponse)
+    log_headers = {
+        "X-Next-Offset": {"description": "The byte offset to read from next.", "schema": {"type": "integer"}},
+        "X-Log-Size": {"description": "The file's size in bytes when it was read.", "schema": {"type": "integer"}},
+    }
+
+    @app.get(
+        "/jobs/{job_id}/logs",
+        response_class=PlainTextResponse,
+        responses={
+            200: {"headers": log_headers},
+            **responses(401, 403, 404, 409, 422, 503, plain=True),
+        },
+    )
     def logs(
-        job_id: int,
-        who: Annotated[Principal, Depends(principal)],
-        attempt: int | None = None,
-        stream: str = "stdout",
-        offset: int = 0,
+        job_id: JobId,
+        who: Who,
+        attempt: Annotated[int | None, Query(ge=0, le=limits.INT32, description="Default: the latest.")] = None,
+        stream: Literal["stdout", "stderr"] = "stdout",
+        offset: Annotated[int, Query(ge=0, le=limits.INT64)] = 0,
     ) -> PlainTextResponse:
-        """The output from byte `offset` on; the header `X-Next-Offset` says where to read
-        next (a character cut at the end of the file is left for the next read)."""
-        if offset < 0:
-            raise InvalidInput(f"offset: {offset} is negative")
-        if stream not in ("stdout", "stderr"):
-            raise InvalidInput(f"stream: {stream!r} is neither stdout nor stderr")
+        """The output from byte `offset` on (at most 4 MiB); the header `X-Next-Offset` says
+        where to read next (a character cut at the end of the file is left for the next read)."""
         job = ctx.store.job(job_id)
         number = attempt if attempt is not None else job.attempts - 1
-        text, following = read_from(ctx.loop.log_file(job, number, stream), offset) if number >= 0 else ("", offset)
-        return PlainTextResponse(text, headers={"X-Next-Offset": str(following)})
+        if number < 0:
+            return PlainTextResponse("", headers={"X-Next-Offset": str(offset), "X-Log-Size": "0"})
+        path = ctx.loop.log_file(job, number, stream)
+        try:
+            text, following, size = read_log(path, offset)
+        except OSError as exc:
+            raise Conflict(f"the {stream} of job {job_id} cannot be read now ({exc.strerror})") from None
+        return PlainTextResponse(text, headers={"X-Next-Offset": str(following), "X-Log-Size": str(size)})
 
-    @app.get("/events", response_model=list[EventOut])
+    @app.get("/events", response_model=list[EventOut], responses=responses(401, 403, 404, 422, 503))
     def events(
-        who: Annotated[Principal, Depends(principal)], job: int | None = None, after: int = 0, limit: int = 1000
+        who: Who,
+        job: Annotated[int | None, Query(ge=0, le=limits.INT32, description="Only this job's.")] = None,
+        after: Annotated[int, Query(ge=0, le=limits.INT32, description="Only events after this id.")] = 0,
+        limit: Annotated[int, Query(ge=0, le=limits.INT32)] = 1000,
     ) -> list[EventOut]:
+        """Decisions and state changes, oldest first: of one job, or of the token's team's jobs."""
+        team = access.own_team(who) if job is None else None
         return [
             EventOut.model_validate(e, from_attributes=True)
-            for e in ctx.store.events(job_id=job, after=after, limit=limit)
+            for e in ctx.store.events(job_id=job, after=after, limit=limit, team=team)
         ]
 
-    add_pool_routes(app, ctx, principal, admin)
+    add_pool_routes(app, ctx, authorize)
 
     # --- the job protocol ------------------------------------------------------------------------
 
-    async def attempt_token(job_id: int, attempt: int, authorization: Annotated[str | None, Header()] = None) -> None:
-        ctx.store.check_attempt_token(job_id, attempt, token_hash(bearer(authorization)))
-
     protocol = "/jobs/{job_id}/attempts/{attempt}"
+    with_body = responses(400, 401, 403, 404, 409, 413, 422, 503)
+    without_body = responses(401, 403, 404, 409, 422, 503)
 
-    @app.post(f"{protocol}/heartbeat", response_model=HeartbeatOut, dependencies=[Depends(attempt_token)])
-    async def heartbeat(job_id: int, attempt: int, body: HeartbeatIn) -> HeartbeatOut:
+    @app.post(f"{protocol}/heartbeat", response_model=HeartbeatOut, responses=with_body)
+    def heartbeat(job_id: JobId, attempt: AttemptNo, body: HeartbeatIn, who: Who) -> HeartbeatOut:
         now = ctx.clock()
         row = ctx.store.heartbeat(
             job_id,
@@ -281,19 +408,37 @@ def create_app(ctx: Context) -> FastAPI:
             notice=NoticeOut(deadline=row.notice_deadline, seconds_left=max(0.0, row.notice_deadline - now))
         )
 
-    @app.post(f"{protocol}/checkpoint", status_code=204, dependencies=[Depends(attempt_token)])
-    async def checkpoint(job_id: int, attempt: int, body: CheckpointIn) -> None:
+    @app.post(f"{protocol}/checkpoint", status_code=204, responses=with_body)
+    def checkpoint(job_id: JobId, attempt: AttemptNo, body: CheckpointIn, who: Who) -> None:
         ctx.store.commit_checkpoint(job_id, attempt, ctx.clock(), body.step, body.path, body.seconds)
 
-    @app.post(f"{protocol}/ack", status_code=204, dependencies=[Depends(attempt_token)])
-    async def ack(job_id: int, attempt: int) -> None:
+    @app.post(f"{protocol}/ack", status_code=204, responses=without_body)
+    def ack(job_id: JobId, attempt: AttemptNo, who: Who) -> None:
         ctx.store.acknowledge(job_id, attempt, ctx.clock())
 
-    @app.post(f"{protocol}/complete", status_code=204, dependencies=[Depends(attempt_token)])
-    async def complete(job_id: int, attempt: int) -> None:
+    @app.post(f"{protocol}/complete", status_code=204, responses=without_body)
+    def complete(job_id: JobId, attempt: AttemptNo, who: Who) -> None:
         ctx.store.report_completed(job_id, attempt, ctx.clock())
 
+    access.check_routes(
+        (method, getattr(route, "path", "")) for route in app.routes for method in getattr(route, "methods", None) or ()
+    )
     return app
+
+
+KEY_TEXT = re.compile(r"[\x20-\x7e]{1,200}")
+"""An Idempotency-Key: 1 to 200 printable ASCII characters."""
+
+NUMBER = TypeAdapter(Id)
+
+
+def number(request: Request, where: Literal["path", "query"], name: str) -> int:
+    """A path or query parameter as the route itself reads it: an id, or a 422 saying why not."""
+    raw = (request.path_params if where == "path" else request.query_params).get(name, "")
+    try:
+        return NUMBER.validate_strings(str(raw))
+    except ValidationError as exc:
+        raise RequestValidationError([{**e, "loc": (where, name)} for e in exc.errors()]) from None
 
 
 def parsed(field: str, parse: Callable[[str], T], text: str | None) -> T | None:
@@ -304,20 +449,6 @@ def parsed(field: str, parse: Callable[[str], T], text: str | None) -> T | None:
         return parse(text)
     except ValueError as exc:
         raise InvalidInput(f"{field}: {exc}") from None
-
-
-def bearer(authorization: str | None) -> str:
-    if not authorization or not authorization.lower().startswith("bearer "):
-        raise Unauthorized("send the token as 'Authorization: Bearer TOKEN'")
-    return authorization[7:].strip()
-
-
-def parse_state(text: str) -> JobState:
-    try:
-        return JobState(text.strip().lower())
-    except ValueError:
-        known = ", ".join(s.value for s in JobState)
-        raise InvalidInput(f"state: unknown state {text!r} (known: {known})") from None
 
 
 def placements(ctx: Context) -> dict[int, dict[str, list[int]]]:
@@ -349,12 +480,17 @@ def check_paths(body: JobIn, data_dir: Path) -> None:
             raise InvalidInput(f"workdir: {body.workdir!r} is in the scheduler's data directory")
     except OSError as exc:
         raise InvalidInput(f"workdir: {body.workdir!r}: {exc.strerror}") from None
+    except RuntimeError as exc:  # a loop of links (Python before 3.13)
+        raise InvalidInput(f"workdir: {body.workdir!r}: {exc}") from None
     name = job_name(body.name, body.command)
     for field, template in (("output", body.output), ("error", body.error)):
         if template is None:
             continue
-        if "\0" in template or not template.strip():
-            raise InvalidInput(f"{field}: {template!r} is not a path")
+        problem = limits.path_problem(str(workdir / limits.widest(template, name)))
+        if problem:
+            raise InvalidInput(
+                f"{field}: {template[:50]!r} in {body.workdir[:50]!r} {problem} (patterns at their longest)"
+            )
         path = workdir / expand_log_path(template, 1, 0, name, 1, 0)
         try:
             if path.is_dir():
@@ -363,17 +499,29 @@ def check_paths(body: JobIn, data_dir: Path) -> None:
                 raise InvalidInput(f"{field}: {template!r} is in the scheduler's data directory")
         except OSError as exc:
             raise InvalidInput(f"{field}: {template!r}: {exc.strerror}") from None
+        except RuntimeError as exc:
+            raise InvalidInput(f"{field}: {template!r}: {exc}") from None
 
 
 def read_from(path: Path, offset: int) -> tuple[str, int]:
-    """The text of `path` from byte `offset`, and the offset after it: bytes that are not UTF-8
-    read as U+FFFD, and a character cut at the end waits for the next read."""
+    """The text of `path` from byte `offset`, and the offset after it (see `read_log`)."""
+    text, following, _ = read_log(path, offset)
+    return text, following
+
+
+def read_log(path: Path, offset: int, most: int | None = None) -> tuple[str, int, int]:
+    """The text of `path` from byte `offset` (at most `most` bytes), the offset after it, and
+    the file's size: bytes that are not UTF-8 read as U+FFFD, and a character cut at the end
+    waits for the next read. A file not there yet is empty."""
     try:
         with path.open("rb") as stream:
+            size = os.fstat(stream.fileno()).st_size
+            if offset >= size:
+                return "", offset, size
             stream.seek(offset)
-            data = stream.read()
+            data = stream.read(most if most is not None else limits.LOG_BYTES)
     except FileNotFoundError:
-        return "", offset
+        return "", offset, 0
     cut = len(data)
     for back in range(1, min(4, len(data)) + 1):
         byte = data[-back]
@@ -382,4 +530,4 @@ def read_from(path: Path, offset: int) -> tuple[str, int]:
             if needed > back:
                 cut = len(data) - back
             break
-    return data[:cut].decode(errors="replace"), offset + cut
+    return data[:cut].decode(errors="replace"), offset + cut, size

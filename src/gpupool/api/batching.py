@@ -1,6 +1,7 @@
 """Group commit for submissions: the submissions received by the time a commit begins share it,
 so a burst of clients pays one transaction (one log flush on PostgreSQL) per batch, not per job.
-A lone submission is written at once, alone."""
+A lone submission is written at once, alone. The commit runs in a worker thread: a store that
+waits for a lock never holds up the API's event loop."""
 
 from __future__ import annotations
 
@@ -35,9 +36,9 @@ class SubmissionWriter:
                 await asyncio.sleep(0)
                 batch, self._waiting = self._waiting, []
                 specs = [spec for spec, _ in batch]
-                # On the event loop: measured, a hand-off to a worker thread costs more than the
-                # commit, on SQLite and on PostgreSQL alike.
-                results = self._commit(specs)
+                # In a worker thread: the hand-off costs more than a quick commit, but a commit
+                # that waits (a lock held, a slow disk) must not stop every other request.
+                results = await asyncio.to_thread(self._commit, specs)
                 self.written()
                 for (_, done), result in zip(batch, results, strict=True):
                     if done.done():  # its client went away; the job stands, like any submitted one

@@ -1,25 +1,39 @@
-"""What the HTTP API takes and returns."""
+"""What the HTTP API takes and returns. Inputs are strict (`true` is no number, `"x"` no
+boolean; an integer is a number of seconds) and bounded by what the store holds and what the
+system takes when the job starts (`limits`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpupool.accounting import AttemptCost, Interruption, JobAccount, Totals
+from gpupool.api import limits
+from gpupool.store.jobs import job_name
 from gpupool.store.schema import AttemptRow, JobRow
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 MANY = 1_000_000
 """Upper bound of counts (the store keeps 32-bit integers)."""
 
+Step = Annotated[int, Field(ge=0, le=limits.INT32)]
+Text = Annotated[str, Field(max_length=200)]
+
+
+def no_nul(value: str | None) -> str | None:
+    if value is not None and "\0" in value:
+        raise ValueError("holds a NUL character")
+    return value
+
 
 class JobIn(_In):
-    command: list[str] = Field(min_length=1)
+    command: list[str] = Field(min_length=1, max_length=limits.ARGUMENTS)
+    """The program and its arguments (1 MB in all, 128 KiB each; the program a path the system takes)."""
     team: str | None = Field(default=None, max_length=200)
     """Defaults to the team of the token (or `default` for the admin)."""
     priority: str = Field(default="normal", max_length=100)
@@ -27,9 +41,10 @@ class JobIn(_In):
     gpus_per_node: int | None = Field(default=None, ge=1, le=MANY)
     gpu_type: str | None = Field(default=None, max_length=100)
     name: str = Field(default="", max_length=200)
-    workdir: str = Field(default=".", max_length=4096)
-    env: dict[str, str] = Field(default_factory=dict, max_length=10_000)
-    """The job's variables (the command line sends the submitter's environment, as sbatch)."""
+    workdir: str = Field(default=".", max_length=limits.PATH_MAX)
+    env: dict[str, str] = Field(default_factory=dict, max_length=limits.VARIABLES)
+    """The job's variables (the command line sends the submitter's environment, as sbatch):
+    1 MB in all, 128 KiB each `NAME=value`."""
     max_failures: int = Field(default=0, ge=0, le=MANY)
     max_preemptions: int | None = Field(default=None, ge=0, le=MANY)
     time_limit: float | None = Field(default=None, gt=0, le=10 * 365 * 86400)
@@ -41,14 +56,35 @@ class JobIn(_In):
     cancels it, saying why."""
     array: str | None = Field(default=None, max_length=10_000)
     """A job array: `0-99%8` is 100 tasks, at most 8 at once; each gets GPUPOOL_ARRAY_INDEX."""
-    script: str | None = Field(default=None, max_length=1_000_000)
-    """A batch script's text, run in place of `command[0]` (the rest are its arguments)."""
-    output: str | None = Field(default=None, max_length=4096)
-    error: str | None = Field(default=None, max_length=4096)
+    script: str | None = Field(default=None, max_length=limits.SCRIPT_CHARS)
+    """A batch script's text, run in place of `command[0]` (the rest are its arguments); as
+    sbatch's, its first line is `#!` and its interpreter."""
+    output: str | None = Field(default=None, max_length=limits.PATH_MAX)
+    error: str | None = Field(default=None, max_length=limits.PATH_MAX)
     """Paths of standard output and error, relative to `workdir`: `%j` job, `%A` array, `%a`
     index, `%t` attempt, `%x` name, `%%`. Without `error`, errors go to `output`."""
     user: str | None = Field(default=None, max_length=200)
     """Who submits it: the admin's command line sends its OS user; a team's token has its own."""
+
+    @field_validator("team", "priority", "gpu_type", "name", "after", "array", "user")
+    @classmethod
+    def _no_nul(cls, value: str | None) -> str | None:
+        return no_nul(value)
+
+    @field_validator("command")
+    @classmethod
+    def _runnable(cls, command: list[str]) -> list[str]:
+        for i, arg in enumerate(command):
+            if "\0" in arg:
+                raise ValueError(f"argument {i} holds a NUL character")
+            if len(arg.encode()) > limits.ARG_BYTES:
+                raise ValueError(f"argument {i} is longer than {limits.ARG_BYTES} bytes")
+        if sum(len(arg.encode()) for arg in command) > limits.COMMAND_BYTES:
+            raise ValueError(f"the arguments hold more than {limits.COMMAND_BYTES} bytes")
+        problem = limits.path_problem(command[0])
+        if problem:
+            raise ValueError(f"the program {problem}")
+        return command
 
     @field_validator("env")
     @classmethod
@@ -56,11 +92,43 @@ class JobIn(_In):
         for name, value in env.items():
             if not name or "=" in name or "\0" in name or "\0" in value:
                 raise ValueError(f"{name!r} is not a variable name (or its value holds a NUL)")
+            if len(name.encode()) + 1 + len(value.encode()) > limits.ARG_BYTES:
+                raise ValueError(f"{name}=… is longer than {limits.ARG_BYTES} bytes")
         if "GPUPOOL_TOKEN" in env:
             raise ValueError("GPUPOOL_TOKEN is set by gpupool for each attempt: a job never gets another token")
-        if sum(len(k) + len(v) for k, v in env.items()) > 1_000_000:
-            raise ValueError("the variables hold more than 1 MB")
+        if sum(len(k.encode()) + 1 + len(v.encode()) for k, v in env.items()) > limits.ENV_BYTES:
+            raise ValueError(f"the variables hold more than {limits.ENV_BYTES} bytes")
         return env
+
+    @field_validator("workdir")
+    @classmethod
+    def _a_path(cls, workdir: str) -> str:
+        problem = limits.path_problem(workdir)
+        if problem:
+            raise ValueError(problem)
+        return workdir
+
+    @field_validator("script")
+    @classmethod
+    def _a_script(cls, script: str | None) -> str | None:
+        problem = limits.script_problem(script) if script is not None else None
+        if problem:
+            raise ValueError(problem)
+        return script
+
+    @model_validator(mode="after")
+    def _launchable(self) -> JobIn:
+        name = job_name(self.name, self.command)
+        for field, template in (("output", self.output), ("error", self.error)):
+            if template is None:
+                continue
+            problem = limits.path_problem(limits.widest(template, name))
+            if problem:
+                raise ValueError(f"{field}: {template[:50]!r} {problem} (patterns at their longest)")
+        used = limits.exec_bytes(self.command, self.env)
+        if used > limits.EXEC_BYTES:
+            raise ValueError(f"command and env take {used} bytes of the {limits.EXEC_BYTES} a start may pass")
+        return self
 
 
 class AttemptOut(BaseModel):
@@ -166,6 +234,9 @@ class ReportOut(BaseModel):
 
 
 class JobOut(BaseModel):
+    """A job in full: what its own team (and the admin) sees."""
+
+    brief: Literal[False] = False
     id: int
     name: str
     team: str
@@ -208,18 +279,59 @@ class JobOut(BaseModel):
     @classmethod
     def of(cls, row: JobRow, **extra: Any) -> JobOut:
         fields = {name: getattr(row, name) for name in cls.model_fields if hasattr(row, name) and name not in extra}
+        fields.pop("brief", None)
         if row.array_id is not None:
             fields["task"] = f"{row.array_id}_{row.array_index}"
         return cls(**fields, **extra)
+
+    @classmethod
+    def as_submitted(cls, row: JobRow) -> JobOut:
+        """The job as its submission made it, whatever happened since: the answer to the
+        submission, given again to a retry of it (same Idempotency-Key)."""
+        return cls.of(row).model_copy(update=SUBMITTED)
+
+
+SUBMITTED: dict[str, Any] = {
+    "state": "pending",
+    "attempts": 0,
+    "preemptions": 0,
+    "failures": 0,
+    "ended_at": None,
+    "exit_code": None,
+    "wait_reason": None,
+    "wait_message": None,
+    "run_seconds": 0.0,
+    "dependency_met_at": None,
+}
+"""What a new job's changing fields hold when it is submitted."""
+
+
+class JobBriefOut(BaseModel):
+    """Another team's job, as a team's token sees it in a listing (docs/access.md)."""
+
+    brief: Literal[True] = True
+    id: int
+    team: str
+    priority: str
+    state: str
+    gpus: int
+
+    @classmethod
+    def of(cls, row: JobRow) -> JobBriefOut:
+        return cls(id=row.id, team=row.team, priority=row.priority, state=row.state, gpus=row.gpus)
+
+
+JobListed = Annotated[JobOut | JobBriefOut, Field(discriminator="brief")]
+"""A job in a listing: in full (`brief: false`) or brief (`brief: true`)."""
 
 
 class TeamIn(_In):
     """A partial update: only the fields sent change (a new team starts from weight 1, no
     guarantee, every class). `classes: null` allows every class again."""
 
-    weight: float | None = Field(default=None, gt=0)
+    weight: float | None = Field(default=None, gt=0, le=MANY)
     guaranteed_gpus: int | None = Field(default=None, ge=0, le=MANY)
-    classes: list[str] | None = Field(default=None, max_length=100)
+    classes: list[Annotated[str, Field(max_length=100)]] | None = Field(default=None, max_length=100)
     """Priority classes the team may use; null for all."""
     new_token: bool = False
 
@@ -287,12 +399,12 @@ class UserOut(BaseModel):
 
 
 class HeartbeatIn(_In):
-    step: int | None = None
-    phase: str | None = Field(default=None, pattern="^(startup|restore|train|save)$")
-    restored_step: int | None = Field(default=None, ge=0, description="the checkpoint step this attempt resumed from")
+    step: Step | None = None
+    phase: Literal["startup", "restore", "train", "save"] | None = None
+    restored_step: Step | None = Field(default=None, description="the checkpoint step this attempt resumed from")
     restore_seconds: float | None = Field(default=None, ge=0, description="how long the restore took")
     since_commit: float | None = Field(default=None, ge=0, description="seconds since its last checkpoint commit")
-    restore_skipped: list[str] = Field(
+    restore_skipped: list[Annotated[str, Field(max_length=1000)]] = Field(
         default_factory=list, max_length=20, description="newer checkpoints it could not use, and why"
     )
 
@@ -307,9 +419,14 @@ class HeartbeatOut(BaseModel):
 
 
 class CheckpointIn(_In):
-    step: int | None = None
-    path: str | None = None
+    step: Step | None = None
+    path: str | None = Field(default=None, max_length=limits.PATH_MAX)
     seconds: float | None = Field(default=None, ge=0, description="how long the save blocked training")
+
+    @field_validator("path")
+    @classmethod
+    def _no_nul(cls, value: str | None) -> str | None:
+        return no_nul(value)
 
 
 class EventOut(BaseModel):
@@ -323,5 +440,23 @@ class EventOut(BaseModel):
 
 
 class ErrorOut(BaseModel):
+    """Every error: its kind (`InvalidInput`, `Unauthorized`, `Forbidden`, `NotFound`,
+    `Conflict`, `TooLarge`, `Unavailable`, `InternalError`) and what was wrong, for people."""
+
     error: str
     message: str
+
+
+class ClassOut(BaseModel):
+    name: str
+    value: int
+    may_preempt: bool
+    preemptible: bool
+    min_runtime: float
+    grace_period: float
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok", "unavailable"]
+    store: str
+    """`ok`, or what the store answered."""

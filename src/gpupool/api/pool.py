@@ -1,16 +1,20 @@
 """The routes about the pool rather than one job: GPUs and who holds them, teams with their use,
-users, priority classes. Who may call them: `principal` (any token), `admin` (the admin's)."""
+users, priority classes. Who may call them is the rule of each in `access.ROUTES`, applied by
+the `authorize` dependency; another team's GPUs are shown by `access.gpu_view`."""
 
 # No `from __future__ import annotations`: FastAPI reads the dependencies from the signatures.
 import re
 import secrets
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI
+from fastapi import Path as PathParam
 
-from gpupool.api.models import BudgetOut, GpuOut, NodeOut, PoolOut, TeamIn, TeamOut, UserIn, UserOut
+from gpupool.api import access
+from gpupool.api.access import Principal
+from gpupool.api.errors import responses
+from gpupool.api.models import BudgetOut, ClassOut, NodeOut, PoolOut, TeamIn, TeamOut, UserIn, UserOut
 from gpupool.errors import InvalidInput
 from gpupool.service import token_hash
 from gpupool.store import UNCHANGED
@@ -19,14 +23,8 @@ from gpupool.store.schema import TeamRow
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 
-@dataclass(frozen=True)
-class Principal:
-    admin: bool
-    team: str | None
-    user: str | None = None
-
-
-Dependency = Callable[..., Coroutine[Any, Any, Principal]]
+Dependency = Callable[..., Principal]
+Name = Annotated[str, PathParam(max_length=200, description="Letters, digits, '.', '_', '-'; 200 at most.")]
 
 
 def check_name(kind: str, name: str) -> str:
@@ -35,21 +33,24 @@ def check_name(kind: str, name: str) -> str:
     return name
 
 
-def add_pool_routes(app: FastAPI, ctx: Any, principal: Dependency, admin: Dependency) -> None:
-    @app.get("/pool", response_model=PoolOut)
-    def pool(who: Annotated[Principal, Depends(principal)]) -> PoolOut:
+def add_pool_routes(app: FastAPI, ctx: Any, authorize: Dependency) -> None:
+    Who = Annotated[Principal, Depends(authorize)]
+    changes = responses(400, 401, 403, 413, 422, 503)
+
+    @app.get("/pool", response_model=PoolOut, responses=responses(401, 503))
+    def pool(who: Who) -> PoolOut:
         """Every node and GPU: idle, allocated, draining (its job has notice) or held for a
-        preemptor, with the job, team and user that hold it."""
+        preemptor, with the job, team and user that hold it (another team's without its user)."""
         nodes, gpus = ctx.store.pool_view()
         out = []
         for n in nodes:
-            mine = [GpuOut.model_validate(g, from_attributes=True) for g in gpus if g.node == n.name]
+            mine = [access.gpu_view(who, g) for g in gpus if g.node == n.name]
             out.append(NodeOut(name=n.name, gpus=n.gpus, gpu_type=n.gpu_type, virtual=n.virtual, gpu_states=mine))
         busy = sum(1 for g in gpus if g.state in ("allocated", "draining"))
         return PoolOut(nodes=out, gpus=len(gpus), busy=busy)
 
-    @app.get("/teams", response_model=list[TeamOut])
-    def teams(who: Annotated[Principal, Depends(principal)]) -> list[TeamOut]:
+    @app.get("/teams", response_model=list[TeamOut], responses=responses(401, 503))
+    def teams(who: Who) -> list[TeamOut]:
         """Every team's policy, its GPUs in use and pending jobs, and each budget's use."""
         using, pending = ctx.store.team_use()
         budgets, spent = ctx.store.budget_use(ctx.clock())
@@ -72,8 +73,8 @@ def add_pool_routes(app: FastAPI, ctx: Any, principal: Dependency, admin: Depend
             for t in ctx.store.teams()
         ]
 
-    @app.put("/teams/{name}", response_model=TeamOut)
-    def set_team(name: str, body: TeamIn, who: Annotated[Principal, Depends(admin)]) -> TeamOut:
+    @app.put("/teams/{name}", response_model=TeamOut, responses=changes)
+    def set_team(name: Name, body: TeamIn, who: Who) -> TeamOut:
         """Create or change a team: only the fields sent change."""
         token = secrets.token_urlsafe(24) if body.new_token else None
         row = ctx.store.set_team(
@@ -86,13 +87,14 @@ def add_pool_routes(app: FastAPI, ctx: Any, principal: Dependency, admin: Depend
         ctx.loop.wakeup.set()  # a new guarantee or weight may change what the loop decides
         return team_out(row, token=token)
 
-    @app.get("/users", response_model=list[UserOut])
-    def users(who: Annotated[Principal, Depends(principal)]) -> list[UserOut]:
+    @app.get("/users", response_model=list[UserOut], responses=responses(401, 503))
+    def users(who: Who) -> list[UserOut]:
         """Users and their teams (a team's token sees its own team's)."""
-        return [UserOut(name=u.name, team=u.team) for u in ctx.store.users() if who.admin or u.team == who.team]
+        team = access.own_team(who)
+        return [UserOut(name=u.name, team=u.team) for u in ctx.store.users() if team is None or u.team == team]
 
-    @app.put("/users/{name}", response_model=UserOut)
-    def set_user(name: str, body: UserIn, who: Annotated[Principal, Depends(admin)]) -> UserOut:
+    @app.put("/users/{name}", response_model=UserOut, responses=changes)
+    def set_user(name: Name, body: UserIn, who: Who) -> UserOut:
         """Create a user in a team (or move one); `new_token` makes their token, shown once."""
         token = secrets.token_urlsafe(24) if body.new_token else None
         row = ctx.store.set_user(
@@ -100,19 +102,10 @@ def add_pool_routes(app: FastAPI, ctx: Any, principal: Dependency, admin: Depend
         )
         return UserOut(name=row.name, team=row.team, token=token)
 
-    @app.get("/classes")
-    def classes(who: Annotated[Principal, Depends(principal)]) -> list[dict[str, object]]:
-        return [
-            {
-                "name": c.name,
-                "value": c.value,
-                "may_preempt": c.may_preempt,
-                "preemptible": c.preemptible,
-                "min_runtime": c.min_runtime,
-                "grace_period": c.grace_period,
-            }
-            for c in ctx.store.classes()
-        ]
+    @app.get("/classes", response_model=list[ClassOut], responses=responses(401, 503))
+    def classes(who: Who) -> list[ClassOut]:
+        """The priority classes, most important first."""
+        return [ClassOut.model_validate(c, from_attributes=True) for c in ctx.store.classes()]
 
 
 def team_out(

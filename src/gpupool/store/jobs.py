@@ -8,6 +8,7 @@ from enum import Enum
 from typing import Any, Final
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpupool.errors import Conflict, Forbidden, GpupoolError, InvalidInput, NotFound
@@ -55,6 +56,42 @@ class JobSpec:
     array: Sequence[int] = ()
     """Indexes of a job array: one task per index, each a job of its own."""
     array_limit: int | None = None
+    idempotency_key: str | None = None
+    """The client's key for this submission: another with the same key (in the same team) is
+    the same submission, retried. An array keeps it on its first task."""
+
+
+class DuplicateSubmission(Conflict):
+    """A job of the team already has the submission's idempotency key (see `earlier_submission`)."""
+
+    def __init__(self, team: str, key: str, job_id: int) -> None:
+        super().__init__(f"team {team} submitted job {job_id} with Idempotency-Key {key!r} already")
+        self.job_id = job_id
+
+
+REQUEST_FIELDS = (
+    "command",
+    "priority",
+    "gpus",
+    "gpus_per_node",
+    "gpu_type",
+    "name",
+    "workdir",
+    "env",
+    "max_failures",
+    "max_preemptions",
+    "time_limit",
+    "user",
+    "dependencies",
+    "script",
+    "output",
+    "error",
+    "array",
+    "array_limit",
+)
+"""What makes two submissions the same request (the team is the key's own)."""
+FIELD_NAMES = {"dependencies": "after", "array_limit": "array"}
+"""Fields of a spec by the names a submission gives them."""
 
 
 def job_name(name: str, command: Sequence[str]) -> str:
@@ -145,10 +182,26 @@ class JobsStore(StoreBase):
 
     def submit_many(self, specs: Sequence[JobSpec], now: float) -> list[JobRow | GpupoolError]:
         """Record new pending jobs in one transaction (one commit for all of them). Each spec gets
-        its job, or the error that says what is wrong with it; a bad spec harms no other."""
+        its job, or the error that says what is wrong with it; a bad spec harms no other. A spec
+        whose idempotency key the team used already gets `DuplicateSubmission`."""
+        try:
+            return self._submit_many(specs, now)
+        except IntegrityError:
+            # Another transaction took a key between our check and our insert (PostgreSQL's
+            # read committed): the unique index refused it. A lone spec says so; a batch is
+            # retried spec by spec by its caller.
+            if len(specs) != 1 or specs[0].idempotency_key is None:
+                raise
+            taken = self.job_with_key(specs[0].team, specs[0].idempotency_key)
+            if taken is None:
+                raise
+            return [DuplicateSubmission(specs[0].team, specs[0].idempotency_key, taken)]
+
+    def _submit_many(self, specs: Sequence[JobSpec], now: float) -> list[JobRow | GpupoolError]:
         results: list[JobRow | GpupoolError] = []
         with self.transaction() as s:
             teams, classes, known = self._submit_context(s, specs)
+            keys: dict[tuple[str, str], JobRow] = {}
             for spec in specs:
                 try:
                     missing = sorted({job for _, job in spec.dependencies} - known)
@@ -157,10 +210,18 @@ class JobsStore(StoreBase):
                     if spec.array:
                         raise InvalidInput("array: submit an array with submit_array")
                     job = self._new_job(spec, teams, classes, now)
-                except (InvalidInput, Forbidden) as exc:
+                    if spec.idempotency_key is not None:
+                        key = (spec.team, spec.idempotency_key)
+                        earlier = keys[key].id if key in keys else self._key_taken(s, *key)
+                        if earlier is not None:
+                            raise DuplicateSubmission(*key, earlier)
+                        keys[key] = job
+                except (InvalidInput, Forbidden, DuplicateSubmission) as exc:
                     results.append(exc)
                     continue
                 s.add(job)
+                if spec.idempotency_key is not None:
+                    s.flush()  # its id, for a duplicate later in this batch
                 results.append(job)
             s.flush()
             for spec, result in zip(specs, results, strict=True):
@@ -170,18 +231,33 @@ class JobsStore(StoreBase):
 
     def submit_array(self, spec: JobSpec, now: float) -> list[JobRow]:
         """Record one pending job per index of `spec.array`, in one transaction; every task has
-        the first task's id as its `array_id`. Raises what is wrong with the spec."""
+        the first task's id as its `array_id`, and the first task the idempotency key. Raises
+        what is wrong with the spec (`DuplicateSubmission` when the team used the key already)."""
         if not spec.array:
             raise InvalidInput("array: give at least one index")
+        try:
+            return self._submit_array(spec, now)
+        except IntegrityError:
+            taken = self.job_with_key(spec.team, spec.idempotency_key) if spec.idempotency_key else None
+            if taken is None or spec.idempotency_key is None:
+                raise
+            raise DuplicateSubmission(spec.team, spec.idempotency_key, taken) from None
+
+    def _submit_array(self, spec: JobSpec, now: float) -> list[JobRow]:
         with self.transaction() as s:
             teams, classes, known = self._submit_context(s, [spec])
             missing = sorted({job for _, job in spec.dependencies} - known)
             if missing:
                 raise InvalidInput(f"after: no job {', '.join(map(str, missing))}")
-            tasks = []
+            if spec.idempotency_key is not None:
+                earlier = self._key_taken(s, spec.team, spec.idempotency_key)
+                if earlier is not None:
+                    raise DuplicateSubmission(spec.team, spec.idempotency_key, earlier)
+            tasks: list[JobRow] = []
             for index in spec.array:
                 task = self._new_job(spec, teams, classes, now)
                 task.array_index, task.array_limit = index, spec.array_limit
+                task.idempotency_key = spec.idempotency_key if not tasks else None
                 s.add(task)
                 tasks.append(task)
             s.flush()
@@ -190,6 +266,49 @@ class JobsStore(StoreBase):
                 message = f"{submitted_by(spec)}: task {task.array_index} of array {tasks[0].id}"
                 s.add(EventRow(time=now, kind="submitted", job_id=task.id, message=message))
             return tasks
+
+    @staticmethod
+    def _key_taken(s: Session, team: str, key: str) -> int | None:
+        """The job of `team` submitted with idempotency key `key`, inside a transaction."""
+        found: int | None = s.scalar(select(JobRow.id).where(JobRow.team == team, JobRow.idempotency_key == key))
+        return found
+
+    def job_with_key(self, team: str, key: str) -> int | None:
+        with self.reading() as s:
+            found: int | None = s.scalar(select(JobRow.id).where(JobRow.team == team, JobRow.idempotency_key == key))
+            return found
+
+    def earlier_submission(self, spec: JobSpec) -> JobRow | None:
+        """The job an earlier submission with `spec`'s idempotency key made (the first task of
+        an array), or None; `Conflict` if that submission asked for something else."""
+        if spec.idempotency_key is None:
+            return None
+        with self.reading() as s:
+            job = s.scalars(
+                select(JobRow).where(JobRow.team == spec.team, JobRow.idempotency_key == spec.idempotency_key)
+            ).first()
+            if job is None:
+                return None
+            indexes: list[int] = []
+            if job.array_id is not None:
+                query = select(JobRow.array_index).where(JobRow.array_id == job.array_id).order_by(JobRow.id)
+                indexes = [i for i in s.scalars(query) if i is not None]
+        asked = {
+            **{name: getattr(spec, name) for name in REQUEST_FIELDS},
+            "name": job_name(spec.name, spec.command),
+            "command": list(spec.command),
+            "dependencies": [[kind, target] for kind, target in spec.dependencies] or None,
+            "array": list(spec.array),
+            "array_limit": spec.array_limit if spec.array else None,
+        }
+        made = {**{name: getattr(job, name, None) for name in REQUEST_FIELDS}, "array": indexes}
+        differ = list(dict.fromkeys(FIELD_NAMES.get(n, n) for n in REQUEST_FIELDS if asked[n] != made[n]))
+        if differ:
+            raise Conflict(
+                f"Idempotency-Key {spec.idempotency_key!r} was used for another request (job {job.id}): "
+                f"{', '.join(differ)} differ; send a new key for a new submission"
+            )
+        return job
 
     @staticmethod
     def _submit_context(s: Session, specs: Sequence[JobSpec]) -> tuple[dict[str, TeamRow], list[str], set[int]]:
@@ -242,6 +361,7 @@ class JobsStore(StoreBase):
             script=spec.script,
             output=spec.output,
             error=spec.error,
+            idempotency_key=spec.idempotency_key,
         )
 
     def job(self, job_id: int) -> JobRow:
@@ -293,10 +413,17 @@ class JobsStore(StoreBase):
                 s.add(EventRow(time=now, kind="cancel_requested", job_id=job_id, message=message))
             return job
 
-    def events(self, *, job_id: int | None = None, after: int = 0, limit: int = 1000) -> list[EventRow]:
+    def events(
+        self, *, job_id: int | None = None, after: int = 0, limit: int = 1000, team: str | None = None
+    ) -> list[EventRow]:
+        """Events after the id `after`, oldest first: of one job, or of `team`'s jobs (and of
+        no job), or all."""
         query = select(EventRow).where(EventRow.id > after).order_by(EventRow.id).limit(limit)
         if job_id is not None:
             query = query.where(EventRow.job_id == job_id)
+        if team is not None:
+            theirs = select(JobRow.id).where(JobRow.team == team)
+            query = query.where(EventRow.job_id.is_(None) | EventRow.job_id.in_(theirs))
         with self.reading() as s:
             return list(s.scalars(query))
 
