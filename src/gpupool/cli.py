@@ -14,7 +14,7 @@ from gpupool import config as configuration
 from gpupool.cli_common import EXIT_USAGE, HELP, console, errors, fail, prepare_output
 from gpupool.cli_service import register
 from gpupool.config import ConfigError
-from gpupool.sim.cluster import load_vc_sizes
+from gpupool.sim.cluster import MAX_POOL_GPUS, load_vc_sizes, scale_sizes
 from gpupool.sim.jobmodel import JobModel
 from gpupool.sim.replay import DEFAULT_MIX, ClusterSpec, Policy, Replayed, Settings, compare
 from gpupool.sim.trace import Trace, TraceError, load_trace
@@ -97,6 +97,30 @@ def parse_intervals(text: str, classes: list[str]) -> tuple[dict[str, float], fl
     return per_class, default
 
 
+def pool_spec(vc_sizes: Path | None, nodes: int | None, gpus_per_node: int, scale: float) -> ClusterSpec:
+    """The simulated pool of the options, refused when it is over MAX_POOL_GPUS GPUs."""
+    most = f"the simulated pool holds at most {MAX_POOL_GPUS:,} GPUs"
+    if gpus_per_node < 1:
+        raise UsageError(f"--gpus-per-node {gpus_per_node}: at least 1")
+    if gpus_per_node > MAX_POOL_GPUS:
+        raise UsageError(f"--gpus-per-node {gpus_per_node:,}: at most {MAX_POOL_GPUS:,} ({most})")
+    if vc_sizes is not None:
+        sizes = load_vc_sizes(vc_sizes)
+        count = sum(scale_sizes(sizes, scale).values())
+        if count * gpus_per_node > MAX_POOL_GPUS:
+            scaled = f" (× --scale {scale:g})" if scale != 1 else ""
+            raise UsageError(
+                f"--vc-sizes {vc_sizes}: {count:,} nodes{scaled} × --gpus-per-node {gpus_per_node} = "
+                f"{count * gpus_per_node:,} GPUs: {most}"
+            )
+        return ClusterSpec(sizes, scale, None, gpus_per_node)
+    if nodes is not None and nodes * gpus_per_node > MAX_POOL_GPUS:
+        raise UsageError(
+            f"--nodes {nodes:,} × --gpus-per-node {gpus_per_node} = {nodes * gpus_per_node:,} GPUs: {most}"
+        )
+    return ClusterSpec(None, scale, nodes, gpus_per_node)
+
+
 def duration_option(text: str, option: str) -> float:
     try:
         return parse_duration(text)
@@ -136,7 +160,7 @@ def simulate(
             raise UsageError("the configured classes differ from the defaults: give --priority-mix")
         if (vc_sizes is None) == (nodes is None):
             raise UsageError("give the cluster as --vc-sizes FILE or as --nodes N, one of the two")
-        spec = ClusterSpec(load_vc_sizes(vc_sizes) if vc_sizes is not None else None, scale, nodes, gpus_per_node)
+        spec = pool_spec(vc_sizes, nodes, gpus_per_node, scale)
         intervals, default_interval = parse_intervals(checkpoint_interval, classes)
         model = JobModel(
             intervals,
@@ -164,10 +188,17 @@ def simulate(
         raise UsageError(str(exc)) from None
 
     skipped = loaded.zero_gpu_jobs + loaded.no_duration
+    pool_gpus = runs[0].report["gpus"] if runs else 0
+    larger = sum(job.gpus > pool_gpus for job in loaded.jobs)
     console.print(
         f"[bold]{trace}[/]: {len(loaded.jobs):,} jobs"
         + (f" ({loaded.outside_window:,} outside the window)" if loaded.outside_window else "")
         + (f", {skipped:,} without GPUs or run time skipped" if skipped else "")
+        + (
+            f", {larger:,} larger than the pool ({pool_gpus:,} GPUs) never {'fits' if larger == 1 else 'fit'}"
+            if larger
+            else ""
+        )
     )
     console.print(comparison_table([run.report for run in runs]))
     console.print(lost_work_table([run.report for run in runs]))

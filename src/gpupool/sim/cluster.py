@@ -11,6 +11,9 @@ from gpupool.model import Node
 from gpupool.sim.trace import TraceError, open_text, read_rows
 
 VC_SIZE_COLUMNS: tuple[str, ...] = ("vc", "node num")
+MAX_POOL_GPUS = 100_000
+"""The largest pool the simulator makes: every node is an object and every decision walks them.
+A trace job asking for more GPUs than the pool never fits (see `replay.admissible`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +60,9 @@ def load_vc_sizes(path: Path) -> dict[str, int]:
 
 
 def _round_half_up(value: float) -> int:
-    # The tolerance keeps products like 0.7 × 15 = 10.499999999999998 on the half they were meant to hit.
-    return math.floor(value + 0.5 + 1e-9 * max(1.0, abs(value)))
+    # The tolerance keeps products like 0.7 × 15 = 10.499999999999998 on the half they were meant to hit;
+    # capped, so that it never moves a large count (10^12 would otherwise gain 1,000).
+    return math.floor(value + 0.5 + min(1e-9 * max(1.0, abs(value)), 1e-6))
 
 
 def scale_sizes(sizes: Mapping[str, int], factor: float) -> dict[str, int]:
@@ -71,22 +75,38 @@ def scale_sizes(sizes: Mapping[str, int], factor: float) -> dict[str, int]:
 def _check_gpus_per_node(gpus_per_node: int) -> None:
     if gpus_per_node < 1:
         raise ValueError(f"gpus_per_node must be at least 1, not {gpus_per_node}")
+    if gpus_per_node > MAX_POOL_GPUS:
+        raise ValueError(
+            f"gpus_per_node {gpus_per_node:,}: the simulated pool holds at most {MAX_POOL_GPUS:,} GPUs in all"
+        )
+
+
+def check_pool_size(nodes: int, gpus_per_node: int) -> None:
+    """Refuse a pool of more than MAX_POOL_GPUS GPUs before any node is made."""
+    _check_gpus_per_node(gpus_per_node)
+    if nodes * gpus_per_node > MAX_POOL_GPUS:
+        raise ValueError(
+            f"{nodes:,} nodes × {gpus_per_node:,} GPUs = {nodes * gpus_per_node:,} GPUs: "
+            f"the simulated pool holds at most {MAX_POOL_GPUS:,} GPUs"
+        )
 
 
 def cluster_from_sizes(sizes: Mapping[str, int], gpus_per_node: int = 8, *, dedicated: bool) -> Cluster:
     """One node per count, named f"{team}-{i:03d}" (i from 0), teams in `sizes` order.
 
     Dedicated nodes belong to their team (a partition); otherwise they are shared and the team's
-    nodes × gpus_per_node is its guarantee. Counts must be ≥ 1 and team names non-empty.
+    nodes × gpus_per_node is its guarantee. Counts must be ≥ 1 and team names non-empty, and the
+    pool at most MAX_POOL_GPUS GPUs.
     """
-    _check_gpus_per_node(gpus_per_node)
-    nodes: list[Node] = []
-    team_gpus: dict[str, int] = {}
     for team, count in sizes.items():
         if not team:
             raise ValueError("team names must be non-empty")
         if count < 1:
             raise ValueError(f"team {team!r} needs at least 1 node, not {count}")
+    check_pool_size(sum(sizes.values()), gpus_per_node)
+    nodes: list[Node] = []
+    team_gpus: dict[str, int] = {}
+    for team, count in sizes.items():
         owner = team if dedicated else None
         nodes.extend(Node(f"{team}-{i:03d}", gpus_per_node, team=owner) for i in range(count))
         team_gpus[team] = count * gpus_per_node
@@ -140,9 +160,10 @@ def cluster_uniform(nodes: int, gpus_per_node: int, team_weights: Mapping[str, f
     """`nodes` identical nodes named f"node-{i:04d}" (i from 0), split among the teams by `_split_nodes`.
 
     Dedicated nodes belong to their team, consecutive in `team_weights` order; shared nodes belong to
-    none, and each team's share × gpus_per_node is still recorded as its guarantee.
+    none, and each team's share × gpus_per_node is still recorded as its guarantee. The pool is at
+    most MAX_POOL_GPUS GPUs.
     """
-    _check_gpus_per_node(gpus_per_node)
+    check_pool_size(nodes, gpus_per_node)
     counts = _split_nodes(nodes, team_weights)
     built: list[Node] = []
     for team, count in counts.items():
