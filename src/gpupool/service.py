@@ -19,8 +19,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from hashlib import sha256
 from pathlib import Path
+from typing import BinaryIO
 
-from gpupool.errors import Conflict
+from gpupool.errors import Conflict, InvalidInput
 from gpupool.executors import Executor, Exit, Handle, Launch
 from gpupool.executors.proc import last_sign_of_life, owner, recorded_exit, recorded_exit_time, recorded_launcher
 from gpupool.executors.users import JobUser, give, job_user_name, lookup
@@ -120,6 +121,35 @@ class ControlLoop:
             return self.attempt_dir(job.id, attempt) / f"{stream}.log"
         expanded = expand_log_path(template, job.id, attempt, job.name, job.array_id, job.array_index)
         return Path(job.workdir) / expanded
+
+    def open_log(self, job: JobRow, attempt: int, stream: str) -> BinaryIO | None:
+        """The attempt's log, open for reading, or None if there is none. A job whose user is
+        not the scheduler's chose where its `-o`/`-e` files are: one is read only if that user
+        owns it, so that a link to a file of the scheduler's or of another user shows nothing."""
+        path = self.log_file(job, attempt, stream)
+        try:
+            reader = path.open("rb")
+        except OSError:
+            return None
+        custom = not inside(path, self.attempt_dir(job.id, attempt))
+        if custom and self.run_as != "service":
+            try:
+                user = self.user_of(job)
+            except LookupError:
+                user = None
+            if user is None or os.fstat(reader.fileno()).st_uid != user.uid:
+                reader.close()
+                return None
+        return reader
+
+    def check_runnable(self, user: str | None, team: str) -> None:
+        """Refuse, at submit, a job no OS user could run: `InvalidInput` saying why."""
+        try:
+            name = job_user_name(self.run_as, self.job_user, user, team)
+            if name is not None:
+                lookup(name)
+        except LookupError as exc:
+            raise InvalidInput(f"user: {exc}") from None
 
     # --- one iteration -----------------------------------------------------------------------
 
