@@ -3,8 +3,10 @@ per second on virtual GPUs, and preemption latency with a cooperating victim.
 
 Everything runs as it would on a workstation: `gpupool up` is its own process (store, control
 loop, local executor, API), the clients are other processes speaking HTTP on loopback (httpx,
-one keep-alive connection each), and their jobs are real processes. PostgreSQL is a throwaway
-server with its default durability (fsync on). Run: .venv/bin/python benchmarks/service_throughput.py
+one keep-alive connection each), and their jobs are real processes. SQLite runs as the service
+does, WAL with synchronous=FULL (every commit is synced: a 201 survives a power loss); the label
+says what the store's connections report. PostgreSQL is a throwaway server with its default
+durability (fsync on). Run: .venv/bin/python benchmarks/service_throughput.py
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from sqlalchemy import create_engine, text
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from gpupool.store import Store
-from gpupool.store.engine import sqlite_url
+from gpupool.store.engine import connect, sqlite_url
 from gpupool.testing import wait_for
 from gpupool.up import free_port
 from pgserver import postgres_server
@@ -147,6 +149,16 @@ def submissions_per_second(store: str | None, clients: int) -> float:
         return each * clients / elapsed
 
 
+def sqlite_synchronous() -> str:
+    """What SQLite's `synchronous` is on the store's connections: FULL, NORMAL or OFF."""
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = connect(sqlite_url(Path(tmp)))
+        with engine.connect() as connection:
+            level = connection.execute(text("PRAGMA synchronous")).scalar()
+        engine.dispose()
+    return {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}.get(int(level or 0), str(level))
+
+
 def all_succeeded(service: Service, count: int) -> bool:
     return sum(j.state == "succeeded" for j in service.store.jobs(limit=count + 10)) >= count
 
@@ -194,13 +206,15 @@ def preemption_latency(rounds: int = 10) -> list[float]:
 
 def main() -> None:
     print(f"on {os.cpu_count()} CPUs; {SUBMISSIONS} submissions, each client one keep-alive connection", flush=True)
+    sqlite = f"SQLite (WAL, synchronous={sqlite_synchronous()})"
     for clients in (1, 4, 8):
         rate = submissions_per_second(None, clients)
-        print(f"submissions/s through the API, SQLite, {clients} client(s):     {rate:6.0f}", flush=True)
+        print(f"{f'submissions/s through the API, {sqlite}, {clients} client(s):':72} {rate:6.0f}", flush=True)
     with postgres_server(durable=True) as server:
         for clients in (1, 4, 8):
             rate = submissions_per_second(fresh_database(server, f"bench{clients}"), clients)
-            print(f"submissions/s through the API, PostgreSQL, {clients} client(s): {rate:6.0f}", flush=True)
+            label = f"submissions/s through the API, PostgreSQL (fsync on), {clients} client(s):"
+            print(f"{label:72} {rate:6.0f}", flush=True)
     print(f"attempts started/s, {SHORT_JOBS} short jobs draining onto 64 GPUs: {starts_per_second():6.0f}", flush=True)
     latency = preemption_latency()
     print(

@@ -173,10 +173,11 @@ def test_store_urls_of_both_backends_are_accepted(store: str | None) -> None:
     assert parse_spec({"service": {"store": store}}).service.store == store
 
 
-def test_jobs_run_as_the_service_by_default_and_the_user_template_is_checked() -> None:
+def test_jobs_run_as_the_submitter_by_default_and_the_user_template_is_checked() -> None:
     service = parse_spec({}).service
-    assert service.run_as == "service"
+    assert service.run_as == "submitter"
     assert service.job_user is None
+    assert service.job_user_template == "{user}"
     spec = parse_spec({"service": {"run_as": "team", "job_user": "gp-{team}"}}).service
     assert (spec.run_as, spec.job_user) == ("team", "gp-{team}")
     assert parse_spec({"service": {"run_as": "submitter", "job_user": "{user}"}}).service.job_user == "{user}"
@@ -193,7 +194,7 @@ def test_without_job_user_each_run_as_has_its_user(run_as: str, template: str | 
 
 def test_a_job_user_for_jobs_that_run_as_the_service_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"c\.yaml: service: job_user is used only with run_as: submitter or team"):
-        parse({"service": {"job_user": "gp-{team}"}}, "c.yaml")
+        parse({"service": {"run_as": "service", "job_user": "gp-{team}"}}, "c.yaml")
 
 
 def test_duplicate_keys_are_refused_with_the_key_and_its_line(tmp_path: Path) -> None:

@@ -76,7 +76,7 @@ def test_up_with_an_unreachable_store_says_so_without_a_traceback(tmp_path: Path
 
     path = tmp_path / "gpupool.yaml"
     store = f"postgresql://gpupool:s3cret@127.0.0.1:{closed_port()}/gpupool"
-    path.write_text(f"service:\n  data_dir: {tmp_path / 'data'}\n  store: '{store}'\n")
+    path.write_text(f"service:\n  data_dir: {tmp_path / 'data'}\n  run_as: service\n  store: '{store}'\n")
     result = CliRunner().invoke(app, ["up", "--config", str(path)])
     assert result.exit_code == 2
     assert "cannot open the store postgresql://gpupool:***@127.0.0.1:" in result.output
