@@ -81,6 +81,7 @@ def test_a_log_offset_may_be_any_64_bit_position_but_not_past_it(api: Api, runni
     assert far.status_code == 200, far.text
     assert (far.text, far.headers["X-Next-Offset"]) == ("", str(BIG - 1))
     assert_refused(api.client.get(f"/jobs/{job}/logs?offset={BIG}", headers=auth(ADMIN)))
+    assert_refused(api.client.get(f"/jobs/{job}/logs?offset=-1", headers=auth(ADMIN)))
 
 
 @pytest.mark.parametrize(
@@ -234,3 +235,10 @@ def test_a_body_that_is_not_json_is_refused_in_json(api: Api) -> None:
     headers = auth(ADMIN) | {"content-type": "application/json"}
     assert_refused(api.client.post("/jobs", content=b"{not json", headers=headers), 422)
     assert_refused(api.client.post("/jobs", content=b"\xff\xfe", headers=headers), 422)
+
+
+def test_a_body_that_cannot_be_decoded_is_a_400_in_json(api: Api) -> None:
+    headers = auth(ADMIN) | {"content-type": "application/json"}
+    for path, method in (("/jobs", "POST"), ("/teams/a", "PUT"), ("/users/u", "PUT")):
+        response = api.client.request(method, path, content=b'{"command": ["\xff"]}', headers=headers)
+        assert_refused(response, 400)

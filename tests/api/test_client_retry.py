@@ -37,6 +37,7 @@ class DroppingProxy:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.connections = 0
+        self.first_answer = b""
         threading.Thread(target=self.serve, daemon=True).start()
 
     def serve(self) -> None:
@@ -51,14 +52,14 @@ class DroppingProxy:
     def relay(self, client: socket.socket, drop: bool) -> None:
         with client, socket.create_connection(("127.0.0.1", self.upstream)) as server:
             if drop:
-                client.settimeout(5)
-                server.sendall(client.recv(1 << 20))
-                server.settimeout(5)
-                server.recv(1 << 20)  # the answer: the job is committed
+                client.settimeout(30)
+                server.settimeout(30)
+                server.sendall(read_request(client))
+                self.first_answer = server.recv(1 << 20)  # the answer: the job is committed
                 client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
                 return  # closed with linger 0: a reset
             pipes = [
-                threading.Thread(target=pipe, args=(a, b), daemon=True) for a, b in ((client, server), (server, client))
+                threading.Thread(target=pipe, args=pair, daemon=True) for pair in ((client, server), (server, client))
             ]
             for p in pipes:
                 p.start()
@@ -67,6 +68,20 @@ class DroppingProxy:
 
     def close(self) -> None:
         self.listener.close()
+
+
+def read_request(client: socket.socket) -> bytes:
+    """One whole HTTP request: its head, then as many bytes as its Content-Length says."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += client.recv(1 << 16)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        (int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")), 0
+    )
+    while len(body) < length:
+        body += client.recv(1 << 16)
+    return head + b"\r\n\r\n" + body
 
 
 def pipe(source: socket.socket, sink: socket.socket) -> None:
@@ -103,6 +118,7 @@ def test_a_submission_whose_connection_drops_after_its_commit_is_retried_and_is_
         job = client.submit({"command": ["true"], "workdir": str(api.workdir)})
     finally:
         proxy.close()
+    assert proxy.first_answer.startswith(b"HTTP/1.1 201"), "the first try was committed, then its answer lost"
     assert proxy.connections >= 2
     assert [j.id for j in api.store.jobs()] == [job["id"]]
 

@@ -20,13 +20,10 @@ A submission may carry an `Idempotency-Key`: retried with it, it is the same job
 # No `from __future__ import annotations` here: FastAPI must see the dependencies, which are
 # local functions, as real objects in the signatures, not as names to resolve later.
 import hmac
-import os
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi import Path as PathParam
@@ -41,6 +38,7 @@ from gpupool.api import access, limits
 from gpupool.api.access import JOB_RULES, Principal, Rule
 from gpupool.api.batching import SubmissionWriter
 from gpupool.api.errors import install, responses
+from gpupool.api.logs import read_from, read_log
 from gpupool.api.models import (
     AccountOut,
     AttemptOut,
@@ -60,19 +58,16 @@ from gpupool.api.models import (
     TotalsOut,
 )
 from gpupool.api.pool import add_pool_routes
+from gpupool.api.submission import check_fits, check_key, check_paths, parsed
 from gpupool.errors import Conflict, InvalidInput, Unauthorized
-from gpupool.model import Job, JobState, Node
-from gpupool.policy import messages
-from gpupool.policy.place import FreeGpus, can_ever_fit, job_shapes
-from gpupool.service import ControlLoop, expand_log_path, inside, token_hash
+from gpupool.model import JobState, Node
+from gpupool.service import ControlLoop, token_hash
 from gpupool.slurm import parse_after, parse_array
 from gpupool.store import DEFAULT_TEAM, JobSpec, Store
-from gpupool.store.jobs import DuplicateSubmission, job_name
+from gpupool.store.jobs import DuplicateSubmission
 from gpupool.store.schema import JobRow
 
 __all__ = ["Context", "Principal", "create_app", "read_from"]
-
-T = TypeVar("T")
 
 Id = Annotated[int, Field(ge=0, le=limits.INT32)]
 JobId = Annotated[int, PathParam(ge=0, le=limits.INT32, description="The job's id.")]
@@ -170,8 +165,7 @@ def create_app(ctx: Context) -> FastAPI:
 
     def prepare(body: JobIn, who: Principal, key: str | None) -> JobSpec:
         """The job `body` asks for, checked against the pool and this machine."""
-        if key is not None and not KEY_TEXT.fullmatch(key):
-            raise InvalidInput("Idempotency-Key: give 1 to 200 printable ASCII characters")
+        check_key(key)
         team = body.team or who.team or DEFAULT_TEAM
         access.require_may_submit(who, team)
         known = ctx.class_names()
@@ -426,9 +420,6 @@ def create_app(ctx: Context) -> FastAPI:
     return app
 
 
-KEY_TEXT = re.compile(r"[\x20-\x7e]{1,200}")
-"""An Idempotency-Key: 1 to 200 printable ASCII characters."""
-
 NUMBER = TypeAdapter(Id)
 
 
@@ -441,93 +432,9 @@ def number(request: Request, where: Literal["path", "query"], name: str) -> int:
         raise RequestValidationError([{**e, "loc": (where, name)} for e in exc.errors()]) from None
 
 
-def parsed(field: str, parse: Callable[[str], T], text: str | None) -> T | None:
-    """`parse(text)`, its error named after the field; None when the field was not given."""
-    if not text:
-        return None
-    try:
-        return parse(text)
-    except ValueError as exc:
-        raise InvalidInput(f"{field}: {exc}") from None
-
-
 def placements(ctx: Context) -> dict[int, dict[str, list[int]]]:
     """The GPUs each job holds now, by node: one read for a whole listing."""
     held: dict[int, dict[str, list[int]]] = {}
     for p in sorted(ctx.store.held(), key=lambda p: (p.node, p.gpu)):
         held.setdefault(p.job_id, {}).setdefault(p.node, []).append(p.gpu)
     return held
-
-
-def check_fits(nodes: list[Node], body: JobIn, team: str) -> None:
-    """Refuse a job that no placement of this pool could ever hold."""
-    if body.gpus_per_node is not None and body.gpus % body.gpus_per_node:
-        raise InvalidInput(f"gpus_per_node: {body.gpus} GPUs do not split into members of {body.gpus_per_node}")
-    probe = Job("new", team, body.priority, body.gpus, 0.0, body.gpus_per_node, body.gpu_type)
-    if not any(can_ever_fit(s, nodes) for s in job_shapes(probe, FreeGpus(nodes, ()))):
-        usable = [n for n in nodes if n.team in (None, team)]
-        raise InvalidInput(f"gpus: {messages.never_fits(probe, usable)}")
-
-
-def check_paths(body: JobIn, data_dir: Path) -> None:
-    """Refuse a working directory that is not one, and log paths that could never be written
-    or that lie in the scheduler's data directory (its store, tokens and other jobs' folders)."""
-    workdir = Path(body.workdir)
-    try:
-        if not workdir.is_dir():
-            raise InvalidInput(f"workdir: {body.workdir!r} is not a directory on this machine")
-        if inside(workdir, data_dir):
-            raise InvalidInput(f"workdir: {body.workdir!r} is in the scheduler's data directory")
-    except OSError as exc:
-        raise InvalidInput(f"workdir: {body.workdir!r}: {exc.strerror}") from None
-    except RuntimeError as exc:  # a loop of links (Python before 3.13)
-        raise InvalidInput(f"workdir: {body.workdir!r}: {exc}") from None
-    name = job_name(body.name, body.command)
-    for field, template in (("output", body.output), ("error", body.error)):
-        if template is None:
-            continue
-        problem = limits.path_problem(str(workdir / limits.widest(template, name)))
-        if problem:
-            raise InvalidInput(
-                f"{field}: {template[:50]!r} in {body.workdir[:50]!r} {problem} (patterns at their longest)"
-            )
-        path = workdir / expand_log_path(template, 1, 0, name, 1, 0)
-        try:
-            if path.is_dir():
-                raise InvalidInput(f"{field}: {template!r} is a folder; give a file name (with %j for the job)")
-            if inside(path, data_dir):
-                raise InvalidInput(f"{field}: {template!r} is in the scheduler's data directory")
-        except OSError as exc:
-            raise InvalidInput(f"{field}: {template!r}: {exc.strerror}") from None
-        except RuntimeError as exc:
-            raise InvalidInput(f"{field}: {template!r}: {exc}") from None
-
-
-def read_from(path: Path, offset: int) -> tuple[str, int]:
-    """The text of `path` from byte `offset`, and the offset after it (see `read_log`)."""
-    text, following, _ = read_log(path, offset)
-    return text, following
-
-
-def read_log(path: Path, offset: int, most: int | None = None) -> tuple[str, int, int]:
-    """The text of `path` from byte `offset` (at most `most` bytes), the offset after it, and
-    the file's size: bytes that are not UTF-8 read as U+FFFD, and a character cut at the end
-    waits for the next read. A file not there yet is empty."""
-    try:
-        with path.open("rb") as stream:
-            size = os.fstat(stream.fileno()).st_size
-            if offset >= size:
-                return "", offset, size
-            stream.seek(offset)
-            data = stream.read(most if most is not None else limits.LOG_BYTES)
-    except FileNotFoundError:
-        return "", offset, 0
-    cut = len(data)
-    for back in range(1, min(4, len(data)) + 1):
-        byte = data[-back]
-        if byte & 0xC0 != 0x80:  # the first byte of the last character
-            needed = 2 if byte & 0xE0 == 0xC0 else 3 if byte & 0xF0 == 0xE0 else 4 if byte & 0xF8 == 0xF0 else 1
-            if needed > back:
-                cut = len(data) - back
-            break
-    return data[:cut].decode(errors="replace"), offset + cut, size

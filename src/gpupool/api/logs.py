@@ -1,0 +1,38 @@
+"""Reading a job's log for the API: a part at a time, never a character cut in two."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gpupool.api import limits
+
+
+def read_from(path: Path, offset: int) -> tuple[str, int]:
+    """The text of `path` from byte `offset`, and the offset after it (see `read_log`)."""
+    text, following, _ = read_log(path, offset)
+    return text, following
+
+
+def read_log(path: Path, offset: int, most: int | None = None) -> tuple[str, int, int]:
+    """The text of `path` from byte `offset` (at most `most` bytes), the offset after it, and
+    the file's size: bytes that are not UTF-8 read as U+FFFD, and a character cut at the end
+    waits for the next read. A file not there yet is empty."""
+    try:
+        with path.open("rb") as stream:
+            size = os.fstat(stream.fileno()).st_size
+            if offset >= size:
+                return "", offset, size
+            stream.seek(offset)
+            data = stream.read(most if most is not None else limits.LOG_BYTES)
+    except FileNotFoundError:
+        return "", offset, 0
+    cut = len(data)
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 != 0x80:  # the first byte of the last character
+            needed = 2 if byte & 0xE0 == 0xC0 else 3 if byte & 0xF0 == 0xE0 else 4 if byte & 0xF8 == 0xF0 else 1
+            if needed > back:
+                cut = len(data) - back
+            break
+    return data[:cut].decode(errors="replace"), offset + cut, size
