@@ -32,7 +32,7 @@ from gpupool.leader import Guard, NotLeader, StoreLease, claim_data_dir, lock_da
 from gpupool.model import Config
 from gpupool.service import ControlLoop, token_hash
 from gpupool.store import Store
-from gpupool.store.engine import sqlite_url
+from gpupool.store.engine import open_engine, sqlite_url
 
 ADMIN_TOKEN = "admin.token"
 log = logging.getLogger("gpupool.up")
@@ -172,6 +172,8 @@ def start(spec: ConfigSpec) -> Running:
     service = spec.service
     config = build(spec)
     check_run_as(service)
+    if service.store is not None:
+        open_engine(service.store).dispose()  # a store that cannot be reached: nothing is made
     data_dir = prepare_data_dir(service)
     os.umask(0o077)  # what the scheduler writes is its own; jobs' folders are given modes
     lock = lock_data_dir(data_dir)

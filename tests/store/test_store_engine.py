@@ -82,3 +82,4 @@ def test_up_with_an_unreachable_store_says_so_without_a_traceback(tmp_path: Path
     assert "cannot open the store postgresql://gpupool:***@127.0.0.1:" in result.output
     assert "s3cret" not in result.output
     assert "Traceback" not in result.output
+    assert not (tmp_path / "data").exists(), "nothing is made for a store that cannot be reached"
