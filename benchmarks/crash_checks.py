@@ -262,12 +262,22 @@ def read_ledger(path: Path) -> Ledger:
 
 @dataclass(frozen=True)
 class Submission:
+    """One try of one submission: a submission whose answer was lost (or a 5xx) is tried again
+    with the same Idempotency-Key (its name), as a client that retries does."""
+
     seq: int
     name: str
     job_id: int | None
-    """The id of a 2xx answer; None when no answer came (the service was killed meanwhile)."""
+    """The id of a 2xx answer; None otherwise."""
     status: int | None = None
-    """The HTTP status of the answer, None without one."""
+    """The HTTP status of the answer, None without one (the service was killed meanwhile)."""
+    replayed: bool = False
+    """The answer said it was a retry's (`Idempotent-Replayed`): no new job was made."""
+
+    @property
+    def answered(self) -> bool:
+        """Whether this try settled the submission: accepted, or refused for its own fault."""
+        return self.status is not None and self.status < 500
 
 
 # --- the checks ----------------------------------------------------------------------------------
@@ -562,27 +572,36 @@ def check_resumes(store: StoreRows, ledger: Ledger) -> list[str]:
 
 
 def check_nothing_lost(store: StoreRows, submissions: Sequence[Submission]) -> list[str]:
-    """Every submission answered 2xx is the job of its id and name; every job in the store is a
-    submission of the harness, stored once."""
+    """Every try answered 2xx names the job of its id and name, and every try of one submission
+    answered 2xx names the same job (a retry gets the job the first try made, not another);
+    every submission was accepted in the end (none refused, none left without an answer); every
+    job in the store is a submission of the harness, stored once."""
     problems = []
     jobs = {j.id: j for j in store.jobs}
     names = Counter(j.name for j in store.jobs)
-    known = {s.name for s in submissions}
+    tries: dict[str, list[Submission]] = defaultdict(list)
     for s in submissions:
-        if s.job_id is None:
-            if s.status is not None:
-                problems.append(f"submission {s.name} was answered {s.status}, not accepted")
-            continue
-        job = jobs.get(s.job_id)
-        if job is None:
-            problems.append(f"submission {s.name} was answered {s.status} as job {s.job_id}, which the store lacks")
-        elif job.name != s.name:
-            problems.append(f"submission {s.name} was answered as job {s.job_id}, which is {job.name}")
+        tries[s.name].append(s)
+        if s.job_id is not None:
+            job = jobs.get(s.job_id)
+            if job is None:
+                problems.append(f"submission {s.name} was answered {s.status} as job {s.job_id}, which the store lacks")
+            elif job.name != s.name:
+                problems.append(f"submission {s.name} was answered as job {s.job_id}, which is {job.name}")
+        elif s.answered:
+            problems.append(f"submission {s.name} was answered {s.status}, not accepted")
+    for name, attempts in sorted(tries.items()):
+        answered_as = sorted({s.job_id for s in attempts if s.job_id is not None})
+        if len(answered_as) > 1:
+            listed = ", ".join(map(str, answered_as))
+            problems.append(f"submission {name} was answered as {len(answered_as)} different jobs ({listed})")
+        if not any(s.answered for s in attempts):
+            problems.append(f"submission {name} was never answered in {len(attempts)} tries")
     for name, count in sorted(names.items()):
         if count > 1:
-            ids = ", ".join(str(j.id) for j in store.jobs if j.name == name)
-            problems.append(f"submission {name} is stored {count} times (jobs {ids})")
-        if name not in known:
+            stored = ", ".join(str(j.id) for j in store.jobs if j.name == name)
+            problems.append(f"submission {name} is stored {count} times (jobs {stored})")
+        if name not in tries:
             problems.append(f"job {name} is in the store, but the harness never submitted it")
     return problems
 
@@ -603,17 +622,24 @@ def figures(
 ) -> dict[str, int]:
     """What the run did, as counts; `kills`: when the service was killed (unix times)."""
     outcomes = Counter(a.outcome for a in store.attempts)
-    stored = {j.name for j in store.jobs}
-    lost_answers = [s for s in submissions if s.job_id is None and s.status is None]
+    first: dict[str, Submission] = {}
+    for s in submissions:
+        first.setdefault(s.name, s)
+    retried = {s.name for s in submissions if s is not first[s.name]}
 
     def spans(a: Attempt, since: float | None) -> int:
         end = a.ended_at if a.ended_at is not None else math.inf
         return sum(1 for k in kills if since is not None and since < k < end)
 
     return {
-        "submissions answered 2xx": sum(1 for s in submissions if s.job_id is not None),
-        "submissions without an answer": len(lost_answers),
-        "  of which stored anyway": sum(1 for s in lost_answers if s.name in stored),
+        "submissions": len(first),
+        "  answered 2xx at the first try": sum(1 for s in first.values() if s.job_id is not None),
+        "  tried again (no answer, or a 5xx)": len(retried),
+        "  retries answered as a replay (the lost try made the job)": sum(
+            1 for s in submissions if s.replayed and s.name in retried
+        ),
+        "tries without an answer (killed under them)": sum(1 for s in submissions if s.status is None),
+        "tries answered 5xx": sum(1 for s in submissions if s.status is not None and s.status >= 500),
         "jobs in the store": len(store.jobs),
         "jobs succeeded": sum(1 for j in store.jobs if j.state == "succeeded"),
         "attempts (store)": len(store.attempts),

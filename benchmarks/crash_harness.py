@@ -11,6 +11,8 @@ small program (`JOB_PROGRAM`, written into the folder) that checkpoints and resu
 ledger (a second process of the same job finds it held and writes DUPLICATE), and it appends one
 JSON line per attempt start (job, attempt, pid, parent pid, time, GPUs, the step it resumed
 from), per checkpoint commit (before the commit is reported to gpupool), and when it ends.
+A submission whose answer was lost is tried again once the service is back, with the same
+Idempotency-Key, as a client that retries does.
 
 The service is killed with SIGKILL (only the service: jobs run on, to be adopted) at least
 `--kills` times, at moments of several kinds: at start-up (within 300 ms of its start, or
@@ -20,14 +22,14 @@ preempting), and at a random moment; each time it is started again on the same d
 Then the harness stops killing, waits for every job to end, stops the service, and checks (see
 `crash_checks.py`): every job ended exactly once; attempts never overlapped, in the store nor as
 processes; no GPU was held twice; every resume started from the newest committed checkpoint;
-every submission answered 2xx exists. It prints its figures and every violation, and exits 1
-if there was any.
+every submission answered 2xx exists, every retry got the job of the first try, and every job
+was stored once. It prints its figures and every violation, and exits 1 if there was any.
 
 `--sabotage duplicate` proves that it can fail: once, a third of the way through the kills,
 it starts a second copy of a running attempt (its command line, environment and working
 directory, read from /proc) as a broken scheduler would; the run must then exit 1.
 
-100 kills take about 7 minutes on 2 busy cores (a start of `gpupool up` takes 2-3 s there).
+100 kills take 7 to 10 minutes on 2 busy cores (a start of `gpupool up` takes 2-3 s there).
 
 The harness makes itself the reaper of orphaned processes (PR_SET_CHILD_SUBREAPER) and reaps
 them, as init does on a normal machine: the launchers of a killed `gpupool up` become its
@@ -408,6 +410,8 @@ class Api:
         self.workdir = workdir
         self._token: str | None = None
         self.submissions: list[Submission] = []
+        self.unanswered: dict[str, JobPlan] = {}
+        """Submissions with no answer yet (or a 5xx), by name, to try again."""
         self.lock = threading.Lock()
 
     def headers(self) -> dict[str, str]:
@@ -443,16 +447,29 @@ class Api:
             "workdir": str(self.workdir),
             "env": {},
         }
+        headers = {**self.headers(), "Idempotency-Key": plan.name}
         try:
             with httpx.Client(timeout=15.0) as http:
-                answer = http.post(f"{self.url}/jobs", json=body, headers=self.headers())
+                answer = http.post(f"{self.url}/jobs", json=body, headers=headers)
             job_id = int(answer.json()["id"]) if answer.is_success else None
-            submission = Submission(plan.seq, plan.name, job_id, answer.status_code)
+            replayed = answer.headers.get("Idempotent-Replayed") == "true"
+            submission = Submission(plan.seq, plan.name, job_id, answer.status_code, replayed)
         except (httpx.HTTPError, ValueError, KeyError):
             submission = Submission(plan.seq, plan.name, None, None)
         with self.lock:
             self.submissions.append(submission)
+            if submission.answered:
+                self.unanswered.pop(plan.name, None)
+            else:
+                self.unanswered[plan.name] = plan
         return submission
+
+    def retry(self, limit: int = 50) -> None:
+        """Try again (same Idempotency-Key) the submissions whose answer was lost, or a 5xx."""
+        with self.lock:
+            plans = list(self.unanswered.values())[:limit]
+        for plan in plans:
+            self.submit(plan)
 
     def jobs(self, states: str | None = None) -> list[dict[str, Any]] | None:
         """The jobs (in those states), or None when the service did not answer."""
@@ -690,6 +707,7 @@ class Harness:
         while sum(self.kills.values()) < self.args.kills:
             if action != self.kill_at_startup:
                 self.ensure_up()
+                self.api.retry()
                 time.sleep(self.rng.uniform(0.2, 1.2))
                 due = self.args.sabotage == "duplicate" and not self.sabotaged
                 if due and sum(self.kills.values()) >= self.args.kills // 3:
@@ -704,6 +722,12 @@ class Harness:
         self.ensure_up()
         while self.stream.left():
             self.api.submit(self.stream.next())
+        for _ in range(10):
+            if not self.api.unanswered:
+                break
+            self.ensure_up()
+            self.api.retry(limit=len(self.api.unanswered))
+            time.sleep(0.5)
         task = progress.add_task("waiting for every job to end", total=None)
         deadline = time.monotonic() + self.args.timeout
         while True:

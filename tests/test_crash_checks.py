@@ -291,17 +291,38 @@ def test_a_lost_or_doubled_submission_is_a_violation() -> None:
 
     refused = [*GOOD_SUBMISSIONS, Submission(3, "crash-0003", None, 422)]
     assert check_nothing_lost(good_store(), refused) == ["submission crash-0003 was answered 422, not accepted"]
+    conflict = [*GOOD_SUBMISSIONS, Submission(3, "crash-0003", None), Submission(3, "crash-0003", None, 409)]
+    assert check_nothing_lost(good_store(), conflict) == ["submission crash-0003 was answered 409, not accepted"]
 
 
-def test_a_submission_without_an_answer_may_or_may_not_be_a_job() -> None:
-    unanswered = [*GOOD_SUBMISSIONS, Submission(3, "crash-0003", None)]
-    assert check_nothing_lost(good_store(), unanswered) == []
+def test_a_submission_without_an_answer_is_tried_again_and_gets_its_job() -> None:
+    lost = Submission(3, "crash-0003", None)
+    busy = Submission(3, "crash-0003", None, 503)
+    # The lost try never made the job: the retry makes it.
     store = good_store()
     store.jobs.append(Job(3, "crash-0003", "succeeded", 1, 0))
-    assert check_nothing_lost(store, unanswered) == []
-    counts = figures(store, good_ledger(), unanswered, kills=[17.0, 27.0])
-    assert counts["submissions without an answer"] == 1
-    assert counts["  of which stored anyway"] == 1
+    retried = [*GOOD_SUBMISSIONS, lost, busy, Submission(3, "crash-0003", 3, 201)]
+    assert check_nothing_lost(store, retried) == []
+    # The lost try made it: the retry is answered with it, as a replay.
+    replayed = [*GOOD_SUBMISSIONS, lost, Submission(3, "crash-0003", 3, 201, replayed=True)]
+    assert check_nothing_lost(store, replayed) == []
+    counts = figures(store, good_ledger(), replayed)
+    assert counts["submissions"] == 3
+    assert counts["  tried again (no answer, or a 5xx)"] == 1
+    assert counts["  retries answered as a replay (the lost try made the job)"] == 1
+    assert counts["tries without an answer (killed under them)"] == 1
+
+
+def test_a_retry_that_makes_another_job_or_none_is_a_violation() -> None:
+    store = good_store()
+    store.jobs += [Job(3, "crash-0003", "succeeded", 1, 0), Job(4, "crash-0003", "succeeded", 1, 0)]
+    doubled = [*GOOD_SUBMISSIONS, Submission(3, "crash-0003", 3, 201), Submission(3, "crash-0003", 4, 201)]
+    assert check_nothing_lost(store, doubled) == [
+        "submission crash-0003 was answered as 2 different jobs (3, 4)",
+        "submission crash-0003 is stored 2 times (jobs 3, 4)",
+    ]
+    never = [*GOOD_SUBMISSIONS, Submission(3, "crash-0003", None), Submission(3, "crash-0003", None, 503)]
+    assert check_nothing_lost(good_store(), never) == ["submission crash-0003 was never answered in 2 tries"]
 
 
 def test_figures_count_what_the_run_did() -> None:
