@@ -38,7 +38,7 @@ from gpupool.api import access, limits
 from gpupool.api.access import JOB_RULES, Principal, Rule
 from gpupool.api.batching import SubmissionWriter
 from gpupool.api.errors import install, responses
-from gpupool.api.logs import read_from, read_log
+from gpupool.api.logs import read_from, read_part
 from gpupool.api.models import (
     AccountOut,
     AttemptOut,
@@ -168,6 +168,8 @@ def create_app(ctx: Context) -> FastAPI:
         check_key(key)
         team = body.team or who.team or DEFAULT_TEAM
         access.require_may_submit(who, team)
+        user = who.user if not who.admin else body.user
+        ctx.loop.check_runnable(user, team)
         known = ctx.class_names()
         if body.priority not in known:
             raise InvalidInput(f"priority: unknown priority class {body.priority!r} (known: {', '.join(known)})")
@@ -188,7 +190,7 @@ def create_app(ctx: Context) -> FastAPI:
             body.max_failures,
             body.max_preemptions,
             body.time_limit,
-            user=who.user if not who.admin else body.user,
+            user=user,
             dependencies=dependencies,
             script=body.script,
             output=body.output,
@@ -353,9 +355,13 @@ def create_app(ctx: Context) -> FastAPI:
         number = attempt if attempt is not None else job.attempts - 1
         if number < 0:
             return PlainTextResponse("", headers={"X-Next-Offset": str(offset), "X-Log-Size": "0"})
-        path = ctx.loop.log_file(job, number, stream)
+        # The service opens it: a file the job chose is shown only if the job's user owns it.
+        reader = ctx.loop.open_log(job, number, stream)
+        if reader is None:
+            return PlainTextResponse("", headers={"X-Next-Offset": str(offset), "X-Log-Size": "0"})
         try:
-            text, following, size = read_log(path, offset)
+            with reader:
+                text, following, size = read_part(reader, offset)
         except OSError as exc:
             raise Conflict(f"the {stream} of job {job_id} cannot be read now ({exc.strerror})") from None
         return PlainTextResponse(text, headers={"X-Next-Offset": str(following), "X-Log-Size": str(size)})

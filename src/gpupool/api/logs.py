@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 from gpupool.api import limits
 
@@ -15,18 +16,23 @@ def read_from(path: Path, offset: int) -> tuple[str, int]:
 
 
 def read_log(path: Path, offset: int, most: int | None = None) -> tuple[str, int, int]:
-    """The text of `path` from byte `offset` (at most `most` bytes), the offset after it, and
-    the file's size: bytes that are not UTF-8 read as U+FFFD, and a character cut at the end
-    waits for the next read. A file not there yet is empty."""
+    """`read_part` of the file at `path`; a file not there yet is empty."""
     try:
         with path.open("rb") as stream:
-            size = os.fstat(stream.fileno()).st_size
-            if offset >= size:
-                return "", offset, size
-            stream.seek(offset)
-            data = stream.read(most if most is not None else limits.LOG_BYTES)
+            return read_part(stream, offset, most)
     except FileNotFoundError:
         return "", offset, 0
+
+
+def read_part(stream: BinaryIO, offset: int, most: int | None = None) -> tuple[str, int, int]:
+    """The text of an open file from byte `offset` (at most `most` bytes, `limits.LOG_BYTES`
+    by default), the offset after it, and the file's size: bytes that are not UTF-8 read as
+    U+FFFD, and a character cut at the end waits for the next read."""
+    size = os.fstat(stream.fileno()).st_size
+    if offset >= size:
+        return "", offset, size
+    stream.seek(offset)
+    data = stream.read(most if most is not None else limits.LOG_BYTES)
     cut = len(data)
     for back in range(1, min(4, len(data)) + 1):
         byte = data[-back]

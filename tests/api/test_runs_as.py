@@ -1,0 +1,37 @@
+"""The API goes through the service's checks of who a job runs as: a job no OS user could run is
+refused at submit, and a job's own -o/-e file is shown only when its user owns it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from apiworld import ADMIN, Api, auth, opened
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[Api]:
+    yield from opened(tmp_path)
+
+
+def test_a_job_no_os_user_could_run_is_refused_at_submit(api: Api) -> None:
+    api.loop.run_as = "submitter"
+    body = {"command": ["true"], "workdir": str(api.workdir), "user": "no-such-os-user-here"}
+    refused = api.client.post("/jobs", json=body, headers=auth(ADMIN))
+    assert refused.status_code == 400, refused.text
+    assert "no-such-os-user-here" in refused.json()["message"]
+    assert api.store.jobs() == []
+
+
+def test_a_log_file_of_the_jobs_choosing_is_shown_only_when_its_user_owns_it(api: Api) -> None:
+    secret = api.workdir / "out.log"
+    secret.write_text("not the job's to show\n")
+    job = api.submit(ADMIN, output="out.log")
+    api.loop.tick(100.0)
+    shown = api.client.get(f"/jobs/{job['id']}/logs", headers=auth(ADMIN))
+    assert shown.text == "not the job's to show\n"  # run_as service: the scheduler's own files
+    api.loop.run_as = "team"  # jobs now run as gpupool-<team>, who owns no such file
+    hidden = api.client.get(f"/jobs/{job['id']}/logs", headers=auth(ADMIN))
+    assert hidden.status_code == 200, hidden.text
+    assert hidden.text == ""
