@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from apiworld import ADMIN, World, auth, opened, populated
-from gpupool.api.access import ROUTES
+
+from gpupool.api.access import ROUTES, check_routes
 
 
 @pytest.fixture
@@ -230,3 +231,9 @@ def test_a_new_token_keeps_the_teams_policy(world: World) -> None:
     assert renewed["token"]
     assert client.get("/jobs", headers=auth(world.tokens["a"])).status_code == 401
     assert client.get("/jobs", headers=auth(renewed["token"])).status_code == 200
+
+
+def test_a_route_without_a_rule_stops_the_service_from_starting() -> None:
+    check_routes([("GET", "/jobs"), ("GET", "/docs"), ("GET", "/openapi.json")])
+    with pytest.raises(RuntimeError, match="secrets"):
+        check_routes([("GET", "/jobs"), ("GET", "/jobs/{job_id}/secrets")])

@@ -114,3 +114,9 @@ def test_the_api_is_documented_for_people_at_docs(tmp_path: Path) -> None:
     for api in opened(tmp_path):
         assert api.client.get("/docs").status_code == 200
         assert "Limits" in api.client.get("/openapi.json").json()["info"]["description"]
+
+
+def test_the_brief_field_is_in_every_job_answer(document: dict[str, Any]) -> None:
+    schemas = document["components"]["schemas"]
+    for name in ("JobOut", "JobBriefOut"):
+        assert "brief" in schemas[name]["required"], name

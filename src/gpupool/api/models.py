@@ -233,7 +233,12 @@ class ReportOut(BaseModel):
     interruptions: list[JobInterruptionOut]
 
 
-class JobOut(BaseModel):
+class _Out(BaseModel):
+    # Every field is in every answer: the document says so (and `brief` can discriminate).
+    model_config = ConfigDict(json_schema_serialization_defaults_required=True)
+
+
+class JobOut(_Out):
     """A job in full: what its own team (and the admin) sees."""
 
     brief: Literal[False] = False
@@ -306,7 +311,7 @@ SUBMITTED: dict[str, Any] = {
 """What a new job's changing fields hold when it is submitted."""
 
 
-class JobBriefOut(BaseModel):
+class JobBriefOut(_Out):
     """Another team's job, as a team's token sees it in a listing (docs/access.md)."""
 
     brief: Literal[True] = True
