@@ -5,7 +5,8 @@ GpupoolError
 ├── Unauthorized    no token, or one nobody has (HTTP 401)
 ├── Forbidden       the token may not do this (HTTP 403)
 ├── NotFound        no such job, team, class or node (HTTP 404)
-└── Conflict        the request is valid but the state forbids it now (HTTP 409)
+├── Conflict        the request is valid but the state forbids it now (HTTP 409)
+└── StoreUnavailable the store cannot be reached, or the scheduler stopped deciding (HTTP 503)
 """
 
 from __future__ import annotations
@@ -46,5 +47,6 @@ HTTP_STATUS: dict[type[GpupoolError], int] = {
     Forbidden: 403,
     NotFound: 404,
     Conflict: 409,
+    StoreUnavailable: 503,
 }
 """The one table between errors and HTTP: the API answers with it, the client reads it back."""

@@ -135,3 +135,22 @@ def test_a_second_scheduler_on_one_postgresql_store_is_refused(tmp_path: Path, p
         if first.process is not None:
             first.process.terminate()
             first.process.wait(timeout=20)
+
+
+def test_a_data_directory_that_vanishes_stops_the_scheduler_loudly(service: Service) -> None:
+    import httpx
+
+    token = (service.data / "admin.token").read_text().strip()
+    headers = {"Authorization": f"Bearer {token}"}
+    url = f"http://127.0.0.1:{service.port}"
+    shutil.rmtree(service.data)
+    wait_for(lambda: httpx.get(f"{url}/health").status_code == 503)
+    assert "the scheduler has stopped deciding" in httpx.get(f"{url}/health").json()["store"]
+    body = {"command": ["true"], "priority": "low", "workdir": "/tmp"}
+    refused = httpx.post(f"{url}/jobs", json=body, headers=headers)
+    assert refused.status_code == 503, refused.text
+    assert "no job is accepted now" in refused.json()["message"]
+    assert service.process is not None
+    service.process.terminate()
+    out, _ = service.process.communicate(timeout=20)
+    assert "gpupool stops deciding: the data directory's identity" in out

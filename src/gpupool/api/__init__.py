@@ -59,7 +59,7 @@ from gpupool.api.models import (
 )
 from gpupool.api.pool import add_pool_routes
 from gpupool.api.submission import check_fits, check_key, check_paths, parsed
-from gpupool.errors import Conflict, InvalidInput, Unauthorized
+from gpupool.errors import Conflict, InvalidInput, StoreUnavailable, Unauthorized
 from gpupool.model import JobState, Node
 from gpupool.service import ControlLoop, token_hash
 from gpupool.slurm import parse_after, parse_array
@@ -117,8 +117,12 @@ def create_app(ctx: Context) -> FastAPI:
 
     @app.get("/health", response_model=HealthOut, responses={503: {"model": HealthOut}})
     def health() -> Any:
-        """No token needed: 200 when the API and the store answer, 503 when the store does not."""
+        """No token needed: 200 when the API and the store answer, 503 when the store does not
+        or the scheduler has stopped deciding (its data directory or store is not the one it
+        started with)."""
         try:
+            if ctx.loop.halted is not None:
+                raise StoreUnavailable(f"the scheduler has stopped deciding: {ctx.loop.halted}")
             ctx.store.classes()
         except Exception as exc:
             problem = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
@@ -166,6 +170,9 @@ def create_app(ctx: Context) -> FastAPI:
     def prepare(body: JobIn, who: Principal, key: str | None) -> JobSpec:
         """The job `body` asks for, checked against the pool and this machine."""
         check_key(key)
+        if ctx.loop.halted is not None:
+            # What would be written now could be lost, or scheduled by a scheduler that is blind.
+            raise StoreUnavailable(f"the scheduler has stopped deciding ({ctx.loop.halted}): no job is accepted now")
         team = body.team or who.team or DEFAULT_TEAM
         access.require_may_submit(who, team)
         user = who.user if not who.admin else body.user
