@@ -123,24 +123,20 @@ class ControlLoop:
         return Path(job.workdir) / expanded
 
     def open_log(self, job: JobRow, attempt: int, stream: str) -> BinaryIO | None:
-        """The attempt's log, open for reading, or None if there is none. A job whose user is
-        not the scheduler's chose where its `-o`/`-e` files are: one is read only if that user
-        owns it, so that a link to a file of the scheduler's or of another user shows nothing."""
+        """The attempt's log, open for reading, or None if there is none yet. A job whose user
+        is not the scheduler's chose where its `-o`/`-e` files are: the scheduler never opens
+        such a path (a link, a FIFO or a device there would be opened with its rights), so it
+        is refused with where to read it; the logs in the job's own folder are served."""
+        template = job.output if stream == "stdout" else job.error
+        if template is None and stream == "stderr":
+            template = job.output
         path = self.log_file(job, attempt, stream)
+        if template is not None and self.run_as != "service":
+            raise Conflict(f"job {job.id} writes its {stream} to {path}, a file of its user's: read it there")
         try:
-            reader = path.open("rb")
+            return path.open("rb")
         except OSError:
             return None
-        custom = not inside(path, self.attempt_dir(job.id, attempt))
-        if custom and self.run_as != "service":
-            try:
-                user = self.user_of(job)
-            except LookupError:
-                user = None
-            if user is None or os.fstat(reader.fileno()).st_uid != user.uid:
-                reader.close()
-                return None
-        return reader
 
     def check_runnable(self, user: str | None, team: str) -> None:
         """Refuse, at submit, a job no OS user could run: `InvalidInput` saying why."""
@@ -186,7 +182,10 @@ class ControlLoop:
     def guarded(self, now: float) -> bool:
         """Whether the loop may decide: the guard's verdict, said loudly when it changes. On
         coming back, attempts are reconciled again (what ran meanwhile is not known)."""
-        reason = self.guard()
+        try:
+            reason = self.guard()
+        except Exception as exc:
+            reason = f"the guard could not check the data directory and store ({exc})"
         if reason != self.halted:
             if reason is not None:
                 log.error("gpupool stops deciding: %s", reason)

@@ -27,7 +27,7 @@ from gpupool.api import Context, create_app
 from gpupool.config import ConfigError, ConfigSpec, ServiceSpec, build
 from gpupool.executors.gpus import LocalGpus, discover
 from gpupool.executors.local import LocalExecutor
-from gpupool.executors.users import missing_capabilities, switch_command
+from gpupool.executors.users import can_switch_users
 from gpupool.leader import Guard, NotLeader, StoreLease, claim_data_dir, lock_data_dir
 from gpupool.model import Config
 from gpupool.service import ControlLoop, token_hash
@@ -88,6 +88,12 @@ def prepare_data_dir(service: ServiceSpec) -> Path:
     if not os.access(data_dir, os.W_OK) or not _writable(data_dir):
         raise ConfigError(f"service.data_dir: {data_dir} cannot be written (a read-only file system, or no space)")
     data_dir.chmod(reach)
+    jobs = data_dir / "jobs"
+    if jobs.is_dir() and not jobs.is_symlink():
+        # Folders made by earlier versions with the default umask are closed up too.
+        for folder in (jobs, *jobs.iterdir()):
+            if folder.is_dir() and not folder.is_symlink() and folder.stat().st_mode & 0o066:
+                folder.chmod(reach)
     return data_dir
 
 
@@ -109,17 +115,12 @@ def check_run_as(service: ServiceSpec) -> None:
             "only for a machine with a single user (on a shared one: run_as: submitter or team)"
         )
         return
-    missing = missing_capabilities()
-    if missing:
+    if not can_switch_users():
         raise ConfigError(
-            f"service.run_as: {service.run_as!r} runs jobs as other OS users, which needs root or "
-            f"{', '.join(missing)}. On a machine with a single user, set service.run_as: service "
+            f"service.run_as: {service.run_as!r} runs jobs as other OS users, which needs gpupool up to run "
+            "as root. On a machine with a single user, set service.run_as: service "
             "(or gpupool up --run-as service): jobs then run as you and can read the scheduler's data"
         )
-    try:
-        switch_command()
-    except LookupError as exc:
-        raise ConfigError(f"service.run_as: {exc}") from None
 
 
 class Server(uvicorn.Server):
@@ -172,6 +173,11 @@ def start(spec: ConfigSpec) -> Running:
     service = spec.service
     config = build(spec)
     check_run_as(service)
+    if service.store is not None and service.store.startswith("sqlite"):
+        raise ConfigError(
+            "service.store: a SQLite store lives in the data directory (leave service.store out); "
+            "service.store is for PostgreSQL, whose lease keeps one scheduler per store"
+        )
     if service.store is not None:
         open_engine(service.store).dispose()  # a store that cannot be reached: nothing is made
     data_dir = prepare_data_dir(service)
@@ -225,6 +231,11 @@ def shut_down(running: Running) -> None:
     running.stop.set()
     running.loop.wakeup.set()
     running.loop_thread.join(timeout=10)
+    if running.loop_thread.is_alive():
+        # Still acting on a decision: the lock and lease stay held until the process ends.
+        log.error("the control loop did not stop within 10 s; its locks go with the process")
+        running.store.close()
+        return
     if running.lease is not None:
         running.lease.release()
     running.store.close()

@@ -351,3 +351,13 @@ def test_the_guard_names_a_vanished_data_directory_and_a_replaced_store_file(tmp
     data.rmdir()
     assert "identity" in str(guard()) and "cannot be read" in str(guard())
     guard.close()
+
+
+def test_a_guard_that_cannot_check_halts_the_loop(loop: ControlLoop, store: Store) -> None:
+    def broken() -> str | None:
+        raise OSError("the store's server does not answer")
+
+    loop.guard = broken
+    store.submit(JobSpec(["train"], team="vision"), now=0.0)
+    assert not loop.tick(0.0)
+    assert "could not check" in str(loop.halted) and not fake(loop).started

@@ -104,7 +104,10 @@ def test_jobs_as_other_users_need_a_scheduler_that_can_switch_users(tmp_path: Pa
     config.write_text(f"service: {{data_dir: {folder / 'data'}, port: {free_port()}, run_as: submitter}}\n")
     refused = up_once(config, user="65534")
     assert refused.returncode == 2
-    assert "service.run_as: 'submitter' runs jobs as other OS users, which needs root or CAP_" in refused.stderr
+    assert (
+        "service.run_as: 'submitter' runs jobs as other OS users, which needs gpupool up to run as root"
+        in refused.stderr
+    )
     assert "gpupool up --run-as service" in refused.stderr
     assert not (folder / "data").exists(), "nothing is made before the configuration is refused"
     shutil.rmtree(folder)
@@ -154,3 +157,58 @@ def test_a_data_directory_that_vanishes_stops_the_scheduler_loudly(service: Serv
     service.process.terminate()
     out, _ = service.process.communicate(timeout=20)
     assert "gpupool stops deciding: the data directory's identity" in out
+
+
+def test_a_copy_of_a_launcher_run_by_a_user_is_not_taken_for_the_attempt(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("runs a process as another user")
+    from gpupool.executors.proc import owner, recorded_launcher
+
+    folder = tmp_path / "attempt-0"
+    folder.mkdir()
+    fake = Path(tempfile.mkdtemp(prefix="gpupool-fake-")) / "launcher.py"
+    fake.write_text("import time; time.sleep(30)\n")
+    fake.parent.chmod(0o755)
+    mine = owner("s1", 3, 0)
+    copy = subprocess.Popen(
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            str(fake),
+            str(folder),
+            mine,
+        ]
+    )
+    try:
+        wait_for(lambda: str(folder).encode() in Path(f"/proc/{copy.pid}/cmdline").read_bytes())
+        assert recorded_launcher(folder, mine) is None
+    finally:
+        copy.kill()
+        copy.wait()
+        shutil.rmtree(fake.parent)
+
+
+def test_a_sqlite_store_outside_the_data_directory_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "gpupool.yaml"
+    elsewhere = f"sqlite:///{tmp_path / 'shared.db'}"
+    config.write_text(f"service: {{data_dir: {tmp_path / 'data'}, run_as: service, store: '{elsewhere}'}}\n")
+    refused = up_once(config)
+    assert refused.returncode == 2
+    assert "a SQLite store lives in the data directory" in refused.stderr
+
+
+def test_job_folders_of_an_earlier_version_are_closed_up_at_start(tmp_path: Path) -> None:
+    from gpupool.config import ServiceSpec
+    from gpupool.up import prepare_data_dir
+
+    data = tmp_path / "data"
+    (data / "jobs" / "7").mkdir(parents=True)
+    data.chmod(0o700)
+    (data / "jobs").chmod(0o755)
+    (data / "jobs" / "7").chmod(0o755)
+    prepare_data_dir(ServiceSpec(data_dir=str(data), run_as="service"))
+    assert (data / "jobs").stat().st_mode & 0o777 == 0o700
+    assert (data / "jobs" / "7").stat().st_mode & 0o777 == 0o700

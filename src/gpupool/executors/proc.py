@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -97,7 +98,11 @@ def recorded_launcher(attempt_dir: Path, expected_owner: str | None = None) -> t
         at = next((i for i, arg in enumerate(args[:4]) if arg.endswith(b"launcher.py")), None)
         if at is None or args[at + 1 : at + 2] != [wanted]:
             continue
-        if expected_owner is None or args[at + 2 : at + 3] == [expected_owner.encode()]:
+        try:
+            ours = cmdline.parent.stat().st_uid == os.geteuid()  # a user's copy is not a launcher
+        except OSError:
+            continue
+        if ours and (expected_owner is None or args[at + 2 : at + 3] == [expected_owner.encode()]):
             pid = int(cmdline.parent.name)
             started = process_started(pid)
             if started is not None:

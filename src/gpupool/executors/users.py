@@ -4,8 +4,7 @@ Jobs are untrusted code. Under `run_as: submitter` (each gpupool user's jobs run
 user of that name) or `run_as: team` (one OS user per team, `gpupool-<team>` unless
 `job_user` says otherwise), a job cannot read the scheduler's store and tokens, nor another
 user's jobs, their folders or their processes' environment (`/proc/PID/environ` is readable by
-its own user only). The scheduler must then be able to switch users: root, or the capabilities
-in `NEEDED_CAPABILITIES`. `run_as: service` runs jobs as the scheduler's own user: for a
+its own user only). The scheduler must then run as root. `run_as: service` runs jobs as the scheduler's own user: for a
 single-user laptop only, where the jobs may read everything of the scheduler's.
 """
 
@@ -13,20 +12,8 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
-
-NEEDED_CAPABILITIES = {
-    "CAP_CHOWN": 0,
-    "CAP_DAC_READ_SEARCH": 2,
-    "CAP_KILL": 5,
-    "CAP_SETGID": 6,
-    "CAP_SETUID": 7,
-}
-"""What a scheduler not run as root needs to run jobs as other users: give the job its folders
-(chown), read its logs, signal it, and start it as its user. The numbers are the bits of
-/proc/PID/status's CapEff."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,26 +58,10 @@ def lookup(name: str) -> JobUser:
     return JobUser(entry.pw_name, entry.pw_uid, entry.pw_gid, entry.pw_dir)
 
 
-def missing_capabilities() -> list[str]:
-    """What this process lacks to run jobs as other users (nothing for root)."""
-    if os.geteuid() == 0:
-        return []
-    effective = 0
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("CapEff:"):
-                effective = int(line.split()[1], 16)
-    except OSError:
-        pass
-    return [name for name, bit in NEEDED_CAPABILITIES.items() if not effective & (1 << bit)]
-
-
-def switch_command() -> str:
-    """The program that starts a command as another user (util-linux's setpriv)."""
-    found = shutil.which("setpriv")
-    if found is None:
-        raise NoSuchUser("setpriv (Debian package util-linux) is needed to run jobs as other users")
-    return found
+def can_switch_users() -> bool:
+    """Only root: a scheduler given capabilities instead would pass its ambient capabilities
+    on to the jobs it starts as other users (they could become root)."""
+    return os.geteuid() == 0
 
 
 def give(path: Path, user: JobUser | None, mode: int) -> None:
