@@ -20,6 +20,8 @@ import contextlib
 import fcntl
 import logging
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,7 +126,12 @@ class Guard:
     database: Path | None = None
     """The SQLite file, when the store is one: it must stay the file that was opened."""
     lease: StoreLease | None = None
+    every: float = 0.5
+    """Seconds a verdict stands: the loop may tick many times a second under a burst of
+    submissions, and the lease's check is a round trip to the database."""
+    clock: Callable[[], float] = time.monotonic
     _fd: int | None = None
+    _verdict: tuple[float, str | None] | None = None
 
     def __post_init__(self) -> None:
         if self.database is not None:
@@ -133,6 +140,12 @@ class Guard:
             self._fd = os.open(self.database, os.O_RDONLY)
 
     def __call__(self) -> str | None:
+        now = self.clock()
+        if self._verdict is None or now - self._verdict[0] >= self.every:
+            self._verdict = (now, self.check())
+        return self._verdict[1]
+
+    def check(self) -> str | None:
         try:
             found = (self.data_dir / IDENTITY).read_text().strip()
         except OSError as exc:
@@ -142,10 +155,10 @@ class Guard:
         if self.database is not None and self._fd is not None:
             opened = os.fstat(self._fd)
             try:
-                now = self.database.stat()
+                found_file = self.database.stat()
             except OSError as exc:
                 return f"the store's file {self.database} is gone ({exc.strerror}): what is written now would be lost"
-            if opened.st_nlink == 0 or (now.st_dev, now.st_ino) != (opened.st_dev, opened.st_ino):
+            if opened.st_nlink == 0 or (found_file.st_dev, found_file.st_ino) != (opened.st_dev, opened.st_ino):
                 return f"the store's file {self.database} was replaced by another file"
         if self.lease is not None and not self.lease.held() and not self.lease.acquire():
             return "the store's leader lease is lost: another scheduler may lead"

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from hashlib import sha256
 from pathlib import Path
 from typing import BinaryIO
@@ -24,7 +25,7 @@ from typing import BinaryIO
 from gpupool.errors import Conflict, InvalidInput
 from gpupool.executors import Executor, Exit, Handle, Launch
 from gpupool.executors.proc import last_sign_of_life, owner, recorded_exit, recorded_exit_time, recorded_launcher
-from gpupool.executors.users import JobUser, give, job_user_name, lookup
+from gpupool.executors.users import JobUser, give, job_user
 from gpupool.model import Config, JobState, Placement, Plan, Reason
 from gpupool.policy import decide
 from gpupool.store import Store
@@ -80,43 +81,46 @@ class ControlLoop:
     """The reason to wait last recorded for each pending job."""
     stopping: dict[tuple[int, int], float] = field(default_factory=dict)
     """Attempts of cancelled jobs that got SIGTERM, with when they get SIGKILL."""
-    run_as: str = "service"
-    """Whose OS user jobs run as: `submitter`, `team` or `service` (see executors/users.py)."""
     job_user: str | None = None
-    """The OS user's name, from `{user}` and `{team}`; None for the default of `run_as`."""
+    """The name of the OS user jobs run as, `{user}` and `{team}` replaced (from `service.run_as`
+    and `service.job_user`, see executors/users.py); None: the scheduler's own user."""
     guard: Callable[[], str | None] = lambda: None
     """Why the loop must not decide now (its data directory or its store is not the one it
     started with, or another scheduler leads), or None."""
     halted: str | None = None
     """The guard's last answer: while it is not None, nothing is decided nor carried out."""
     _intervals: tuple[float, dict[str, float]] | None = None
-    _identity: StoreIdentityRow | None = None
 
     # --- where an attempt lives on disk -------------------------------------------------------
 
+    @cached_property
+    def identity(self) -> StoreIdentityRow:
+        return self.store.identity()
+
     @property
     def store_id(self) -> str:
-        if self._identity is None:
-            self._identity = self.store.identity()
-        return self._identity.id
+        return self.identity.id
 
     def job_dir(self, job_id: int) -> Path:
         """`jobs/<store id>-<job id>`: a job of another store with the same id never shares
         its checkpoints, logs or exit records (jobs made before store ids keep `jobs/<id>`)."""
-        self.store_id  # noqa: B018 (reads the identity once)
-        assert self._identity is not None
-        if job_id < self._identity.legacy_below:
+        if job_id < self.identity.legacy_below:
             return self.data_dir / "jobs" / str(job_id)
-        return self.data_dir / "jobs" / f"{self._identity.id[:12]}-{job_id}"
+        return self.data_dir / "jobs" / f"{self.identity.id[:12]}-{job_id}"
 
     def attempt_dir(self, job_id: int, attempt: int) -> Path:
         return self.job_dir(job_id) / f"attempt-{attempt}"
 
+    @staticmethod
+    def log_template(job: JobRow, stream: str) -> str | None:
+        """The job's own path for `stdout` or `stderr` (`-o`/`-e`), or None for its folder."""
+        if stream == "stdout" or job.error is None:
+            return job.output  # as sbatch: without -e, errors go where -o says
+        return job.error
+
     def log_file(self, job: JobRow, attempt: int, stream: str) -> Path:
         """Where an attempt's `stdout` or `stderr` goes: the job's `-o`/`-e` path, or its folder."""
-        template = job.output if stream == "stdout" else job.error
-        if template is None and stream == "stderr" and job.output is not None:
-            template = job.output  # as sbatch: without -e, errors go where -o says
+        template = self.log_template(job, stream)
         if template is None:
             return self.attempt_dir(job.id, attempt) / f"{stream}.log"
         expanded = expand_log_path(template, job.id, attempt, job.name, job.array_id, job.array_index)
@@ -127,11 +131,8 @@ class ControlLoop:
         is not the scheduler's chose where its `-o`/`-e` files are: the scheduler never opens
         such a path (a link, a FIFO or a device there would be opened with its rights), so it
         is refused with where to read it; the logs in the job's own folder are served."""
-        template = job.output if stream == "stdout" else job.error
-        if template is None and stream == "stderr":
-            template = job.output
         path = self.log_file(job, attempt, stream)
-        if template is not None and self.run_as != "service":
+        if self.log_template(job, stream) is not None and self.job_user is not None:
             raise Conflict(f"job {job.id} writes its {stream} to {path}, a file of its user's: read it there")
         try:
             return path.open("rb")
@@ -141,9 +142,7 @@ class ControlLoop:
     def check_runnable(self, user: str | None, team: str) -> None:
         """Refuse, at submit, a job no OS user could run: `InvalidInput` saying why."""
         try:
-            name = job_user_name(self.run_as, self.job_user, user, team)
-            if name is not None:
-                lookup(name)
+            job_user(self.job_user, user, team)
         except LookupError as exc:
             raise InvalidInput(f"user: {exc}") from None
 
@@ -323,8 +322,7 @@ class ControlLoop:
 
     def user_of(self, job: JobRow) -> JobUser | None:
         """The OS user the job runs as (None: the scheduler's); raises `NoSuchUser`."""
-        name = job_user_name(self.run_as, self.job_user, job.user, job.team)
-        return lookup(name) if name is not None else None
+        return job_user(self.job_user, job.user, job.team)
 
     def script_file(self, job: JobRow, user: JobUser | None = None) -> Path:
         """The job's batch script as submitted, written once into its folder (its user's only)."""

@@ -28,11 +28,11 @@ from gpupool.config import ConfigError, ConfigSpec, ServiceSpec, build
 from gpupool.executors.gpus import LocalGpus, discover
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.users import can_switch_users
-from gpupool.leader import Guard, NotLeader, StoreLease, claim_data_dir, lock_data_dir
+from gpupool.leader import IDENTITY, Guard, NotLeader, StoreLease, claim_data_dir, lock_data_dir
 from gpupool.model import Config
 from gpupool.service import ControlLoop, token_hash
 from gpupool.store import Store
-from gpupool.store.engine import open_engine, sqlite_url
+from gpupool.store.engine import DATABASE, open_engine, sqlite_url
 
 ADMIN_TOKEN = "admin.token"
 log = logging.getLogger("gpupool.up")
@@ -64,13 +64,12 @@ def prepare_data_dir(service: ServiceSpec) -> Path:
     reach = 0o711 if service.run_as != "service" else 0o700
     if not data_dir.exists():
         data_dir.mkdir(parents=True, mode=0o700)
-        data_dir.chmod(reach)
     info = data_dir.stat()
     if not stat.S_ISDIR(info.st_mode):
         raise ConfigError(f"service.data_dir: {data_dir} is not a folder")
     if info.st_uid != os.geteuid():
         raise ConfigError(f"service.data_dir: {data_dir} belongs to another user (uid {info.st_uid}), not to gpupool's")
-    for path in (data_dir, *(data_dir / name for name in (ADMIN_TOKEN, "gpupool.db", "gpupool.db-wal", "store.id"))):
+    for path in (data_dir, *(data_dir / name for name in (ADMIN_TOKEN, DATABASE, f"{DATABASE}-wal", IDENTITY))):
         if path.exists() and path.stat().st_mode & 0o066:
             mode = stat.S_IMODE(path.stat().st_mode)
             fix = f"chmod {(f'{reach:o}' if path == data_dir else '600')} {path}"
@@ -85,7 +84,7 @@ def prepare_data_dir(service: ServiceSpec) -> Path:
                 f"service.data_dir: jobs run as other users and must reach their folders in {data_dir}, but "
                 f"{closed} is closed to them (chmod o+x {closed}, or use a data_dir such as /var/lib/gpupool)"
             )
-    if not os.access(data_dir, os.W_OK) or not _writable(data_dir):
+    if not _writable(data_dir):
         raise ConfigError(f"service.data_dir: {data_dir} cannot be written (a read-only file system, or no space)")
     data_dir.chmod(reach)
     jobs = data_dir / "jobs"
@@ -204,7 +203,7 @@ def _start(spec: ConfigSpec, config: Config, data_dir: Path, lock: int) -> Runni
     store.sync_config(config)
     gpus = discover(socket.gethostname(), service.virtual_gpus)
     store.set_nodes([gpus.node], virtual=gpus.virtual)
-    database = data_dir / "gpupool.db" if service.store is None else None
+    database = data_dir / DATABASE if service.store is None else None
     loop = ControlLoop(
         store,
         config,
@@ -212,8 +211,7 @@ def _start(spec: ConfigSpec, config: Config, data_dir: Path, lock: int) -> Runni
         data_dir,
         service.url,
         service.interval,
-        run_as=service.run_as,
-        job_user=service.job_user,
+        job_user=service.job_user_template,
         guard=Guard(data_dir, identity.id, database, lease),
     )
     loop.executor = LocalExecutor(on_exit=loop.wakeup.set, store_id=identity.id)

@@ -16,7 +16,7 @@ def api(tmp_path: Path) -> Iterator[Api]:
 
 
 def test_a_job_no_os_user_could_run_is_refused_at_submit(api: Api) -> None:
-    api.loop.run_as = "submitter"
+    api.loop.job_user = "{user}"
     body = {"command": ["true"], "workdir": str(api.workdir), "user": "no-such-os-user-here"}
     refused = api.client.post("/jobs", json=body, headers=auth(ADMIN))
     assert refused.status_code == 400, refused.text
@@ -31,7 +31,7 @@ def test_a_log_file_of_the_jobs_choosing_is_never_opened_by_the_scheduler_for_an
     api.loop.tick(100.0)
     shown = api.client.get(f"/jobs/{job['id']}/logs", headers=auth(ADMIN))
     assert shown.text == "not the job's to show\n"  # run_as service: the scheduler's own files
-    api.loop.run_as = "team"  # the path is the job's user's to choose: a link, a FIFO, a device
+    api.loop.job_user = "gpupool-{team}"  # the path is the job's user's to choose: a link, a FIFO, a device
     refused = api.client.get(f"/jobs/{job['id']}/logs", headers=auth(ADMIN))
     assert refused.status_code == 409, refused.text
     assert "a file of its user's: read it there" in refused.json()["message"]

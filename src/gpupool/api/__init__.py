@@ -38,7 +38,7 @@ from gpupool.api import access, limits
 from gpupool.api.access import JOB_RULES, Principal, Rule
 from gpupool.api.batching import SubmissionWriter
 from gpupool.api.errors import install, responses
-from gpupool.api.logs import read_from, read_part
+from gpupool.api.logs import read_part
 from gpupool.api.models import (
     AccountOut,
     AttemptOut,
@@ -67,7 +67,7 @@ from gpupool.store import DEFAULT_TEAM, JobSpec, Store
 from gpupool.store.jobs import DuplicateSubmission
 from gpupool.store.schema import JobRow
 
-__all__ = ["Context", "Principal", "create_app", "read_from"]
+__all__ = ["Context", "Principal", "create_app"]
 
 Id = Annotated[int, Field(ge=0, le=limits.INT32)]
 JobId = Annotated[int, PathParam(ge=0, le=limits.INT32, description="The job's id.")]
@@ -360,10 +360,8 @@ def create_app(ctx: Context) -> FastAPI:
         where to read next (a character cut at the end of the file is left for the next read)."""
         job = ctx.store.job(job_id)
         number = attempt if attempt is not None else job.attempts - 1
-        if number < 0:
-            return PlainTextResponse("", headers={"X-Next-Offset": str(offset), "X-Log-Size": "0"})
-        # The service opens it: a file the job chose is shown only if the job's user owns it.
-        reader = ctx.loop.open_log(job, number, stream)
+        # The service opens it: a file a job of another OS user chose is never opened (a 409).
+        reader = ctx.loop.open_log(job, number, stream) if number >= 0 else None
         if reader is None:
             return PlainTextResponse("", headers={"X-Next-Offset": str(offset), "X-Log-Size": "0"})
         try:

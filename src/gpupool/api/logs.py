@@ -3,25 +3,9 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import BinaryIO
 
 from gpupool.api import limits
-
-
-def read_from(path: Path, offset: int) -> tuple[str, int]:
-    """The text of `path` from byte `offset`, and the offset after it (see `read_log`)."""
-    text, following, _ = read_log(path, offset)
-    return text, following
-
-
-def read_log(path: Path, offset: int, most: int | None = None) -> tuple[str, int, int]:
-    """`read_part` of the file at `path`; a file not there yet is empty."""
-    try:
-        with path.open("rb") as stream:
-            return read_part(stream, offset, most)
-    except FileNotFoundError:
-        return "", offset, 0
 
 
 def read_part(stream: BinaryIO, offset: int, most: int | None = None) -> tuple[str, int, int]:

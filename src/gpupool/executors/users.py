@@ -4,8 +4,9 @@ Jobs are untrusted code. Under `run_as: submitter` (each gpupool user's jobs run
 user of that name) or `run_as: team` (one OS user per team, `gpupool-<team>` unless
 `job_user` says otherwise), a job cannot read the scheduler's store and tokens, nor another
 user's jobs, their folders or their processes' environment (`/proc/PID/environ` is readable by
-its own user only). The scheduler must then run as root. `run_as: service` runs jobs as the scheduler's own user: for a
-single-user laptop only, where the jobs may read everything of the scheduler's.
+its own user only). The scheduler must then run as root. `run_as: service` runs jobs as the
+scheduler's own user: for a single-user laptop only, where the jobs may read everything of the
+scheduler's.
 """
 
 from __future__ import annotations
@@ -23,26 +24,22 @@ class JobUser:
     gid: int
     home: str
 
-    @property
-    def ids(self) -> str:
-        return f"{self.uid}:{self.gid}"
-
 
 class NoSuchUser(LookupError):
     """The OS user a job should run as does not exist or may not run jobs."""
 
 
-def job_user_name(run_as: str, template: str | None, user: str | None, team: str) -> str | None:
-    """The name of the OS user a job runs as; None when it runs as the scheduler's user."""
-    if run_as == "service":
+def job_user(template: str | None, user: str | None, team: str) -> JobUser | None:
+    """The OS user a job of `user` in `team` runs as, from the configuration's name template
+    (`ServiceSpec.job_user_template`); None when jobs run as the scheduler's own user."""
+    if template is None:
         return None
-    if run_as == "submitter" and not user:
+    if "{user}" in template and not user:
         raise NoSuchUser(
             "this pool runs jobs as the user who submits them (service.run_as: submitter), and this "
             "job names no user: submit with a user's token, or give the user with the admin's"
         )
-    default = "{user}" if run_as == "submitter" else "gpupool-{team}"
-    return (template or default).format(user=user or "", team=team)
+    return lookup(template.format(user=user or "", team=team))
 
 
 def lookup(name: str) -> JobUser:

@@ -223,16 +223,16 @@ class AttemptsStore(StoreBase):
             return self.end_in(s, job_id, attempt, exit_code, now, ran_until=ran_until, why=why)
 
     def end_attempts(
-        self, ended: Sequence[tuple[int, int, int | None] | tuple[int, int, int | None, str | None]], now: float
+        self, ended: Sequence[tuple[int, int, int | None, str | None]], now: float
     ) -> list[JobState | None]:
-        """`end_attempt` for (job, attempt, exit code[, why]) of many attempts in one
-        transaction; None for an attempt that is not live (its end was recorded already)."""
+        """`end_attempt` for (job, attempt, exit code, why) of many attempts in one transaction;
+        None for an attempt that is not live (its end was recorded already)."""
         states: list[JobState | None] = []
         with self.transaction() as s:
-            for job_id, attempt, exit_code, *why in ended:
+            for job_id, attempt, exit_code, why in ended:
                 try:
                     with s.begin_nested():  # a refused end leaves nothing half-written
-                        states.append(self.end_in(s, job_id, attempt, exit_code, now, why=why[0] if why else None))
+                        states.append(self.end_in(s, job_id, attempt, exit_code, now, why=why))
                 except Conflict:
                     states.append(None)
         return states

@@ -26,8 +26,12 @@ CONNECT_TIMEOUT = 10
 """Seconds a PostgreSQL connection may take to be made."""
 
 
+DATABASE = "gpupool.db"
+"""The SQLite store's file in the data directory."""
+
+
 def sqlite_url(data_dir: Path) -> str:
-    return f"sqlite:///{data_dir / 'gpupool.db'}"
+    return f"sqlite:///{data_dir / DATABASE}"
 
 
 def masked(url: str) -> str:
