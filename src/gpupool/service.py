@@ -9,6 +9,7 @@ Decisions are recorded in the store before the executor acts on them; after a cr
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -201,6 +202,10 @@ class ControlLoop:
         self.unrecorded.extend(self.executor.poll())
         ended, self.unrecorded = self.unrecorded, []
         try:
+            for never in [e for e in ended if not e.started]:
+                with contextlib.suppress(Conflict):  # recorded already: no longer live
+                    self.store.retry_launch(never.job_id, never.attempt, now, never.why or "not started")
+            ended = [e for e in ended if e.started]
             states = self.store.end_attempts([(e.job_id, e.attempt, e.exit_code, e.why) for e in ended], now)
         except Exception:
             self.unrecorded = ended

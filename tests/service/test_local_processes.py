@@ -162,3 +162,29 @@ def test_a_fresh_store_on_an_old_data_directory_shares_no_job_folder(tmp_path: P
     (folder / "exit.json").write_text(f'{{"exit_code": 3, "owner": "{owner(loops[0].store_id, 1, 0)}"}}')
     assert recorded_exit(folder, owner(loops[0].store_id, 1, 0)) == 3
     assert recorded_exit(folder, owner(loops[1].store_id, 1, 0)) is None, "another store's record is not taken"
+
+
+def test_a_command_the_launcher_cannot_start_for_the_schedulers_reasons_is_not_the_jobs_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import io
+    import json
+
+    from gpupool.executors import launcher
+    from gpupool.executors.local import LocalExecutor
+    from gpupool.executors.proc import owner
+
+    def no_fork(*_args: object, **_kwargs: object) -> None:
+        raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    monkeypatch.setattr("subprocess.Popen", no_fork)
+    monkeypatch.setattr("sys.stdin", io.StringIO("{}"))
+    mine = owner("s1", 4, 0)
+    code = launcher.main([str(tmp_path), mine, "-", "/", "/dev/null", "/dev/null", "true"])
+    assert code == launcher.NOT_STARTED
+    assert json.loads((tmp_path / "exit.json").read_text())["not_started"].startswith("[Errno 11]")
+    executor = LocalExecutor(store_id="s1")
+    executor.dirs[(4, 0)] = tmp_path
+    ended = executor._exit((4, 0), code)
+    assert (ended.started, ended.exit_code) == (False, None) and "Resource temporarily" in str(ended.why)

@@ -364,3 +364,16 @@ def test_a_guard_that_cannot_check_halts_the_loop(loop: ControlLoop, store: Stor
     store.submit(JobSpec(["train"], team="vision"), now=0.0)
     assert not loop.tick(0.0)
     assert "could not check" in str(loop.halted) and not fake(loop).started
+
+
+def test_an_attempt_its_launcher_could_not_start_goes_back_in_line_uncharged(loop: ControlLoop, store: Store) -> None:
+    from gpupool.executors import Exit
+
+    job = store.submit(JobSpec(["train"], team="vision", max_failures=0), now=0.0)
+    loop.tick(0.0)
+    fake(loop).alive.clear()
+    fake(loop).ended.append(Exit(job.id, 0, None, "[Errno 28] No space left on device", started=False))
+    loop.tick(1.0)
+    row = store.job(job.id)
+    assert (row.state, row.failures, row.launch_failures) == (JobState.PENDING.value, 0, 1)
+    assert "No space left on device" in store.events(job_id=job.id)[-1].message

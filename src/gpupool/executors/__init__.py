@@ -52,6 +52,9 @@ class Exit:
     """None when the process is gone and its status could not be read."""
     why: str | None = None
     """What went wrong before the command started, when the launcher said."""
+    started: bool = True
+    """False when the command was never started, for the scheduler's reasons (no space, no
+    process to fork): not the job's failure, so it is tried again after a back-off."""
 
 
 class Executor(Protocol):

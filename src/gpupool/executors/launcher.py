@@ -31,9 +31,30 @@ def write(path: str, record: dict[str, object]) -> None:
     os.replace(path + ".tmp", path)
 
 
+NOT_STARTED = 200
+"""The launcher's exit code when the command could not be started for the scheduler's reasons
+(its exit record then says `not_started` and why)."""
+
+
 def main(argv: list[str]) -> int:
     folder, owner, user, workdir, stdout, stderr, *command = argv
     env = json.loads(sys.stdin.read())
+    try:
+        child = start(folder, owner, user, [workdir, stdout, stderr, *command], env)
+    except OSError as exc:
+        # No space for a record, no process to fork: the scheduler's trouble, not the job's.
+        write(os.path.join(folder, "exit.json"), {"exit_code": None, "not_started": str(exc), "owner": owner})
+        return NOT_STARTED
+    code: int = child.wait()
+    if code < 0:
+        code = 128 - code  # killed by a signal: as a shell reports it
+    write(os.path.join(folder, "exit.json"), {"exit_code": code, "owner": owner})
+    return code
+
+
+def start(folder: str, owner: str, user: str, arguments: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Record the launcher, then start the command (`arguments`: workdir, stdout, stderr, the
+    command) as `user`."""
     with open("/proc/self/stat") as stat:
         started = stat.read().rsplit(")", 1)[1].split()[19]
     write(os.path.join(folder, "launcher.json"), {"pid": os.getpid(), "started": started, "owner": owner})
@@ -42,8 +63,8 @@ def main(argv: list[str]) -> int:
     if user != "-":
         entry = pwd.getpwnam(user)
         uid, gid, groups = entry.pw_uid, entry.pw_gid, os.getgrouplist(entry.pw_name, entry.pw_gid)
-    child = subprocess.Popen(
-        ["/bin/sh", "-c", AS_JOB, "job", workdir, stdout, stderr, *command],
+    return subprocess.Popen(
+        ["/bin/sh", "-c", AS_JOB, "job", *arguments],
         env=env,
         stdin=subprocess.DEVNULL,
         cwd="/",
@@ -52,11 +73,6 @@ def main(argv: list[str]) -> int:
         group=gid,
         extra_groups=groups,
     )
-    code: int = child.wait()
-    if code < 0:
-        code = 128 - code  # killed by a signal: as a shell reports it
-    write(os.path.join(folder, "exit.json"), {"exit_code": code, "owner": owner})
-    return code
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpupool.executors import Exit, Handle, Launch
-from gpupool.executors.proc import launch_error, owner, process_started, recorded_exit
+from gpupool.executors.proc import launch_error, not_started, owner, process_started, recorded_exit
 from gpupool.executors.users import give
 
 Key = tuple[int, int]
@@ -121,7 +121,11 @@ class LocalExecutor:
         """How an attempt ended: its launcher's record (the command's status), else what the
         process returned; and, for a failure, what the launcher said went wrong."""
         folder = self.dirs[key]
-        recorded = recorded_exit(folder, owner(self.store_id, *key))
+        mine = owner(self.store_id, *key)
+        trouble = not_started(folder, mine)
+        if trouble is not None:
+            return Exit(*key, None, trouble, started=False)
+        recorded = recorded_exit(folder, mine)
         status = recorded if recorded is not None else code
         return Exit(*key, status, launch_error(folder) if status not in (0, None) else None)
 

@@ -49,6 +49,13 @@ def recorded_exit(attempt_dir: Path, expected_owner: str | None = None) -> int |
     return code if isinstance(code, int) else None
 
 
+def not_started(attempt_dir: Path, expected_owner: str | None = None) -> str | None:
+    """Why the launcher could not start the command for the scheduler's reasons, if it says so."""
+    data = _record(attempt_dir / "exit.json", expected_owner)
+    why = data.get("not_started") if data is not None else None
+    return str(why) if why is not None else None
+
+
 def launch_error(attempt_dir: Path) -> str | None:
     """What the launcher said went wrong before the command started (a log it could not open),
     in one line, if anything."""
