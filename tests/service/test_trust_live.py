@@ -147,8 +147,15 @@ def test_a_data_directory_that_vanishes_stops_the_scheduler_loudly(service: Serv
     headers = {"Authorization": f"Bearer {token}"}
     url = f"http://127.0.0.1:{service.port}"
     shutil.rmtree(service.data)
-    wait_for(lambda: httpx.get(f"{url}/health").status_code == 503)
-    assert "the scheduler has stopped deciding" in httpx.get(f"{url}/health").json()["store"]
+
+    def halted() -> bool:
+        # Before the guard's next look, the store itself may fail (its files are gone) and
+        # answer 503 for that; what must come, and stay, is the halt.
+        answer = httpx.get(f"{url}/health")
+        return answer.status_code == 503 and "the scheduler has stopped deciding" in answer.json()["store"]
+
+    wait_for(halted)
+    assert halted()
     body = {"command": ["true"], "priority": "low", "workdir": "/tmp"}
     refused = httpx.post(f"{url}/jobs", json=body, headers=headers)
     assert refused.status_code == 503, refused.text
