@@ -108,7 +108,8 @@ def read_store(database: Path) -> StoreRows:
             [
                 Attempt(*r)
                 for r in connection.execute(
-                    "SELECT job_id, attempt, started_at, ended_at, pid, restored_step, outcome, notice_at FROM attempts"
+                    "SELECT job_id, attempt, started_at, ended_at, json_extract(handle, '$.pid'), restored_step,"
+                    " outcome, notice_at FROM attempts"
                 )
             ],
             [

@@ -364,6 +364,7 @@ def logs(
     ] = False,
     attempt: Annotated[int | None, typer.Option(help="Attempt number (default: the latest; -f follows each).")] = None,
     stderr: Annotated[bool, typer.Option("--stderr", help="Standard error instead of output.")] = False,
+    rank: Annotated[int, typer.Option(min=0, help="Which member of a multi-node job (0 writes -o/-e).")] = 0,
     config: ConfigOption = None,
     api: ApiOption = None,
 ) -> None:
@@ -382,7 +383,7 @@ def logs(
         few MiB at most: ask again while the file has more)."""
         nonlocal offset
         while True:
-            text, following, size = call(api_client.log_part, job["id"], number, stream, offset)
+            text, following, size = call(api_client.log_part, job["id"], number, stream, offset, rank)
             console.out(text, end="", highlight=False)
             advanced, offset = following > offset, following
             if not advanced or offset >= size:

@@ -122,15 +122,19 @@ class Client:
         job: dict[str, Any] = self.request("POST", f"/jobs/{job_id}/cancel")
         return job
 
-    def logs(self, job_id: int, attempt: int | None, stream: str, offset: int) -> tuple[str, int]:
-        """The output from byte `offset` on (as much as one answer holds), and the offset to
-        read from next."""
-        text, following, _ = self.log_part(job_id, attempt, stream, offset)
+    def logs(self, job_id: int, attempt: int | None, stream: str, offset: int, rank: int = 0) -> tuple[str, int]:
+        """The output of a member of the gang (`rank`) from byte `offset` on (as much as one
+        answer holds), and the offset to read from next."""
+        text, following, _ = self.log_part(job_id, attempt, stream, offset, rank)
         return text, following
 
-    def log_part(self, job_id: int, attempt: int | None, stream: str, offset: int) -> tuple[str, int, int]:
+    def log_part(
+        self, job_id: int, attempt: int | None, stream: str, offset: int, rank: int = 0
+    ) -> tuple[str, int, int]:
         """`logs`, and the file's size when it was read: less than the next offset means more."""
         params: dict[str, Any] = {"stream": stream, "offset": offset}
+        if rank:
+            params["rank"] = rank
         if attempt is not None:
             params["attempt"] = attempt
         response = self.send("GET", f"/jobs/{job_id}/logs", params=params)

@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 from gpupool.errors import Conflict, InvalidInput
-from gpupool.executors import Executor, Exit, Handle, Launch
-from gpupool.executors.proc import last_sign_of_life, owner, recorded_exit, recorded_exit_time, recorded_launcher
+from gpupool.executors import Executor, Exit, Key, Launch, Recorded, Started, members_of
 from gpupool.executors.users import JobUser, give, job_user
-from gpupool.model import Config, JobState, Placement, Plan, Reason
+from gpupool.model import Config, JobState, Node, Placement, Plan, Reason
 from gpupool.policy import decide
 from gpupool.store import Store
 from gpupool.store.attempts import run_time
@@ -73,14 +72,18 @@ class ControlLoop:
     """After a wake-up, how long to let more events arrive so that a burst makes one decision."""
     wakeup: threading.Event = field(default_factory=threading.Event)
     retry_at: float | None = None
-    killed: set[tuple[int, int]] = field(default_factory=set)
+    killed: set[Key] = field(default_factory=set)
     unrecorded: list[Exit] = field(default_factory=list)
+    """Exits the executor reported that the store has not taken yet."""
+    unmarked: list[Key] = field(default_factory=list)
+    """Attempts the executor reported running that the store has not taken yet."""
     deadlines: list[float] = field(default_factory=list)
     """Notice and cancel deadlines still to come, as of the last tick: when to wake up."""
-    """Exits the executor reported that the store has not taken yet."""
+    nodes_seen: list[tuple[Node, bool]] | None = None
+    """The executor's nodes as last written to the store."""
     told: dict[str, tuple[Reason, str]] = field(default_factory=dict)
     """The reason to wait last recorded for each pending job."""
-    stopping: dict[tuple[int, int], float] = field(default_factory=dict)
+    stopping: dict[Key, float] = field(default_factory=dict)
     """Attempts of cancelled jobs that got SIGTERM, with when they get SIGKILL."""
     job_user: str | None = None
     """The name of the OS user jobs run as, `{user}` and `{team}` replaced (from `service.run_as`
@@ -127,13 +130,16 @@ class ControlLoop:
         expanded = expand_log_path(template, job.id, attempt, job.name, job.array_id, job.array_index)
         return Path(job.workdir) / expanded
 
-    def open_log(self, job: JobRow, attempt: int, stream: str) -> BinaryIO | None:
-        """The attempt's log, open for reading, or None if there is none yet. A job whose user
+    def open_log(self, job: JobRow, attempt: int, stream: str, rank: int = 0) -> BinaryIO | None:
+        """A member's log, open for reading, or None if there is none yet. A job whose user
         is not the scheduler's chose where its `-o`/`-e` files are: the scheduler never opens
         such a path (a link, a FIFO or a device there would be opened with its rights), so it
-        is refused with where to read it; the logs in the job's own folder are served."""
+        is refused with where to read it; the logs in the job's own folder come from the
+        executor, wherever the member ran."""
+        if self.log_template(job, stream) is None or rank != 0:
+            return self.executor.logs(job.id, attempt, rank, stream, self.attempt_dir(job.id, attempt))
         path = self.log_file(job, attempt, stream)
-        if self.log_template(job, stream) is not None and self.job_user is not None:
+        if self.job_user is not None:
             raise Conflict(f"job {job.id} writes its {stream} to {path}, a file of its user's: read it there")
         try:
             return path.open("rb")
@@ -154,7 +160,8 @@ class ControlLoop:
         Returns whether anything changed. Nothing at all while the guard says not to."""
         if not self.guarded(now):
             return False
-        changed = self.reap(now)
+        changed = self.sync_nodes()
+        changed |= self.reap(now)
         self.enforce_deadlines(now)
         changed |= self.store.settle_dependencies(now)
         snapshot, holds = self.store.snapshot_with_holds(now)
@@ -197,9 +204,26 @@ class ControlLoop:
             self.reconcile(now)
         return reason is None
 
+    def sync_nodes(self) -> bool:
+        """The executor's nodes into the store when they change: one that joined is used at
+        this decision, one that left leaves the pool."""
+        nodes = [(state.node, state.virtual) for state in self.executor.nodes()]
+        if nodes == self.nodes_seen:
+            return False
+        changed = self.store.sync_nodes(nodes)
+        if changed and self.nodes_seen is not None:
+            log.warning("the pool's nodes changed: %s", ", ".join(f"{n.name} ({n.gpus} GPUs)" for n, _ in nodes))
+        self.nodes_seen = list(nodes)
+        return changed
+
     def reap(self, now: float) -> bool:
-        # Exits stay here until the store has them: the executor reports each one only once.
-        self.unrecorded.extend(self.executor.poll())
+        # Reports stay here until the store has them: the executor gives each one only once.
+        progress = self.executor.poll()
+        self.unrecorded.extend(progress.ended)
+        self.unmarked.extend(progress.running)
+        if self.unmarked:
+            self.store.mark_started([(*key, None, True, "") for key in self.unmarked], now)
+            self.unmarked = []
         ended, self.unrecorded = self.unrecorded, []
         try:
             for never in [e for e in ended if not e.started]:
@@ -215,7 +239,7 @@ class ControlLoop:
             self.stopping.pop((exit.job_id, exit.attempt), None)
             if state is None:
                 log.warning("job %s attempt %s ended but is not live in the store", exit.job_id, exit.attempt)
-        return bool(ended)
+        return bool(ended or progress.running)
 
     def enforce_deadlines(self, now: float) -> None:
         """Kill attempts past their notice deadline; stop those of cancelled jobs (SIGTERM,
@@ -273,7 +297,7 @@ class ControlLoop:
                 log.warning("job %s could not start: %s", job.id, exc)
                 self.store.end_attempt(job.id, job.attempts - 1, 127, now, why=f"could not start: {exc}"[:500])
         if launched:
-            self.store.mark_all_running(launched, now)
+            self.store.mark_started(launched, now)
 
     def interruption_intervals(self, now: float) -> dict[str, float]:
         """Per class, the mean running time between unannounced interruptions over the last
@@ -284,10 +308,9 @@ class ControlLoop:
 
     def launch(
         self, job: JobRow, placement: Placement, token: str, interruption_interval: float | None = None
-    ) -> tuple[int, int, int, str]:
-        """Start the job's newest attempt; returns what `mark_all_running` records of it."""
+    ) -> tuple[int, int, dict[str, object], bool, str]:
+        """Start the job's newest attempt; returns what `mark_started` records of it."""
         attempt = job.attempts - 1
-        gpus = {a.node: list(a.gpus) for a in placement}
         attempt_dir = self.attempt_dir(job.id, attempt)
         user = self.user_of(job)
         checkpoints = self.job_dir(job.id) / "checkpoints"
@@ -308,7 +331,6 @@ class ControlLoop:
             "GPUPOOL_NOTICE_FILE": str(attempt_dir / "notice"),
             "GPUPOOL_API": self.api_url,
             "GPUPOOL_TOKEN": token,
-            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for ids in gpus.values() for g in ids),
         }
         if interruption_interval is not None:
             env["GPUPOOL_INTERRUPTION_INTERVAL"] = f"{interruption_interval:.0f}"
@@ -321,9 +343,10 @@ class ControlLoop:
             for path in (stdout, stderr):
                 if inside(path, self.data_dir) and not inside(path, attempt_dir):
                     raise ValueError(f"{path} is in the scheduler's data directory")
-        launch = Launch(job.id, attempt, command, Path(job.workdir), env, attempt_dir, gpus, stdout, stderr, user)
-        handle = self.executor.start(launch)
-        return (job.id, attempt, handle.pid, handle.started)
+        members = members_of(placement)
+        launch = Launch(job.id, attempt, command, Path(job.workdir), env, attempt_dir, members, stdout, stderr, user)
+        started = self.executor.start(launch)
+        return (job.id, attempt, started.handle, started.running, started.where)
 
     def user_of(self, job: JobRow) -> JobUser | None:
         """The OS user the job runs as (None: the scheduler's); raises `NoSuchUser`."""
@@ -354,24 +377,26 @@ class ControlLoop:
 
     def reconcile_one(self, attempt: AttemptRow, now: float) -> None:
         key = (attempt.job_id, attempt.attempt)
-        attempt_dir = self.attempt_dir(*key)
-        mine = owner(self.store_id, *key)
-        known = (attempt.pid, attempt.pid_started) if attempt.pid is not None else recorded_launcher(attempt_dir, mine)
-        if known is None or not self.executor.adopt(*key, Handle(known[0], known[1] or ""), attempt_dir):
-            # It ended while nobody watched: its time limit is charged up to when it ended (the
-            # launcher's exit record), or its last sign of life when there is none.
-            ended = recorded_exit_time(attempt_dir)
-            if ended is None:
-                job = self.store.job(attempt.job_id)
-                logs = [self.log_file(job, attempt.attempt, stream) for stream in ("stdout", "stderr")]
-                ended = last_sign_of_life(attempt_dir, logs, attempt.last_heartbeat_at or attempt.started_at)
-            self.store.end_attempt(*key, recorded_exit(attempt_dir, mine), now, ran_until=ended)
-            return
-        if self.store.job(attempt.job_id).state == JobState.STARTING.value:
-            self.store.mark_running(*key, known[0], known[1] or "", now)
-        if attempt.notice_deadline is not None and not (attempt_dir / "notice").exists():
-            # The notice was recorded, but the scheduler died before it was given.
-            self.executor.notify(*key, attempt.notice_deadline)
+        job = self.store.job(attempt.job_id)
+        recorded = Recorded(
+            *key,
+            attempt.handle,
+            self.attempt_dir(*key),
+            tuple(self.log_file(job, attempt.attempt, stream) for stream in ("stdout", "stderr")),
+            attempt.last_heartbeat_at or attempt.started_at,
+            attempt.notice_deadline,
+        )
+        found = self.executor.adopt(recorded)
+        if isinstance(found, Started):
+            if attempt.handle is None or (found.running and job.state == JobState.STARTING.value):
+                self.store.mark_started([(*key, found.handle, found.running, found.where)], now)
+        elif not found.started:
+            self.store.retry_launch(*key, now, found.why or "not started")
+        else:
+            # It ended while nobody watched: its time limit is charged up to when it ended, as
+            # far as the executor can tell.
+            ended = found.ended_at if found.ended_at is not None else recorded.since
+            self.store.end_attempt(*key, found.exit_code, now, why=found.why, ran_until=ended)
 
     def next_wakeup(self, now: float) -> float:
         times = [now + self.interval, *self.deadlines]

@@ -12,11 +12,15 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
 
-from gpupool.executors import Exit, Handle, Launch
+from gpupool.executors import Exit, Launch, NodeState, Progress, Recorded, Started
 from gpupool.model import Allocation, Job, Node, Notice, Placement, Plan, RunningJob
+
+if TYPE_CHECKING:
+    from gpupool.store import Store
 
 
 def pool(
@@ -84,20 +88,40 @@ def summary(plan: Plan) -> list[tuple[object, ...]]:
 
 class FakeExecutor:
     """An executor without processes: it records what it was told, and a test ends attempts
-    with `finish(job, attempt, exit_code)`."""
+    with `finish(job, attempt, exit_code)`. With `gang_waits`, a started attempt runs only once
+    the test says so (`run(job, attempt)`), as a gang waiting for its placement would. Its
+    nodes are `pool` when a test sets it, else those the test put in `store`."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, store: Store | None = None, pool: Sequence[Node] | None = None, gang_waits: bool = False
+    ) -> None:
+        self.store = store
+        self.pool = pool
+        self.gang_waits = gang_waits
         self.started: list[Launch] = []
         self.notified: list[tuple[int, int, float]] = []
         self.killed: list[tuple[int, int]] = []
         self.alive: set[tuple[int, int]] = set()
         self.ended: list[Exit] = []
+        self.now_running: list[tuple[int, int]] = []
         self.pids = iter(range(1000, 10**9))
+        self.adopted: list[Recorded] = []
 
-    def start(self, launch: Launch) -> Handle:
+    def nodes(self) -> list[NodeState]:
+        if self.pool is not None:
+            return [NodeState(node) for node in self.pool]
+        if self.store is None:
+            return []
+        return [NodeState(Node(n.name, n.gpus, n.gpu_type, n.team), n.virtual) for n in self.store.nodes()]
+
+    def start(self, launch: Launch) -> Started:
         self.started.append(launch)
         self.alive.add((launch.job_id, launch.attempt))
-        return Handle(next(self.pids), "0")
+        pid = next(self.pids)
+        return Started({"pid": pid}, not self.gang_waits, f"as pid {pid}")
+
+    def run(self, job_id: int, attempt: int) -> None:
+        self.now_running.append((job_id, attempt))
 
     def notify(self, job_id: int, attempt: int, deadline: float) -> None:
         self.notified.append((job_id, attempt, deadline))
@@ -106,17 +130,27 @@ class FakeExecutor:
         self.killed.append((job_id, attempt))
         self.finish(job_id, attempt, -9)
 
-    def finish(self, job_id: int, attempt: int, exit_code: int | None) -> None:
+    def finish(self, job_id: int, attempt: int, exit_code: int | None, *, started: bool = True) -> None:
         if (job_id, attempt) in self.alive:
             self.alive.discard((job_id, attempt))
-            self.ended.append(Exit(job_id, attempt, exit_code))
+            self.ended.append(Exit(job_id, attempt, exit_code, started=started))
 
-    def poll(self) -> list[Exit]:
-        ended, self.ended = self.ended, []
-        return ended
+    def poll(self) -> Progress:
+        progress = Progress(self.now_running, self.ended)
+        self.now_running, self.ended = [], []
+        return progress
 
-    def adopt(self, job_id: int, attempt: int, handle: Handle, attempt_dir: Path) -> bool:
-        return (job_id, attempt) in self.alive
+    def adopt(self, recorded: Recorded) -> Started | Exit:
+        self.adopted.append(recorded)
+        if (recorded.job_id, recorded.attempt) in self.alive:
+            return Started(recorded.handle or {}, True, "adopted")
+        return Exit(recorded.job_id, recorded.attempt, None)
+
+    def logs(self, job_id: int, attempt: int, rank: int, stream: str, attempt_dir: Path) -> BinaryIO | None:
+        try:
+            return (attempt_dir / f"{stream}.log").open("rb") if rank == 0 else None
+        except OSError:
+            return None
 
 
 def kill_attempts(data_dir: Path) -> None:

@@ -25,6 +25,7 @@ import uvicorn
 
 from gpupool.api import Context, create_app
 from gpupool.config import ConfigError, ConfigSpec, ServiceSpec, build
+from gpupool.executors import NodeState
 from gpupool.executors.gpus import LocalGpus, discover
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.users import can_switch_users
@@ -202,19 +203,20 @@ def _start(spec: ConfigSpec, config: Config, data_dir: Path, lock: int) -> Runni
     claim_data_dir(data_dir, identity.id, fresh_store=identity.legacy_below == 1)
     store.sync_config(config)
     gpus = discover(socket.gethostname(), service.virtual_gpus)
-    store.set_nodes([gpus.node], virtual=gpus.virtual)
+    node = NodeState(gpus.node, gpus.virtual)
     database = data_dir / DATABASE if service.store is None else None
     loop = ControlLoop(
         store,
         config,
-        LocalExecutor(),
+        LocalExecutor(node),
         data_dir,
         service.url,
         service.interval,
         job_user=service.job_user_template,
         guard=Guard(data_dir, identity.id, database, lease),
     )
-    loop.executor = LocalExecutor(on_exit=loop.wakeup.set, store_id=identity.id)
+    loop.executor = LocalExecutor(node, on_exit=loop.wakeup.set, store_id=identity.id)
+    loop.sync_nodes()
     app = create_app(Context(store, loop, token_hash(admin_token(data_dir))))
     listening = socket.create_server((service.host, service.port), reuse_port=False)
     server = Server(uvicorn.Config(app, host=service.host, port=service.port, log_level="warning", lifespan="off"))

@@ -64,7 +64,7 @@ class Api:
 def make_api(store: Store, tmp_path: Path) -> Api:
     store.sync_config(CONFIG)
     store.set_nodes([Node("gpu0", 4, "virtual")], virtual=True)
-    loop = ControlLoop(store, CONFIG, FakeExecutor(), tmp_path / "data")
+    loop = ControlLoop(store, CONFIG, FakeExecutor(store), tmp_path / "data")
     now = [100.0]
     app = create_app(Context(store, loop, token_hash(ADMIN), clock=lambda: now[0]))
     workdir = tmp_path / "work"

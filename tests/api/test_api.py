@@ -23,7 +23,7 @@ def setup(tmp_path: Path) -> Iterator[tuple[TestClient, Store, ControlLoop]]:
     store = Store.open(f"sqlite:///{tmp_path / 'gpupool.db'}")
     store.sync_config(CONFIG)
     store.set_nodes([Node("gpu0", 4, "virtual")], virtual=True)
-    loop = ControlLoop(store, CONFIG, FakeExecutor(), tmp_path / "data")
+    loop = ControlLoop(store, CONFIG, FakeExecutor(store), tmp_path / "data")
     now = [100.0]
     client = TestClient(create_app(Context(store, loop, token_hash(ADMIN), clock=lambda: now[0])))
     yield client, store, loop

@@ -27,7 +27,7 @@ def api(store_url: str, tmp_path: Path) -> Iterator[tuple[TestClient, Store, Pat
     store.set_nodes([Node("gpu0", 4, "virtual")], virtual=True)
     data = tmp_path / "data"
     data.mkdir()
-    loop = ControlLoop(store, CONFIG, FakeExecutor(), data)
+    loop = ControlLoop(store, CONFIG, FakeExecutor(store), data)
     yield TestClient(create_app(Context(store, loop, token_hash(ADMIN)))), store, data
     store.close()
 

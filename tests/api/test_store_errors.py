@@ -103,7 +103,7 @@ def make_api_on(store: Store, tmp_path: Path) -> Api:
     from gpupool.service import ControlLoop, token_hash
     from gpupool.testing import FakeExecutor
 
-    loop = ControlLoop(store, CONFIG, FakeExecutor(), tmp_path / "data")
+    loop = ControlLoop(store, CONFIG, FakeExecutor(store), tmp_path / "data")
     app = create_app(Context(store, loop, token_hash(ADMIN)))
     return Api(app, TestClient(app), store, loop, tmp_path / "work")
 

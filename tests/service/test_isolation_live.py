@@ -125,7 +125,9 @@ def test_a_job_of_one_team_reaches_nothing_of_the_scheduler_nor_of_another_team(
         assert response.status_code == 200, response.text
     victim = submit(shared, "vision", ["sh", "-c", "echo secret-of-vision; sleep 60"])
     wait_for(lambda: state(shared, victim) == "running")
-    pid = httpx.get(f"http://127.0.0.1:{shared.port}/jobs/{victim}", headers=admin(shared)).json()["history"][0]["pid"]
+    pid = httpx.get(f"http://127.0.0.1:{shared.port}/jobs/{victim}", headers=admin(shared)).json()["history"][0][
+        "handle"
+    ]["pid"]
     script = shared.work / "attack.py"  # type: ignore[attr-defined]
     script.write_text(ATTACK)
     attacker = submit(shared, "nlp", [PYTHON, str(script), str(victim), str(pid)])

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gpupool.executors import NodeState
 from gpupool.executors.local import LocalExecutor
 from gpupool.model import DEFAULT_CLASSES, Config, JobState, Node, Team
 from gpupool.service import ControlLoop
@@ -52,8 +53,9 @@ def service(tmp_path: Path) -> Iterator[tuple[Store, ControlLoop]]:
     store.sync_config(CONFIG)
     store.set_nodes([Node("local", 2, "virtual")], virtual=True)
     (tmp_path / "trainer.py").write_text(TRAINER)
-    loop = ControlLoop(store, CONFIG, LocalExecutor(), tmp_path / "data", interval=0.5)
-    loop.executor = LocalExecutor(on_exit=loop.wakeup.set)
+    node = NodeState(Node("local", 2, "virtual"), virtual=True)
+    loop = ControlLoop(store, CONFIG, LocalExecutor(node), tmp_path / "data", interval=0.5)
+    loop.executor = LocalExecutor(node, on_exit=loop.wakeup.set)
     stop = threading.Event()
     runner = threading.Thread(target=loop.run, args=(stop,), daemon=True)
     runner.start()
@@ -118,16 +120,16 @@ def test_a_launcher_is_found_by_its_attempt_folder_before_it_recorded_itself(tmp
     from gpupool.executors.proc import owner, process_started, recorded_launcher
 
     folder = tmp_path / "attempt-0"
-    executor = LocalExecutor(store_id="s1")
-    handle = executor.start(Launch(7, 0, ["sleep", "30"], tmp_path, {}, folder))
+    executor = LocalExecutor(NodeState(Node("local", 1)), store_id="s1")
+    handle = executor.start(Launch(7, 0, ["sleep", "30"], tmp_path, {}, folder)).handle
     try:
         wait_for((folder / "launcher.json").exists)
         (folder / "launcher.json").unlink()  # as if the scheduler had died before it was written
-        assert recorded_launcher(folder, owner("s1", 7, 0)) == (handle.pid, process_started(handle.pid))
+        assert recorded_launcher(folder, owner("s1", 7, 0)) == (handle["pid"], process_started(handle["pid"]))
         assert recorded_launcher(folder, owner("another store", 7, 0)) is None
     finally:
         executor.kill(7, 0)
-        wait_for(lambda: bool(executor.poll()))
+        wait_for(lambda: bool(executor.poll().ended))
     assert recorded_launcher(tmp_path / "attempt-1") is None
 
 
@@ -152,7 +154,7 @@ def test_a_fresh_store_on_an_old_data_directory_shares_no_job_folder(tmp_path: P
 
     data = tmp_path / "data"
     old, new = (Store.open(f"sqlite:///{tmp_path / name}.db") for name in ("old", "new"))
-    loops = [ControlLoop(store, Config(DEFAULT_CLASSES), FakeExecutor(), data) for store in (old, new)]
+    loops = [ControlLoop(store, Config(DEFAULT_CLASSES), FakeExecutor(store), data) for store in (old, new)]
     for store in (old, new):
         store.sync_config(Config(DEFAULT_CLASSES))
         assert store.submit(JobSpec(["train"]), now=0.0).id == 1
@@ -184,7 +186,7 @@ def test_a_command_the_launcher_cannot_start_for_the_schedulers_reasons_is_not_t
     code = launcher.main([str(tmp_path), mine, "-", "/", "/dev/null", "/dev/null", "true"])
     assert code == launcher.NOT_STARTED
     assert json.loads((tmp_path / "exit.json").read_text())["not_started"].startswith("[Errno 11]")
-    executor = LocalExecutor(store_id="s1")
+    executor = LocalExecutor(NodeState(Node("local", 1)), store_id="s1")
     executor.dirs[(4, 0)] = tmp_path
     ended = executor._exit((4, 0), code)
     assert (ended.started, ended.exit_code) == (False, None) and "Resource temporarily" in str(ended.why)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.executors import Handle, Launch
+from gpupool.executors import Launch, NodeState, Started
+from gpupool.executors.local import LocalExecutor
 from gpupool.model import DEFAULT_CLASSES, Allocation, Config, JobState, Node, Team
 from gpupool.service import ControlLoop
 from gpupool.store import JobSpec, Store
@@ -29,7 +30,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 @pytest.fixture
 def loop(store: Store, tmp_path: Path) -> ControlLoop:
-    return ControlLoop(store, CONFIG, FakeExecutor(), tmp_path / "data", api_url="http://127.0.0.1:1")
+    return ControlLoop(store, CONFIG, FakeExecutor(store), tmp_path / "data", api_url="http://127.0.0.1:1")
 
 
 def fake(loop: ControlLoop) -> FakeExecutor:
@@ -37,14 +38,23 @@ def fake(loop: ControlLoop) -> FakeExecutor:
     return loop.executor
 
 
+def restarted(loop: ControlLoop) -> ControlLoop:
+    """The loop of a scheduler started again, with the local executor: the attempts' processes
+    are gone, and what is known of them is in their folders."""
+    loop.executor = LocalExecutor(NodeState(Node("n0", 4)))
+    return loop
+
+
 def test_a_submitted_job_is_launched_with_the_job_protocol(loop: ControlLoop, store: Store) -> None:
     job = store.submit(JobSpec(["python", "train.py"], team="vision", gpus=2, env={"SEED": "1"}), now=0.0)
     assert loop.tick(1.0)
     [launch] = fake(loop).started
     assert (launch.job_id, launch.attempt, list(launch.command)) == (job.id, 0, ["python", "train.py"])
-    env = launch.env
+    [member] = launch.members
+    env = launch.member_env(member, "10.0.0.1", 29500)
     assert env["SEED"] == "1"
     assert (env["GPUPOOL_JOB_ID"], env["GPUPOOL_ATTEMPT"], env["CUDA_VISIBLE_DEVICES"]) == (str(job.id), "0", "0,1")
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["WORLD_SIZE"], env["RANK"]) == ("10.0.0.1", "29500", "1", "0")
     assert env["GPUPOOL_CHECKPOINT_DIR"] == str(loop.job_dir(job.id) / "checkpoints")
     assert env["GPUPOOL_NOTICE_FILE"] == str(loop.job_dir(job.id) / "attempt-0" / "notice")
     assert loop.job_dir(job.id).name == f"{store.identity().id[:12]}-{job.id}"
@@ -119,7 +129,7 @@ def test_after_a_restart_live_processes_are_adopted_and_vanished_ones_requeued(
 
 def test_one_arrival_preempts_exactly_one_victim_also_while_it_drains(store: Store, tmp_path: Path) -> None:
     store.set_nodes([Node("gpu1", 4, "virtual"), Node("gpu2", 4, "virtual")], virtual=True)
-    loop = ControlLoop(store, CONFIG, FakeExecutor(), tmp_path / "data")
+    loop = ControlLoop(store, CONFIG, FakeExecutor(store), tmp_path / "data")
     victims = [store.submit(JobSpec(["sweep"], team="vision", priority="low", gpus=4), now=0.0).id for _ in range(3)]
     loop.tick(0.0)
     assert all(store.job(v).state == JobState.RUNNING.value for v in victims)
@@ -132,12 +142,12 @@ def test_one_arrival_preempts_exactly_one_victim_also_while_it_drains(store: Sto
 
 def test_a_job_whose_process_cannot_start_fails_and_frees_its_gpus(store: Store, tmp_path: Path) -> None:
     class Refusing(FakeExecutor):
-        def start(self, launch: Launch) -> Handle:
+        def start(self, launch: Launch) -> Started:
             if launch.command[0] == "broken":
                 raise LookupError("there is no OS user to run the job as")
             return super().start(launch)
 
-    loop = ControlLoop(store, CONFIG, Refusing(), tmp_path / "data")
+    loop = ControlLoop(store, CONFIG, Refusing(store), tmp_path / "data")
     good = store.submit(JobSpec(["train"], gpus=2), now=0.0)
     bad = store.submit(JobSpec(["broken"], gpus=2), now=0.0)
     loop.tick(1.0)
@@ -227,8 +237,7 @@ def test_the_scheduler_being_down_is_not_charged_to_a_time_limit(
     exit_file = attempt_dir / "exit.json"
     exit_file.write_text('{"exit_code": 1}')
     os.utime(exit_file, (10.0, 10.0))  # it ended 10 s in, while the scheduler was down
-    fake(loop).alive.clear()
-    loop.reconcile(now=500.0)
+    restarted(loop).reconcile(now=500.0)
     assert store.job(job.id).run_seconds == 10.0
     assert store.job(job.id).state == JobState.PENDING.value, "90 s are left for its retry"
 
@@ -247,7 +256,7 @@ def test_a_job_in_its_time_limit_grace_is_draining_for_the_core(loop: ControlLoo
 
 
 def test_a_launch_that_fails_for_the_jobs_reasons_says_why_in_its_event(loop: ControlLoop, store: Store) -> None:
-    def refuse(launch: Launch) -> Handle:
+    def refuse(launch: Launch) -> Started:
         raise ValueError("its log is in the data directory")
 
     fake(loop).start = refuse  # type: ignore[method-assign]
@@ -263,7 +272,7 @@ def test_a_launch_that_fails_for_the_schedulers_reasons_is_retried_after_a_back_
     real = fake(loop).start
     failures = iter([OSError(errno.ENOSPC, "No space left on device"), OSError(errno.EAGAIN, "fork failed")])
 
-    def flaky(launch: Launch) -> Handle:
+    def flaky(launch: Launch) -> Started:
         failure = next(failures, None)
         if failure is not None:
             raise failure
@@ -296,8 +305,7 @@ def test_an_attempt_that_ended_while_the_scheduler_was_down_ends_when_it_did(loo
     log = attempt_dir / "stdout.log"
     log.write_text("working\n")
     os.utime(log, (30.0, 30.0))  # its last sign of life: no exit was recorded (a reboot)
-    fake(loop).alive.clear()
-    loop.reconcile(now=500.0)
+    restarted(loop).reconcile(now=500.0)
     assert store.job(job.id).run_seconds == 30.0
     [attempt] = store.attempts(job.id)
     assert attempt.ended_at == 30.0, "budgets and accounting are not charged the downtime either"
@@ -377,3 +385,53 @@ def test_an_attempt_its_launcher_could_not_start_goes_back_in_line_uncharged(loo
     row = store.job(job.id)
     assert (row.state, row.failures, row.launch_failures) == (JobState.PENDING.value, 0, 1)
     assert "No space left on device" in store.events(job_id=job.id)[-1].message
+
+
+def test_a_gang_is_running_only_once_the_executor_says_every_member_runs(store: Store, tmp_path: Path) -> None:
+    executor = FakeExecutor(pool=[Node("n0", 4, "virtual"), Node("n1", 4, "virtual")], gang_waits=True)
+    loop = ControlLoop(store, CONFIG, executor, tmp_path / "data")
+    job = store.submit(JobSpec(["train"], team="vision", gpus=8, gpus_per_node=4), now=0.0)
+    loop.tick(1.0)
+    [launch] = executor.started
+    assert [(m.rank, m.node, m.gpus) for m in launch.members] == [(0, "n0", (0, 1, 2, 3)), (1, "n1", (0, 1, 2, 3))]
+    assert launch.member_env(launch.members[1], "n0", 1)["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+    assert store.job(job.id).state == JobState.STARTING.value
+    assert store.attempts(job.id)[0].handle is not None, "the handle is recorded before the gang runs"
+    loop.tick(2.0)
+    assert store.job(job.id).state == JobState.STARTING.value
+    executor.run(job.id, 0)
+    assert loop.tick(3.0)
+    assert store.job(job.id).state == JobState.RUNNING.value
+
+
+def test_a_gang_the_executor_could_not_place_goes_back_in_line_whole(store: Store, tmp_path: Path) -> None:
+    executor = FakeExecutor(pool=[Node("n0", 4, "virtual"), Node("n1", 4, "virtual")], gang_waits=True)
+    loop = ControlLoop(store, CONFIG, executor, tmp_path / "data")
+    job = store.submit(JobSpec(["train"], team="vision", gpus=8, gpus_per_node=4, max_failures=0), now=0.0)
+    loop.tick(1.0)
+    executor.finish(job.id, 0, None, started=False)
+    loop.tick(2.0)
+    row = store.job(job.id)
+    assert (row.state, row.failures, row.launch_failures) == (JobState.PENDING.value, 0, 1)
+    assert not store.held(), "no member keeps a GPU"
+
+
+def test_the_pool_follows_the_nodes_the_executor_has(store: Store, tmp_path: Path) -> None:
+    executor = FakeExecutor(pool=[Node("n0", 4, "virtual")])
+    loop = ControlLoop(store, CONFIG, executor, tmp_path / "data")
+    small = store.submit(JobSpec(["train"], team="vision", gpus=4), now=0.0)
+    loop.tick(0.0)
+    assert [n.name for n in store.nodes()] == ["n0"]
+    assert store.job(small.id).state == JobState.RUNNING.value
+    big = store.submit(JobSpec(["train"], team="vision", gpus=8, gpus_per_node=4), now=1.0)
+    loop.tick(1.0)
+    assert store.job(big.id).state == JobState.PENDING.value
+    executor.pool = [Node("n0", 4, "virtual"), Node("n2", 4, "virtual"), Node("n3", 4, "virtual")]
+    loop.tick(2.0)
+    assert store.job(big.id).state == JobState.RUNNING.value, "nodes that joined are used at the next decision"
+    assert sorted({a.node for a in store.held() if a.job_id == big.id}) == ["n2", "n3"]
+    executor.pool = [Node("n0", 4, "virtual"), Node("n3", 4, "virtual")]
+    loop.tick(3.0)
+    assert [n.name for n in store.nodes()] == ["n0", "n3"], "a node that left leaves the pool"
+    snapshot = store.snapshot(now=3.0)
+    assert {a.node for r in snapshot.running for a in r.placement} == {"n0", "n3"}

@@ -99,7 +99,7 @@ def test_a_gpu_is_never_held_by_two_live_attempts(store: Store) -> None:
 def test_cancelling_a_running_job_asks_for_its_attempt_to_stop(store: Store) -> None:
     job = store.submit(JobSpec(["a"]), now=1.0)
     store.start_attempt(job.id, [Allocation("n1", (0,))], now=2.0, message="started")
-    store.mark_running(job.id, 0, pid=1, pid_started="1", now=2.0)
+    store.mark_running(job.id, 0, {"pid": 1, "started": "1"}, now=2.0)
     assert store.cancel(job.id, now=3.0).state == JobState.RUNNING.value
     assert [(a.attempt, j.cancel_requested_at) for a, j in store.live_attempts_and_jobs()] == [(0, 3.0)]
     # It left cleanly on SIGTERM: still cancelled, not succeeded.
@@ -132,7 +132,7 @@ def test_configuration_is_synced_and_tokens_survive_a_resync(store: Store) -> No
 def started(store: Store, gpus: int = 1, **spec: object) -> int:
     job = store.submit(JobSpec(["train"], gpus=gpus, **spec), now=1.0)  # type: ignore[arg-type]
     store.start_attempt(job.id, [Allocation("n0", tuple(range(gpus)))], now=2.0, message="started")
-    store.mark_running(job.id, 0, pid=4242, pid_started="123456", now=2.5)
+    store.mark_running(job.id, 0, {"pid": 4242, "started": "123456"}, now=2.5)
     return job.id
 
 
@@ -167,7 +167,7 @@ def test_failures_are_retried_within_their_own_budget_then_fail(store: Store) ->
     job = started(store, max_failures=1)
     assert store.end_attempt(job, 0, 1, now=5.0) is JobState.PENDING
     store.start_attempt(job, [Allocation("n1", (0,))], now=6.0, message="started")
-    store.mark_running(job, 1, pid=4243, pid_started="1", now=6.5)
+    store.mark_running(job, 1, {"pid": 4243, "started": "1"}, now=6.5)
     assert store.end_attempt(job, 1, 1, now=7.0) is JobState.FAILED
     assert (store.job(job).failures, store.job(job).exit_code) == (2, 1)
 
@@ -210,7 +210,7 @@ def test_a_plan_is_recorded_whole_and_the_snapshot_reads_it_back(store: Store) -
     plan = decide(store.snapshot(now=2.0), CONFIG, 2.0)
     assert [s.job for s in plan.starts] == [str(low.id)]
     store.record_plan(plan, now=2.0)
-    store.mark_running(low.id, 0, pid=1, pid_started="1", now=2.0)
+    store.mark_running(low.id, 0, {"pid": 1, "started": "1"}, now=2.0)
     other = store.submit(JobSpec(["sweep"], team="vision", priority="low", gpus=4), now=3.0)
     urgent = store.submit(JobSpec(["pretrain"], team="nlp", priority="urgent", gpus=8), now=500.0)
     snapshot = store.snapshot(now=500.0)
@@ -244,7 +244,7 @@ def test_a_plan_that_would_hold_a_held_gpu_writes_nothing(store: Store) -> None:
 def test_budget_use_is_metered_inside_its_window(store: Store) -> None:
     job = store.submit(JobSpec(["x"], team="nlp", priority="high", gpus=2), now=0.0)
     store.start_attempt(job.id, [Allocation("n0", (0, 1))], now=0.0, message="started")
-    store.mark_running(job.id, 0, pid=1, pid_started="1", now=0.0)
+    store.mark_running(job.id, 0, {"pid": 1, "started": "1"}, now=0.0)
     assert store.snapshot(now=3600.0).usage[("nlp", "high")] == 2 * 3600.0
     store.end_attempt(job.id, 0, 0, now=7200.0)
     # A day's window seen two days later holds only the last day of it: nothing.

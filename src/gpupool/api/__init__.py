@@ -95,18 +95,21 @@ class Context:
     admin_hash: str
     clock: Callable[[], float] = time.time
     _classes: list[str] | None = None
-    _nodes: list[Node] | None = None
+    _nodes: tuple[float, list[Node]] | None = None
 
-    # Classes and nodes are set when the service starts and do not change while it runs.
+    # Classes are set when the service starts and do not change while it runs.
     def class_names(self) -> list[str]:
         if self._classes is None:
             self._classes = [c.name for c in self.store.classes()]
         return self._classes
 
     def nodes(self) -> list[Node]:
-        if self._nodes is None:
-            self._nodes = self.store.nodes_as_core()
-        return self._nodes
+        """The nodes that are up, read at most once a second: nodes join and leave while the
+        service runs, and a submission is checked against the pool as it is."""
+        now = time.monotonic()
+        if self._nodes is None or now - self._nodes[0] > 1.0:
+            self._nodes = (now, self.store.nodes_as_core())
+        return self._nodes[1]
 
 
 def create_app(ctx: Context) -> FastAPI:
@@ -355,13 +358,15 @@ def create_app(ctx: Context) -> FastAPI:
         attempt: Annotated[int | None, Query(ge=0, le=limits.INT32, description="Default: the latest.")] = None,
         stream: Literal["stdout", "stderr"] = "stdout",
         offset: Annotated[int, Query(ge=0, le=limits.INT64)] = 0,
+        rank: Annotated[int, Query(ge=0, le=limits.INT32, description="The member of the gang (0: the first).")] = 0,
     ) -> PlainTextResponse:
-        """The output from byte `offset` on (at most 4 MiB); the header `X-Next-Offset` says
-        where to read next (a character cut at the end of the file is left for the next read)."""
+        """A member's output from byte `offset` on (at most 4 MiB); the header `X-Next-Offset`
+        says where to read next (a character cut at the end of the file is left for the next
+        read)."""
         job = ctx.store.job(job_id)
         number = attempt if attempt is not None else job.attempts - 1
         # The service opens it: a file a job of another OS user chose is never opened (a 409).
-        reader = ctx.loop.open_log(job, number, stream) if number >= 0 else None
+        reader = ctx.loop.open_log(job, number, stream, rank) if number >= 0 else None
         if reader is None:
             return PlainTextResponse("", headers={"X-Next-Offset": str(offset), "X-Log-Size": "0"})
         try:

@@ -137,7 +137,10 @@ class AttemptOut(BaseModel):
     ended_at: float | None
     outcome: str | None
     exit_code: int | None
-    pid: int | None
+    handle: dict[str, Any] | None = Field(
+        description="How the executor finds the attempt's processes: the local executor's launcher "
+        "pid and start time, Ray's actor names."
+    )
     step: int | None
     phase: str | None
     last_checkpoint_at: float | None

@@ -1,7 +1,10 @@
 """Executors run attempts: one small interface, a local implementation, a fake for tests.
 
-An executor knows processes, not policy. The control loop tells it to start an attempt, to
-give one notice, or to kill one, and asks it which attempts have ended.
+An executor knows processes and machines, not policy. The control loop tells it to start an
+attempt (one process per gang member, where the core placed it), to give one notice, or to kill
+one; it asks which attempts run now, which have ended, and which nodes there are. Where an
+attempt runs is the executor's business: the loop stores the executor's `Handle` for each
+attempt without reading it, and gives it back after a restart (`adopt`).
 """
 
 from __future__ import annotations
@@ -9,10 +12,34 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
+
+from gpupool.model import Node, Placement
 
 if TYPE_CHECKING:
     from gpupool.executors.users import JobUser
+
+Key = tuple[int, int]
+"""(job id, attempt)."""
+
+Handle = dict[str, Any]
+"""How the executor finds an attempt again, even from another scheduler process: JSON it alone
+reads (the local executor's launcher pid and start time; Ray's actor names)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One process of an attempt's gang: on one node, seeing that node's GPUs of the placement.
+    `rank` is the member's place in the gang (0 is where the rendezvous is)."""
+
+    rank: int
+    node: str
+    gpus: tuple[int, ...]
+
+
+def members_of(placement: Placement) -> tuple[Member, ...]:
+    """One member per node of the placement, ranked in the placement's order."""
+    return tuple(Member(rank, a.node, tuple(a.gpus)) for rank, a in enumerate(placement))
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,24 +51,43 @@ class Launch:
     command: Sequence[str]
     workdir: Path
     env: Mapping[str, str]
-    """The job's own variables plus the job protocol's (`GPUPOOL_*`, `CUDA_VISIBLE_DEVICES`)."""
+    """The job's own variables plus the job protocol's (`GPUPOOL_*`); what differs per member
+    (GPUs, rank, rendezvous) is `member_env`'s."""
     attempt_dir: Path
     """Logs, the notice file and the exit status of this attempt."""
-    gpus: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    members: tuple[Member, ...] = ()
     stdout: Path | None = None
     stderr: Path | None = None
-    """Where its output goes (appended); None is `stdout.log`/`stderr.log` in `attempt_dir`."""
+    """Where rank 0's output goes (appended); None is `stdout.log`/`stderr.log` in `attempt_dir`."""
     user: JobUser | None = None
     """The OS user it runs as; None for the scheduler's own."""
 
+    def member_env(self, member: Member, master_addr: str, master_port: int) -> dict[str, str]:
+        """A member's environment: `CUDA_VISIBLE_DEVICES` for its GPUs, and the variables
+        `torch.distributed` (`env://`) and `torchrun --nnodes` read, one process per node."""
+        return {
+            **self.env,
+            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in member.gpus),
+            "GPUPOOL_GPUS_ON_NODE": str(len(member.gpus)),
+            "MASTER_ADDR": master_addr,
+            "MASTER_PORT": str(master_port),
+            "WORLD_SIZE": str(len(self.members)),
+            "RANK": str(member.rank),
+            "NODE_RANK": str(member.rank),
+            "LOCAL_RANK": "0",
+            "LOCAL_WORLD_SIZE": "1",
+        }
+
 
 @dataclass(frozen=True, slots=True)
-class Handle:
-    """How to find the attempt's process again, even after a restart of the scheduler: a pid
-    alone may be reused, a pid with its start time may not."""
+class Started:
+    """What `start` returns: the handle to record, and whether every member runs already (a
+    gang may wait for its placement; `poll` says when it runs)."""
 
-    pid: int
-    started: str
+    handle: Handle
+    running: bool
+    where: str
+    """In a few words, for the job's history (`running …`): `as pid 4242`, `on nodes a, b`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,27 +100,74 @@ class Exit:
     """What went wrong before the command started, when the launcher said."""
     started: bool = True
     """False when the command was never started, for the scheduler's reasons (no space, no
-    process to fork): not the job's failure, so it is tried again after a back-off."""
+    process to fork, a gang not placed in time): not the job's failure, so it is tried again
+    after a back-off."""
+    ended_at: float | None = None
+    """When it ended, if it ended while no scheduler watched and the executor knows."""
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """What `poll` found since the last poll: attempts whose every member now runs, and
+    attempts that ended (each reported once)."""
+
+    running: list[Key] = field(default_factory=list)
+    ended: list[Exit] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """A live attempt as the store has it, for `adopt` after a restart."""
+
+    job_id: int
+    attempt: int
+    handle: Handle | None
+    """None when the scheduler died between starting it and recording its handle."""
+    attempt_dir: Path
+    logs: tuple[Path, ...]
+    """Where its output went: when it ended unwatched, their last write is its last sign of life."""
+    since: float
+    """Its last known sign of life in the store (its last heartbeat, or its start)."""
+    notice_deadline: float | None
+    """A notice recorded for it: given again if the scheduler died before giving it."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """A node as the executor sees it now."""
+
+    node: Node
+    virtual: bool = False
+    """Its GPUs are not real ones (a laptop, a test cluster): said so in the pool's view."""
 
 
 class Executor(Protocol):
-    def start(self, launch: Launch) -> Handle:
-        """Start the attempt's process group and return at once."""
+    def nodes(self) -> list[NodeState]:
+        """The nodes that can run attempts now; one that is gone leaves the pool."""
+        ...
+
+    def start(self, launch: Launch) -> Started:
+        """Start every member of the attempt where the launch says, and return at once."""
         ...
 
     def notify(self, job_id: int, attempt: int, deadline: float) -> None:
-        """Give notice: write the notice file, then SIGTERM the process group."""
+        """Give notice to every member: write the notice file, then SIGTERM its process group."""
         ...
 
     def kill(self, job_id: int, attempt: int) -> None:
-        """SIGKILL the attempt's process group (its deadline has passed, or it is cancelled)."""
+        """SIGKILL every member (its deadline has passed, or it is cancelled)."""
         ...
 
-    def poll(self) -> list[Exit]:
-        """Attempts whose processes have ended since the last poll."""
+    def poll(self) -> Progress:
+        """Attempts that started running or ended since the last poll."""
         ...
 
-    def adopt(self, job_id: int, attempt: int, handle: Handle, attempt_dir: Path) -> bool:
-        """After a restart: watch an attempt started by an earlier scheduler if its process is
-        still the same one; False if it is gone (its exit, if recorded, comes from `poll`)."""
+    def adopt(self, recorded: Recorded) -> Started | Exit:
+        """After a restart: watch an attempt started by an earlier scheduler if it still runs
+        (its handle, and whether every member runs); else how it ended, as far as the executor
+        can tell."""
+        ...
+
+    def logs(self, job_id: int, attempt: int, rank: int, stream: str, attempt_dir: Path) -> BinaryIO | None:
+        """A member's `stdout` or `stderr` in the attempt's folder, open for reading, or None."""
         ...

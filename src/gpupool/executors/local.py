@@ -1,5 +1,6 @@
 """Attempts as local processes: one process group per attempt, under a launcher that records
-its outcome (`launcher.py`); logs and the notice in the attempt's folder."""
+its outcome (`launcher.py`); logs and the notice in the attempt's folder. The machine is one
+node (`gpus.py`); a gang of one member runs here, with the rendezvous on loopback."""
 
 from __future__ import annotations
 
@@ -7,36 +8,60 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
-from gpupool.executors import Exit, Handle, Launch
-from gpupool.executors.proc import launch_error, not_started, owner, process_started, recorded_exit
+from gpupool.executors import Exit, Key, Launch, Member, NodeState, Progress, Recorded, Started
+from gpupool.executors.proc import (
+    last_sign_of_life,
+    launch_error,
+    not_started,
+    owner,
+    process_started,
+    recorded_exit,
+    recorded_exit_time,
+    recorded_launcher,
+)
 from gpupool.executors.users import give
 
-Key = tuple[int, int]
 LAUNCHER = Path(__file__).with_name("launcher.py")
 LAUNCHER_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 """The launcher's own environment: nothing of the job's reaches a process of the scheduler's."""
 
 
-class LocalExecutor:
-    """`on_exit` is called (from a watcher thread) as soon as an attempt's process ends, so the
-    control loop wakes at once instead of on its next timer. `store_id` names the store whose
-    attempts these are (in the launchers' records)."""
+def free_port() -> int:
+    """A TCP port free on loopback now, for a gang's rendezvous (`MASTER_PORT`)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
-    def __init__(self, on_exit: Callable[[], None] = lambda: None, store_id: str = "") -> None:
+
+class LocalExecutor:
+    """`node` is this machine. `on_exit` is called (from a watcher thread) as soon as an
+    attempt's process ends, so the control loop wakes at once instead of on its next timer.
+    `store_id` names the store whose attempts these are (in the launchers' records)."""
+
+    def __init__(self, node: NodeState, on_exit: Callable[[], None] = lambda: None, store_id: str = "") -> None:
+        self.node = node
         self.on_exit = on_exit
         self.store_id = store_id
         self.children: dict[Key, subprocess.Popen[bytes]] = {}
-        self.adopted: dict[Key, Handle] = {}
+        self.adopted: dict[Key, tuple[int, str]] = {}
         self.dirs: dict[Key, Path] = {}
 
-    def start(self, launch: Launch) -> Handle:
+    def nodes(self) -> list[NodeState]:
+        return [self.node]
+
+    def start(self, launch: Launch) -> Started:
         key = (launch.job_id, launch.attempt)
+        if len(launch.members) > 1 or any(m.node != self.node.node.name for m in launch.members):
+            raise RuntimeError(f"the local executor runs on {self.node.node.name} alone, not on {launch.members}")
+        member = launch.members[0] if launch.members else Member(0, self.node.node.name, ())
         folder = launch.attempt_dir
         folder.mkdir(parents=True, exist_ok=True)
         # The job may read its notice and its records, never write them; nobody else may list.
@@ -77,11 +102,11 @@ class LocalExecutor:
             os.close(log)
         assert child.stdin is not None
         with child.stdin:
-            child.stdin.write(json.dumps(dict(launch.env)).encode())
+            child.stdin.write(json.dumps(launch.member_env(member, "127.0.0.1", free_port())).encode())
         self.children[key] = child
         self.dirs[key] = folder
         threading.Thread(target=self._watch, args=(child,), daemon=True, name=f"attempt-{key}").start()
-        return Handle(child.pid, process_started(child.pid) or "")
+        return Started({"pid": child.pid, "started": process_started(child.pid) or ""}, True, f"as pid {child.pid}")
 
     def _watch(self, child: subprocess.Popen[bytes]) -> None:
         child.wait()
@@ -100,39 +125,59 @@ class LocalExecutor:
         self._signal((job_id, attempt), signal.SIGKILL)
 
     def _signal(self, key: Key, sig: signal.Signals) -> None:
-        pid = self.children[key].pid if key in self.children else self.adopted[key].pid
+        pid = self.children[key].pid if key in self.children else self.adopted[key][0]
         with contextlib.suppress(ProcessLookupError):  # already gone: poll reports its exit
             os.killpg(pid, sig)
 
-    def poll(self) -> list[Exit]:
+    def poll(self) -> Progress:
         ended = []
         for key, child in list(self.children.items()):
             code = child.poll()
             if code is not None:
                 del self.children[key]
                 ended.append(self._exit(key, code))
-        for key, handle in list(self.adopted.items()):
-            if process_started(handle.pid) != handle.started:
+        for key, (pid, started) in list(self.adopted.items()):
+            if process_started(pid) != started:
                 del self.adopted[key]
                 ended.append(self._exit(key, None))
-        return ended
+        return Progress(ended=ended)
 
-    def _exit(self, key: Key, code: int | None) -> Exit:
+    def _exit(self, key: Key, code: int | None, ended_at: float | None = None) -> Exit:
         """How an attempt ended: its launcher's record (the command's status), else what the
         process returned; and, for a failure, what the launcher said went wrong."""
         folder = self.dirs[key]
         mine = owner(self.store_id, *key)
         trouble = not_started(folder, mine)
         if trouble is not None:
-            return Exit(*key, None, trouble, started=False)
+            return Exit(*key, None, trouble, started=False, ended_at=ended_at)
         recorded = recorded_exit(folder, mine)
         status = recorded if recorded is not None else code
-        return Exit(*key, status, launch_error(folder) if status not in (0, None) else None)
+        return Exit(*key, status, launch_error(folder) if status not in (0, None) else None, ended_at=ended_at)
 
-    def adopt(self, job_id: int, attempt: int, handle: Handle, attempt_dir: Path) -> bool:
-        key = (job_id, attempt)
-        self.dirs[key] = attempt_dir
-        if handle.started and process_started(handle.pid) == handle.started:
-            self.adopted[key] = handle
-            return True
-        return False
+    def adopt(self, recorded: Recorded) -> Started | Exit:
+        """The attempt's launcher, if it is still the process that was started (a pid alone
+        may be reused, a pid with its start time may not); found by its folder on its command
+        line when the scheduler died before recording it. If it ended unwatched, it ran until
+        its exit record was written, or until its files were last written."""
+        key = (recorded.job_id, recorded.attempt)
+        folder = self.dirs[key] = recorded.attempt_dir
+        handle = recorded.handle or {}
+        pid, started = handle.get("pid"), handle.get("started")
+        if not (isinstance(pid, int) and isinstance(started, str)):
+            found = recorded_launcher(folder, owner(self.store_id, *key))
+            pid, started = found if found is not None else (None, None)
+        if pid is not None and started and process_started(pid) == started:
+            self.adopted[key] = (pid, started)
+            if recorded.notice_deadline is not None and not (folder / "notice").exists():
+                self.notify(*key, recorded.notice_deadline)  # recorded, but the scheduler died before giving it
+            return Started({"pid": pid, "started": started}, True, f"as pid {pid}")
+        ended = recorded_exit_time(folder) or last_sign_of_life(folder, recorded.logs, recorded.since)
+        return self._exit(key, None, ended)
+
+    def logs(self, job_id: int, attempt: int, rank: int, stream: str, attempt_dir: Path) -> BinaryIO | None:
+        if rank != 0:
+            return None
+        try:
+            return (attempt_dir / f"{stream}.log").open("rb")
+        except OSError:
+            return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
@@ -95,24 +96,28 @@ class AttemptsStore(StoreBase):
             raise Conflict(f"attempt {attempt} of job {job_id} is not its live attempt")
         return row
 
-    def mark_running(self, job_id: int, attempt: int, pid: int, pid_started: str, now: float) -> None:
-        """The attempt's process exists: STARTING → RUNNING."""
-        self.mark_all_running([(job_id, attempt, pid, pid_started)], now)
+    def mark_running(self, job_id: int, attempt: int, handle: dict[str, Any], now: float, where: str = "") -> None:
+        """The attempt's processes run: STARTING → RUNNING."""
+        self.mark_started([(job_id, attempt, handle, True, where)], now)
 
-    def mark_all_running(self, launched: Sequence[tuple[int, int, int, str]], now: float) -> None:
-        """`mark_running` for (job, attempt, pid, pid start time) of many attempts, in one
-        transaction; an attempt that has ended meanwhile is left alone."""
+    def mark_started(self, started: Sequence[tuple[int, int, dict[str, Any] | None, bool, str]], now: float) -> None:
+        """For (job, attempt, handle, running, where) of many attempts, in one transaction:
+        record the executor's handle (None keeps the one recorded), and STARTING → RUNNING for
+        those whose every member runs; an attempt that has ended meanwhile is left alone."""
         with self.transaction() as s:
-            for job_id, attempt, pid, pid_started in launched:
+            for job_id, attempt, handle, running, where in started:
                 try:
                     row = self.live_attempt(s, job_id, attempt)
                 except Conflict:
                     continue
-                row.pid, row.pid_started = pid, pid_started
+                if handle is not None:
+                    row.handle = handle
+                if not running:
+                    continue
                 job = self.locked_job(s, job_id)
                 job.launch_failures, job.retry_after, job.launch_error = 0, None, None
                 if job.state == JobState.STARTING.value:
-                    self.move(s, job, JobState.RUNNING, now, f"running as pid {pid}", attempt=attempt)
+                    self.move(s, job, JobState.RUNNING, now, f"running {where}".strip(), attempt=attempt)
 
     def give_notice(
         self, job_id: int, attempt: int, for_job: int, deadline: float, now: float, reason: str, message: str

@@ -158,18 +158,44 @@ class JobsStore(StoreBase):
                 )
 
     def set_nodes(self, nodes: Sequence[Node], *, virtual: bool) -> None:
+        """Add or change nodes, up; the others stay as they are."""
         with self.transaction() as s:
             for node in nodes:
                 s.merge(
-                    NodeRow(name=node.name, gpus=node.gpus, gpu_type=node.gpu_type, virtual=virtual, team=node.team)
+                    NodeRow(
+                        name=node.name, gpus=node.gpus, gpu_type=node.gpu_type, virtual=virtual, team=node.team, up=True
+                    )
                 )
+
+    def sync_nodes(self, nodes: Sequence[tuple[Node, bool]]) -> bool:
+        """Make (node, virtual) the nodes that are up: new ones are added, changed ones changed,
+        and the others marked down (a node keeps the team it was given). Whether anything
+        changed."""
+        wanted = {node.name: (node, virtual) for node, virtual in nodes}
+        changed = False
+        with self.transaction() as s:
+            for row in s.scalars(select(NodeRow).with_for_update()):
+                if row.name not in wanted:
+                    changed |= row.up
+                    row.up = False
+                    continue
+                node, virtual = wanted.pop(row.name)
+                now = (node.gpus, node.gpu_type, virtual, node.team or row.team, True)
+                if (row.gpus, row.gpu_type, row.virtual, row.team, row.up) != now:
+                    row.gpus, row.gpu_type, row.virtual, row.team, row.up = now
+                    changed = True
+            for node, virtual in wanted.values():
+                s.add(NodeRow(name=node.name, gpus=node.gpus, gpu_type=node.gpu_type, virtual=virtual, team=node.team))
+                changed = True
+        return changed
 
     def nodes_as_core(self) -> list[Node]:
         return [Node(n.name, n.gpus, n.gpu_type, n.team) for n in self.nodes()]
 
     def nodes(self) -> list[NodeRow]:
+        """The nodes that are up."""
         with self.reading() as s:
-            return list(s.scalars(select(NodeRow).order_by(NodeRow.name)))
+            return list(s.scalars(select(NodeRow).where(NodeRow.up).order_by(NodeRow.name)))
 
     # --- jobs ----------------------------------------------------------------------------
 

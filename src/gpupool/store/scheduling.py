@@ -82,11 +82,16 @@ class SchedulingStore(AttemptsStore, HoldsStore):
         the pending jobs held back from the core (dependencies, array limits), with why."""
         with self.reading() as s:
             nodes = [
-                Node(n.name, n.gpus, n.gpu_type, n.team) for n in s.scalars(select(NodeRow).order_by(NodeRow.name))
+                Node(n.name, n.gpus, n.gpu_type, n.team)
+                for n in s.scalars(select(NodeRow).where(NodeRow.up).order_by(NodeRow.name))
             ]
+            size = {n.name: n.gpus for n in nodes}
             held: dict[tuple[int, int], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
             for p in s.scalars(select(PlacementRow).where(PlacementRow.held_until.is_(None))):
-                held[(p.job_id, p.attempt)][p.node].append(p.gpu)
+                # GPUs of a node that left (or came back smaller) are nobody's to give: the core
+                # sees only those that are up; the attempt on them is ended by its executor.
+                if p.gpu < size.get(p.node, 0):
+                    held[(p.job_id, p.attempt)][p.node].append(p.gpu)
             live = s.execute(select(AttemptRow, *JOB_COLUMNS).join(JobRow).where(AttemptRow.ended_at.is_(None)))
             startup = self._startup_times(s)
             running = []

@@ -37,6 +37,8 @@ class NodeRow(Base):
     gpu_type: Mapped[str] = mapped_column(String(100))
     virtual: Mapped[bool] = mapped_column(Boolean, default=False)
     team: Mapped[str | None] = mapped_column(String(200), default=None)
+    up: Mapped[bool] = mapped_column(Boolean, default=True, server_default=text("true"))
+    """Whether the executor has the node now; one that left keeps its row (and its history)."""
 
 
 class PriorityClassRow(Base):
@@ -165,9 +167,9 @@ class AttemptRow(Base):
     """When the GPUs were allocated."""
     priority: Mapped[str | None] = mapped_column(String(100), default=None)
     """The class the attempt ran at (lower than the job's when its team was over budget)."""
-    pid: Mapped[int | None] = mapped_column(Integer, default=None)
-    pid_started: Mapped[str | None] = mapped_column(String(64), default=None)
-    """The process's start time as the OS reports it: a pid alone is reused."""
+    handle: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    """How the executor finds the attempt's processes again (its own JSON, read by it alone);
+    None until it started them."""
     token_hash: Mapped[str | None] = mapped_column(String(128), default=None)
     last_heartbeat_at: Mapped[float | None] = mapped_column(Float, default=None)
     step: Mapped[int | None] = mapped_column(Integer, default=None)

@@ -31,9 +31,9 @@ class GpuView:
 
 class ViewsStore(StoreBase):
     def pool_view(self) -> tuple[list[NodeRow], list[GpuView]]:
-        """Every node and every GPU on it, in order, in one read."""
+        """Every node that is up and every GPU on it, in order, in one read."""
         with self.reading() as s:
-            nodes = list(s.scalars(select(NodeRow).order_by(NodeRow.name)))
+            nodes = list(s.scalars(select(NodeRow).where(NodeRow.up).order_by(NodeRow.name)))
             holders = s.execute(
                 select(
                     PlacementRow.node,
