@@ -31,7 +31,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-INTERRUPTED = ("preempted", "failed", "lost")
+INTERRUPTED = ("preempted", "failed", "lost", "node_lost")
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class AttemptRecord:
     restore_seconds: float = 0.0
     commits: tuple[Commit, ...] = ()
     outcome: str | None = None
-    """succeeded, preempted, failed, lost, cancelled; None while it runs."""
+    """succeeded, preempted, failed, lost, node_lost, cancelled; None while it runs."""
     reason: str = ""
     """Why it ended, for people: the preemption's message, the exit code."""
     reported: bool = True

@@ -9,6 +9,7 @@
       queue: backfill              # or strict
       reclaim: true
       max_preemptions: 10          # per job; null for no cap
+      max_node_losses: 3           # per job: requeues after a node it ran on was lost
     service:                       # `gpupool up`
       data_dir: ~/.gpupool         # store, logs, checkpoints, the admin token
       host: 127.0.0.1
@@ -24,7 +25,7 @@ Durations are seconds or a number with a unit: `90s`, `30m`, `1.5h`, `7d`; at mo
 Every value is checked before anything is made, and bounded by what the store holds: a class
 `value` fits a 32-bit signed integer (-2147483648 to 2147483647), a team's `weight` is finite,
 above 0 and at most 1,000,000, `guaranteed_gpus` at most 1,000,000, `gpu_hours` finite and at
-most 1,000,000,000, `max_preemptions` at most 2147483647. `store` must be a `sqlite:///PATH` or
+most 1,000,000,000, `max_preemptions` and `max_node_losses` at most 2147483647. `store` must be a `sqlite:///PATH` or
 `postgresql://` URL. A key given twice in one mapping is refused with its line.
 """
 
@@ -103,6 +104,7 @@ class PolicySpec(_Strict):
     preemption: bool = True
     reclaim: bool = True
     max_preemptions: int | None = Field(default=10, ge=0, le=INT32_MAX)
+    max_node_losses: int = Field(default=3, ge=0, le=INT32_MAX)
 
 
 class ServiceSpec(_Strict):
@@ -240,7 +242,7 @@ def build(spec: ConfigSpec) -> Config:
         for name, t in spec.teams.items()
     }
     p = spec.policy
-    return Config(classes, teams, p.order, p.queue, p.preemption, p.reclaim, p.max_preemptions)
+    return Config(classes, teams, p.order, p.queue, p.preemption, p.reclaim, p.max_preemptions, p.max_node_losses)
 
 
 def parse_spec(data: Any, source: str = "config") -> ConfigSpec:

@@ -214,6 +214,9 @@ class Config:
     preemption: bool = True
     reclaim: bool = True
     max_preemptions: int | None = 10
+    max_node_losses: int = 3
+    """How often a job is requeued after losing a node (one of its attempt's nodes died or
+    hung) before it fails: a job that kills its nodes does not loop forever."""
     explain_waits: bool = True
     """Emit a `Wait` for every pending job not started (drivers that never show them may skip it)."""
 

@@ -24,6 +24,7 @@ COLOURS = {
     "preempted": "tab:orange",
     "failed": "tab:red",
     "lost": "black",
+    "node_lost": "tab:brown",
 }
 
 

@@ -230,7 +230,11 @@ class ControlLoop:
                 with contextlib.suppress(Conflict):  # recorded already: no longer live
                     self.store.retry_launch(never.job_id, never.attempt, now, never.why or "not started")
             ended = [e for e in ended if e.started]
-            states = self.store.end_attempts([(e.job_id, e.attempt, e.exit_code, e.why) for e in ended], now)
+            states = self.store.end_attempts(
+                [(e.job_id, e.attempt, e.exit_code, e.why, e.node_lost) for e in ended],
+                now,
+                self.config.max_node_losses,
+            )
         except Exception:
             self.unrecorded = ended
             raise
@@ -396,7 +400,15 @@ class ControlLoop:
             # It ended while nobody watched: its time limit is charged up to when it ended, as
             # far as the executor can tell.
             ended = found.ended_at if found.ended_at is not None else recorded.since
-            self.store.end_attempt(*key, found.exit_code, now, why=found.why, ran_until=ended)
+            self.store.end_attempt(
+                *key,
+                found.exit_code,
+                now,
+                why=found.why,
+                ran_until=ended,
+                node_lost=found.node_lost,
+                max_node_losses=self.config.max_node_losses,
+            )
 
     def next_wakeup(self, now: float) -> float:
         times = [now + self.interval, *self.deadlines]

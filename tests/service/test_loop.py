@@ -161,7 +161,7 @@ def test_an_exit_the_store_could_not_take_is_recorded_at_the_next_tick(loop: Con
     loop.tick(0.0)
     fake(loop).finish(job.id, 0, 0)
     real = store.end_attempts
-    store.end_attempts = lambda ended, now: (_ for _ in ()).throw(RuntimeError("database is locked"))  # type: ignore[method-assign]
+    store.end_attempts = lambda ended, now, max_node_losses=3: (_ for _ in ()).throw(RuntimeError("database is locked"))  # type: ignore[method-assign]
     with pytest.raises(RuntimeError):
         loop.tick(1.0)
     store.end_attempts = real  # type: ignore[method-assign]
@@ -172,7 +172,7 @@ def test_an_exit_the_store_could_not_take_is_recorded_at_the_next_tick(loop: Con
 def test_a_job_that_ends_before_it_is_marked_running_succeeds(store: Store) -> None:
     job = store.submit(JobSpec(["true"]), now=0.0)
     store.start_attempt(job.id, [Allocation("gpu0", (0,))], now=1.0, message="started")
-    assert store.end_attempts([(job.id, 0, 0, None)], now=1.1) == [JobState.SUCCEEDED]
+    assert store.end_attempts([(job.id, 0, 0, None, None)], now=1.1) == [JobState.SUCCEEDED]
 
 
 def test_a_job_at_its_time_limit_gets_notice_then_ends_as_timeout(loop: ControlLoop, store: Store) -> None:

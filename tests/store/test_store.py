@@ -338,3 +338,25 @@ def test_budget_use_is_metered_at_the_class_the_attempt_ran_at(store: Store) -> 
     assert usage[("nlp", "high")] == 0.0
     [running] = store.snapshot(now=3600.0).running
     assert running.priority == "normal"
+
+
+def test_a_lost_node_requeues_its_job_apart_from_failures_and_preemptions_while_its_bound_lasts(
+    store: Store,
+) -> None:
+    job = store.submit(JobSpec(["a"], priority="low", gpus=2, max_failures=0), now=0.0)
+    for attempt in range(3):
+        store.start_attempt(job.id, [Allocation("n0", (0,)), Allocation("n1", (0,))], now=10.0 * attempt, message="s")
+        store.heartbeat(job.id, attempt, 10.0 * attempt + 1, 1, "train")
+        state = store.end_attempt(
+            job.id, attempt, None, 10.0 * attempt + 5, node_lost="node n1 died", max_node_losses=2
+        )
+        row = store.job(job.id)
+        assert (row.failures, row.preemptions, row.node_losses) == (0, 0, attempt + 1)
+        assert state is (JobState.PENDING if attempt < 2 else JobState.FAILED)
+    messages = [e.message for e in store.events(job_id=job.id)]
+    assert "requeued: node n1 died (node loss 1 of 2)" in messages
+    assert any(m.startswith("failed: node n1 died, its node loss 3") for m in messages)
+    [account] = store.accounts(now=100.0, job_ids=[job.id])
+    assert [i.cause for i in account.interruptions] == ["node_lost"] * 3
+    assert all(i.wasted > 0 for i in account.interruptions), "the work since its last commit is lost"
+    assert store.interruption_intervals(since=0.0, now=100.0) == {"low": pytest.approx(15.0 / 3)}

@@ -104,6 +104,9 @@ class Exit:
     after a back-off."""
     ended_at: float | None = None
     """When it ended, if it ended while no scheduler watched and the executor knows."""
+    node_lost: str | None = None
+    """Set when it ended because a node it ran on died or hung (what happened, for people):
+    an interruption of its own kind, not the job's failure."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -209,6 +209,8 @@ class AttemptsStore(StoreBase):
         *,
         ran_until: float | None = None,
         why: str | None = None,
+        node_lost: str | None = None,
+        max_node_losses: int = 3,
     ) -> JobState:
         """The attempt's process is gone: release its GPUs and decide what becomes of the job.
 
@@ -217,7 +219,9 @@ class AttemptsStore(StoreBase):
         job goes back in line whatever its exit code (a preemption, not a success or failure).
         An attempt whose process vanished with no status (`exit_code` None: the scheduler was
         down when it ended) goes back in line too, without using the failure budget.
-        Otherwise it failed: retried while its failure budget lasts, else FAILED. A job that
+        One that lost a node (`node_lost` says what happened) goes back in line, charged to
+        neither its failures nor its preemptions, while it has lost at most `max_node_losses`
+        nodes; then it fails. Otherwise it failed: retried while its failure budget lasts, else FAILED. A job that
         would go back in line with no run time left under its time limit ends as TIMEOUT.
 
         `ran_until`: when the process really ended, if that was before `now` (it ended while the
@@ -225,19 +229,43 @@ class AttemptsStore(StoreBase):
         people (a launch that failed says so).
         """
         with self.transaction() as s:
-            return self.end_in(s, job_id, attempt, exit_code, now, ran_until=ran_until, why=why)
+            return self.end_in(
+                s,
+                job_id,
+                attempt,
+                exit_code,
+                now,
+                ran_until=ran_until,
+                why=why,
+                node_lost=node_lost,
+                max_node_losses=max_node_losses,
+            )
 
     def end_attempts(
-        self, ended: Sequence[tuple[int, int, int | None, str | None]], now: float
+        self,
+        ended: Sequence[tuple[int, int, int | None, str | None, str | None]],
+        now: float,
+        max_node_losses: int = 3,
     ) -> list[JobState | None]:
-        """`end_attempt` for (job, attempt, exit code, why) of many attempts in one transaction;
-        None for an attempt that is not live (its end was recorded already)."""
+        """`end_attempt` for (job, attempt, exit code, why, node lost) of many attempts in one
+        transaction; None for an attempt that is not live (its end was recorded already)."""
         states: list[JobState | None] = []
         with self.transaction() as s:
-            for job_id, attempt, exit_code, why in ended:
+            for job_id, attempt, exit_code, why, lost in ended:
                 try:
                     with s.begin_nested():  # a refused end leaves nothing half-written
-                        states.append(self.end_in(s, job_id, attempt, exit_code, now, why=why))
+                        states.append(
+                            self.end_in(
+                                s,
+                                job_id,
+                                attempt,
+                                exit_code,
+                                now,
+                                why=why,
+                                node_lost=lost,
+                                max_node_losses=max_node_losses,
+                            )
+                        )
                 except Conflict:
                     states.append(None)
         return states
@@ -252,6 +280,8 @@ class AttemptsStore(StoreBase):
         *,
         ran_until: float | None = None,
         why: str | None = None,
+        node_lost: str | None = None,
+        max_node_losses: int = 3,
     ) -> JobState:
         row = self.live_attempt(s, job_id, attempt)
         job = self.locked_job(s, job_id)
@@ -284,6 +314,14 @@ class AttemptsStore(StoreBase):
         elif row.completed_at is not None or (exit_code == 0 and row.notice_at is None):
             row.outcome = "succeeded"
             self.move(s, job, JobState.SUCCEEDED, now, f"succeeded ({code})", attempt=attempt)
+        elif node_lost is not None:
+            row.outcome = "node_lost"
+            job.node_losses = (job.node_losses or 0) + 1
+            if job.node_losses <= max_node_losses:
+                requeue(f"requeued: {node_lost} (node loss {job.node_losses} of {max_node_losses})")
+            else:
+                lost = f"failed: {node_lost}, its node loss {job.node_losses} (at most {max_node_losses} are requeued)"
+                self.move(s, job, JobState.FAILED, now, lost[:2000], attempt=attempt)
         elif row.notice_at is not None:
             row.outcome = "preempted"
             job.preemptions += 1

@@ -111,6 +111,8 @@ class JobRow(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     """Attempts started so far; the next one is numbered `attempts`."""
     preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    node_losses: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Attempts that ended because a node they ran on was lost."""
     failures: Mapped[int] = mapped_column(Integer, default=0)
     max_failures: Mapped[int] = mapped_column(Integer, default=0)
     """Retries after failed attempts, a budget separate from preemptions."""
