@@ -4,13 +4,9 @@ node (`gpus.py`); a gang of one member runs here, with the rendezvous on loopbac
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -27,11 +23,7 @@ from gpupool.executors.proc import (
     recorded_exit_time,
     recorded_launcher,
 )
-from gpupool.executors.users import give
-
-LAUNCHER = Path(__file__).with_name("launcher.py")
-LAUNCHER_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-"""The launcher's own environment: nothing of the job's reaches a process of the scheduler's."""
+from gpupool.executors.spawn import Spawn, signal_group, spawn, write_notice
 
 
 def free_port() -> int:
@@ -63,46 +55,10 @@ class LocalExecutor:
             raise RuntimeError(f"the local executor runs on {self.node.node.name} alone, not on {launch.members}")
         member = launch.members[0] if launch.members else Member(0, self.node.node.name, ())
         folder = launch.attempt_dir
-        folder.mkdir(parents=True, exist_ok=True)
-        # The job may read its notice and its records, never write them; nobody else may list.
-        give(folder, None, 0o711 if launch.user is not None else 0o700)
-        stdout = launch.stdout or folder / "stdout.log"
-        stderr = launch.stderr or folder / "stderr.log"
-        for path in (folder / "stdout.log", folder / "stderr.log"):
-            if path in (stdout, stderr):
-                # Made here, in a folder only the scheduler writes, then given to the job's user:
-                # the job opens it to append and can never swap it for a link.
-                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600))
-                give(path, launch.user, 0o600)
-        argv = [
-            sys.executable,
-            "-I",
-            "-S",
-            str(LAUNCHER),
-            str(folder),
-            owner(self.store_id, *key),
-            launch.user.name if launch.user is not None else "-",
-            str(launch.workdir),
-            str(stdout),
-            str(stderr),
-            *launch.command,
-        ]
-        log = os.open(folder / "launcher.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-        try:
-            child = subprocess.Popen(
-                argv,
-                cwd=folder,
-                env=LAUNCHER_ENV,
-                stdin=subprocess.PIPE,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-            )
-        finally:
-            os.close(log)
-        assert child.stdin is not None
-        with child.stdin:
-            child.stdin.write(json.dumps(launch.member_env(member, "127.0.0.1", free_port())).encode())
+        env = launch.member_env(member, "127.0.0.1", free_port())
+        mine = owner(self.store_id, *key)
+        spec = Spawn(folder, mine, launch.user, launch.workdir, launch.command, env, launch.stdout, launch.stderr)
+        child = spawn(spec)
         self.children[key] = child
         self.dirs[key] = folder
         threading.Thread(target=self._watch, args=(child,), daemon=True, name=f"attempt-{key}").start()
@@ -114,20 +70,14 @@ class LocalExecutor:
 
     def notify(self, job_id: int, attempt: int, deadline: float) -> None:
         key = (job_id, attempt)
-        notice = self.dirs[key] / "notice"
-        partial = notice.with_suffix(".tmp")
-        partial.write_text(json.dumps({"deadline": deadline}))
-        partial.chmod(0o644)  # the job reads it; the scheduler's umask keeps the rest private
-        os.replace(partial, notice)
+        write_notice(self.dirs[key], deadline)
         self._signal(key, signal.SIGTERM)
 
     def kill(self, job_id: int, attempt: int) -> None:
         self._signal((job_id, attempt), signal.SIGKILL)
 
     def _signal(self, key: Key, sig: signal.Signals) -> None:
-        pid = self.children[key].pid if key in self.children else self.adopted[key][0]
-        with contextlib.suppress(ProcessLookupError):  # already gone: poll reports its exit
-            os.killpg(pid, sig)
+        signal_group(self.children[key].pid if key in self.children else self.adopted[key][0], sig)
 
     def poll(self) -> Progress:
         ended = []
