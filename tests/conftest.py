@@ -4,6 +4,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import settings
@@ -11,6 +12,9 @@ from hypothesis import settings
 settings.register_profile("ci", derandomize=True, deadline=None, max_examples=200)
 settings.register_profile("dev", deadline=None, max_examples=100)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+if TYPE_CHECKING:
+    from gpupool.executors.ray_loopback import LoopbackCluster
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -45,3 +49,50 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     with psycopg.connect(server, autocommit=True) as connection:
         connection.execute(f'CREATE DATABASE "{name}"')
     return server.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[LoopbackCluster]:
+    """A real Ray cluster of three nodes on loopback (127.0.0.2-4, four virtual GPUs each),
+    started once for the tests that use it. Its ports are fixed: those tests share one test
+    process (`pytest.mark.xdist_group("ray")`)."""
+    pytest.importorskip("ray", reason="the Ray executor's tests need gpupool[ray]")
+    import shutil
+    import tempfile
+
+    import ray
+
+    from gpupool.executors.ray_loopback import LoopbackCluster
+
+    root = Path(tempfile.mkdtemp(prefix="gpupool-ray-"))
+    cluster = LoopbackCluster(root)
+    try:
+        cluster.start()
+        ray.init(address=cluster.address, namespace="gpupool-tests", log_to_driver=False)
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def cluster(ray_cluster: LoopbackCluster) -> Iterator[LoopbackCluster]:
+    """The cluster, every node of it up, and nothing of an earlier test's left on it."""
+    import ray
+    from ray._raylet import PlacementGroupID
+    from ray.util.placement_group import PlacementGroup, placement_group_table, remove_placement_group
+
+    alive = {n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}  # type: ignore[no-untyped-call]
+    for index in range(ray_cluster.nodes):
+        if ray_cluster.ip(index) not in alive:
+            ray_cluster.add_node(index)
+    yield ray_cluster
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        try:
+            ray.kill(ray.get_actor(entry["name"], namespace=entry["namespace"]), no_restart=True)
+        except ValueError:
+            continue
+    for group_id, entry in placement_group_table().items():
+        if entry["state"] != "REMOVED":
+            remove_placement_group(PlacementGroup(PlacementGroupID.from_hex(group_id)))

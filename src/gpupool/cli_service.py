@@ -34,17 +34,46 @@ RunAsOption = Annotated[
 ]
 
 
-def up(config: ConfigOption = None, run_as: RunAsOption = None) -> None:
-    """Run gpupool on this machine: API, control loop and local executor, until SIGINT (Ctrl-C)
-    or SIGTERM. Either stops it the same way: no new decision, running jobs go on and are
-    adopted by the next `gpupool up`; it exits 0."""
+ExecutorOption = Annotated[
+    str | None,
+    typer.Option(
+        "--executor",
+        help="Where jobs run: local (this machine) or ray (every node of a Ray cluster; overrides service.executor).",
+        show_default=False,
+    ),
+]
+RayAddressOption = Annotated[
+    str | None,
+    typer.Option(
+        "--ray-address", help="The Ray cluster's head, host:port (overrides service.ray_address).", show_default=False
+    ),
+]
+StoreOption = Annotated[
+    str | None,
+    typer.Option("--store", help="The store's URL: postgresql://… (overrides service.store).", show_default=False),
+]
+
+
+def up(
+    config: ConfigOption = None,
+    run_as: RunAsOption = None,
+    executor: ExecutorOption = None,
+    ray_address: RayAddressOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Run gpupool: API, control loop and executor, until SIGINT (Ctrl-C) or SIGTERM. Either
+    stops it the same way: no new decision, running jobs go on and are adopted by the next
+    `gpupool up`; it exits 0. With --executor ray, the pool is every node of the Ray cluster."""
     from gpupool.errors import GpupoolError
     from gpupool.up import shut_down, start
 
     try:
         spec = load_spec(config)
-        if run_as is not None:
-            service = parse_spec({"service": {**spec.service.model_dump(), "run_as": run_as}}, "--run-as").service
+        given = {"run_as": run_as, "executor": executor, "ray_address": ray_address, "store": store}
+        options = {key: value for key, value in given.items() if value is not None}
+        if options:
+            named = ", ".join(f"--{key.replace('_', '-')}" for key in options)
+            service = parse_spec({"service": {**spec.service.model_dump(), **options}}, named).service
             spec = spec.model_copy(update={"service": service})
         running = start(spec)
     except (GpupoolError, ValueError, OSError) as exc:

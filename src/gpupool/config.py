@@ -19,6 +19,9 @@
       run_as: submitter            # service | submitter | team: the OS user jobs run as
       job_user: null               # its name: {user} and {team} are replaced; null is
                                    # {user} for submitter, gpupool-{team} for team
+      executor: local              # or ray: every node of a Ray cluster (docs/cluster.md)
+      ray_address: auto            # the Ray cluster's host:port; auto is this machine's
+      start_timeout: 60s           # ray: a gang not running by then is placed again
 
 Durations are seconds or a number with a unit: `90s`, `30m`, `1.5h`, `7d`; at most 10 years.
 
@@ -120,6 +123,11 @@ class ServiceSpec(_Strict):
     job_user: str | None = None
     """That user's name, `{user}` and `{team}` replaced; None is `{user}` for submitter and
     `gpupool-{team}` for team (see `job_user_template`)."""
+    executor: Literal["local", "ray"] = "local"
+    """Where attempts run: this machine's processes, or every node of a Ray cluster."""
+    ray_address: str = Field(default="auto", min_length=1, max_length=300, pattern=r"^[A-Za-z0-9_.:\[\]-]+$")
+    start_timeout: Duration = 60.0
+    """With Ray: a gang whose members are not all running by then is given back and placed again."""
 
     @field_validator("store")
     @classmethod

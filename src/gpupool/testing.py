@@ -146,6 +146,9 @@ class FakeExecutor:
             return Started(recorded.handle or {}, True, "adopted")
         return Exit(recorded.job_id, recorded.attempt, None)
 
+    def close(self) -> None:
+        pass
+
     def logs(self, job_id: int, attempt: int, rank: int, stream: str, attempt_dir: Path) -> BinaryIO | None:
         try:
             return (attempt_dir / f"{stream}.log").open("rb") if rank == 0 else None

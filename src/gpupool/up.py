@@ -16,7 +16,7 @@ import signal
 import socket
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -25,8 +25,8 @@ import uvicorn
 
 from gpupool.api import Context, create_app
 from gpupool.config import ConfigError, ConfigSpec, ServiceSpec, build
-from gpupool.executors import NodeState
-from gpupool.executors.gpus import LocalGpus, discover
+from gpupool.executors import Executor, NodeState
+from gpupool.executors.gpus import discover
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.users import can_switch_users
 from gpupool.leader import IDENTITY, Guard, NotLeader, StoreLease, claim_data_dir, lock_data_dir
@@ -34,6 +34,7 @@ from gpupool.model import Config
 from gpupool.service import ControlLoop, token_hash
 from gpupool.store import Store
 from gpupool.store.engine import DATABASE, open_engine, sqlite_url
+from gpupool.units import plural
 
 ADMIN_TOKEN = "admin.token"
 log = logging.getLogger("gpupool.up")
@@ -147,13 +148,21 @@ class Server(uvicorn.Server):
         self.should_exit = True
 
 
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """What `gpupool up` says of the GPUs it schedules."""
+
+    detail: str
+    virtual: bool
+
+
 @dataclass
 class Running:
     """A started service: what `gpupool up` prints, and what tests need to stop it."""
 
     store: Store
     loop: ControlLoop
-    gpus: LocalGpus
+    gpus: Pool
     server: Server
     stop: threading.Event
     loop_thread: threading.Thread
@@ -202,20 +211,20 @@ def _start(spec: ConfigSpec, config: Config, data_dir: Path, lock: int) -> Runni
     identity = store.identity()
     claim_data_dir(data_dir, identity.id, fresh_store=identity.legacy_below == 1)
     store.sync_config(config)
-    gpus = discover(socket.gethostname(), service.virtual_gpus)
-    node = NodeState(gpus.node, gpus.virtual)
     database = data_dir / DATABASE if service.store is None else None
+    wakeup = threading.Event()
+    attempts, pool = executor(service, identity.id, wakeup.set)
     loop = ControlLoop(
         store,
         config,
-        LocalExecutor(node),
+        attempts,
         data_dir,
         service.url,
         service.interval,
+        wakeup=wakeup,
         job_user=service.job_user_template,
         guard=Guard(data_dir, identity.id, database, lease),
     )
-    loop.executor = LocalExecutor(node, on_exit=loop.wakeup.set, store_id=identity.id)
     loop.sync_nodes()
     app = create_app(Context(store, loop, token_hash(admin_token(data_dir))))
     listening = socket.create_server((service.host, service.port), reuse_port=False)
@@ -223,7 +232,27 @@ def _start(spec: ConfigSpec, config: Config, data_dir: Path, lock: int) -> Runni
     stop = threading.Event()
     thread = threading.Thread(target=loop.run, args=(stop,), name="control-loop", daemon=True)
     thread.start()
-    return Running(store, loop, gpus, server, stop, thread, [listening], lock, lease)
+    return Running(store, loop, pool, server, stop, thread, [listening], lock, lease)
+
+
+def executor(service: ServiceSpec, store_id: str, wake: Callable[[], None]) -> tuple[Executor, Pool]:
+    """The executor `service.executor` names, and what to say of its GPUs."""
+    if service.executor == "ray":
+        try:
+            from gpupool.executors.ray_executor import RayExecutor
+        except ImportError:
+            raise ConfigError("service.executor: ray needs Ray: pip install 'gpupool[ray]'") from None
+        try:
+            ray_executor = RayExecutor(service.ray_address, store_id, wake, service.start_timeout)
+        except ConnectionError as exc:
+            raise ConfigError(f"service.ray_address: no Ray cluster at {service.ray_address} ({exc})") from None
+        nodes = ray_executor.nodes()
+        gpus = sum(n.node.gpus for n in nodes)
+        detail = f"Ray cluster at {service.ray_address}: {plural(len(nodes), 'node')} with GPUs, {gpus} GPUs"
+        return ray_executor, Pool(detail, bool(nodes) and all(n.virtual for n in nodes))
+    gpus_here = discover(socket.gethostname(), service.virtual_gpus)
+    local = LocalExecutor(NodeState(gpus_here.node, gpus_here.virtual), on_exit=wake, store_id=store_id)
+    return local, Pool(gpus_here.detail, gpus_here.virtual)
 
 
 def shut_down(running: Running) -> None:
@@ -236,6 +265,7 @@ def shut_down(running: Running) -> None:
         log.error("the control loop did not stop within 10 s; its locks go with the process")
         running.store.close()
         return
+    running.loop.executor.close()
     if running.lease is not None:
         running.lease.release()
     running.store.close()

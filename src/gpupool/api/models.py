@@ -259,6 +259,7 @@ class JobOut(_Out):
     attempts: int
     preemptions: int
     failures: int
+    node_losses: int = 0
     ended_at: float | None
     exit_code: int | None
     wait_reason: str | None

@@ -68,6 +68,7 @@ class Launch:
         return {
             **self.env,
             "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in member.gpus),
+            "GPUPOOL_NODE": member.node,
             "GPUPOOL_GPUS_ON_NODE": str(len(member.gpus)),
             "MASTER_ADDR": master_addr,
             "MASTER_PORT": str(master_port),
@@ -173,4 +174,8 @@ class Executor(Protocol):
 
     def logs(self, job_id: int, attempt: int, rank: int, stream: str, attempt_dir: Path) -> BinaryIO | None:
         """A member's `stdout` or `stderr` in the attempt's folder, open for reading, or None."""
+        ...
+
+    def close(self) -> None:
+        """Stop watching: the attempts run on, for the next scheduler to adopt."""
         ...

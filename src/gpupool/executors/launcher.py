@@ -13,6 +13,11 @@ variables (LD_PRELOAD, PATH...) reach only the command, which runs as USER (an O
 or - for the scheduler's own). The command opens its logs and enters WORKDIR as that user, so a
 path the job names is reached with the job's rights, never the scheduler's; what goes wrong
 before it starts (a log that cannot be opened) goes to the launcher's stderr, launcher.log.
+
+With GPUPOOL_DIE_WITH_PARENT=1 in its own environment (Ray's launcher actors set it), the
+launcher ends its whole session, the command too, when its parent dies: a member must not run
+on when its actor is gone (its node's raylet was killed, or the actor removed). The local
+executor's launchers outlive the scheduler instead, which adopts them again.
 """
 
 import json
@@ -21,6 +26,8 @@ import pwd
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 AS_JOB = 'exec >>"$2" 2>>"$3"; cd -- "$1" || exit 126; shift 3; exec "$@"'
 
@@ -36,9 +43,33 @@ NOT_STARTED = 200
 (its exit record then says `not_started` and why)."""
 
 
+def die_with_parent() -> None:
+    """SIGKILL this session, the command with it, as soon as the launcher's parent is gone, or
+    the launcher itself is (Ray SIGKILLs a dead actor's children, not their children). A thread
+    of the launcher watches its parent, and a watcher process in the session watches the
+    launcher; each looks five times a second (a parent-death signal would fire when the parent's
+    thread that started the launcher ends, and Ray's actor threads may; it is also lost when
+    the command switches user)."""
+    parent, launcher = os.getppid(), os.getpid()
+    if os.fork() == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the notice is for the command
+        while os.getppid() == launcher:
+            time.sleep(0.2)
+        os.killpg(0, signal.SIGKILL)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def main(argv: list[str]) -> int:
     folder, owner, user, workdir, stdout, stderr, *command = argv
     env = json.loads(sys.stdin.read())
+    if os.environ.get("GPUPOOL_DIE_WITH_PARENT") == "1":
+        die_with_parent()
     try:
         child = start(folder, owner, user, [workdir, stdout, stderr, *command], env)
     except OSError as exc:

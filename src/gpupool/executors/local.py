@@ -15,11 +15,9 @@ from typing import BinaryIO
 from gpupool.executors import Exit, Key, Launch, Member, NodeState, Progress, Recorded, Started
 from gpupool.executors.proc import (
     last_sign_of_life,
-    launch_error,
-    not_started,
+    outcome,
     owner,
     process_started,
-    recorded_exit,
     recorded_exit_time,
     recorded_launcher,
 )
@@ -95,14 +93,10 @@ class LocalExecutor:
     def _exit(self, key: Key, code: int | None, ended_at: float | None = None) -> Exit:
         """How an attempt ended: its launcher's record (the command's status), else what the
         process returned; and, for a failure, what the launcher said went wrong."""
-        folder = self.dirs[key]
-        mine = owner(self.store_id, *key)
-        trouble = not_started(folder, mine)
+        status, why, trouble = outcome(self.dirs[key], owner(self.store_id, *key), code)
         if trouble is not None:
             return Exit(*key, None, trouble, started=False, ended_at=ended_at)
-        recorded = recorded_exit(folder, mine)
-        status = recorded if recorded is not None else code
-        return Exit(*key, status, launch_error(folder) if status not in (0, None) else None, ended_at=ended_at)
+        return Exit(*key, status, why, ended_at=ended_at)
 
     def adopt(self, recorded: Recorded) -> Started | Exit:
         """The attempt's launcher, if it is still the process that was started (a pid alone
@@ -123,6 +117,9 @@ class LocalExecutor:
             return Started({"pid": pid, "started": started}, True, f"as pid {pid}")
         ended = recorded_exit_time(folder) or last_sign_of_life(folder, recorded.logs, recorded.since)
         return self._exit(key, None, ended)
+
+    def close(self) -> None:
+        """Nothing to let go of: the watcher threads end with their processes or with ours."""
 
     def logs(self, job_id: int, attempt: int, rank: int, stream: str, attempt_dir: Path) -> BinaryIO | None:
         if rank != 0:

@@ -56,6 +56,19 @@ def not_started(attempt_dir: Path, expected_owner: str | None = None) -> str | N
     return str(why) if why is not None else None
 
 
+def outcome(attempt_dir: Path, expected_owner: str, code: int | None) -> tuple[int | None, str | None, str | None]:
+    """How a member ended, from its launcher's records and what its process returned (`code`):
+    its exit status (the command's, as recorded, else `code`), what went wrong before the
+    command started when it failed, and why it was not started at all (the scheduler's
+    reasons), if it was not."""
+    trouble = not_started(attempt_dir, expected_owner)
+    if trouble is not None:
+        return None, None, trouble
+    recorded = recorded_exit(attempt_dir, expected_owner)
+    status = recorded if recorded is not None else code
+    return status, launch_error(attempt_dir) if status not in (0, None) else None, None
+
+
 def launch_error(attempt_dir: Path) -> str | None:
     """What the launcher said went wrong before the command started (a log it could not open),
     in one line, if anything."""

@@ -1,0 +1,101 @@
+"""Starting one member of an attempt on this machine, under the launcher (`launcher.py`), and
+telling it things: what the local executor does for its attempts, and what Ray's launcher
+actors do on each node."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpupool.executors.users import JobUser, give
+
+LAUNCHER = Path(__file__).with_name("launcher.py")
+LAUNCHER_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+"""The launcher's own environment: nothing of the job's reaches a process of the scheduler's."""
+
+
+@dataclass(frozen=True, slots=True)
+class Spawn:
+    """One member's process: plain values, so that it travels to another node."""
+
+    folder: Path
+    """Its folder: the launcher's records, and its logs unless `stdout`/`stderr` say otherwise."""
+    owner: str
+    """Who its records belong to (`proc.owner`)."""
+    user: JobUser | None
+    workdir: Path
+    command: Sequence[str]
+    env: Mapping[str, str]
+    stdout: Path | None = None
+    stderr: Path | None = None
+    die_with_parent: bool = False
+    """The member dies when the process that spawned it does (`launcher.py`)."""
+
+
+def spawn(member: Spawn) -> subprocess.Popen[bytes]:
+    """Start the member's launcher in a session of its own, and return at once. The folder is
+    the scheduler's; the job may read its notice and records there, never write them."""
+    folder = member.folder
+    folder.mkdir(parents=True, exist_ok=True)
+    give(folder, None, 0o711 if member.user is not None else 0o700)
+    stdout = member.stdout or folder / "stdout.log"
+    stderr = member.stderr or folder / "stderr.log"
+    for path in (folder / "stdout.log", folder / "stderr.log"):
+        if path in (stdout, stderr):
+            # Made here, in a folder only the scheduler writes, then given to the job's user:
+            # the job opens it to append and can never swap it for a link.
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600))
+            give(path, member.user, 0o600)
+    argv = [
+        sys.executable,
+        "-I",
+        "-S",
+        str(LAUNCHER),
+        str(folder),
+        member.owner,
+        member.user.name if member.user is not None else "-",
+        str(member.workdir),
+        str(stdout),
+        str(stderr),
+        *member.command,
+    ]
+    log = os.open(folder / "launcher.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    try:
+        child = subprocess.Popen(
+            argv,
+            cwd=folder,
+            env={**LAUNCHER_ENV, "GPUPOOL_DIE_WITH_PARENT": "1"} if member.die_with_parent else LAUNCHER_ENV,
+            stdin=subprocess.PIPE,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+    finally:
+        os.close(log)
+    assert child.stdin is not None
+    with child.stdin:
+        child.stdin.write(json.dumps(dict(member.env)).encode())
+    return child
+
+
+def write_notice(folder: Path, deadline: float) -> None:
+    """The notice file the job protocol reads, written whole (a reader never sees half of it)."""
+    notice = folder / "notice"
+    partial = notice.with_suffix(".tmp")
+    partial.write_text(json.dumps({"deadline": deadline}))
+    partial.chmod(0o644)  # the job reads it; the scheduler's umask keeps the rest private
+    os.replace(partial, notice)
+
+
+def signal_group(pid: int, sig: signal.Signals) -> None:
+    """Signal the member's session (its launcher leads it); gone already is no error: its exit
+    is reported."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)

@@ -1,0 +1,211 @@
+"""`gpupool up --executor ray` on a real three-node Ray cluster on loopback: where gangs land,
+what a lost node does to its job, and a scheduler killed while gangs run."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "service"))
+
+from test_up import Service, state
+
+from gpupool.executors import Executor, Exit, Launch, Member
+from gpupool.executors.proc import process_started
+from gpupool.executors.ray_loopback import LoopbackCluster
+from gpupool.testing import kill_attempts, wait_for
+
+pytestmark = pytest.mark.xdist_group("ray")
+
+RANK = textwrap.dedent(
+    """
+    import json, os, signal, sys, time
+    from pathlib import Path
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    keys = ("RANK", "WORLD_SIZE", "NODE_RANK", "LOCAL_RANK", "CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT",
+            "GPUPOOL_NODE", "GPUPOOL_NODE_ADDRESS", "GPUPOOL_ATTEMPT")
+    print(json.dumps({**{k: os.environ.get(k) for k in keys}, "pid": os.getpid()}), flush=True)
+    done = Path(sys.argv[1])
+    while not done.exists():
+        time.sleep(0.1)
+    """
+)
+
+
+class RayService(Service):
+    def __init__(self, tmp: Path, address: str) -> None:
+        super().__init__(tmp)
+        self.config.write_text(
+            self.config.read_text().replace(
+                "run_as: service}",
+                f"run_as: service, executor: ray, ray_address: '{address}', start_timeout: 20s}}",
+            )
+        )
+        self.env["RAY_AUTH_MODE"] = "disabled"
+        self.done = tmp / "done"
+        self.script = tmp / "rank.py"
+        self.script.write_text(RANK)
+
+    def gang(self, gpus: int = 4, per_node: int = 2) -> int:
+        return self.submit(
+            "--gpus",
+            str(gpus),
+            "--gpus-per-node",
+            str(per_node),
+            "--",
+            sys.executable,
+            str(self.script),
+            str(self.done),
+        )
+
+    def reports(self, job: int, ranks: int = 2, attempt: int | None = None) -> list[dict[str, object]]:
+        """What each rank printed first, read through `gpupool logs --rank`."""
+        return [json.loads(self.first_line(job, rank, attempt)) for rank in range(ranks)]
+
+    def first_line(self, job: int, rank: int, attempt: int | None) -> str:
+        extra = ["--attempt", str(attempt)] if attempt is not None else []
+        printed: list[str] = []
+
+        def some() -> bool:
+            done = self.cli("logs", str(job), "--rank", str(rank), *extra)
+            printed[:] = done.stdout.splitlines() if done.returncode == 0 else []
+            return bool(printed)
+
+        wait_for(some, timeout=30)
+        return printed[0]
+
+
+@pytest.fixture
+def service(cluster: LoopbackCluster, tmp_path: Path) -> Iterator[RayService]:
+    service = RayService(tmp_path, cluster.address)
+    service.up()
+    yield service
+    if service.process is not None and service.process.poll() is None:
+        service.process.terminate()
+        service.process.wait(timeout=20)
+    kill_attempts(service.data)
+
+
+def job(service: Service, job_id: int) -> dict[str, object]:
+    response = service.get(f"/jobs/{job_id}")
+    assert response is not None and response.is_success
+    shown: dict[str, object] = response.json()
+    return shown
+
+
+def test_every_ray_node_is_in_the_pool_and_a_gang_lands_where_the_core_placed_it(service: RayService) -> None:
+    pool = service.get("/pool")
+    assert pool is not None
+    assert sorted(n["name"] for n in pool.json()["nodes"]) == ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+    job_id = service.gang()
+    wait_for(lambda: state(service, job_id) == "running", timeout=60)
+    placement = job(service, job_id)["placement"]
+    assert isinstance(placement, dict) and len(placement) == 2
+    reports = service.reports(job_id)
+    assert [r["RANK"] for r in reports] == ["0", "1"] and {r["WORLD_SIZE"] for r in reports} == {"2"}
+    for report in reports:
+        node = str(report["GPUPOOL_NODE_ADDRESS"])  # where Ray ran it, as Ray says
+        assert node == report["GPUPOOL_NODE"] and node in placement
+        assert report["CUDA_VISIBLE_DEVICES"] == ",".join(str(g) for g in placement[node])
+    assert {r["MASTER_ADDR"] for r in reports} == {reports[0]["GPUPOOL_NODE"]}
+    assert len({r["MASTER_PORT"] for r in reports}) == 1
+    service.done.touch()
+    wait_for(lambda: state(service, job_id) == "succeeded", timeout=60)
+
+
+def test_a_lost_node_requeues_its_gang_which_resumes_on_the_nodes_left(
+    service: RayService, cluster: LoopbackCluster
+) -> None:
+    job_id = service.gang()
+    wait_for(lambda: state(service, job_id) == "running", timeout=60)
+    placement = job(service, job_id)["placement"]
+    assert isinstance(placement, dict)
+    reports = service.reports(job_id)
+    victim = next(n for n in sorted(placement) if n != cluster.ip(0))  # the head's raylet carries the scheduler
+    survivor = next(r for r in reports if r["GPUPOOL_NODE"] != victim)
+    lost_at = time.time()
+    cluster.kill_node(cluster.names.index(victim))
+
+    def requeued_and_running() -> bool:
+        shown = job(service, job_id)
+        return shown["state"] == "running" and int(str(shown["attempts"])) == 2
+
+    wait_for(requeued_and_running, timeout=90)
+    shown = job(service, job_id)
+    history = shown["history"]
+    assert isinstance(history, list)
+    assert history[0]["outcome"] == "node_lost"
+    assert history[0]["ended_at"] - lost_at < 30, "Ray's tuned health checks see a dead node in seconds"
+    assert (shown["failures"], shown["preemptions"], shown["node_losses"]) == (0, 0, 1)
+    now_on = shown["placement"]
+    assert isinstance(now_on, dict) and victim not in now_on and len(now_on) == 2
+    assert process_started(int(str(survivor["pid"]))) is None, "no rank of the lost attempt is left running"
+    account = shown["account"]
+    assert isinstance(account, dict)
+    assert [i["cause"] for i in account["interruptions"]] == ["node_lost"]
+    pool = service.get("/pool")
+    assert pool is not None and victim not in [n["name"] for n in pool.json()["nodes"]]
+    service.done.touch()
+    wait_for(lambda: state(service, job_id) == "succeeded", timeout=60)
+
+
+def test_a_scheduler_killed_while_a_gang_runs_adopts_it_and_the_job_runs_once(service: RayService) -> None:
+    job_id = service.gang()
+    wait_for(lambda: state(service, job_id) == "running", timeout=60)
+    before = service.reports(job_id)
+    service.kill()
+    service.up()
+    wait_for(lambda: state(service, job_id) == "running", timeout=30)
+    assert job(service, job_id)["attempts"] == 1
+    assert all(process_started(int(str(r["pid"]))) for r in before), "its members ran on while it was down"
+    service.done.touch()
+    wait_for(lambda: state(service, job_id) == "succeeded", timeout=60)
+    shown = job(service, job_id)
+    history = shown["history"]
+    assert isinstance(history, list)
+    assert shown["attempts"] == 1 and [a["outcome"] for a in history] == ["succeeded"]
+
+
+def ended_soon(executor: Executor) -> list[Exit]:
+    ended: list[Exit] = []
+
+    def some() -> bool:
+        ended.extend(executor.poll().ended)
+        return bool(ended)
+
+    wait_for(some, timeout=30)
+    return ended
+
+
+def test_a_gang_ray_cannot_place_in_time_is_given_back_whole(cluster: LoopbackCluster, tmp_path: Path) -> None:
+    from gpupool.executors.ray_executor import RayExecutor
+
+    executor = RayExecutor(cluster.address, "placement-test", start_timeout=3.0)
+    try:
+        executor.nodes()
+        head, other = cluster.ip(0), cluster.ip(1)
+        members = (Member(0, head, (0, 1, 2, 3)), Member(1, other, (0, 1, 2, 3)))
+        hog = Launch(1, 0, ["sleep", "60"], tmp_path, {}, tmp_path / "a", members)
+        executor.start(hog)
+        wait_for(lambda: bool(executor.poll().running), timeout=30)
+        blocked = Launch(2, 0, ["sleep", "60"], tmp_path, {}, tmp_path / "b", members)
+        began = time.monotonic()
+        executor.start(blocked)
+        [given_back] = ended_soon(executor)
+        assert given_back.started is False and "within 3 s" in str(given_back.why)
+        assert time.monotonic() - began < 15
+        assert (2, 0) not in executor.gangs and not (tmp_path / "b").exists(), "no member of it ever ran"
+        executor.kill(1, 0)
+        ended_soon(executor)
+        executor.start(Launch(2, 1, ["true"], tmp_path, {}, tmp_path / "c", members))
+        assert [e.exit_code for e in ended_soon(executor)] == [0], "placed again once its GPUs are free"
+    finally:
+        executor.close()
+        os.environ.pop("RAY_ADDRESS", None)
