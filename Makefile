@@ -27,7 +27,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 pytest: $(STAMP)
-	$(BIN)/pytest -n 2 --dist loadgroup -p no:cacheprovider
+	$(BIN)/pytest -n 2 -p no:cacheprovider
 
 demo: $(STAMP)
 	$(BIN)/gpupool demo

@@ -53,9 +53,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[LoopbackCluster]:
-    """A real Ray cluster of three nodes on loopback (127.0.0.2-4, four virtual GPUs each),
-    started once for the tests that use it. Its ports are fixed: those tests share one test
-    process (`pytest.mark.xdist_group("ray")`)."""
+    """A real Ray cluster of three nodes on loopback (127.0.K.2-4, four virtual GPUs each),
+    started once per test process that needs one (K is the process's number under xdist)."""
     pytest.importorskip("ray", reason="the Ray executor's tests need gpupool[ray]")
     import shutil
     import tempfile
@@ -65,7 +64,8 @@ def ray_cluster() -> Iterator[LoopbackCluster]:
     from gpupool.executors.ray_loopback import LoopbackCluster
 
     root = Path(tempfile.mkdtemp(prefix="gpupool-ray-"))
-    cluster = LoopbackCluster(root)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    cluster = LoopbackCluster(root, k=int(worker.removeprefix("gw") or 0) % 8)
     try:
         cluster.start()
         ray.init(address=cluster.address, namespace="gpupool-tests", log_to_driver=False)

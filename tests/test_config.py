@@ -83,6 +83,11 @@ policy: {queue: strict, max_preemptions: null}
         ),
         ({"policy": {"queue": "lifo"}}, "c.yaml: policy.queue: Input should be 'backfill' or 'strict'"),
         ({"typo": 1}, "c.yaml: typo: Extra inputs are not permitted"),
+        ({"service": {"executor": "slurm"}}, "c.yaml: service.executor: Input should be 'local' or 'ray'"),
+        ({"service": {"ray_address": "a b"}}, "service.ray_address: must be auto or the Ray head's host:port"),
+        ({"service": {"api_url": "head:8470"}}, "service.api_url: must be an http:// or https:// address"),
+        ({"service": {"start_timeout": "0s"}}, "service.start_timeout: Input should be greater than 0"),
+        ({"policy": {"max_node_losses": -1}}, "policy.max_node_losses: Input should be greater than or equal to 0"),
         ([1, 2], "c.yaml: Input should be a valid dictionary"),
     ],
 )

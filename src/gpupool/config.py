@@ -14,6 +14,7 @@
       data_dir: ~/.gpupool         # store, logs, checkpoints, the admin token
       host: 127.0.0.1
       port: 8470
+      api_url: null                # where jobs and clients reach the API; null: http://host:port
       virtual_gpus: 4              # used when NVML finds no GPU; at most 4096
       store: null                  # a PostgreSQL URL; null is SQLite in data_dir
       run_as: submitter            # service | submitter | team: the OS user jobs run as
@@ -123,10 +124,13 @@ class ServiceSpec(_Strict):
     job_user: str | None = None
     """That user's name, `{user}` and `{team}` replaced; None is `{user}` for submitter and
     `gpupool-{team}` for team (see `job_user_template`)."""
+    api_url: str | None = Field(default=None, max_length=300)
+    """The API's address for jobs and clients when `host` is not one they reach (`0.0.0.0`, a
+    cluster's head): `http://head.example:8470`."""
     executor: Literal["local", "ray"] = "local"
     """Where attempts run: this machine's processes, or every node of a Ray cluster."""
-    ray_address: str = Field(default="auto", min_length=1, max_length=300, pattern=r"^[A-Za-z0-9_.:\[\]-]+$")
-    start_timeout: Duration = 60.0
+    ray_address: str = Field(default="auto", max_length=300)
+    start_timeout: Duration = Field(default=60.0, gt=0)
     """With Ray: a gang whose members are not all running by then is given back and placed again."""
 
     @field_validator("store")
@@ -134,6 +138,20 @@ class ServiceSpec(_Strict):
     def _store_is_a_store_url(cls, value: str | None) -> str | None:
         if value is not None:
             check_store_url(value)
+        return value
+
+    @field_validator("api_url")
+    @classmethod
+    def _api_url_is_a_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://[^\s/?#@]+(/[^\s?#]*)?", value):
+            raise ValueError("must be an http:// or https:// address such as http://head.example:8470")
+        return value
+
+    @field_validator("ray_address")
+    @classmethod
+    def _ray_address_is_an_address(cls, value: str) -> str:
+        if value != "auto" and not re.fullmatch(r"(ray://)?[A-Za-z0-9_.\-]+:[0-9]{1,5}", value):
+            raise ValueError("must be auto or the Ray head's host:port, such as head.example:6379")
         return value
 
     @field_validator("job_user")
@@ -164,7 +182,8 @@ class ServiceSpec(_Strict):
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        """Where jobs and the command line reach the API."""
+        return self.api_url.rstrip("/") if self.api_url is not None else f"http://{self.host}:{self.port}"
 
 
 class ConfigSpec(_Strict):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 import sys
 import textwrap
 import time
@@ -21,8 +23,7 @@ from gpupool.executors import Executor, Exit, Launch, Member
 from gpupool.executors.proc import process_started
 from gpupool.executors.ray_loopback import LoopbackCluster
 from gpupool.testing import kill_attempts, wait_for
-
-pytestmark = pytest.mark.xdist_group("ray")
+from gpupool.up import free_port
 
 RANK = textwrap.dedent(
     """
@@ -40,8 +41,8 @@ RANK = textwrap.dedent(
 
 
 class RayService(Service):
-    def __init__(self, tmp: Path, address: str) -> None:
-        super().__init__(tmp)
+    def __init__(self, tmp: Path, address: str, grace: str = "2s") -> None:
+        super().__init__(tmp, grace)
         self.config.write_text(
             self.config.read_text().replace(
                 "run_as: service}",
@@ -100,10 +101,12 @@ def job(service: Service, job_id: int) -> dict[str, object]:
     return shown
 
 
-def test_every_ray_node_is_in_the_pool_and_a_gang_lands_where_the_core_placed_it(service: RayService) -> None:
+def test_every_ray_node_is_in_the_pool_and_a_gang_lands_where_the_core_placed_it(
+    service: RayService, cluster: LoopbackCluster
+) -> None:
     pool = service.get("/pool")
     assert pool is not None
-    assert sorted(n["name"] for n in pool.json()["nodes"]) == ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+    assert sorted(n["name"] for n in pool.json()["nodes"]) == [cluster.ip(i) for i in range(3)]
     job_id = service.gang()
     wait_for(lambda: state(service, job_id) == "running", timeout=60)
     placement = job(service, job_id)["placement"]
@@ -205,7 +208,76 @@ def test_a_gang_ray_cannot_place_in_time_is_given_back_whole(cluster: LoopbackCl
         executor.kill(1, 0)
         ended_soon(executor)
         executor.start(Launch(2, 1, ["true"], tmp_path, {}, tmp_path / "c", members))
-        assert [e.exit_code for e in ended_soon(executor)] == [0], "placed again once its GPUs are free"
+        again = ended_soon(executor)
+        assert [e.exit_code for e in again] == [0], f"placed again once its GPUs are free: {again}"
     finally:
         executor.close()
         os.environ.pop("RAY_ADDRESS", None)
+
+
+DDP = [sys.executable, "-m", "gpupool.examples.ddp_trainer", "--steps", "40"]
+
+
+def losses(output: str) -> dict[int, str]:
+    return {int(s): bits for s, bits in re.findall(r"^rank \d+ step (\d+) loss (\S+)$", output, re.MULTILINE)}
+
+
+def golden_run(folder: Path) -> list[str]:
+    """The job's two ranks on this machine, nobody interrupting them: each rank's output."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPOOL_")}
+    env |= {"GPUPOOL_CHECKPOINT_DIR": str(folder), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    env |= {"WORLD_SIZE": "2"}
+    ranks = [subprocess.Popen(DDP, env={**env, "RANK": str(r)}, stdout=subprocess.PIPE, text=True) for r in range(2)]
+    return [rank.communicate(timeout=180)[0] for rank in ranks]
+
+
+def test_a_two_node_job_preempted_through_ray_resumes_bit_identical(cluster: LoopbackCluster, tmp_path: Path) -> None:
+    golden = golden_run(tmp_path / "golden")
+    (tmp_path / "pool").mkdir()
+    service = RayService(tmp_path / "pool", cluster.address, grace="20s")
+    service.up()
+    try:
+        job_id = service.submit(
+            "--gpus", "4", "--gpus-per-node", "2", "--", *DDP[:-2], "--steps", "40", "--step-seconds", "0.1"
+        )
+        wait_for(lambda: "step 12 " in service.cli("logs", str(job_id), "--rank", "1").stdout, timeout=120)
+        urgent = service.run_cli(
+            service.env,
+            "submit",
+            "--parsable",
+            "-p",
+            "high",
+            "--gpus",
+            "12",
+            "--gpus-per-node",
+            "4",
+            "--",
+            "sleep",
+            "1",
+        )
+        assert urgent.returncode == 0, urgent.stderr
+        wait_for(lambda: state(service, job_id) == "succeeded", timeout=240)
+        shown = job(service, job_id)
+        assert (shown["attempts"], shown["preemptions"]) == (2, 1)
+        for rank in range(2):
+            outputs = [
+                service.cli("logs", str(job_id), "--rank", str(rank), "--attempt", str(a)).stdout for a in range(2)
+            ]
+            assert f"from step {max(losses(outputs[0])) + 1}" in outputs[1], (
+                "every rank resumed right after its last step"
+            )
+            merged: dict[int, str] = {}
+            for output in outputs:
+                for step, bits in losses(output).items():
+                    assert merged.setdefault(step, bits) == bits
+            assert merged == losses(golden[rank]), f"rank {rank}'s losses, bit for bit"
+        final = service.cli("logs", str(job_id), "--rank", "0", "--attempt", "1").stdout.strip().splitlines()[-1]
+        assert final == golden[0].strip().splitlines()[-1], "the same final state"
+        account = shown["account"]
+        assert isinstance(account, dict) and [i["cause"] for i in account["interruptions"]] == ["preempted"]
+        assert all(i["wasted"] == 0 for i in account["interruptions"]), "every rank left on notice, saved together"
+    finally:
+        if service.process is not None and service.process.poll() is None:
+            service.process.terminate()
+            service.process.wait(timeout=20)
+        kill_attempts(service.data)

@@ -312,8 +312,11 @@ class RayExecutor:
             return False
         gang, kind, rank = found
         try:
-            value = ray.get(ref, timeout=0)
-        except (RayActorError, ActorUnavailableError, GetTimeoutError) as exc:
+            value = ray.get(ref, timeout=5)
+        except GetTimeoutError:  # ready, but not here yet: looked at again
+            gang.waiting[ref] = (kind, rank)
+            return False
+        except (RayActorError, ActorUnavailableError) as exc:
             return self._member_lost(gang, rank, exc)
         except Exception as exc:  # the launcher raised: it could not start the member here
             if gang.phase in ("placing", "starting"):

@@ -1,6 +1,7 @@
 """A Ray cluster of several nodes on one machine, for the cluster demo, the tests and the
 benchmarks: each node on its own loopback address (127.0.0.2, .3, …; Ray rewrites 127.0.0.1 to
-the machine's address), with virtual GPUs, its own temp folder, and node-death detection tuned
+the machine's address; cluster `k` of several on one machine uses 127.0.k.2, …, its own ports
+and its own range of worker ports), with virtual GPUs, its own temp folder, and node-death detection tuned
 to seconds (as `docs/cluster.md` advises for a real head). Stopped by pid, in the order
 `ray stop` uses, so that no other Ray on the machine is touched.
 """
@@ -30,15 +31,20 @@ class LoopbackCluster:
     root: Path
     nodes: int = 3
     gpus: int = 4
-    port: int = 6390
+    k: int = 0
+    """Which of several clusters on this machine (at most 8)."""
     names: list[str] = field(default_factory=list)
 
     @property
+    def port(self) -> int:
+        return 6390 + 100 * self.k
+
+    @property
     def address(self) -> str:
-        return f"127.0.0.2:{self.port}"
+        return f"{self.ip(0)}:{self.port}"
 
     def ip(self, index: int) -> str:
-        return f"127.0.0.{index + 2}"
+        return f"127.0.{self.k}.{index + 2}"
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", **HEALTH_CHECKS}
@@ -56,6 +62,8 @@ class LoopbackCluster:
             f"--num-gpus={self.gpus}",
             "--object-store-memory=80000000",
             "--disable-usage-stats",
+            f"--min-worker-port={20000 + 1000 * self.k}",
+            f"--max-worker-port={20999 + 1000 * self.k}",
             '--labels={"gpupool.io/gpu-type": "virtual", "gpupool.io/virtual": "true"}',
             *extra,
         ]
@@ -142,8 +150,8 @@ def _alive(pid: int) -> bool:
 
 
 @contextmanager
-def loopback_cluster(root: Path, nodes: int = 3, gpus: int = 4, port: int = 6390) -> Iterator[LoopbackCluster]:
-    cluster = LoopbackCluster(root, nodes, gpus, port)
+def loopback_cluster(root: Path, nodes: int = 3, gpus: int = 4, k: int = 0) -> Iterator[LoopbackCluster]:
+    cluster = LoopbackCluster(root, nodes, gpus, k)
     try:
         cluster.start()
         yield cluster
