@@ -68,11 +68,13 @@ class Service:
 
 
 @contextmanager
-def served(store: str | None, gpus: int) -> Iterator[Service]:
-    """`gpupool up` in its own process, on a fresh data directory; stopped at the end."""
+def served(store: str | None, gpus: int, **settings: object) -> Iterator[Service]:
+    """`gpupool up` in its own process, on a fresh data directory, with these service
+    `settings` too; stopped at the end."""
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         data, port = Path(tmp), free_port()
         service = {"data_dir": str(data), "port": port, "virtual_gpus": gpus, "interval": 0.5, "run_as": "service"}
+        service |= settings
         if store is not None:
             service["store"] = store
         config = data / "gpupool.yaml"

@@ -83,6 +83,8 @@ def cluster(ray_cluster: LoopbackCluster) -> Iterator[LoopbackCluster]:
     from ray._raylet import PlacementGroupID
     from ray.util.placement_group import PlacementGroup, placement_group_table, remove_placement_group
 
+    if not ray.is_initialized():  # a test's executor may have let go of it
+        ray.init(address=ray_cluster.address, namespace="gpupool-tests", log_to_driver=False)
     alive = {n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}  # type: ignore[no-untyped-call]
     for index in range(ray_cluster.nodes):
         if ray_cluster.ip(index) not in alive:

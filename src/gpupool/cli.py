@@ -227,8 +227,19 @@ def replay_with_progress(trace: Trace, spec: ClusterSpec, policies: list[Policy]
 @app.command(context_settings=HELP)
 def demo(
     simulated: Annotated[bool, typer.Option(help="Replay the demonstration in the simulator instead.")] = False,
+    cluster: Annotated[
+        bool,
+        typer.Option(help="One pool over a 3-node Ray cluster it starts on loopback, a 2-node PyTorch job in it."),
+    ] = False,
 ) -> None:
-    """A short demonstration: the live scheduler on virtual GPUs with real jobs (under a minute)."""
+    """A short demonstration: the live scheduler on virtual GPUs with real jobs (under a minute;
+    --cluster: under three minutes, needs gpupool[ray,torch])."""
+    if cluster:
+        try:
+            from gpupool.demo_cluster import run_cluster_demo
+        except ImportError as exc:
+            raise UsageError(f"--cluster needs gpupool[ray,torch] ({exc})") from None
+        raise typer.Exit(run_cluster_demo(console))
     if simulated:
         from gpupool.demo import run_demo
 

@@ -20,12 +20,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from urllib.parse import urlsplit
 
 import uvicorn
 
 from gpupool.api import Context, create_app
 from gpupool.config import ConfigError, ConfigSpec, ServiceSpec, build
-from gpupool.executors import Executor, NodeState
+from gpupool.executors import Executor, NodeState, executor_of
 from gpupool.executors.gpus import discover
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.users import can_switch_users
@@ -212,6 +213,7 @@ def _start(spec: ConfigSpec, config: Config, data_dir: Path, lock: int) -> Runni
     claim_data_dir(data_dir, identity.id, fresh_store=identity.legacy_below == 1)
     store.sync_config(config)
     database = data_dir / DATABASE if service.store is None else None
+    check_executor(store, service)
     wakeup = threading.Event()
     attempts, pool = executor(service, identity.id, wakeup.set)
     loop = ControlLoop(
@@ -235,6 +237,22 @@ def _start(spec: ConfigSpec, config: Config, data_dir: Path, lock: int) -> Runni
     return Running(store, loop, pool, server, stop, thread, [listening], lock, lease)
 
 
+def check_executor(store: Store, service: ServiceSpec) -> None:
+    """Refuse another executor than the one whose attempts still run: it could not find them,
+    and would requeue jobs whose processes go on."""
+    others: dict[str, list[int]] = {}
+    for attempt in store.live_attempts():
+        kind = executor_of(attempt.handle)
+        if kind is not None and kind != service.executor:
+            others.setdefault(kind, []).append(attempt.job_id)
+    for kind, jobs in others.items():
+        shown = ", ".join(str(j) for j in jobs[:10]) + (", …" if len(jobs) > 10 else "")
+        raise ConfigError(
+            f"service.executor: {service.executor}, but {plural(len(jobs), 'attempt')} the {kind} executor started "
+            f"still run (jobs {shown}): keep executor {kind} until they end, or cancel them first"
+        )
+
+
 def executor(service: ServiceSpec, store_id: str, wake: Callable[[], None]) -> tuple[Executor, Pool]:
     """The executor `service.executor` names, and what to say of its GPUs."""
     if service.executor == "ray":
@@ -247,6 +265,13 @@ def executor(service: ServiceSpec, store_id: str, wake: Callable[[], None]) -> t
         except ConnectionError as exc:
             raise ConfigError(f"service.ray_address: no Ray cluster at {service.ray_address} ({exc})") from None
         nodes = ray_executor.nodes()
+        far = sorted(ip for _, ip in ray_executor.addresses.values() if not ip.startswith("127."))
+        if far and (urlsplit(service.url).hostname or "").startswith(("127.", "localhost")):
+            log.warning(
+                "the API is at %s, which the ranks on %s cannot reach: set service.api_url (docs/cluster.md)",
+                service.url,
+                ", ".join(far),
+            )
         gpus = sum(n.node.gpus for n in nodes)
         detail = f"Ray cluster at {service.ray_address}: {plural(len(nodes), 'node')} with GPUs, {gpus} GPUs"
         return ray_executor, Pool(detail, bool(nodes) and all(n.virtual for n in nodes))

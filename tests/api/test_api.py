@@ -133,3 +133,14 @@ def test_the_job_protocol_heartbeat_carries_the_notice(setup: tuple[TestClient, 
     assert client.post(f"{base}/ack", headers=auth(token)).status_code == 204
     assert client.post(f"{base}/heartbeat", json={}, headers=auth("wrong")).status_code == 403
     assert client.post(f"/jobs/{job['id']}/attempts/1/heartbeat", json={}, headers=auth(token)).status_code == 409
+
+
+def test_a_job_that_fits_a_node_away_for_now_is_accepted(setup: tuple[TestClient, Store, ControlLoop]) -> None:
+    client, store, _ = setup
+    store.set_nodes([Node("big", 8, "virtual")], virtual=True)
+    store.sync_nodes([(Node("gpu0", 4, "virtual"), True)])  # big left: rebooting, or set aside
+    assert [n.name for n in store.nodes()] == ["gpu0"]
+    created = client.post("/jobs", json={"command": ["train"], "gpus": 8, "team": "default"}, headers=auth(ADMIN))
+    assert created.status_code == 201, created.text
+    refused = client.post("/jobs", json={"command": ["train"], "gpus": 13, "team": "default"}, headers=auth(ADMIN))
+    assert refused.status_code == 400, "more GPUs than the pool ever had"

@@ -12,6 +12,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "service"))
 
 from test_up import Service, state
 
-from gpupool.executors import Executor, Exit, Launch, Member
+from gpupool.executors import Executor, Exit, Launch, Member, Recorded, Started
 from gpupool.executors.proc import process_started
 from gpupool.executors.ray_loopback import LoopbackCluster
 from gpupool.testing import kill_attempts, wait_for
@@ -207,6 +208,7 @@ def test_a_gang_ray_cannot_place_in_time_is_given_back_whole(cluster: LoopbackCl
         assert (2, 0) not in executor.gangs and not (tmp_path / "b").exists(), "no member of it ever ran"
         executor.kill(1, 0)
         ended_soon(executor)
+        executor.start_timeout = 60.0  # under load, Ray may take more than 3 s to place it
         executor.start(Launch(2, 1, ["true"], tmp_path, {}, tmp_path / "c", members))
         again = ended_soon(executor)
         assert [e.exit_code for e in again] == [0], f"placed again once its GPUs are free: {again}"
@@ -281,3 +283,116 @@ def test_a_two_node_job_preempted_through_ray_resumes_bit_identical(cluster: Loo
             service.process.terminate()
             service.process.wait(timeout=20)
         kill_attempts(service.data)
+
+
+TRAP = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    from pathlib import Path
+    out = Path(sys.argv[1])
+    signal.signal(signal.SIGTERM, lambda *_: (out.joinpath(os.environ["RANK"]).touch(), sys.exit(0)))
+    out.joinpath("ready-" + os.environ["RANK"]).touch()
+    if os.environ["RANK"] == sys.argv[2]:
+        time.sleep(1)
+        sys.exit(3)
+    time.sleep(120)
+    """
+)
+
+
+@pytest.fixture
+def executor(cluster: LoopbackCluster) -> Iterator[Any]:
+    from gpupool.executors.ray_executor import RayExecutor
+
+    made = RayExecutor(cluster.address, "review-findings", start_timeout=20.0, wait_timeout=1.0)
+    made.nodes()
+    yield made
+    made.close()
+
+
+def pair(cluster: LoopbackCluster) -> tuple[Member, Member]:
+    return (Member(0, cluster.ip(1), (0, 1)), Member(1, cluster.ip(2), (2, 3)))
+
+
+def test_every_rank_gets_notice_and_one_that_fails_is_the_exit_reported(
+    executor: Any, cluster: LoopbackCluster, tmp_path: Path
+) -> None:
+    script = tmp_path / "trap.py"
+    script.write_text(TRAP)
+    out = tmp_path / "out"
+    out.mkdir()
+    noticed = Launch(1, 0, [sys.executable, str(script), str(out), "none"], tmp_path, {}, tmp_path / "a", pair(cluster))
+    executor.start(noticed)
+    wait_for(lambda: bool(executor.poll().running), timeout=60)
+    wait_for(lambda: (out / "ready-0").exists() and (out / "ready-1").exists(), timeout=30)
+    time.sleep(2.5)  # longer than a wait's timeout: it is asked again, and the exit still comes
+    executor.notify(1, 0, time.time() + 30)
+    [ended] = ended_soon(executor)
+    assert ended.exit_code == 0 and sorted(p.name for p in out.glob("[01]")) == ["0", "1"], "both ranks got SIGTERM"
+    assert (tmp_path / "a" / "notice").exists()
+    failing = Launch(2, 0, [sys.executable, str(script), str(out), "1"], tmp_path, {}, tmp_path / "b", pair(cluster))
+    executor.start(failing)
+    [failed] = ended_soon(executor)
+    assert failed.exit_code == 3, "the rank whose failure stopped the others, not a rank killed after it"
+
+
+def test_a_gang_adopted_again_by_its_own_executor_runs_on_and_ends_once(
+    executor: Any, cluster: LoopbackCluster, tmp_path: Path
+) -> None:
+    launch = Launch(3, 0, ["sleep", "3"], tmp_path, {}, tmp_path / "c", pair(cluster))
+    started = executor.start(launch)
+    wait_for(lambda: bool(executor.poll().running), timeout=60)
+    again = executor.adopt(Recorded(3, 0, started.handle, tmp_path / "c", (), time.time(), None))
+    assert isinstance(again, Started) and again.running, "after a halt: still watched, not lost"
+    assert [e.exit_code for e in ended_soon(executor)] == [0]
+    time.sleep(1.5)
+    assert not executor.poll().ended, "one exit only"
+
+
+def test_a_gang_whose_members_never_started_is_given_back_not_lost(
+    executor: Any, cluster: LoopbackCluster, tmp_path: Path
+) -> None:
+    import ray
+    from ray.util.placement_group import placement_group
+
+    from gpupool.executors.proc import owner
+    from gpupool.executors.ray_executor import Launcher
+
+    name = owner(executor.store_id, 4, 0)
+    group = placement_group([{"GPU": 1.0}], name=name, lifetime="detached")
+    ray.get(group.ready(), timeout=30)
+    # The scheduler died after making the actor, before the actor started its member.
+    Launcher.options(name=f"{name}:0", namespace=executor.namespace, lifetime="detached", num_cpus=0).remote()
+    handle = {"executor": "ray", "group": name, "ranks": 1, "nodes": [cluster.ip(1)]}
+    found = executor.adopt(Recorded(4, 0, handle, tmp_path / "d", (), time.time(), None))
+    assert isinstance(found, Exit) and found.started is False and found.node_lost is None
+    wait_for(lambda: not any(e["name"] == f"{name}:0" for e in ray.util.list_named_actors(all_namespaces=True)))
+    name = owner(executor.store_id, 5, 0)
+    group = placement_group([{"GPU": 1.0}], name=name, lifetime="detached")  # died while Ray placed it
+    handle = {"executor": "ray", "group": name, "ranks": 1, "nodes": [cluster.ip(1)]}
+    found = executor.adopt(Recorded(5, 0, handle, tmp_path / "e", (), time.time(), None))
+    assert isinstance(found, Exit) and found.started is False and found.node_lost is None
+
+
+def test_a_notice_recorded_but_not_given_is_given_when_adopted(
+    executor: Any, cluster: LoopbackCluster, tmp_path: Path
+) -> None:
+    from gpupool.executors.ray_executor import RayExecutor
+
+    script = tmp_path / "trap.py"
+    script.write_text(TRAP)
+    out = tmp_path / "out"
+    out.mkdir()
+    launch = Launch(6, 0, [sys.executable, str(script), str(out), "none"], tmp_path, {}, tmp_path / "f", pair(cluster))
+    started = executor.start(launch)
+    wait_for(lambda: bool(executor.poll().running), timeout=60)
+    wait_for(lambda: (out / "ready-0").exists() and (out / "ready-1").exists(), timeout=30)
+    executor.close()  # the scheduler stops; the gang runs on
+    successor = RayExecutor(cluster.address, "review-findings", wait_timeout=1.0)
+    try:
+        found = successor.adopt(Recorded(6, 0, started.handle, tmp_path / "f", (), time.time(), time.time() + 30))
+        assert isinstance(found, Started) and found.running
+        [ended] = ended_soon(successor)
+        assert ended.exit_code == 0 and sorted(p.name for p in out.glob("[01]")) == ["0", "1"]
+    finally:
+        successor.close()

@@ -190,3 +190,22 @@ def test_a_command_the_launcher_cannot_start_for_the_schedulers_reasons_is_not_t
     executor.dirs[(4, 0)] = tmp_path
     ended = executor._exit((4, 0), code)
     assert (ended.started, ended.exit_code) == (False, None) and "Resource temporarily" in str(ended.why)
+
+
+def test_an_attempt_adopted_again_by_its_own_executor_is_watched_once(tmp_path: Path) -> None:
+    from gpupool.executors import Launch, Recorded, Started
+
+    executor = LocalExecutor(NodeState(Node("local", 1)), store_id="s1")
+    started = executor.start(Launch(8, 0, ["sleep", "0.5"], tmp_path, {}, tmp_path / "attempt-0"))
+    again = executor.adopt(Recorded(8, 0, started.handle, tmp_path / "attempt-0", (), 0.0, None))
+    assert isinstance(again, Started) and again.handle == started.handle
+    ended: list[object] = []
+
+    def some() -> bool:
+        ended.extend(executor.poll().ended)
+        return bool(ended)
+
+    wait_for(some, timeout=30)
+    time.sleep(0.3)
+    ended.extend(executor.poll().ended)
+    assert len(ended) == 1, "one exit, not one per adoption"

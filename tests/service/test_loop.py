@@ -435,3 +435,15 @@ def test_the_pool_follows_the_nodes_the_executor_has(store: Store, tmp_path: Pat
     assert [n.name for n in store.nodes()] == ["n0", "n3"], "a node that left leaves the pool"
     snapshot = store.snapshot(now=3.0)
     assert {a.node for r in snapshot.running for a in r.placement} == {"n0", "n3"}
+
+
+def test_gpupool_up_refuses_another_executor_than_the_one_whose_attempts_run(store: Store) -> None:
+    from gpupool.config import ConfigError, parse_spec
+    from gpupool.up import check_executor
+
+    job = store.submit(JobSpec(["train"], team="vision"), now=0.0)
+    store.start_attempt(job.id, [Allocation("gpu0", (0,))], now=1.0, message="started")
+    store.mark_running(job.id, 0, {"pid": 4242, "started": "1"}, now=1.0)  # a handle from before kinds
+    with pytest.raises(ConfigError, match=r"service.executor: ray, but 1 attempt the local executor started"):
+        check_executor(store, parse_spec({"service": {"executor": "ray"}}).service)
+    check_executor(store, parse_spec({}).service)

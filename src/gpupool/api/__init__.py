@@ -104,11 +104,11 @@ class Context:
         return self._classes
 
     def nodes(self) -> list[Node]:
-        """The nodes that are up, read at most once a second: nodes join and leave while the
-        service runs, and a submission is checked against the pool as it is."""
+        """Every node the pool has known, up or not, read at most once a second: a job that fits
+        a node that is away for now (rebooting, set aside after losing a member) is accepted."""
         now = time.monotonic()
         if self._nodes is None or now - self._nodes[0] > 1.0:
-            self._nodes = (now, self.store.nodes_as_core())
+            self._nodes = (now, self.store.nodes_as_core(every=True))
         return self._nodes[1]
 
 

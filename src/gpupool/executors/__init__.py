@@ -37,6 +37,17 @@ class Member:
     gpus: tuple[int, ...]
 
 
+def executor_of(handle: Handle | None) -> str | None:
+    """Which executor made a handle: `local` or `ray` (handles from before they said so are
+    the local executor's, with a pid)."""
+    if handle is None:
+        return None
+    kind = handle.get("executor")
+    if isinstance(kind, str):
+        return kind
+    return "local" if "pid" in handle else None
+
+
 def members_of(placement: Placement) -> tuple[Member, ...]:
     """One member per node of the placement, ranked in the placement's order."""
     return tuple(Member(rank, a.node, tuple(a.gpus)) for rank, a in enumerate(placement))

@@ -68,9 +68,9 @@ def die_with_parent() -> None:
 def main(argv: list[str]) -> int:
     folder, owner, user, workdir, stdout, stderr, *command = argv
     env = json.loads(sys.stdin.read())
-    if os.environ.get("GPUPOOL_DIE_WITH_PARENT") == "1":
-        die_with_parent()
     try:
+        if os.environ.get("GPUPOOL_DIE_WITH_PARENT") == "1":
+            die_with_parent()
         child = start(folder, owner, user, [workdir, stdout, stderr, *command], env)
     except OSError as exc:
         # No space for a record, no process to fork: the scheduler's trouble, not the job's.

@@ -60,7 +60,8 @@ class LocalExecutor:
         self.children[key] = child
         self.dirs[key] = folder
         threading.Thread(target=self._watch, args=(child,), daemon=True, name=f"attempt-{key}").start()
-        return Started({"pid": child.pid, "started": process_started(child.pid) or ""}, True, f"as pid {child.pid}")
+        handle = {"executor": "local", "pid": child.pid, "started": process_started(child.pid) or ""}
+        return Started(handle, True, f"as pid {child.pid}")
 
     def _watch(self, child: subprocess.Popen[bytes]) -> None:
         child.wait()
@@ -104,6 +105,9 @@ class LocalExecutor:
         line when the scheduler died before recording it. If it ended unwatched, it ran until
         its exit record was written, or until its files were last written."""
         key = (recorded.job_id, recorded.attempt)
+        if key in self.children or key in self.adopted:  # adopted again after a halt: watched already
+            watched = self.children[key].pid if key in self.children else self.adopted[key][0]
+            return Started(recorded.handle or {"executor": "local", "pid": watched}, True, f"as pid {watched}")
         folder = self.dirs[key] = recorded.attempt_dir
         handle = recorded.handle or {}
         pid, started = handle.get("pid"), handle.get("started")
@@ -114,7 +118,7 @@ class LocalExecutor:
             self.adopted[key] = (pid, started)
             if recorded.notice_deadline is not None and not (folder / "notice").exists():
                 self.notify(*key, recorded.notice_deadline)  # recorded, but the scheduler died before giving it
-            return Started({"pid": pid, "started": started}, True, f"as pid {pid}")
+            return Started({"executor": "local", "pid": pid, "started": started}, True, f"as pid {pid}")
         ended = recorded_exit_time(folder) or last_sign_of_life(folder, recorded.logs, recorded.since)
         return self._exit(key, None, ended)
 

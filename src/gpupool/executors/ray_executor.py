@@ -30,7 +30,7 @@ from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 from ray.util.placement_group import PlacementGroup, get_placement_group, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from gpupool.executors import Exit, Key, Launch, NodeState, Progress, Recorded, Started
+from gpupool.executors import Exit, Handle, Key, Launch, NodeState, Progress, Recorded, Started
 from gpupool.executors.proc import outcome, owner, recorded_exit_time
 from gpupool.executors.ray_launcher import RankLauncher
 from gpupool.executors.spawn import Spawn
@@ -91,13 +91,17 @@ class RayExecutor:
         on_change: Callable[[], None] = lambda: None,
         start_timeout: float = 60.0,
         end_timeout: float = 60.0,
+        wait_timeout: float = 30.0,
     ) -> None:
         self.store_id = store_id
         self.namespace = f"gpupool-{store_id[:12]}"
         self.on_change = on_change
         self.start_timeout = start_timeout
         self.end_timeout = end_timeout
-        if not ray.is_initialized():
+        self.wait_timeout = wait_timeout
+        """How long one `wait` on a launcher holds one of its threads before it is asked again."""
+        self.owns_ray = not ray.is_initialized()
+        if self.owns_ray:
             ray.init(address=address, namespace=self.namespace, log_to_driver=False, logging_level=logging.WARNING)
         self.lock = threading.RLock()
         self.gangs: dict[Key, Gang] = {}
@@ -119,7 +123,8 @@ class RayExecutor:
         """Stop watching; the gangs run on, for the next scheduler to adopt."""
         self.closed.set()
         self.watcher.join(timeout=5)
-        ray.shutdown()
+        if self.owns_ray:
+            ray.shutdown()
 
     # --- the pool -------------------------------------------------------------------------
 
@@ -192,8 +197,7 @@ class RayExecutor:
         gang.waiting[group.ready()] = ("placed", 0)
         with self.lock:
             self.gangs[key] = gang
-        handle = {"namespace": self.namespace, "group": name, "ranks": len(specs), "nodes": gang.nodes}
-        return Started(handle, False, f"on nodes {', '.join(gang.nodes)}")
+        return Started(self._handle(gang), False, f"on nodes {', '.join(gang.nodes)}")
 
     def notify(self, job_id: int, attempt: int, deadline: float) -> None:
         with self.lock:
@@ -205,8 +209,8 @@ class RayExecutor:
                 # Asked to leave before it ran: it has nothing to save.
                 self._end(gang, "stopped before it ran")
                 return
-            for actor in gang.actors:
-                actor.notify.remote(deadline)
+            for rank, actor in enumerate(gang.actors):
+                actor.notify.remote(deadline, rank == 0)
 
     def kill(self, job_id: int, attempt: int) -> None:
         with self.lock:
@@ -230,9 +234,20 @@ class RayExecutor:
     # --- after a restart ------------------------------------------------------------------
 
     def adopt(self, recorded: Recorded) -> Started | Exit:
-        """Its launcher actors by name, if they are there; else how it ended, from its
-        members' records (written on shared storage), when every member has one."""
+        """Its launcher actors by name, if every one of them is there and started its member;
+        else how it ended, from its members' records (written on shared storage) when every
+        member has one. A gang that never started any member is given back (`started=False`);
+        one whose members ended unrecorded while no scheduler watched is `lost`. An attempt
+        this executor tracks already (adopted again after a halt) is left as it is."""
         key = (recorded.job_id, recorded.attempt)
+        with self.lock:
+            known = self.gangs.get(key)
+            if known is not None:
+                return Started(self._handle(known), known.phase in ("running", "ending"), "adopted")
+            queued = next((e for e in self.ended if (e.job_id, e.attempt) == key), None)
+            if queued is not None:
+                self.ended.remove(queued)
+                return queued
         name = owner(self.store_id, *key)
         try:
             group: PlacementGroup | None = get_placement_group(name)
@@ -244,28 +259,51 @@ class RayExecutor:
         for rank in range(ranks):
             with contextlib.suppress(ValueError):
                 actors.append(ray.get_actor(f"{name}:{rank}", namespace=self.namespace))
-        if ranks and len(actors) == ranks:
-            gang = Gang(key, name, recorded.attempt_dir, list(handle.get("nodes", [])), None, "running", group=group)
-            gang.actors = actors
+        statuses = self._statuses(actors)
+        nodes = list(handle.get("nodes", []))
+        gang = Gang(key, name, recorded.attempt_dir, nodes, None, "running", group=group, actors=actors)
+        if ranks and len(actors) == ranks and all(s is not None and s["started"] for s in statuses):
             gang.started = set(range(ranks))
-            gang.notice = recorded.notice_deadline
             for rank, actor in enumerate(actors):
-                gang.waiting[actor.wait.remote()] = ("ended", rank)
+                gang.waiting[actor.wait.remote(self.wait_timeout)] = ("ended", rank)
             with self.lock:
                 self.gangs[key] = gang
-            return Started({**handle, "namespace": self.namespace, "group": name}, True, "adopted")
-        # Its actors are gone: what its members recorded tells how it ended.
-        exits = [self._recorded(recorded.attempt_dir, name, rank) for rank in range(ranks)]
+                if recorded.notice_deadline is not None and not (recorded.attempt_dir / "notice").exists():
+                    self.notify(*key, recorded.notice_deadline)  # recorded, but the scheduler died before giving it
+                gang.notice = recorded.notice_deadline
+            return Started(self._handle(gang), True, "adopted")
+        # Not all there: no member of it may run on.
         for actor in actors:
-            ray.kill(actor, no_restart=True)
-        if group is not None:
-            remove_placement_group(group)
+            with contextlib.suppress(Exception):
+                actor.kill.remote()
+        exits = [self._recorded(recorded.attempt_dir, name, rank) for rank in range(ranks)]
+        self._remove(gang)
         if ranks and all(e is not None for e in exits):
             ended = max(recorded_exit_time(member_folder(recorded.attempt_dir, r)) or 0.0 for r in range(ranks))
-            return self._exit(key, {r: e for r, e in enumerate(exits) if e is not None}, None, ended or None)
-        if recorded.handle is None and not actors:
-            return Exit(*key, None, "the scheduler stopped before it started", started=False)
-        return Exit(*key, None, ended_at=recorded.since, node_lost="its members ended while the scheduler was down")
+            return self._exit(key, {r: e for r, e in enumerate(exits) if e is not None}, None, None, ended or None)
+        never = not any(s is not None and s["started"] for s in statuses) and not any(exits)
+        if never and (group is not None or recorded.handle is None):
+            return Exit(*key, None, "the scheduler stopped before its members started", started=False)
+        return Exit(*key, None, "its members ended while no scheduler watched", ended_at=recorded.since)
+
+    def _statuses(self, actors: list[Any]) -> list[dict[str, Any] | None]:
+        """Each actor's `status`, None for one that does not answer (its node is gone)."""
+        found: list[dict[str, Any] | None] = []
+        for actor in actors:
+            try:
+                found.append(ray.get(actor.status.remote(), timeout=30))
+            except Exception:  # a dead actor or node: Ray's errors have no common base
+                found.append(None)
+        return found
+
+    def _handle(self, gang: Gang) -> Handle:
+        return {
+            "executor": "ray",
+            "namespace": self.namespace,
+            "group": gang.name,
+            "ranks": len(gang.actors) or len(gang.specs or ()),
+            "nodes": gang.nodes,
+        }
 
     def _recorded(self, attempt_dir: Path, name: str, rank: int) -> dict[str, Any] | None:
         folder = member_folder(attempt_dir, rank)
@@ -294,10 +332,28 @@ class RayExecutor:
             changed = False
             with self.lock:
                 for ref in ready:
-                    changed |= self._advance(ref)
-                changed |= self._check_time()
+                    changed |= self._safely(ref)
+                try:
+                    changed |= self._check_time()
+                except Exception:
+                    log.exception("checking the gangs' deadlines failed")
             if changed:
                 self.on_change()
+
+    def _safely(self, ref: Any) -> bool:
+        """`_advance`, and for a gang it fails on (Ray refusing a call): given back if it was
+        not running, else ended, so that no gang is left with nobody watching it."""
+        try:
+            return self._advance(ref)
+        except Exception as exc:
+            log.exception("a gang's step failed")
+            gang = next((g for g in self.gangs.values() if g.name in str(exc)), None)
+            if gang is None:
+                return False
+            if gang.phase in ("placing", "starting"):
+                return self._give_back(gang, f"Ray refused a step: {str(exc).splitlines()[0][:300]}")
+            self._end(gang, "Ray refused a step")
+            return False
 
     def _gang_of(self, ref: Any) -> tuple[Gang, str, int] | None:
         for gang in self.gangs.values():
@@ -316,7 +372,13 @@ class RayExecutor:
         except GetTimeoutError:  # ready, but not here yet: looked at again
             gang.waiting[ref] = (kind, rank)
             return False
-        except (RayActorError, ActorUnavailableError) as exc:
+        except ActorUnavailableError as exc:
+            # Often a passing fault: waited on again while its node is in the pool.
+            if kind == "ended" and gang.nodes[rank] in self.addresses:
+                gang.waiting[gang.actors[rank].wait.remote(self.wait_timeout)] = (kind, rank)
+                return False
+            return self._member_lost(gang, rank, exc)
+        except RayActorError as exc:
             return self._member_lost(gang, rank, exc)
         except Exception as exc:  # the launcher raised: it could not start the member here
             if gang.phase in ("placing", "starting"):
@@ -329,10 +391,13 @@ class RayExecutor:
             if gang.phase == "starting" and len(gang.started) == len(gang.actors):
                 gang.phase = "running"
                 for rank_, actor in enumerate(gang.actors):
-                    gang.waiting[actor.wait.remote()] = ("ended", rank_)
+                    gang.waiting[actor.wait.remote(self.wait_timeout)] = ("ended", rank_)
                 self.running.append(gang.key)
                 return True
         elif kind == "ended":
+            if value is None:  # still running: asked again (a wait holds a thread of the actor)
+                gang.waiting[gang.actors[rank].wait.remote(self.wait_timeout)] = (kind, rank)
+                return False
             gang.ended[rank] = value
             # A member that fails stops the others at once; after a notice they all have until
             # the deadline (the one that saves the checkpoint may still be at it).
@@ -400,18 +465,26 @@ class RayExecutor:
         if len(gang.ended) < len(gang.actors):
             return False
         self._remove(gang)
-        self.ended.append(self._exit(gang.key, gang.ended, gang.lost, None))
+        self.ended.append(self._exit(gang.key, gang.ended, gang.failure, gang.lost, None))
         return True
 
-    def _exit(self, key: Key, ended: dict[int, dict[str, Any]], lost: str | None, ended_at: float | None) -> Exit:
+    def _exit(
+        self,
+        key: Key,
+        ended: dict[int, dict[str, Any]],
+        failure: dict[str, Any] | None,
+        lost: str | None,
+        ended_at: float | None,
+    ) -> Exit:
         """The attempt's end from its members': a lost node first, then a member never started
-        (the scheduler's reason), then the first that failed, else success."""
+        (the scheduler's reason), then the member whose failure stopped the others (they were
+        killed after it), then the first that failed, else success."""
         if lost is not None:
             return Exit(*key, None, ended_at=ended_at, node_lost=lost)
         never = next((e["not_started"] for e in ended.values() if e.get("not_started")), None)
         if never is not None:
             return Exit(*key, None, never, started=False, ended_at=ended_at)
-        failed = next((e for _, e in sorted(ended.items()) if e.get("exit_code") != 0), None)
+        failed = failure or next((e for _, e in sorted(ended.items()) if e.get("exit_code") != 0), None)
         if failed is not None:
             return Exit(*key, failed.get("exit_code"), failed.get("why"), ended_at=ended_at)
         return Exit(*key, 0, ended_at=ended_at)

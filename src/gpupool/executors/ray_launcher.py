@@ -3,8 +3,9 @@ the node the core chose. It starts the member under gpupool's launcher (`spawn.p
 session, the job's OS user, a clean environment), and outlives the scheduler (it is detached
 and named after its attempt), so that a restarted scheduler finds it again.
 
-Methods run in threads of their own (`max_concurrency`): `wait` blocks until the member ends,
-while `notify` and `kill` reach it meanwhile.
+Methods run in threads of their own (`max_concurrency`): `wait` blocks until the member ends
+or for `timeout` seconds (the caller asks again: a scheduler that died while waiting leaves no
+thread blocked for long), while `notify` and `kill` reach it meanwhile.
 """
 
 from __future__ import annotations
@@ -59,18 +60,29 @@ class RankLauncher:
         self.code = self.child.wait()
         self.ended.set()
 
-    def wait(self) -> dict[str, Any]:
-        """Block until the member ends; how it ended (`proc.outcome`)."""
-        self.ended.wait()
+    def status(self) -> dict[str, Any]:
+        """Whether the member was started, and whether it has ended."""
+        return {"started": self.child is not None, "ended": self.ended.is_set()}
+
+    def wait(self, timeout: float = 30.0) -> dict[str, Any] | None:
+        """How the member ended (`proc.outcome`), once it has; None if it runs on after
+        `timeout` seconds. A launcher whose member was never started says so at once."""
+        if self.child is None:
+            return {"exit_code": None, "why": None, "not_started": "its member was never started"}
+        if not self.ended.wait(timeout):
+            return None
         assert self.spec is not None
         status, why, not_started = outcome(self.spec.folder, self.spec.owner, self.code)
         return {"exit_code": status, "why": why, "not_started": not_started}
 
-    def notify(self, deadline: float) -> None:
-        """Give notice: the notice file first, then SIGTERM to the member's session."""
-        if self.notice_dir is not None:
-            write_notice(self.notice_dir, deadline)
-        self._signal(signal.SIGTERM)
+    def notify(self, deadline: float, write: bool = True) -> None:
+        """Give notice: the notice file first (by one member of the gang: `write`), then
+        SIGTERM to the member's session, even if the file could not be written."""
+        try:
+            if write and self.notice_dir is not None:
+                write_notice(self.notice_dir, deadline)
+        finally:
+            self._signal(signal.SIGTERM)
 
     def kill(self) -> None:
         self._signal(signal.SIGKILL)

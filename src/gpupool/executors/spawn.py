@@ -86,9 +86,10 @@ def spawn(member: Spawn) -> subprocess.Popen[bytes]:
 
 
 def write_notice(folder: Path, deadline: float) -> None:
-    """The notice file the job protocol reads, written whole (a reader never sees half of it)."""
+    """The notice file the job protocol reads, written whole (a reader never sees half of it;
+    a temporary file of this process's own, so that writers on several nodes never meet)."""
     notice = folder / "notice"
-    partial = notice.with_suffix(".tmp")
+    partial = folder / f".notice.{os.uname().nodename}.{os.getpid()}.tmp"
     partial.write_text(json.dumps({"deadline": deadline}))
     partial.chmod(0o644)  # the job reads it; the scheduler's umask keeps the rest private
     os.replace(partial, notice)

@@ -189,13 +189,14 @@ class JobsStore(StoreBase):
                 changed = True
         return changed
 
-    def nodes_as_core(self) -> list[Node]:
-        return [Node(n.name, n.gpus, n.gpu_type, n.team) for n in self.nodes()]
+    def nodes_as_core(self, every: bool = False) -> list[Node]:
+        return [Node(n.name, n.gpus, n.gpu_type, n.team) for n in self.nodes(every)]
 
-    def nodes(self) -> list[NodeRow]:
-        """The nodes that are up."""
+    def nodes(self, every: bool = False) -> list[NodeRow]:
+        """The nodes that are up (`every`: and those that were and are not now)."""
+        query = select(NodeRow).order_by(NodeRow.name)
         with self.reading() as s:
-            return list(s.scalars(select(NodeRow).where(NodeRow.up).order_by(NodeRow.name)))
+            return list(s.scalars(query if every else query.where(NodeRow.up)))
 
     # --- jobs ----------------------------------------------------------------------------
 
