@@ -14,6 +14,7 @@ Needs `gpupool[ray,torch]`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -26,10 +27,11 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
+from rich.markup import escape
 
 from gpupool.config import parse_spec
-from gpupool.demo_live import Narrator, wait
-from gpupool.executors.ray_loopback import LoopbackCluster
+from gpupool.demo_live import Narrator, costs, wait
+from gpupool.executors.ray_loopback import LoopbackCluster, unused_k
 from gpupool.model import ENDED, JobState
 from gpupool.store import JobSpec
 from gpupool.testing import kill_attempts
@@ -40,6 +42,9 @@ classes:
   high:   {value: 100, may_preempt: true,  preemptible: false, grace_period: 20s}
   normal: {value: 10,  may_preempt: true,  preemptible: true,  grace_period: 20s, min_runtime: 60s}
   low:    {value: 0,   may_preempt: false, preemptible: true,  grace_period: 20s, min_runtime: 2s}
+teams:
+  vision: {}
+  nlp: {}
 """
 STEPS = 60
 
@@ -63,11 +68,13 @@ def run_cluster_demo(console: Console) -> int:
         console.rule("[bold]gpupool demo --cluster[/]: one pool over three Ray nodes on loopback")
         with console.status("a run of the job nobody interrupts, for comparison (two ranks here)"):
             golden = uninterrupted(folder / "golden")
-        cluster = LoopbackCluster(folder / "ray")
+        cluster = LoopbackCluster(folder / "ray", k=unused_k())
+        console.file = console.file  # pinned: Ray's own messages (a raylet's last words) go to a file
         try:
-            with console.status("starting a Ray cluster: 3 nodes on 127.0.0.2-4, 4 virtual GPUs each"):
+            with console.status(f"starting a Ray cluster: 3 nodes on {cluster.ip(0)}-4, 4 virtual GPUs each"):
                 cluster.start()
-            return narrate(console, folder, cluster, golden)
+            with (folder / "ray-messages.log").open("w") as messages, contextlib.redirect_stdout(messages):
+                return narrate(console, folder, cluster, golden)
         finally:
             with console.status("stopping the Ray cluster"):
                 cluster.stop()
@@ -144,6 +151,7 @@ def story(console: Console, running: Running, cluster: LoopbackCluster, golden: 
     console.print(f"[bold]the demo kills the raylet of node {victim}[/], one of the two the job runs on")
     cluster.kill_node(cluster.names.index(victim))
     until(lambda: JobState(store.job(gang).state) in ENDED, 180)
+    console.print(escape(costs(store, loop)))
     return verdict(console, store.job(gang).attempts, lambda a, r: log(gang, r, a), golden)
 
 

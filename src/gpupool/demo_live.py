@@ -146,7 +146,7 @@ def costs(store: Store, loop: ControlLoop) -> str:
             log = loop.attempt_dir(account.job_id, cut.attempt + 1) / "stdout.log"
             said = log.read_text().splitlines()[0] if log.exists() else ""
             lines.append(
-                f"job {account.job_id} ({names[account.job_id]}): wasted {gpu_time(cut.wasted)}, "
+                f"job {account.job_id} ({names[account.job_id]}) {cut.cause}: wasted {gpu_time(cut.wasted)}, "
                 f"drain {gpu_time(cut.drain)}, restart {gpu_time(cut.restart or 0.0)}: {gpu_time(cut.lost)} lost; "
                 f"its next attempt said: {said!r}"
             )

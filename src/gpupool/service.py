@@ -77,6 +77,8 @@ class ControlLoop:
     """Exits the executor reported that the store has not taken yet."""
     unmarked: list[Key] = field(default_factory=list)
     """Attempts the executor reported running that the store has not taken yet."""
+    placing: dict[Key, str] = field(default_factory=dict)
+    """Attempts started that do not run yet (a gang being placed), with where they go."""
     deadlines: list[float] = field(default_factory=list)
     """Notice and cancel deadlines still to come, as of the last tick: when to wake up."""
     nodes_seen: list[tuple[Node, bool]] | None = None
@@ -222,9 +224,11 @@ class ControlLoop:
         self.unrecorded.extend(progress.ended)
         self.unmarked.extend(progress.running)
         if self.unmarked:
-            self.store.mark_started([(*key, None, True, "") for key in self.unmarked], now)
+            self.store.mark_started([(*k, None, True, self.placing.pop(k, "")) for k in self.unmarked], now)
             self.unmarked = []
         ended, self.unrecorded = self.unrecorded, []
+        for exit in ended:
+            self.placing.pop((exit.job_id, exit.attempt), None)
         try:
             for never in [e for e in ended if not e.started]:
                 with contextlib.suppress(Conflict):  # recorded already: no longer live
@@ -302,6 +306,7 @@ class ControlLoop:
                 self.store.end_attempt(job.id, job.attempts - 1, 127, now, why=f"could not start: {exc}"[:500])
         if launched:
             self.store.mark_started(launched, now)
+            self.placing.update(((job, attempt), where) for job, attempt, _, running, where in launched if not running)
 
     def interruption_intervals(self, now: float) -> dict[str, float]:
         """Per class, the mean running time between unannounced interruptions over the last

@@ -396,3 +396,21 @@ def test_a_notice_recorded_but_not_given_is_given_when_adopted(
         assert ended.exit_code == 0 and sorted(p.name for p in out.glob("[01]")) == ["0", "1"]
     finally:
         successor.close()
+
+
+def test_the_cluster_demo_preempts_loses_a_node_and_resumes_bit_identical() -> None:
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "gpupool", "demo", "--cluster"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "80"},
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    assert "requeued after notice (exit code 75)" in out
+    assert "node loss 1 of 3" in out and "node_lost: wasted" in out
+    assert "bit-identical" in out and "stopped everything the demo started" in out
+    assert time.monotonic() - began < 600

@@ -437,7 +437,9 @@ class RayExecutor:
         if node in self.addresses:
             self.suspects[self.addresses[node][0]] = time.monotonic()
             self._nodes = (0.0, [])  # the pool is read again at the next look
-        if gang.lost is None and gang.failure is None:  # a failure before it is the cause
+        if gang.lost is None:
+            # Even after a member failed: the others fail fast when a peer's node dies (their
+            # collectives break), often before Ray says the node is gone.
             gang.lost = what
         gang.ended[rank] = {"exit_code": None, "why": what, "not_started": None}
         if gang.phase != "ending":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -147,6 +148,19 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state not in ("Z", "X")
+
+
+def unused_k() -> int:
+    """The number of a loopback cluster no other on this machine uses now, from the top (the
+    tests' clusters take the lowest ones)."""
+    for k in range(7, -1, -1):
+        with socket.socket() as probe:
+            try:
+                probe.bind((f"127.0.{k}.2", 6390 + 100 * k))
+            except OSError:
+                continue
+        return k
+    raise RuntimeError("eight loopback Ray clusters run on this machine already")
 
 
 @contextmanager
