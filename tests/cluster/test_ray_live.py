@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "service"))
 
-from test_up import Service, state
+from test_up import Service, assert_no_gpu_held_twice, running, state
 
 from gpupool.executors import Executor, Exit, Launch, Member, Recorded, Started
 from gpupool.executors.proc import process_started
@@ -86,13 +86,7 @@ class RayService(Service):
 
 @pytest.fixture
 def service(cluster: LoopbackCluster, tmp_path: Path) -> Iterator[RayService]:
-    service = RayService(tmp_path, cluster.address)
-    service.up()
-    yield service
-    if service.process is not None and service.process.poll() is None:
-        service.process.terminate()
-        service.process.wait(timeout=20)
-    kill_attempts(service.data)
+    yield from running(RayService(tmp_path, cluster.address))  # type: ignore[misc]
 
 
 def job(service: Service, job_id: int) -> dict[str, object]:
@@ -314,24 +308,30 @@ def pair(cluster: LoopbackCluster) -> tuple[Member, Member]:
     return (Member(0, cluster.ip(1), (0, 1)), Member(1, cluster.ip(2), (2, 3)))
 
 
+def trapping(executor: Any, cluster: LoopbackCluster, folder: Path, job_id: int, failing: str = "none") -> Path:
+    """A gang of two ranks that each touch `out/RANK` on SIGTERM and leave (rank `failing`
+    exits 3 after a second), running with both ranks ready; returns `out`."""
+    script, out = folder / "trap.py", folder / f"out-{job_id}"
+    script.write_text(TRAP)
+    out.mkdir()
+    command = [sys.executable, str(script), str(out), failing]
+    executor.start(Launch(job_id, 0, command, folder, {}, folder / f"attempt-{job_id}", pair(cluster)))
+    if failing == "none":
+        wait_for(lambda: bool(executor.poll().running), timeout=60)
+        wait_for(lambda: (out / "ready-0").exists() and (out / "ready-1").exists(), timeout=30)
+    return out
+
+
 def test_every_rank_gets_notice_and_one_that_fails_is_the_exit_reported(
     executor: Any, cluster: LoopbackCluster, tmp_path: Path
 ) -> None:
-    script = tmp_path / "trap.py"
-    script.write_text(TRAP)
-    out = tmp_path / "out"
-    out.mkdir()
-    noticed = Launch(1, 0, [sys.executable, str(script), str(out), "none"], tmp_path, {}, tmp_path / "a", pair(cluster))
-    executor.start(noticed)
-    wait_for(lambda: bool(executor.poll().running), timeout=60)
-    wait_for(lambda: (out / "ready-0").exists() and (out / "ready-1").exists(), timeout=30)
+    out = trapping(executor, cluster, tmp_path, 1)
     time.sleep(2.5)  # longer than a wait's timeout: it is asked again, and the exit still comes
     executor.notify(1, 0, time.time() + 30)
     [ended] = ended_soon(executor)
     assert ended.exit_code == 0 and sorted(p.name for p in out.glob("[01]")) == ["0", "1"], "both ranks got SIGTERM"
-    assert (tmp_path / "a" / "notice").exists()
-    failing = Launch(2, 0, [sys.executable, str(script), str(out), "1"], tmp_path, {}, tmp_path / "b", pair(cluster))
-    executor.start(failing)
+    assert (tmp_path / "attempt-1" / "notice").exists()
+    trapping(executor, cluster, tmp_path, 2, failing="1")
     [failed] = ended_soon(executor)
     assert failed.exit_code == 3, "the rank whose failure stopped the others, not a rank killed after it"
 
@@ -379,18 +379,13 @@ def test_a_notice_recorded_but_not_given_is_given_when_adopted(
 ) -> None:
     from gpupool.executors.ray_executor import RayExecutor
 
-    script = tmp_path / "trap.py"
-    script.write_text(TRAP)
-    out = tmp_path / "out"
-    out.mkdir()
-    launch = Launch(6, 0, [sys.executable, str(script), str(out), "none"], tmp_path, {}, tmp_path / "f", pair(cluster))
-    started = executor.start(launch)
-    wait_for(lambda: bool(executor.poll().running), timeout=60)
-    wait_for(lambda: (out / "ready-0").exists() and (out / "ready-1").exists(), timeout=30)
+    out = trapping(executor, cluster, tmp_path, 6)
+    handle = executor._handle(executor.gangs[(6, 0)])
     executor.close()  # the scheduler stops; the gang runs on
     successor = RayExecutor(cluster.address, "review-findings", wait_timeout=1.0)
     try:
-        found = successor.adopt(Recorded(6, 0, started.handle, tmp_path / "f", (), time.time(), time.time() + 30))
+        recorded = Recorded(6, 0, handle, tmp_path / "attempt-6", (), time.time(), time.time() + 30)
+        found = successor.adopt(recorded)
         assert isinstance(found, Started) and found.running
         [ended] = ended_soon(successor)
         assert ended.exit_code == 0 and sorted(p.name for p in out.glob("[01]")) == ["0", "1"]
@@ -414,3 +409,139 @@ def test_the_cluster_demo_preempts_loses_a_node_and_resumes_bit_identical() -> N
     assert "node loss 1 of 3" in out and "node_lost: wasted" in out
     assert "bit-identical" in out and "stopped everything the demo started" in out
     assert time.monotonic() - began < 600
+
+
+def test_the_pool_follows_ray_as_a_node_leaves_and_comes_back(executor: Any, cluster: LoopbackCluster) -> None:
+    import ray
+
+    def alive() -> set[str]:
+        return {n["NodeName"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU")}  # type: ignore[no-untyped-call]
+
+    def pool() -> set[str]:
+        return {state.node.name for state in executor.nodes()}
+
+    assert pool() == alive() == set(cluster.names)
+    cluster.kill_node(2)
+    wait_for(lambda: cluster.ip(2) not in alive(), timeout=60)
+    wait_for(lambda: pool() == alive() == set(cluster.names) - {cluster.ip(2)}, timeout=5)
+    cluster.add_node(2)
+    wait_for(lambda: pool() == alive() == set(cluster.names), timeout=60)
+
+
+DRAIN = textwrap.dedent(
+    """
+    import signal, sys, time
+    from pathlib import Path
+    def drain(*_):
+        time.sleep(3)  # saving, slowly
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, drain)
+    print("ready", flush=True)
+    done = Path(sys.argv[1])
+    while not done.exists():
+        time.sleep(0.1)
+    """
+)
+
+
+def test_a_scheduler_killed_while_a_gang_drains_adopts_it_and_no_gpu_is_held_twice(
+    cluster: LoopbackCluster, tmp_path: Path
+) -> None:
+    service = RayService(tmp_path, cluster.address, grace="60s")
+    script = tmp_path / "drain.py"
+    script.write_text(DRAIN)
+    service.up()
+    try:
+        victim = service.submit(
+            "--gpus", "12", "--gpus-per-node", "4", "--", sys.executable, str(script), str(service.done)
+        )
+        wait_for(lambda: state(service, victim) == "running", timeout=60)
+        wait_for(lambda: "ready" in service.cli("logs", str(victim), "--rank", "2").stdout, timeout=60)
+        urgent = service.run_cli(service.env, "submit", "--parsable", "-p", "high", "--gpus", "4", "--", "sleep", "1")
+        assert urgent.returncode == 0, urgent.stderr
+        wait_for(lambda: state(service, victim) == "preempting", timeout=30)
+        service.kill()  # while every rank drains
+        service.up()
+        wait_for(lambda: state(service, int(urgent.stdout)) == "succeeded", timeout=90)
+        wait_for(lambda: state(service, victim) == "running", timeout=90)
+        service.done.touch()
+        wait_for(lambda: state(service, victim) == "succeeded", timeout=90)
+        shown = job(service, victim)
+        history = shown["history"]
+        assert isinstance(history, list)
+        assert [a["outcome"] for a in history] == ["preempted", "succeeded"], "each attempt ended once"
+    finally:
+        if service.process is not None and service.process.poll() is None:
+            service.process.terminate()
+            service.process.wait(timeout=20)
+        kill_attempts(service.data)
+    assert_no_gpu_held_twice(service)
+
+
+WHO = textwrap.dedent(
+    """
+    import json, os, sys
+    from pathlib import Path
+    data = Path(sys.argv[1])
+    try:
+        (data / "admin.token").read_text()
+        token = "read"
+    except OSError as exc:
+        token = "refused: " + type(exc).__name__
+    ray = sorted(k for k in os.environ if k.startswith(("RAY_", "GPUPOOL_DIE")))
+    print(json.dumps({"uid": os.getuid(), "rank": os.environ["RANK"], "admin.token": token, "ray env": ray}))
+    """
+)
+
+
+def test_every_rank_runs_as_the_jobs_user_and_reaches_nothing_of_the_schedulers(
+    cluster: LoopbackCluster,
+) -> None:
+    import pwd
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("runs ranks as another OS user")
+    if subprocess.run(["id", "gpupool-vision"], capture_output=True, check=False).returncode != 0:
+        useradd = ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "gpupool-vision"]
+        subprocess.run(useradd, check=True)
+    top = Path(tempfile.mkdtemp(prefix="gpupool-ray-trust-"))
+    top.chmod(0o711)
+    work = top / "work"
+    work.mkdir()
+    work.chmod(0o777)
+    (work / "who.py").write_text(WHO)
+    service = RayService(top, cluster.address)
+    service.config.write_text(
+        service.config.read_text().replace("run_as: service", "run_as: team") + "teams: {vision: {}}\n"
+    )
+    service.up()
+    try:
+        command = ["/usr/bin/python3", str(work / "who.py"), str(service.data)]
+        job_id = service.submit(
+            "--team",
+            "vision",
+            "--chdir",
+            str(work),
+            "--export",
+            "NONE",
+            "--gpus",
+            "4",
+            "--gpus-per-node",
+            "2",
+            "--",
+            *command,
+        )
+        wait_for(lambda: state(service, job_id) == "succeeded", timeout=90)
+        reports = service.reports(job_id)
+        uid = pwd.getpwnam("gpupool-vision").pw_uid
+        assert [(r["uid"], r["admin.token"], r["ray env"]) for r in reports] == [
+            (uid, "refused: PermissionError", [])
+        ] * 2, "each rank on its node: the team's user, no scheduler data, no Ray or launcher variables"
+    finally:
+        if service.process is not None and service.process.poll() is None:
+            service.process.terminate()
+            service.process.wait(timeout=20)
+        kill_attempts(service.data)
+        shutil.rmtree(top, ignore_errors=True)

@@ -12,17 +12,13 @@ import argparse
 import os
 import signal
 import sys
-import time
 
-import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, TensorDataset
 
+from gpupool.examples.ddp_trainer import build, train
 from gpupool.examples.torch_trainer import state_hash
-from gpupool.job import Batches, Job
+from gpupool.job import Job
 
 
 def say(line: str) -> None:
@@ -32,29 +28,16 @@ def say(line: str) -> None:
 
 def worker(rank: int, args: argparse.Namespace) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank, world_size=2)
-    torch.manual_seed(0)
-    torch.use_deterministic_algorithms(True)
-    data = torch.Generator().manual_seed(1234)
-    inputs = torch.randn(256, 8, generator=data)
-    targets = inputs.sum(dim=1, keepdim=True)
-    batches = Batches(len(inputs), batch_size=8, seed=3, rank=rank, world=2)
-    loader = DataLoader(TensorDataset(inputs, targets), batch_sampler=batches)
-    model = DistributedDataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 1)))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+    model, optimizer, batches, loader = build(rank, 2, samples=256)
     # Steps of about 20 ms, ranks agreeing about every 0.1 s: every 5 steps or so.
     job = Job(model=model, optimizer=optimizer, data=batches, save_every=None, agree_every=0.1)
     say(f"rank {rank} from step {job.step}")
-    stream = iter(loader)
-    for step in job.steps(args.steps):
-        x, y = next(stream)
-        loss = nn.functional.mse_loss(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()  # type: ignore[no-untyped-call]
-        optimizer.step()
-        say(f"rank {rank} step {step} loss {float(loss.item()).hex()}")
-        time.sleep(0.02)
+
+    def notice_rank1(step: int) -> None:
         if rank == 1 and step == args.notice_rank1_at:
             os.kill(os.getpid(), signal.SIGTERM)
+
+    train(job, model, optimizer, loader, args.steps, rank, 0.02, notice_rank1)
     job.finish()
     if rank == 0:
         say(f"done: state {state_hash(model, optimizer)}")

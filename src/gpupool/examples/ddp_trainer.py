@@ -17,6 +17,8 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -32,6 +34,46 @@ def say(line: str) -> None:
     os.write(1, (line + "\n").encode())
 
 
+def build(
+    rank: int, world: int, samples: int = 512
+) -> tuple[nn.Module, torch.optim.Optimizer, Batches, DataLoader[Any]]:
+    """The model (DDP over the process group), its optimizer, and this rank's batches: the same
+    on every rank and in every attempt (seeded)."""
+    torch.manual_seed(0)
+    torch.use_deterministic_algorithms(True)
+    data = torch.Generator().manual_seed(1234)
+    inputs = torch.randn(samples, 8, generator=data)
+    targets = inputs.sum(dim=1, keepdim=True)
+    batches = Batches(len(inputs), batch_size=8, seed=3, rank=rank, world=world)
+    loader = DataLoader(TensorDataset(inputs, targets), batch_sampler=batches)
+    model = DistributedDataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 1)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+    return model, optimizer, batches, loader
+
+
+def train(
+    job: Job,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loader: DataLoader[Any],
+    steps: int,
+    rank: int,
+    step_seconds: float = 0.0,
+    after_step: Callable[[int], None] = lambda _step: None,
+) -> None:
+    """The job's steps from where it resumed, each rank's loss printed as exact bits."""
+    stream = iter(loader)
+    for step in job.steps(steps):
+        x, y = next(stream)
+        loss = nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+        say(f"rank {rank} step {step} loss {float(loss.item()).hex()}")
+        time.sleep(step_seconds)
+        after_step(step)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=60)
@@ -39,27 +81,11 @@ def main() -> int:
     args = parser.parse_args()
     dist.init_process_group("gloo", init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(0)
-    torch.use_deterministic_algorithms(True)
-    data = torch.Generator().manual_seed(1234)
-    inputs = torch.randn(512, 8, generator=data)
-    targets = inputs.sum(dim=1, keepdim=True)
-    batches = Batches(len(inputs), batch_size=8, seed=3, rank=rank, world=world)
-    loader = DataLoader(TensorDataset(inputs, targets), batch_sampler=batches)
-    model = DistributedDataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 1)))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+    model, optimizer, batches, loader = build(rank, world)
     job = Job(model=model, optimizer=optimizer, data=batches, save_every="auto", agree_every=0.1)
     node = os.environ.get("GPUPOOL_NODE", "here")
     say(f"rank {rank} of {world} on {node} [{os.environ.get('CUDA_VISIBLE_DEVICES', '')}]: from step {job.step}")
-    stream = iter(loader)
-    for step in job.steps(args.steps):
-        x, y = next(stream)
-        loss = nn.functional.mse_loss(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()  # type: ignore[no-untyped-call]
-        optimizer.step()
-        say(f"rank {rank} step {step} loss {float(loss.item()).hex()}")
-        time.sleep(args.step_seconds)
+    train(job, model, optimizer, loader, args.steps, rank, args.step_seconds)
     job.finish()
     if rank == 0:
         say(f"done: {args.steps} steps, state {state_hash(model, optimizer)}")

@@ -21,7 +21,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -32,6 +31,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from gpupool.executors import Exit, Handle, Key, Launch, NodeState, Progress, Recorded, Started
 from gpupool.executors.proc import outcome, owner, recorded_exit_time
+from gpupool.executors.ray_gang import Gang, attempt_exit, member_folder
 from gpupool.executors.ray_launcher import RankLauncher
 from gpupool.executors.spawn import Spawn
 from gpupool.model import Node
@@ -46,36 +46,6 @@ VIRTUAL_LABEL = "gpupool.io/virtual"
 NODE_ID_LABEL = "ray.io/node-id"
 SUSPECT_FOR = 60.0
 Launcher = ray.remote(RankLauncher)
-
-
-def member_folder(attempt_dir: Path, rank: int) -> Path:
-    """Rank 0 keeps the attempt's folder (its logs are where a one-node attempt's are); every
-    other rank has `rank-N` in it."""
-    return attempt_dir if rank == 0 else attempt_dir / f"rank-{rank}"
-
-
-@dataclass
-class Gang:
-    key: Key
-    name: str
-    """Its placement group's name; its actors are `name:rank`."""
-    attempt_dir: Path
-    nodes: list[str]
-    specs: list[Spawn] | None
-    """None for a gang adopted after a restart (its members run already)."""
-    phase: str = "placing"
-    """placing → starting → running → ending."""
-    since: float = field(default_factory=time.monotonic)
-    group: PlacementGroup | None = None
-    actors: list[Any] = field(default_factory=list)
-    waiting: dict[Any, tuple[str, int]] = field(default_factory=dict)
-    """Refs Ray will resolve, with what each is: ('placed'|'started'|'ended', rank)."""
-    started: set[int] = field(default_factory=set)
-    ended: dict[int, dict[str, Any]] = field(default_factory=dict)
-    lost: str | None = None
-    failure: dict[str, Any] | None = None
-    notice: float | None = None
-    given_back: str | None = None
 
 
 class RayExecutor:
@@ -280,7 +250,7 @@ class RayExecutor:
         self._remove(gang)
         if ranks and all(e is not None for e in exits):
             ended = max(recorded_exit_time(member_folder(recorded.attempt_dir, r)) or 0.0 for r in range(ranks))
-            return self._exit(key, {r: e for r, e in enumerate(exits) if e is not None}, None, None, ended or None)
+            return attempt_exit(key, {r: e for r, e in enumerate(exits) if e is not None}, None, None, ended or None)
         never = not any(s is not None and s["started"] for s in statuses) and not any(exits)
         if never and (group is not None or recorded.handle is None):
             return Exit(*key, None, "the scheduler stopped before its members started", started=False)
@@ -467,29 +437,8 @@ class RayExecutor:
         if len(gang.ended) < len(gang.actors):
             return False
         self._remove(gang)
-        self.ended.append(self._exit(gang.key, gang.ended, gang.failure, gang.lost, None))
+        self.ended.append(attempt_exit(gang.key, gang.ended, gang.failure, gang.lost, None))
         return True
-
-    def _exit(
-        self,
-        key: Key,
-        ended: dict[int, dict[str, Any]],
-        failure: dict[str, Any] | None,
-        lost: str | None,
-        ended_at: float | None,
-    ) -> Exit:
-        """The attempt's end from its members': a lost node first, then a member never started
-        (the scheduler's reason), then the member whose failure stopped the others (they were
-        killed after it), then the first that failed, else success."""
-        if lost is not None:
-            return Exit(*key, None, ended_at=ended_at, node_lost=lost)
-        never = next((e["not_started"] for e in ended.values() if e.get("not_started")), None)
-        if never is not None:
-            return Exit(*key, None, never, started=False, ended_at=ended_at)
-        failed = failure or next((e for _, e in sorted(ended.items()) if e.get("exit_code") != 0), None)
-        if failed is not None:
-            return Exit(*key, failed.get("exit_code"), failed.get("why"), ended_at=ended_at)
-        return Exit(*key, 0, ended_at=ended_at)
 
     def _remove(self, gang: Gang) -> None:
         """The gang's actors and placement group, once no member of it runs."""

@@ -16,28 +16,30 @@ down_revision = "0007"
 branch_labels = None
 depends_on = None
 
+ATTEMPTS = sa.table(
+    "attempts",
+    sa.column("job_id", sa.Integer),
+    sa.column("attempt", sa.Integer),
+    sa.column("pid", sa.Integer),
+    sa.column("pid_started", sa.String),
+    sa.column("handle", sa.JSON),
+)
+"""The columns both directions move data between."""
+
+
+def set_attempt(bind: sa.Connection, job_id: int, attempt: int, **values: object) -> None:
+    bind.execute(ATTEMPTS.update().where(ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.attempt == attempt).values(**values))
+
 
 def upgrade() -> None:
     op.add_column("attempts", sa.Column("handle", sa.JSON(), nullable=True))
     bind = op.get_bind()
     # Attempts started by the local executor before handles keep their launcher's pid and
     # start time, now in the local executor's handle.
-    attempts = sa.table(
-        "attempts",
-        sa.column("job_id", sa.Integer),
-        sa.column("attempt", sa.Integer),
-        sa.column("pid", sa.Integer),
-        sa.column("pid_started", sa.String),
-        sa.column("handle", sa.JSON),
-    )
-    rows = bind.execute(sa.select(attempts.c.job_id, attempts.c.attempt, attempts.c.pid, attempts.c.pid_started))
+    rows = bind.execute(sa.select(ATTEMPTS.c.job_id, ATTEMPTS.c.attempt, ATTEMPTS.c.pid, ATTEMPTS.c.pid_started))
     for job_id, attempt, pid, started in list(rows):
         if pid is not None:
-            bind.execute(
-                attempts.update()
-                .where(attempts.c.job_id == job_id, attempts.c.attempt == attempt)
-                .values(handle={"pid": pid, "started": started or ""})
-            )
+            set_attempt(bind, job_id, attempt, handle={"pid": pid, "started": started or ""})
     # Dropped in place (SQLite 3.35+ can): copying a table that others reference would cascade.
     op.drop_column("attempts", "pid_started")
     op.drop_column("attempts", "pid")
@@ -49,22 +51,10 @@ def downgrade() -> None:
     op.add_column("attempts", sa.Column("pid", sa.Integer(), nullable=True))
     op.add_column("attempts", sa.Column("pid_started", sa.String(length=64), nullable=True))
     bind = op.get_bind()
-    attempts = sa.table(
-        "attempts",
-        sa.column("job_id", sa.Integer),
-        sa.column("attempt", sa.Integer),
-        sa.column("pid", sa.Integer),
-        sa.column("pid_started", sa.String),
-        sa.column("handle", sa.JSON),
-    )
     for job_id, attempt, handle in list(
-        bind.execute(sa.select(attempts.c.job_id, attempts.c.attempt, attempts.c.handle))
+        bind.execute(sa.select(ATTEMPTS.c.job_id, ATTEMPTS.c.attempt, ATTEMPTS.c.handle))
     ):
         value = json.loads(handle) if isinstance(handle, str) else handle
         if isinstance(value, dict) and isinstance(value.get("pid"), int):
-            bind.execute(
-                attempts.update()
-                .where(attempts.c.job_id == job_id, attempts.c.attempt == attempt)
-                .values(pid=value["pid"], pid_started=str(value.get("started", "")))
-            )
+            set_attempt(bind, job_id, attempt, pid=value["pid"], pid_started=str(value.get("started", "")))
     op.drop_column("attempts", "handle")

@@ -1,0 +1,64 @@
+"""A gang on Ray as the Ray executor tracks it, and how its members' ends make the attempt's:
+plain data and a pure function, no Ray."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpupool.executors import Exit, Key
+from gpupool.executors.spawn import Spawn
+
+
+def member_folder(attempt_dir: Path, rank: int) -> Path:
+    """Rank 0 keeps the attempt's folder (its logs are where a one-node attempt's are); every
+    other rank has `rank-N` in it."""
+    return attempt_dir if rank == 0 else attempt_dir / f"rank-{rank}"
+
+
+@dataclass
+class Gang:
+    key: Key
+    name: str
+    """Its placement group's name; its actors are `name:rank`."""
+    attempt_dir: Path
+    nodes: list[str]
+    specs: list[Spawn] | None
+    """None for a gang adopted after a restart (its members run already)."""
+    phase: str = "placing"
+    """placing → starting → running → ending."""
+    since: float = field(default_factory=time.monotonic)
+    group: Any = None
+    """Its placement group (Ray's `PlacementGroup`)."""
+    actors: list[Any] = field(default_factory=list)
+    waiting: dict[Any, tuple[str, int]] = field(default_factory=dict)
+    """Refs Ray will resolve, with what each is: ('placed'|'started'|'ended', rank)."""
+    started: set[int] = field(default_factory=set)
+    ended: dict[int, dict[str, Any]] = field(default_factory=dict)
+    lost: str | None = None
+    failure: dict[str, Any] | None = None
+    notice: float | None = None
+
+
+def attempt_exit(
+    key: Key,
+    ended: dict[int, dict[str, Any]],
+    failure: dict[str, Any] | None,
+    lost: str | None,
+    ended_at: float | None,
+) -> Exit:
+    """The attempt's end from its members' (`ended`: rank → what its launcher said): a lost
+    node first (the others' failures follow from it), then a member never started (the
+    scheduler's reason: tried again), then the member whose failure stopped the others (they
+    were killed after it), then the first that failed, else success."""
+    if lost is not None:
+        return Exit(*key, None, ended_at=ended_at, node_lost=lost)
+    never = next((e["not_started"] for e in ended.values() if e.get("not_started")), None)
+    if never is not None:
+        return Exit(*key, None, never, started=False, ended_at=ended_at)
+    failed = failure or next((e for _, e in sorted(ended.items()) if e.get("exit_code") != 0), None)
+    if failed is not None:
+        return Exit(*key, failed.get("exit_code"), failed.get("why"), ended_at=ended_at)
+    return Exit(*key, 0, ended_at=ended_at)
