@@ -147,7 +147,11 @@ def story(console: Console, running: Running, cluster: LoopbackCluster, golden: 
     until(lambda: store.job(gang).attempts >= 2 and store.job(gang).state == "running", 150)
     until(lambda: f"rank 1 step {resumed_at(log(gang, 1)) + 5} " in log(gang, 1))
     placement = {p.node for p in store.held() if p.job_id == gang}
-    victim = next(n for n in sorted(placement) if n != cluster.ip(0))  # the head carries the scheduler
+    workers = [n for n in sorted(placement) if n != cluster.ip(0)]  # the head carries the scheduler
+    if not workers:
+        console.print("[red]the job is not running on a worker node: nothing to kill[/]")
+        return 1
+    victim = workers[0]
     console.print(f"[bold]the demo kills the raylet of node {victim}[/], one of the two the job runs on")
     cluster.kill_node(cluster.names.index(victim))
     until(lambda: JobState(store.job(gang).state) in ENDED, 180)

@@ -266,7 +266,8 @@ def executor(service: ServiceSpec, store_id: str, wake: Callable[[], None]) -> t
             raise ConfigError(f"service.ray_address: no Ray cluster at {service.ray_address} ({exc})") from None
         nodes = ray_executor.nodes()
         far = sorted(ip for _, ip in ray_executor.addresses.values() if not ip.startswith("127."))
-        if far and (urlsplit(service.url).hostname or "").startswith(("127.", "localhost")):
+        here_only = ("127.", "localhost", "0.0.0.0", "::")
+        if far and (urlsplit(service.url).hostname or "").startswith(here_only):
             log.warning(
                 "the API is at %s, which the ranks on %s cannot reach: set service.api_url (docs/cluster.md)",
                 service.url,

@@ -394,13 +394,12 @@ def test_a_notice_recorded_but_not_given_is_given_when_adopted(
 
 
 def test_the_cluster_demo_preempts_loses_a_node_and_resumes_bit_identical() -> None:
-    began = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "gpupool", "demo", "--cluster"],
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "COLUMNS": "80"},
+        env={**os.environ, "COLUMNS": "200"},
         check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -408,7 +407,6 @@ def test_the_cluster_demo_preempts_loses_a_node_and_resumes_bit_identical() -> N
     assert "requeued after notice (exit code 75)" in out
     assert "node loss 1 of 3" in out and "node_lost: wasted" in out
     assert "bit-identical" in out and "stopped everything the demo started" in out
-    assert time.monotonic() - began < 600
 
 
 def test_the_pool_follows_ray_as_a_node_leaves_and_comes_back(executor: Any, cluster: LoopbackCluster) -> None:

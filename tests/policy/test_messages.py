@@ -30,3 +30,17 @@ def test_a_demoted_job_says_its_team_is_over_budget_when_it_waits() -> None:
     snapshot = Snapshot(nodes, [busy], [job("h", team="a", cls="high", gpus=2)], usage={("a", "high"): 7200.0})
     [wait] = decide(snapshot, config, NOW).waits
     assert "team a is over its high budget (2.0 of 1 GPU-h per 24 h): runs as normal" in wait.message
+
+
+def test_a_gang_that_needs_nodes_of_one_type_says_how_many_of_each_the_pool_has() -> None:
+    from gpupool.model import Node
+    from gpupool.policy.messages import never_fits
+
+    nodes = [Node("a", 4, "a100"), Node("b", 4, "h100"), Node("c", 1, "h100")]
+    message = never_fits(job("g", gpus=4, gpus_per_node=2), nodes)
+    assert message == (
+        "can never fit: 4 GPUs as 2 members of 2 on separate nodes need 2 nodes of one GPU type with at "
+        "least 2 GPUs; the pool has 1 such node of type a100, 1 of type h100"
+    )
+    one_type = never_fits(job("g", gpus=4, gpus_per_node=2), [Node("a", 4, "a100")])
+    assert one_type.endswith("need 2 nodes with at least 2 GPUs; the pool has 1")

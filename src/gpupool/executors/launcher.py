@@ -14,8 +14,8 @@ or - for the scheduler's own). The command opens its logs and enters WORKDIR as 
 path the job names is reached with the job's rights, never the scheduler's; what goes wrong
 before it starts (a log that cannot be opened) goes to the launcher's stderr, launcher.log.
 
-With GPUPOOL_DIE_WITH_PARENT=1 in its own environment (Ray's launcher actors set it), the
-launcher ends its whole session, the command too, when its parent dies: a member must not run
+With GPUPOOL_DIE_WITH_PARENT=PID in its own environment (Ray's launcher actors set it to
+their own pid), the launcher ends its whole session, the command too, when that parent dies: a member must not run
 on when its actor is gone (its node's raylet was killed, or the actor removed). The local
 executor's launchers outlive the scheduler instead, which adopts them again.
 """
@@ -43,14 +43,16 @@ NOT_STARTED = 200
 (its exit record then says `not_started` and why)."""
 
 
-def die_with_parent() -> None:
+def die_with_parent(parent: int) -> None:
     """SIGKILL this session, the command with it, as soon as the launcher's parent is gone, or
     the launcher itself is (Ray SIGKILLs a dead actor's children, not their children). A thread
     of the launcher watches its parent, and a watcher process in the session watches the
     launcher; each looks five times a second (a parent-death signal would fire when the parent's
     thread that started the launcher ends, and Ray's actor threads may; it is also lost when
     the command switches user)."""
-    parent, launcher = os.getppid(), os.getpid()
+    launcher = os.getpid()
+    if os.getppid() != parent:  # gone already, before this could look
+        os.killpg(0, signal.SIGKILL)
     if os.fork() == 0:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the notice is for the command
         while os.getppid() == launcher:
@@ -66,11 +68,14 @@ def die_with_parent() -> None:
 
 
 def main(argv: list[str]) -> int:
+    # First of all: a notice may come as soon as the launcher runs, and must not end it.
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: None)
     folder, owner, user, workdir, stdout, stderr, *command = argv
     env = json.loads(sys.stdin.read())
     try:
-        if os.environ.get("GPUPOOL_DIE_WITH_PARENT") == "1":
-            die_with_parent()
+        parent = os.environ.get("GPUPOOL_DIE_WITH_PARENT")
+        if parent is not None:
+            die_with_parent(int(parent))
         child = start(folder, owner, user, [workdir, stdout, stderr, *command], env)
     except OSError as exc:
         # No space for a record, no process to fork: the scheduler's trouble, not the job's.
@@ -89,7 +94,6 @@ def start(folder: str, owner: str, user: str, arguments: list[str], env: dict[st
     with open("/proc/self/stat") as stat:
         started = stat.read().rsplit(")", 1)[1].split()[19]
     write(os.path.join(folder, "launcher.json"), {"pid": os.getpid(), "started": started, "owner": owner})
-    signal.signal(signal.SIGTERM, lambda _signum, _frame: None)
     uid = gid = groups = None
     if user != "-":
         entry = pwd.getpwnam(user)

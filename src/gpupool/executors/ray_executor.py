@@ -48,6 +48,14 @@ SUSPECT_FOR = 60.0
 Launcher = ray.remote(RankLauncher)
 
 
+def fetch(ref: Any) -> tuple[Any, BaseException | None]:
+    """A ready ref's value, or the error Ray raises for it."""
+    try:
+        return ray.get(ref, timeout=5), None
+    except Exception as exc:  # Ray's errors, and the launcher's own, have no common base
+        return None, exc
+
+
 class RayExecutor:
     """`address` is the Ray cluster's (`auto` for the one this machine is in). Actors live in
     the namespace of the store (`gpupool-<store id>`), so two pools on one cluster never take
@@ -254,6 +262,10 @@ class RayExecutor:
         never = not any(s is not None and s["started"] for s in statuses) and not any(exits)
         if never and (group is not None or recorded.handle is None):
             return Exit(*key, None, "the scheduler stopped before its members started", started=False)
+        if 0 < len(actors) < ranks:
+            # Some launchers are there and others gone: their nodes died while no one watched.
+            gone = f"{ranks - len(actors)} of its {ranks} members' launchers were gone when it was adopted"
+            return Exit(*key, None, ended_at=recorded.since, node_lost=gone)
         return Exit(*key, None, "its members ended while no scheduler watched", ended_at=recorded.since)
 
     def _statuses(self, actors: list[Any]) -> list[dict[str, Any] | None]:
@@ -295,14 +307,15 @@ class RayExecutor:
                 try:
                     ray.wait(refs, num_returns=1, timeout=0.1)
                     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-                except Exception:  # Ray itself failing: said, and tried again
+                except Exception:  # Ray itself failing: said, and tried again after the deadlines
                     log.exception("waiting on Ray failed")
                     self.closed.wait(1.0)
-                    continue
+            # Fetched without the lock: the control loop's calls never wait on Ray's answers.
+            values = [(ref, *fetch(ref)) for ref in ready]
             changed = False
             with self.lock:
-                for ref in ready:
-                    changed |= self._safely(ref)
+                for ref, value, error in values:
+                    changed |= self._safely(ref, value, error)
                 try:
                     changed |= self._check_time()
                 except Exception:
@@ -310,16 +323,17 @@ class RayExecutor:
             if changed:
                 self.on_change()
 
-    def _safely(self, ref: Any) -> bool:
+    def _safely(self, ref: Any, value: Any, error: BaseException | None) -> bool:
         """`_advance`, and for a gang it fails on (Ray refusing a call): given back if it was
         not running, else ended, so that no gang is left with nobody watching it."""
+        found = self._gang_of(ref)
+        if found is None:
+            return False
+        gang, kind, rank = found
         try:
-            return self._advance(ref)
+            return self._advance(gang, kind, rank, ref, value, error)
         except Exception as exc:
-            log.exception("a gang's step failed")
-            gang = next((g for g in self.gangs.values() if g.name in str(exc)), None)
-            if gang is None:
-                return False
+            log.exception("a step of job %s attempt %s failed", *gang.key)
             if gang.phase in ("placing", "starting"):
                 return self._give_back(gang, f"Ray refused a step: {str(exc).splitlines()[0][:300]}")
             self._end(gang, "Ray refused a step")
@@ -332,28 +346,23 @@ class RayExecutor:
                 return gang, kind, rank
         return None
 
-    def _advance(self, ref: Any) -> bool:
-        found = self._gang_of(ref)
-        if found is None:
-            return False
-        gang, kind, rank = found
-        try:
-            value = ray.get(ref, timeout=5)
-        except GetTimeoutError:  # ready, but not here yet: looked at again
+    def _advance(self, gang: Gang, kind: str, rank: int, ref: Any, value: Any, error: BaseException | None) -> bool:
+        if isinstance(error, GetTimeoutError):  # ready, but not here yet: looked at again
             gang.waiting[ref] = (kind, rank)
             return False
-        except ActorUnavailableError as exc:
+        if isinstance(error, ActorUnavailableError):
             # Often a passing fault: waited on again while its node is in the pool.
-            if kind == "ended" and gang.nodes[rank] in self.addresses:
+            node = gang.nodes[rank] if rank < len(gang.nodes) else None
+            if kind == "ended" and node in self.addresses:
                 gang.waiting[gang.actors[rank].wait.remote(self.wait_timeout)] = (kind, rank)
                 return False
-            return self._member_lost(gang, rank, exc)
-        except RayActorError as exc:
-            return self._member_lost(gang, rank, exc)
-        except Exception as exc:  # the launcher raised: it could not start the member here
+            return self._member_lost(gang, rank, error)
+        if isinstance(error, RayActorError):
+            return self._member_lost(gang, rank, error)
+        if error is not None:  # the launcher raised: it could not start the member here
             if gang.phase in ("placing", "starting"):
-                return self._give_back(gang, f"rank {rank} could not start: {str(exc).splitlines()[0][:300]}")
-            return self._member_lost(gang, rank, exc)
+                return self._give_back(gang, f"rank {rank} could not start: {str(error).splitlines()[0][:300]}")
+            return self._member_lost(gang, rank, error)
         if kind == "placed":
             self._place(gang)
         elif kind == "started":
@@ -429,15 +438,19 @@ class RayExecutor:
 
     def _give_back(self, gang: Gang, why: str, started: bool = False) -> bool:
         """Take down a gang that did not run (no member of it runs afterwards)."""
-        self._remove(gang)
-        self.ended.append(Exit(*gang.key, None, why, started=started))
-        return True
+        return self._report(gang, Exit(*gang.key, None, why, started=started))
 
     def _finish_if_done(self, gang: Gang) -> bool:
         if len(gang.ended) < len(gang.actors):
             return False
+        return self._report(gang, attempt_exit(gang.key, gang.ended, gang.failure, gang.lost, None))
+
+    def _report(self, gang: Gang, exit: Exit) -> bool:
+        """The gang's end, once: a gang already taken down reports nothing more."""
+        if self.gangs.get(gang.key) is not gang:
+            return False
         self._remove(gang)
-        self.ended.append(attempt_exit(gang.key, gang.ended, gang.failure, gang.lost, None))
+        self.ended.append(exit)
         return True
 
     def _remove(self, gang: Gang) -> None:
@@ -465,7 +478,8 @@ class RayExecutor:
                 elif now - gang.since > self.start_timeout:
                     changed |= self._give_back(gang, f"Ray did not start it within {self.start_timeout:.0f} s")
             elif gang.phase == "ending" and now - gang.since > self.end_timeout:
-                for rank in range(len(gang.actors)):
-                    gang.ended.setdefault(rank, {"exit_code": None, "why": "did not end when killed"})
+                # A member that does not end when killed is on a node that hangs: lost with it.
+                for rank in [r for r in range(len(gang.actors)) if r not in gang.ended]:
+                    self._member_lost(gang, rank, TimeoutError(f"did not end {self.end_timeout:.0f} s after SIGKILL"))
                 changed |= self._finish_if_done(gang)
         return changed

@@ -66,12 +66,13 @@ def spawn(member: Spawn) -> subprocess.Popen[bytes]:
         str(stderr),
         *member.command,
     ]
+    env = {**LAUNCHER_ENV, "GPUPOOL_DIE_WITH_PARENT": str(os.getpid())} if member.die_with_parent else LAUNCHER_ENV
     log = os.open(folder / "launcher.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     try:
         child = subprocess.Popen(
             argv,
             cwd=folder,
-            env={**LAUNCHER_ENV, "GPUPOOL_DIE_WITH_PARENT": "1"} if member.die_with_parent else LAUNCHER_ENV,
+            env=env,
             stdin=subprocess.PIPE,
             stdout=log,
             stderr=log,

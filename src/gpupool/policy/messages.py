@@ -50,11 +50,21 @@ def never_fits(job: Job, nodes: Sequence[Node] = ()) -> str:
     usable = [n for n in nodes if job.gpu_type in (None, n.gpu_type)]
     if job.gpus_per_node:
         members = job.gpus // job.gpus_per_node
-        big_enough = sum(1 for n in usable if n.gpus >= job.gpus_per_node)
+        big_enough: dict[str, int] = {}
+        for n in usable:
+            if n.gpus >= job.gpus_per_node:
+                big_enough[n.gpu_type] = big_enough.get(n.gpu_type, 0) + 1
+        need = f"can never fit: {plural(job.gpus, 'GPU')}{kind} as {plural(members, 'member')} of {job.gpus_per_node}"
+        if job.gpu_type is None and len(big_enough) > 1:
+            # The members of a gang share one GPU type: nodes of several types do not add up.
+            each = ", ".join(f"{count} of type {gpu_type}" for gpu_type, count in sorted(big_enough.items()))
+            return (
+                f"{need} on separate nodes need {plural(members, 'node')} of one GPU type with at least "
+                f"{plural(job.gpus_per_node, 'GPU')}; the pool has {each.replace(' of', ' such node of', 1)}"
+            )
         return (
-            f"can never fit: {plural(job.gpus, 'GPU')}{kind} as {plural(members, 'member')} of "
-            f"{job.gpus_per_node} on separate nodes need {plural(members, 'node')} with at least "
-            f"{plural(job.gpus_per_node, 'GPU')}{kind}; the pool has {big_enough}"
+            f"{need} on separate nodes need {plural(members, 'node')} with at least "
+            f"{plural(job.gpus_per_node, 'GPU')}{kind}; the pool has {sum(big_enough.values())}"
         )
     total = sum(n.gpus for n in usable)
     have = f"{plural(total, 'GPU')}{kind}"
