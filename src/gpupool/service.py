@@ -75,10 +75,8 @@ class ControlLoop:
     killed: set[Key] = field(default_factory=set)
     unrecorded: list[Exit] = field(default_factory=list)
     """Exits the executor reported that the store has not taken yet."""
-    unmarked: list[Key] = field(default_factory=list)
-    """Attempts the executor reported running that the store has not taken yet."""
-    placing: dict[Key, str] = field(default_factory=dict)
-    """Attempts started that do not run yet (a gang being placed), with where they go."""
+    unmarked: dict[Key, str] = field(default_factory=dict)
+    """Attempts the executor reported running (and where) that the store has not taken yet."""
     deadlines: list[float] = field(default_factory=list)
     """Notice and cancel deadlines still to come, as of the last tick: when to wake up."""
     nodes_seen: list[tuple[Node, bool]] | None = None
@@ -222,13 +220,11 @@ class ControlLoop:
         # Reports stay here until the store has them: the executor gives each one only once.
         progress = self.executor.poll()
         self.unrecorded.extend(progress.ended)
-        self.unmarked.extend(progress.running)
+        self.unmarked.update(progress.running)
         if self.unmarked:
-            self.store.mark_started([(*k, None, True, self.placing.pop(k, "")) for k in self.unmarked], now)
-            self.unmarked = []
+            self.store.mark_started([(*key, None, True, where) for key, where in self.unmarked.items()], now)
+            self.unmarked = {}
         ended, self.unrecorded = self.unrecorded, []
-        for exit in ended:
-            self.placing.pop((exit.job_id, exit.attempt), None)
         try:
             for never in [e for e in ended if not e.started]:
                 with contextlib.suppress(Conflict):  # recorded already: no longer live
@@ -306,7 +302,6 @@ class ControlLoop:
                 self.store.end_attempt(job.id, job.attempts - 1, 127, now, why=f"could not start: {exc}"[:500])
         if launched:
             self.store.mark_started(launched, now)
-            self.placing.update(((job, attempt), where) for job, attempt, _, running, where in launched if not running)
 
     def interruption_intervals(self, now: float) -> dict[str, float]:
         """Per class, the mean running time between unannounced interruptions over the last

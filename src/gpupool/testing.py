@@ -103,7 +103,7 @@ class FakeExecutor:
         self.killed: list[tuple[int, int]] = []
         self.alive: set[tuple[int, int]] = set()
         self.ended: list[Exit] = []
-        self.now_running: list[tuple[int, int]] = []
+        self.now_running: dict[tuple[int, int], str] = {}
         self.pids = iter(range(1000, 10**9))
         self.adopted: list[Recorded] = []
 
@@ -121,7 +121,7 @@ class FakeExecutor:
         return Started({"pid": pid}, not self.gang_waits, f"as pid {pid}")
 
     def run(self, job_id: int, attempt: int) -> None:
-        self.now_running.append((job_id, attempt))
+        self.now_running[(job_id, attempt)] = "on the fake's nodes"
 
     def notify(self, job_id: int, attempt: int, deadline: float) -> None:
         self.notified.append((job_id, attempt, deadline))
@@ -137,7 +137,7 @@ class FakeExecutor:
 
     def poll(self) -> Progress:
         progress = Progress(self.now_running, self.ended)
-        self.now_running, self.ended = [], []
+        self.now_running, self.ended = {}, []
         return progress
 
     def adopt(self, recorded: Recorded) -> Started | Exit:

@@ -99,7 +99,8 @@ class Started:
     handle: Handle
     running: bool
     where: str
-    """In a few words, for the job's history (`running …`): `as pid 4242`, `on nodes a, b`."""
+    """Where it runs, in a few words for the job's history (`running as pid 4242`); empty when
+    it does not run yet (`Progress.running` says where once it does)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +127,8 @@ class Progress:
     """What `poll` found since the last poll: attempts whose every member now runs, and
     attempts that ended (each reported once)."""
 
-    running: list[Key] = field(default_factory=list)
+    running: dict[Key, str] = field(default_factory=dict)
+    """Attempts whose every member runs now, with where they run (`Started.where`)."""
     ended: list[Exit] = field(default_factory=list)
 
 

@@ -31,7 +31,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from gpupool.executors import Exit, Handle, Key, Launch, NodeState, Progress, Recorded, Started
 from gpupool.executors.proc import outcome, owner, recorded_exit_time
-from gpupool.executors.ray_gang import Gang, attempt_exit, member_folder
+from gpupool.executors.ray_gang import Gang, attempt_exit, member_folder, member_owner
 from gpupool.executors.ray_launcher import RankLauncher
 from gpupool.executors.spawn import Spawn
 from gpupool.model import Node
@@ -83,7 +83,7 @@ class RayExecutor:
             ray.init(address=address, namespace=self.namespace, log_to_driver=False, logging_level=logging.WARNING)
         self.lock = threading.RLock()
         self.gangs: dict[Key, Gang] = {}
-        self.running: list[Key] = []
+        self.running: dict[Key, str] = {}
         self.ended: list[Exit] = []
         self.addresses: dict[str, tuple[str, str]] = {}
         """Node name → (Ray node id, IP address), as of the last look."""
@@ -153,7 +153,7 @@ class RayExecutor:
             specs.append(
                 Spawn(
                     member_folder(launch.attempt_dir, member.rank),
-                    f"{name}:{member.rank}",
+                    member_owner(name, member.rank),
                     launch.user,
                     launch.workdir,
                     launch.command,
@@ -175,7 +175,7 @@ class RayExecutor:
         gang.waiting[group.ready()] = ("placed", 0)
         with self.lock:
             self.gangs[key] = gang
-        return Started(self._handle(gang), False, f"on nodes {', '.join(gang.nodes)}")
+        return Started(self._handle(gang), False, "")
 
     def notify(self, job_id: int, attempt: int, deadline: float) -> None:
         with self.lock:
@@ -199,7 +199,7 @@ class RayExecutor:
     def poll(self) -> Progress:
         with self.lock:
             progress = Progress(self.running, self.ended)
-            self.running, self.ended = [], []
+            self.running, self.ended = {}, []
         return progress
 
     def logs(self, job_id: int, attempt: int, rank: int, stream: str, attempt_dir: Path) -> BinaryIO | None:
@@ -236,7 +236,7 @@ class RayExecutor:
         actors = []
         for rank in range(ranks):
             with contextlib.suppress(ValueError):
-                actors.append(ray.get_actor(f"{name}:{rank}", namespace=self.namespace))
+                actors.append(ray.get_actor(member_owner(name, rank), namespace=self.namespace))
         statuses = self._statuses(actors)
         nodes = list(handle.get("nodes", []))
         gang = Gang(key, name, recorded.attempt_dir, nodes, None, "running", group=group, actors=actors)
@@ -289,7 +289,7 @@ class RayExecutor:
 
     def _recorded(self, attempt_dir: Path, name: str, rank: int) -> dict[str, Any] | None:
         folder = member_folder(attempt_dir, rank)
-        status, why, not_started = outcome(folder, f"{name}:{rank}", None)
+        status, why, not_started = outcome(folder, member_owner(name, rank), None)
         if status is None and not_started is None:
             return None
         return {"exit_code": status, "why": why, "not_started": not_started}
@@ -371,7 +371,7 @@ class RayExecutor:
                 gang.phase = "running"
                 for rank_, actor in enumerate(gang.actors):
                     gang.waiting[actor.wait.remote(self.wait_timeout)] = ("ended", rank_)
-                self.running.append(gang.key)
+                self.running[gang.key] = f"on nodes {', '.join(gang.nodes)}"
                 return True
         elif kind == "ended":
             if value is None:  # still running: asked again (a wait holds a thread of the actor)
@@ -394,7 +394,7 @@ class RayExecutor:
             strategy = PlacementGroupSchedulingStrategy(gang.group, placement_group_bundle_index=rank)
             gang.actors.append(
                 Launcher.options(
-                    name=f"{gang.name}:{rank}",
+                    name=member_owner(gang.name, rank),
                     namespace=self.namespace,
                     lifetime="detached",
                     num_cpus=0,

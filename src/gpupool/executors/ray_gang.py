@@ -18,6 +18,11 @@ def member_folder(attempt_dir: Path, rank: int) -> Path:
     return attempt_dir if rank == 0 else attempt_dir / f"rank-{rank}"
 
 
+def member_owner(name: str, rank: int) -> str:
+    """A member's name: its launcher actor's, and the owner its launcher's records name."""
+    return f"{name}:{rank}"
+
+
 @dataclass
 class Gang:
     key: Key
