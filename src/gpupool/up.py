@@ -265,7 +265,7 @@ def executor(service: ServiceSpec, store_id: str, wake: Callable[[], None]) -> t
         except ConnectionError as exc:
             raise ConfigError(f"service.ray_address: no Ray cluster at {service.ray_address} ({exc})") from None
         nodes = ray_executor.nodes()
-        far = sorted(ip for _, ip in ray_executor.addresses.values() if not ip.startswith("127."))
+        far = [ip for ip in ray_executor.pool.addresses() if not ip.startswith("127.")]
         here_only = ("127.", "localhost", "0.0.0.0", "::")
         if far and (urlsplit(service.url).hostname or "").startswith(here_only):
             log.warning(

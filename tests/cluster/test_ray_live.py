@@ -182,31 +182,46 @@ def ended_soon(executor: Executor) -> list[Exit]:
     return ended
 
 
-def test_a_gang_ray_cannot_place_in_time_is_given_back_whole(cluster: LoopbackCluster, tmp_path: Path) -> None:
+PIDS = "import os, sys, time; open(sys.argv[1] + '/' + os.environ['RANK'], 'w').write(str(os.getpid())); time.sleep(60)"
+
+
+def test_a_gang_whose_node_does_not_answer_in_time_is_given_back_whole(
+    cluster: LoopbackCluster, tmp_path: Path
+) -> None:
+    import signal
+
+    import ray
+
     from gpupool.executors.ray_executor import RayExecutor
 
     executor = RayExecutor(cluster.address, "placement-test", start_timeout=3.0)
+    hung = None
     try:
-        executor.nodes()
         head, other = cluster.ip(0), cluster.ip(1)
-        members = (Member(0, head, (0, 1, 2, 3)), Member(1, other, (0, 1, 2, 3)))
-        hog = Launch(1, 0, ["sleep", "60"], tmp_path, {}, tmp_path / "a", members)
-        executor.start(hog)
-        wait_for(lambda: bool(executor.poll().running), timeout=30)
-        blocked = Launch(2, 0, ["sleep", "60"], tmp_path, {}, tmp_path / "b", members)
+        members = (Member(0, head, (0, 1)), Member(1, other, (0, 1)))
+        node = executor.pool.by_name(other)
+        assert node is not None
+        hung = int(ray.get(node.launcher.ping.remote(), timeout=30)["pid"])
+        os.kill(hung, signal.SIGSTOP)  # the node hangs between the decision and the launch
+        out = tmp_path / "pids"
+        out.mkdir()
         began = time.monotonic()
-        executor.start(blocked)
+        executor.start(Launch(2, 0, [sys.executable, "-c", PIDS, str(out)], tmp_path, {}, tmp_path / "b", members))
         [given_back] = ended_soon(executor)
         assert given_back.started is False and "within 3 s" in str(given_back.why)
         assert time.monotonic() - began < 15
-        assert (2, 0) not in executor.gangs and not (tmp_path / "b").exists(), "no member of it ever ran"
-        executor.kill(1, 0)
-        ended_soon(executor)
-        executor.start_timeout = 60.0  # under load, Ray may take more than 3 s to place it
+        assert (2, 0) not in executor.gangs
+        os.kill(hung, signal.SIGCONT)
+        hung = None
+        time.sleep(2)  # the node answers again: its late start is refused, or its member killed
+        pids = [int(p.read_text()) for p in out.iterdir() if p.read_text()]
+        wait_for(lambda: not any(process_started(pid) for pid in pids), timeout=15)
         executor.start(Launch(2, 1, ["true"], tmp_path, {}, tmp_path / "c", members))
         again = ended_soon(executor)
-        assert [e.exit_code for e in again] == [0], f"placed again once its GPUs are free: {again}"
+        assert [e.exit_code for e in again] == [0], f"placed again once its node answers: {again}"
     finally:
+        if hung is not None:
+            os.kill(hung, signal.SIGCONT)
         executor.close()
         os.environ.pop("RAY_ADDRESS", None)
 
@@ -352,26 +367,16 @@ def test_a_gang_adopted_again_by_its_own_executor_runs_on_and_ends_once(
 def test_a_gang_whose_members_never_started_is_given_back_not_lost(
     executor: Any, cluster: LoopbackCluster, tmp_path: Path
 ) -> None:
-    import ray
-    from ray.util.placement_group import placement_group
-
-    from gpupool.executors.proc import owner
-    from gpupool.executors.ray_executor import Launcher
-
-    name = owner(executor.store_id, 4, 0)
-    group = placement_group([{"GPU": 1.0}], name=name, lifetime="detached")
-    ray.get(group.ready(), timeout=30)
-    # The scheduler died after making the actor, before the actor started its member.
-    Launcher.options(name=f"{name}:0", namespace=executor.namespace, lifetime="detached", num_cpus=0).remote()
-    handle = {"executor": "ray", "group": name, "ranks": 1, "nodes": [cluster.ip(1)]}
+    node = executor.pool.by_name(cluster.ip(1))
+    # The scheduler died after recording the handle, before the launcher started the member.
+    handle = {"executor": "ray", "name": "x", "ranks": 1, "nodes": [cluster.ip(1)], "node_ids": [node.id]}
     found = executor.adopt(Recorded(4, 0, handle, tmp_path / "d", (), time.time(), None))
     assert isinstance(found, Exit) and found.started is False and found.node_lost is None
-    wait_for(lambda: not any(e["name"] == f"{name}:0" for e in ray.util.list_named_actors(all_namespaces=True)))
-    name = owner(executor.store_id, 5, 0)
-    group = placement_group([{"GPU": 1.0}], name=name, lifetime="detached")  # died while Ray placed it
-    handle = {"executor": "ray", "group": name, "ranks": 1, "nodes": [cluster.ip(1)]}
-    found = executor.adopt(Recorded(5, 0, handle, tmp_path / "e", (), time.time(), None))
+    found = executor.adopt(Recorded(5, 0, None, tmp_path / "e", (), time.time(), None))  # before the handle
     assert isinstance(found, Exit) and found.started is False and found.node_lost is None
+    handle = {**handle, "node_ids": ["0" * 56]}  # its node died while no scheduler watched
+    found = executor.adopt(Recorded(6, 0, handle, tmp_path / "f", (), time.time(), None))
+    assert isinstance(found, Exit) and found.node_lost is not None
 
 
 def test_a_notice_recorded_but_not_given_is_given_when_adopted(
@@ -380,7 +385,7 @@ def test_a_notice_recorded_but_not_given_is_given_when_adopted(
     from gpupool.executors.ray_executor import RayExecutor
 
     out = trapping(executor, cluster, tmp_path, 6)
-    handle = executor._handle(executor.gangs[(6, 0)])
+    handle = executor.handle(executor.gangs[(6, 0)])
     executor.close()  # the scheduler stops; the gang runs on
     successor = RayExecutor(cluster.address, "review-findings", wait_timeout=1.0)
     try:
@@ -418,10 +423,20 @@ def test_the_pool_follows_ray_as_a_node_leaves_and_comes_back(executor: Any, clu
     def pool() -> set[str]:
         return {state.node.name for state in executor.nodes()}
 
+    def reserved() -> set[str]:
+        """The node ids the pool holds GPUs on in Ray."""
+        from ray.util.placement_group import placement_group_table
+
+        table = placement_group_table().values()
+        return {e["name"].rsplit(":", 1)[-1] for e in table if e["state"] != "REMOVED" and ":node:" in e["name"]}
+
     assert pool() == alive() == set(cluster.names)
+    dying = executor.pool.by_name(cluster.ip(2)).id
+    assert dying in reserved()
     cluster.kill_node(2)
     wait_for(lambda: cluster.ip(2) not in alive(), timeout=60)
     wait_for(lambda: pool() == alive() == set(cluster.names) - {cluster.ip(2)}, timeout=5)
+    wait_for(lambda: dying not in reserved(), timeout=10)
     cluster.add_node(2)
     wait_for(lambda: pool() == alive() == set(cluster.names), timeout=60)
 

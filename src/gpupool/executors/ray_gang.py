@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.executors import Exit, Key
-from gpupool.executors.spawn import Spawn
 
 
 def member_folder(attempt_dir: Path, rank: int) -> Path:
@@ -19,7 +18,8 @@ def member_folder(attempt_dir: Path, rank: int) -> Path:
 
 
 def member_owner(name: str, rank: int) -> str:
-    """A member's name: its launcher actor's, and the owner its launcher's records name."""
+    """A member's name: what its node's launcher knows it by, and the owner its launcher's
+    records name."""
     return f"{name}:{rank}"
 
 
@@ -27,24 +27,23 @@ def member_owner(name: str, rank: int) -> str:
 class Gang:
     key: Key
     name: str
-    """Its placement group's name; its actors are `name:rank`."""
+    """The attempt's owner name (`proc.owner`); its members are `name:rank`."""
     attempt_dir: Path
     nodes: list[str]
-    specs: list[Spawn] | None
-    """None for a gang adopted after a restart (its members run already)."""
-    phase: str = "placing"
-    """placing → starting → running → ending."""
+    node_ids: list[str]
+    """Each rank's node's Ray id: its launcher is named after it."""
+    launchers: list[Any]
+    phase: str = "starting"
+    """starting → running → ending."""
     since: float = field(default_factory=time.monotonic)
-    group: Any = None
-    """Its placement group (Ray's `PlacementGroup`)."""
-    actors: list[Any] = field(default_factory=list)
-    waiting: dict[Any, tuple[str, int]] = field(default_factory=dict)
-    """Refs Ray will resolve, with what each is: ('placed'|'started'|'ended', rank)."""
     started: set[int] = field(default_factory=set)
     ended: dict[int, dict[str, Any]] = field(default_factory=dict)
     lost: str | None = None
     failure: dict[str, Any] | None = None
     notice: float | None = None
+
+    def owner(self, rank: int) -> str:
+        return member_owner(self.name, rank)
 
 
 def attempt_exit(

@@ -1,11 +1,15 @@
-"""The launcher actor: one per member of an attempt on Ray, in the placement group's bundle on
-the node the core chose. It starts the member under gpupool's launcher (`spawn.py`: its own
-session, the job's OS user, a clean environment), and outlives the scheduler (it is detached
-and named after its attempt), so that a restarted scheduler finds it again.
+"""The launcher actor: one per node of the pool, in that node's reservation (`ray_nodes.py`),
+kept between attempts. It starts each member the core places on its node under gpupool's
+launcher (`spawn.py`: a session of its own, the job's OS user, a clean environment), and
+tells the scheduler how its members end. It is detached and named after its node, so that a
+restarted scheduler finds it again with its members; its members die with it (their
+launchers watch it), as they would with their node.
 
-Methods run in threads of their own (`max_concurrency`): `wait` blocks until the member ends
-or for `timeout` seconds (the caller asks again: a scheduler that died while waiting leaves no
-thread blocked for long), while `notify` and `kill` reach it meanwhile.
+A member is known by its owner (`member_owner`: store, job, attempt, rank). Ends are
+numbered in the order they happen: `ended(since)` answers with those after `since`, waiting
+up to `timeout` seconds for one (the caller asks again: a scheduler that died while it waited
+leaves no thread blocked for long). A member forgotten (`forget`) is killed if it still runs,
+and can never be started afterwards, whatever order Ray delivers the calls in.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import signal
 import socket
 import subprocess
 import threading
-from dataclasses import replace
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +28,33 @@ from gpupool.executors.proc import outcome, process_started
 from gpupool.executors.spawn import Spawn, signal_group, spawn, write_notice
 from gpupool.executors.users import lookup
 
+FORGOTTEN = 100_000
+"""How many forgotten owners a launcher remembers, so that a late `start` of one is refused."""
 
-class RankLauncher:
+
+@dataclass
+class Member:
+    spec: Spawn
+    notice_dir: Path
+    child: subprocess.Popen[bytes]
+    end: dict[str, Any] | None = None
+    seq: int = 0
+    """Its place in the order of ends (0 while it runs)."""
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class NodeLauncher:
     def __init__(self) -> None:
-        self.child: subprocess.Popen[bytes] | None = None
-        self.spec: Spawn | None = None
-        self.notice_dir: Path | None = None
-        self.ended = threading.Event()
-        self.code: int | None = None
+        self.members: dict[str, Member] = {}
+        self.forgotten: OrderedDict[str, None] = OrderedDict()
+        self.seq = 0
+        self.changed = threading.Condition()
+
+    def ping(self) -> dict[str, Any]:
+        """This launcher's process and node: it is up."""
+        import ray
+
+        return {"pid": os.getpid(), "address": ray.util.get_node_ip_address()}  # type: ignore[no-untyped-call]
 
     def free_port(self) -> int:
         """A TCP port free on this node's address now: the gang's rendezvous (`MASTER_PORT`)."""
@@ -41,52 +65,75 @@ class RankLauncher:
             return int(probe.getsockname()[1])
 
     def start(self, spec: Spawn, notice_dir: str, port: int) -> dict[str, Any]:
-        """Start the member, with the rendezvous port rank 0 chose. The job's OS user is looked
-        up on this node (its uid is this node's). Returns its pid and start time."""
-        if self.child is not None:
-            raise RuntimeError("this launcher has started its member already")
+        """Start a member, with the rendezvous port its rank 0 chose (0: one chosen here). The
+        job's OS user is looked up on this node (its uid is this node's)."""
         import ray
 
+        port = port or self.free_port()
         user = lookup(spec.user.name) if spec.user is not None else None
         here = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
         spec = replace(spec, user=user, env={**spec.env, "MASTER_PORT": str(port), "GPUPOOL_NODE_ADDRESS": here})
-        self.spec, self.notice_dir = spec, Path(notice_dir)
-        child = self.child = spawn(spec)
-        threading.Thread(target=self._reap, daemon=True, name="member").start()
-        return {"pid": child.pid, "started": process_started(child.pid) or "", "node": os.uname().nodename}
+        with self.changed:
+            if spec.owner in self.forgotten:
+                raise RuntimeError(f"{spec.owner} was given up before it could start")
+            if spec.owner in self.members:
+                raise RuntimeError(f"{spec.owner} was started already")
+            child = spawn(spec)
+            member = self.members[spec.owner] = Member(spec, Path(notice_dir), child)
+            member.info = {"pid": child.pid, "started": process_started(child.pid) or "", "node": os.uname().nodename}
+        threading.Thread(target=self._reap, args=(member,), daemon=True, name="member").start()
+        return member.info
 
-    def _reap(self) -> None:
-        assert self.child is not None
-        self.code = self.child.wait()
-        self.ended.set()
+    def _reap(self, member: Member) -> None:
+        code = member.child.wait()
+        status, why, not_started = outcome(member.spec.folder, member.spec.owner, code)
+        with self.changed:
+            self.seq += 1
+            member.end, member.seq = {"exit_code": status, "why": why, "not_started": not_started}, self.seq
+            self.changed.notify_all()
 
-    def status(self) -> dict[str, Any]:
-        """Whether the member was started, and whether it has ended."""
-        return {"started": self.child is not None, "ended": self.ended.is_set()}
+    def ended(self, since: int, timeout: float = 30.0) -> tuple[int, list[tuple[str, dict[str, Any]]]]:
+        """The members that ended after `since` in the order of ends, with how each ended
+        (`proc.outcome`), and the last end's number; waits up to `timeout` s for one."""
+        with self.changed:
+            self.changed.wait_for(lambda: self.seq > since, timeout)
+            found = sorted((m.seq, owner, m.end) for owner, m in self.members.items() if m.seq > since)
+            return self.seq, [(owner, end) for _, owner, end in found if end is not None]
 
-    def wait(self, timeout: float = 30.0) -> dict[str, Any] | None:
-        """How the member ended (`proc.outcome`), once it has; None if it runs on after
-        `timeout` seconds. A launcher whose member was never started says so at once."""
-        if self.child is None:
-            return {"exit_code": None, "why": None, "not_started": "its member was never started"}
-        if not self.ended.wait(timeout):
-            return None
-        assert self.spec is not None
-        status, why, not_started = outcome(self.spec.folder, self.spec.owner, self.code)
-        return {"exit_code": status, "why": why, "not_started": not_started}
+    def status(self, owners: list[str]) -> dict[str, dict[str, Any] | None]:
+        """For each of `owners` this launcher started: how it ended, or None while it runs."""
+        with self.changed:
+            return {o: self.members[o].end for o in owners if o in self.members}
 
-    def notify(self, deadline: float, write: bool = True) -> None:
+    def notify(self, owner: str, deadline: float, write: bool = True) -> None:
         """Give notice: the notice file first (by one member of the gang: `write`), then
         SIGTERM to the member's session, even if the file could not be written."""
+        member = self.members.get(owner)
+        if member is None:
+            return
         try:
-            if write and self.notice_dir is not None:
-                write_notice(self.notice_dir, deadline)
+            if write:
+                write_notice(member.notice_dir, deadline)
         finally:
-            self._signal(signal.SIGTERM)
+            self._signal(member, signal.SIGTERM)
 
-    def kill(self) -> None:
-        self._signal(signal.SIGKILL)
+    def kill(self, owner: str) -> None:
+        member = self.members.get(owner)
+        if member is not None:
+            self._signal(member, signal.SIGKILL)
 
-    def _signal(self, sig: signal.Signals) -> None:
-        if self.child is not None and not self.ended.is_set():
-            signal_group(self.child.pid, sig)
+    def forget(self, owners: list[str]) -> None:
+        """Drop these members' records, killing any that still runs; none of them can be
+        started here afterwards."""
+        with self.changed:
+            for owner in owners:
+                member = self.members.pop(owner, None)
+                if member is not None:
+                    self._signal(member, signal.SIGKILL)
+                self.forgotten[owner] = None
+            while len(self.forgotten) > FORGOTTEN:
+                self.forgotten.popitem(last=False)
+
+    def _signal(self, member: Member, sig: signal.Signals) -> None:
+        if member.end is None:
+            signal_group(member.child.pid, sig)

@@ -1,0 +1,95 @@
+"""A gang on Ray after the scheduler restarted: found again through its nodes' launchers, which
+outlived the scheduler, or how it ended, from its members' records on shared storage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import ray
+
+from gpupool.executors import Exit, Recorded, Started
+from gpupool.executors.proc import outcome, owner, recorded_exit_time
+from gpupool.executors.ray_gang import Gang, attempt_exit, member_folder, member_owner
+
+if TYPE_CHECKING:
+    from gpupool.executors.ray_executor import RayExecutor
+
+GONE = "gone"
+"""A rank whose node's launcher is gone (with its members), or does not answer."""
+UNKNOWN = "unknown"
+"""A rank its node's launcher never started, or has forgotten."""
+
+
+def adopt(executor: RayExecutor, recorded: Recorded) -> Started | Exit:
+    """Watched again if every member is still known to its node's launcher, having started;
+    else how it ended, from its members' records when every member has one. No member of a gang
+    not adopted runs on. A gang that never started a member is given back (`started=False`);
+    one with a launcher gone lost nodes; one whose members ended unrecorded while no scheduler
+    watched failed. An attempt this executor tracks already (adopted again after a halt) is
+    left as it is."""
+    key = (recorded.job_id, recorded.attempt)
+    with executor.lock:
+        known = executor.gangs.get(key)
+        if known is not None:
+            return Started(executor.handle(known), known.phase in ("running", "ending"), "adopted")
+        queued = next((e for e in executor.ended if (e.job_id, e.attempt) == key), None)
+        if queued is not None:
+            executor.ended.remove(queued)
+            return queued
+    name = owner(executor.store_id, *key)
+    handle = recorded.handle or {}
+    nodes, ids = list(handle.get("nodes", [])), list(handle.get("node_ids", []))
+    if len(nodes) != len(ids):
+        nodes = ids = []
+    ranks = len(ids)
+    launchers = [executor.pool.existing_launcher(node_id) for node_id in ids]
+    found = members(launchers, [member_owner(name, r) for r in range(ranks)])
+    gang = Gang(key, name, recorded.attempt_dir, nodes, ids, launchers, "running")
+    if ranks and all(f not in (GONE, UNKNOWN) for f in found):
+        with executor.lock:
+            executor.register(gang)
+            for rank, end in enumerate(found):
+                if end is not None:
+                    executor._member_ended(gang, rank, end)
+            if recorded.notice_deadline is not None and not (recorded.attempt_dir / "notice").exists():
+                executor.notify(*key, recorded.notice_deadline)  # recorded, but the scheduler died before giving it
+            gang.notice = recorded.notice_deadline
+        return Started(executor.handle(gang), True, "adopted")
+    executor.forget(gang)  # not all there: what is left of it is killed, and never starts
+    exits = [recorded_end(recorded.attempt_dir, name, rank) for rank in range(ranks)]
+    if ranks and all(e is not None for e in exits):
+        ended = max(recorded_exit_time(member_folder(recorded.attempt_dir, r)) or 0.0 for r in range(ranks))
+        return attempt_exit(key, {r: e for r, e in enumerate(exits) if e is not None}, None, None, ended or None)
+    gone = found.count(GONE)
+    if gone:
+        why = f"{gone} of its {ranks} members' launchers were gone when it was adopted"
+        return Exit(*key, None, ended_at=recorded.since, node_lost=why)
+    if recorded.handle is None or (all(f == UNKNOWN for f in found) and not any(exits)):
+        return Exit(*key, None, "the scheduler stopped before its members started", started=False)
+    return Exit(*key, None, "its members ended while no scheduler watched", ended_at=recorded.since)
+
+
+def members(launchers: list[Any], owners: list[str]) -> list[Any]:
+    """Each member as its node's launcher knows it: how it ended, None while it runs, or
+    `UNKNOWN`; `GONE` where the launcher is."""
+    asked: dict[int, Any] = {}
+    for launcher, member in zip(launchers, owners, strict=True):
+        if launcher is not None:
+            asked.setdefault(id(launcher), (launcher, []))[1].append(member)
+    answers: dict[str, Any] = {}
+    for launcher, mine in asked.values():
+        try:
+            told = ray.get(launcher.status.remote(mine), timeout=30)
+        except Exception:  # a dead launcher or node: Ray's errors have no common base
+            told = None
+        for member in mine:
+            answers[member] = GONE if told is None else told.get(member, UNKNOWN)
+    return [answers.get(member, GONE) for member in owners]
+
+
+def recorded_end(attempt_dir: Path, name: str, rank: int) -> dict[str, Any] | None:
+    status, why, not_started = outcome(member_folder(attempt_dir, rank), member_owner(name, rank), None)
+    if status is None and not_started is None:
+        return None
+    return {"exit_code": status, "why": why, "not_started": not_started}
