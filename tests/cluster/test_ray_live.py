@@ -558,3 +558,71 @@ def test_every_rank_runs_as_the_jobs_user_and_reaches_nothing_of_the_schedulers(
             service.process.wait(timeout=20)
         kill_attempts(service.data)
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_an_attempt_that_ends_at_once_is_reported_running_first(
+    executor: Any, cluster: LoopbackCluster, tmp_path: Path
+) -> None:
+    for node in range(3):  # a member on every node: each launcher has an `ended` call out
+        executor.start(
+            Launch(
+                10 + node,
+                0,
+                ["sleep", "60"],
+                tmp_path,
+                {},
+                tmp_path / f"s-{node}",
+                (Member(0, cluster.ip(node), (3,)),),
+            )
+        )
+    running: set[tuple[int, int]] = set()
+
+    def reported(count: int) -> bool:
+        running.update(executor.poll().running)
+        return len(running) == count
+
+    wait_for(lambda: reported(3), timeout=60)
+    keys = {(job_id, 0) for job_id in range(20, 32)}
+    with executor.lock:  # the watcher waits: the answers to the starts and the ends pile up
+        for job_id, attempt in sorted(keys):
+            member = (Member(0, cluster.ip(job_id % 3), (job_id % 3,)),)
+            executor.start(Launch(job_id, attempt, ["true"], tmp_path, {}, tmp_path / f"a-{job_id}", member))
+        wait_for(lambda: all((tmp_path / f"a-{j}" / "exit.json").exists() for j, _ in keys), timeout=60)
+        time.sleep(1)
+    ended: list[Exit] = []
+
+    def all_ended() -> bool:
+        progress = executor.poll()
+        running.update(progress.running)
+        for exit in progress.ended:
+            assert (exit.job_id, exit.attempt) in running, f"{exit} ended before it was reported running"
+        ended.extend(progress.ended)
+        return len(ended) == len(keys)
+
+    wait_for(all_ended, timeout=60)
+    assert {(e.job_id, e.attempt) for e in ended} == keys and {e.exit_code for e in ended} == {0}
+
+
+def test_a_rank_that_fails_before_the_others_start_fails_the_attempt_and_they_never_run(
+    executor: Any, cluster: LoopbackCluster, tmp_path: Path
+) -> None:
+    import signal
+
+    import ray
+
+    node = executor.pool.by_name(cluster.ip(2))
+    hung = int(ray.get(node.launcher.ping.remote(), timeout=30)["pid"])
+    out = tmp_path / "pids"
+    out.mkdir()
+    script = "import os, sys\nif os.environ['RANK'] == '0':\n    sys.exit(3)\n" + PIDS.replace("; ", "\n")
+    os.kill(hung, signal.SIGSTOP)
+    try:
+        members = (Member(0, cluster.ip(1), (0,)), Member(1, cluster.ip(2), (0,)))
+        executor.start(Launch(70, 0, [sys.executable, "-c", script, str(out)], tmp_path, {}, tmp_path / "g", members))
+        [failed] = ended_soon(executor)
+        assert (failed.exit_code, failed.started) == (3, True), "the job's failure, not a launch given back"
+    finally:
+        os.kill(hung, signal.SIGCONT)
+    time.sleep(2)  # rank 1's start reaches its launcher now: refused, or killed at once
+    pids = [int(p.read_text()) for p in out.iterdir() if p.read_text()]
+    wait_for(lambda: not any(process_started(pid) for pid in pids), timeout=15)

@@ -170,7 +170,6 @@ def test_a_command_the_launcher_cannot_start_for_the_schedulers_reasons_is_not_t
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import errno
-    import io
     import json
 
     from gpupool.executors import launcher
@@ -181,9 +180,8 @@ def test_a_command_the_launcher_cannot_start_for_the_schedulers_reasons_is_not_t
         raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
 
     monkeypatch.setattr("subprocess.Popen", no_fork)
-    monkeypatch.setattr("sys.stdin", io.StringIO("{}"))
     mine = owner("s1", 4, 0)
-    code = launcher.main([str(tmp_path), mine, "-", "/", "/dev/null", "/dev/null", "true"])
+    code = launcher.main([str(tmp_path), mine, "-", "/", "/dev/null", "/dev/null", "true"], {})
     assert code == launcher.NOT_STARTED
     assert json.loads((tmp_path / "exit.json").read_text())["not_started"].startswith("[Errno 11]")
     executor = LocalExecutor(NodeState(Node("local", 1)), store_id="s1")

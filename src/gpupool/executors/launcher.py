@@ -14,10 +14,19 @@ or - for the scheduler's own). The command opens its logs and enters WORKDIR as 
 path the job names is reached with the job's rights, never the scheduler's; what goes wrong
 before it starts (a log that cannot be opened) goes to the launcher's stderr, launcher.log.
 
-With GPUPOOL_DIE_WITH_PARENT=PID in its own environment (Ray's launcher actors set it to
-their own pid), the launcher ends its whole session, the command too, when that parent dies: a member must not run
-on when its actor is gone (its node's raylet was killed, or the actor removed). The local
-executor's launchers outlive the scheduler instead, which adopts them again.
+The local executor runs one launcher per attempt this way; its launchers outlive the scheduler,
+which adopts them again. On Ray, each node's launcher actor starts one fork server instead:
+
+    python -I -S launcher.py --serve
+
+which reads requests (a JSON line each: the arguments above, the environment, the folder) and
+forks a launcher for each, already started and imported (a launcher of its own costs a Python
+start and its imports, most of an attempt's CPU on a small machine). It answers each request
+with the launcher's pid once that leads its own session, and tells when each launcher ends
+(`{"exited": PID, "code": CODE}`, CODE negative for a signal, as `subprocess` has it). The fork
+server ends when its actor does (its standard input closes); a forked launcher ends its whole
+session, the command too, when the fork server is gone: a member must not run on when its
+actor is gone (its node's raylet was killed, or the actor removed).
 """
 
 import json
@@ -44,12 +53,11 @@ NOT_STARTED = 200
 
 
 def die_with_parent(parent: int) -> None:
-    """SIGKILL this session, the command with it, as soon as the launcher's parent is gone, or
-    the launcher itself is (Ray SIGKILLs a dead actor's children, not their children). A thread
-    of the launcher watches its parent, and a watcher process in the session watches the
-    launcher; each looks five times a second (a parent-death signal would fire when the parent's
-    thread that started the launcher ends, and Ray's actor threads may; it is also lost when
-    the command switches user)."""
+    """SIGKILL this session, the command with it, as soon as the launcher's parent (the fork
+    server) is gone, or the launcher itself is. A thread of the launcher watches its parent, and
+    a watcher process in the session watches the launcher; each looks five times a second (a
+    parent-death signal is lost when the command switches user, and would not outlive the
+    launcher)."""
     launcher = os.getpid()
     if os.getppid() != parent:  # gone already, before this could look
         os.killpg(0, signal.SIGKILL)
@@ -67,15 +75,9 @@ def die_with_parent(parent: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def main(argv: list[str]) -> int:
-    # First of all: a notice may come as soon as the launcher runs, and must not end it.
-    signal.signal(signal.SIGTERM, lambda _signum, _frame: None)
+def main(argv: list[str], env: dict[str, str]) -> int:
     folder, owner, user, workdir, stdout, stderr, *command = argv
-    env = json.loads(sys.stdin.read())
     try:
-        parent = os.environ.get("GPUPOOL_DIE_WITH_PARENT")
-        if parent is not None:
-            die_with_parent(int(parent))
         child = start(folder, owner, user, [workdir, stdout, stderr, *command], env)
     except OSError as exc:
         # No space for a record, no process to fork: the scheduler's trouble, not the job's.
@@ -86,6 +88,71 @@ def main(argv: list[str]) -> int:
         code = 128 - code  # killed by a signal: as a shell reports it
     write(os.path.join(folder, "exit.json"), {"exit_code": code, "owner": owner})
     return code
+
+
+def ignore_notice() -> None:
+    """First of all: a notice may come as soon as the launcher runs, and must not end it (the
+    command, started afterwards, gets the default action back)."""
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: None)
+
+
+def serve() -> None:
+    """The fork server (see above). Single-threaded, so that forking it is safe. A launcher
+    that ends at once may be told to have ended before its pid is (its end is reaped whenever
+    SIGCHLD's handler runs)."""
+
+    def tell(message: dict[str, object]) -> None:
+        os.write(1, (json.dumps(message) + "\n").encode())  # one write: a line is never split
+
+    def reap(_signum: int, _frame: object) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            tell({"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the notice is for the commands
+    signal.signal(signal.SIGCHLD, reap)
+    for line in sys.stdin.buffer:
+        request = json.loads(line)
+        try:
+            tell({"pid": fork(request["argv"], request["env"], request["folder"])})
+        except OSError as exc:
+            tell({"error": str(exc)})
+
+
+def fork(argv: list[str], env: dict[str, str], folder: str) -> int:
+    """A launcher forked from the fork server: the leader of a session of its own, with its
+    output in the folder's launcher.log; returns its pid once it leads its session."""
+    log = os.open(os.path.join(folder, "launcher.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            ignore_notice()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            os.setsid()
+            os.close(ready_r)
+            os.close(ready_w)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            os.closerange(3, 256)
+            os.chdir(folder)
+            die_with_parent(os.getppid())
+            code = main(argv, env)
+        finally:
+            os._exit(code)
+    os.close(log)
+    os.close(ready_w)
+    os.read(ready_r, 1)  # its end of the pipe closes once it leads its session
+    os.close(ready_r)
+    return pid
 
 
 def start(folder: str, owner: str, user: str, arguments: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -111,4 +178,8 @@ def start(folder: str, owner: str, user: str, arguments: list[str], env: dict[st
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    ignore_notice()
+    if sys.argv[1:] == ["--serve"]:
+        serve()
+    else:
+        sys.exit(main(sys.argv[1:], json.loads(sys.stdin.read())))

@@ -138,7 +138,6 @@ class RayExecutor:
                     launch.member_env(member, nodes[0].address, 0),
                     launch.stdout if first else None,
                     launch.stderr if first else None,
-                    die_with_parent=True,
                 )
                 self.members[spec.owner] = (key, member.rank)
                 ref = node.launcher.start.remote(spec, str(launch.attempt_dir), port)
@@ -312,13 +311,19 @@ class RayExecutor:
     def _member_ended(self, gang: Gang, rank: int, end: dict[str, Any]) -> bool:
         if rank in gang.ended:
             return False
+        changed = False
+        if gang.phase == "starting" and not end.get("not_started"):
+            # Its end was told before its start's answer was looked at: it ran.
+            changed = self._started(gang, rank, None)
         gang.ended[rank] = end
         # A member that fails stops the others at once; after a notice they all have until
         # the deadline (the one that saves the checkpoint may still be at it).
         if end.get("exit_code") != 0 and gang.notice is None and gang.phase != "ending":
             gang.failure = end
+            if gang.phase == "starting":  # before the others ran: they never will
+                return self._report(gang, attempt_exit(gang.key, {rank: end}, end, None, None)) or changed
             self._end(gang, f"rank {rank} ended with {end.get('exit_code')}")
-        return self._finish_if_done(gang)
+        return self._finish_if_done(gang) or changed
 
     def _member_lost(self, gang: Gang, rank: int, exc: BaseException) -> bool:
         node = gang.nodes[rank]

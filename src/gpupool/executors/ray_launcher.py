@@ -1,9 +1,10 @@
 """The launcher actor: one per node of the pool, in that node's reservation (`ray_nodes.py`),
 kept between attempts. It starts each member the core places on its node under gpupool's
 launcher (`spawn.py`: a session of its own, the job's OS user, a clean environment), and
-tells the scheduler how its members end. It is detached and named after its node, so that a
-restarted scheduler finds it again with its members; its members die with it (their
-launchers watch it), as they would with their node.
+tells the scheduler how its members end. The launchers are forked from a fork server it
+starts (`forks.py`). It is detached and named after its node, so that a restarted scheduler
+finds it again with its members; its members die with it (their launchers watch the fork
+server, which ends with it), as they would with their node.
 
 A member is known by its owner (`member_owner`: store, job, attempt, rank). Ends are
 numbered in the order they happen: `ended(since)` answers with those after `since`, waiting
@@ -17,15 +18,15 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gpupool.executors.forks import ForkServer
 from gpupool.executors.proc import outcome, process_started
-from gpupool.executors.spawn import Spawn, signal_group, spawn, write_notice
+from gpupool.executors.spawn import Spawn, signal_group, write_notice
 from gpupool.executors.users import lookup
 
 FORGOTTEN = 100_000
@@ -36,7 +37,8 @@ FORGOTTEN = 100_000
 class Member:
     spec: Spawn
     notice_dir: Path
-    child: subprocess.Popen[bytes]
+    pid: int = 0
+    """Its launcher's, which leads its session (0 until it has one)."""
     end: dict[str, Any] | None = None
     seq: int = 0
     """Its place in the order of ends (0 while it runs)."""
@@ -49,6 +51,7 @@ class NodeLauncher:
         self.forgotten: OrderedDict[str, None] = OrderedDict()
         self.seq = 0
         self.changed = threading.Condition()
+        self.forks: ForkServer | None = None
 
     def ping(self) -> dict[str, Any]:
         """This launcher's process and node: it is up."""
@@ -78,14 +81,28 @@ class NodeLauncher:
                 raise RuntimeError(f"{spec.owner} was given up before it could start")
             if spec.owner in self.members:
                 raise RuntimeError(f"{spec.owner} was started already")
-            child = spawn(spec)
-            member = self.members[spec.owner] = Member(spec, Path(notice_dir), child)
-            member.info = {"pid": child.pid, "started": process_started(child.pid) or "", "node": os.uname().nodename}
-        threading.Thread(target=self._reap, args=(member,), daemon=True, name="member").start()
-        return member.info
+            # Known before it runs: its end, which may come before its pid does, is told.
+            member = self.members[spec.owner] = Member(spec, Path(notice_dir))
+            if self.forks is None:
+                self.forks = ForkServer()
+            forks = self.forks
+        try:
+            # Not under the lock: the fork server's thread takes it to tell an end.
+            pid = forks.spawn(spec, lambda code: self._reap(member, code))
+        except BaseException:
+            with self.changed:
+                if self.members.get(spec.owner) is member:
+                    del self.members[spec.owner]
+            raise
+        with self.changed:
+            member.pid = pid
+            if spec.owner in self.forgotten:  # given up while it started
+                signal_group(pid, signal.SIGKILL)
+                raise RuntimeError(f"{spec.owner} was given up while it started")
+            member.info = {"pid": pid, "started": process_started(pid) or "", "node": os.uname().nodename}
+            return member.info
 
-    def _reap(self, member: Member) -> None:
-        code = member.child.wait()
+    def _reap(self, member: Member, code: int) -> None:
         status, why, not_started = outcome(member.spec.folder, member.spec.owner, code)
         with self.changed:
             self.seq += 1
@@ -135,5 +152,5 @@ class NodeLauncher:
                 self.forgotten.popitem(last=False)
 
     def _signal(self, member: Member, sig: signal.Signals) -> None:
-        if member.end is None:
-            signal_group(member.child.pid, sig)
+        if member.end is None and member.pid:
+            signal_group(member.pid, sig)

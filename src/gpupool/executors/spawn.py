@@ -1,6 +1,6 @@
 """Starting one member of an attempt on this machine, under the launcher (`launcher.py`), and
 telling it things: what the local executor does for its attempts, and what Ray's launcher
-actors do on each node."""
+actors do on each node (through a fork server of launchers, `forks.py`)."""
 
 from __future__ import annotations
 
@@ -35,13 +35,11 @@ class Spawn:
     env: Mapping[str, str]
     stdout: Path | None = None
     stderr: Path | None = None
-    die_with_parent: bool = False
-    """The member dies when the process that spawned it does (`launcher.py`)."""
 
 
-def spawn(member: Spawn) -> subprocess.Popen[bytes]:
-    """Start the member's launcher in a session of its own, and return at once. The folder is
-    the scheduler's; the job may read its notice and records there, never write them."""
+def prepare(member: Spawn) -> list[str]:
+    """The member's folder and logs made ready; the launcher's arguments. The folder is the
+    scheduler's; the job may read its notice and records there, never write them."""
     folder = member.folder
     folder.mkdir(parents=True, exist_ok=True)
     give(folder, None, 0o711 if member.user is not None else 0o700)
@@ -53,26 +51,20 @@ def spawn(member: Spawn) -> subprocess.Popen[bytes]:
             # the job opens it to append and can never swap it for a link.
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600))
             give(path, member.user, 0o600)
-    argv = [
-        sys.executable,
-        "-I",
-        "-S",
-        str(LAUNCHER),
-        str(folder),
-        member.owner,
-        member.user.name if member.user is not None else "-",
-        str(member.workdir),
-        str(stdout),
-        str(stderr),
-        *member.command,
-    ]
-    env = {**LAUNCHER_ENV, "GPUPOOL_DIE_WITH_PARENT": str(os.getpid())} if member.die_with_parent else LAUNCHER_ENV
-    log = os.open(folder / "launcher.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    user = member.user.name if member.user is not None else "-"
+    return [str(folder), member.owner, user, str(member.workdir), str(stdout), str(stderr), *member.command]
+
+
+def spawn(member: Spawn) -> subprocess.Popen[bytes]:
+    """Start the member's launcher, a process of its own in a session of its own, and return at
+    once."""
+    argv = [sys.executable, "-I", "-S", str(LAUNCHER), *prepare(member)]
+    log = os.open(member.folder / "launcher.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     try:
         child = subprocess.Popen(
             argv,
-            cwd=folder,
-            env=env,
+            cwd=member.folder,
+            env=LAUNCHER_ENV,
             stdin=subprocess.PIPE,
             stdout=log,
             stderr=log,
