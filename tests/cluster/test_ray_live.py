@@ -626,3 +626,62 @@ def test_a_rank_that_fails_before_the_others_start_fails_the_attempt_and_they_ne
     time.sleep(2)  # rank 1's start reaches its launcher now: refused, or killed at once
     pids = [int(p.read_text()) for p in out.iterdir() if p.read_text()]
     wait_for(lambda: not any(process_started(pid) for pid in pids), timeout=15)
+
+
+def test_a_gang_whose_handle_was_never_recorded_is_stopped_wherever_it_started(
+    executor: Any, cluster: LoopbackCluster, tmp_path: Path
+) -> None:
+    from gpupool.executors.ray_executor import RayExecutor
+
+    out = tmp_path / "pids"
+    out.mkdir()
+    members = pair(cluster)
+    executor.start(Launch(80, 0, [sys.executable, "-c", PIDS, str(out)], tmp_path, {}, tmp_path / "h", members))
+    wait_for(lambda: len(list(out.iterdir())) == 2 and all(p.read_text() for p in out.iterdir()), timeout=60)
+    pids = [int(p.read_text()) for p in out.iterdir()]
+    executor.close()  # the scheduler dies after its start calls, before it records the handle
+    successor = RayExecutor(cluster.address, "review-findings", wait_timeout=1.0)
+    try:
+        found = successor.adopt(Recorded(80, 0, None, tmp_path / "h", (), time.time(), None))
+        assert isinstance(found, Exit) and found.started is False
+        wait_for(lambda: not any(process_started(pid) for pid in pids), timeout=15)
+    finally:
+        successor.close()
+
+
+def test_a_gang_killed_but_not_yet_recorded_is_not_taken_for_one_that_never_ran(
+    executor: Any, cluster: LoopbackCluster, tmp_path: Path
+) -> None:
+    trapping(executor, cluster, tmp_path, 81)
+    handle = executor.handle(executor.gangs[(81, 0)])
+    executor.kill(81, 0)  # cancelled: SIGKILL, no exit record
+    ended_soon(executor)  # the scheduler dies before it records this end
+    found = executor.adopt(Recorded(81, 0, handle, tmp_path / "attempt-81", (), time.time(), None))
+    assert isinstance(found, Exit) and found.started is True and found.exit_code is None
+
+
+def test_a_gang_an_older_gpupool_started_is_stopped_and_its_gpus_come_back(
+    executor: Any, cluster: LoopbackCluster, tmp_path: Path
+) -> None:
+    import ray
+    from ray.util.placement_group import placement_group, placement_group_table
+
+    from gpupool.executors.proc import owner
+
+    @ray.remote(num_cpus=0)
+    class OlderLauncher:
+        def ping(self) -> int:
+            return 1
+
+    name = owner(executor.store_id, 82, 0)
+    group = placement_group([{"CPU": 0.01}], name=name, lifetime="detached")
+    ray.get(group.ready(), timeout=30)
+    actor = OlderLauncher.options(  # type: ignore[attr-defined]
+        name=f"{name}:0", namespace=executor.namespace, lifetime="detached"
+    ).remote()
+    ray.get(actor.ping.remote(), timeout=30)
+    handle = {"executor": "ray", "namespace": executor.namespace, "group": name, "ranks": 1, "nodes": [cluster.ip(1)]}
+    found = executor.adopt(Recorded(82, 0, handle, tmp_path / "o", (), time.time(), None))
+    assert isinstance(found, Exit) and found.node_lost is not None, "requeued, not charged to the job"
+    wait_for(lambda: not any(e["name"] == f"{name}:0" for e in ray.util.list_named_actors(all_namespaces=True)))
+    wait_for(lambda: all(e["state"] == "REMOVED" for e in placement_group_table().values() if e["name"] == name))

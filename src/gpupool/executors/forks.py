@@ -6,24 +6,38 @@ process, and its launchers end their members then. `spawn` returns the launcher'
 leads the member's session, and calls `on_exit(code)` when that launcher ends (`code` as
 `subprocess` has it: negative for a signal), from a thread of this client, or from `spawn`
 itself for a launcher that ended before its pid came back.
+
+A fork server that does not answer a request within `ANSWER_WITHIN` seconds is killed; one that
+is gone (killed, or failing) ends its launchers' members, and `on_lost` is called: their ends
+cannot be told any more.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import logging
+import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Callable
 from queue import Empty, Queue
 
-from gpupool.executors.spawn import LAUNCHER, LAUNCHER_ENV, Spawn, prepare
+from gpupool.executors.spawn import LAUNCHER, LAUNCHER_ENV, Spawn, prepare, signal_group
+
+log = logging.getLogger("gpupool.forks")
 
 ANSWER_WITHIN = 30.0
 
 
+def _ignore(_code: int) -> None:
+    return None
+
+
 class ForkServer:
-    def __init__(self) -> None:
+    def __init__(self, on_lost: Callable[[], None]) -> None:
+        self.on_lost = on_lost
         self.process = subprocess.Popen(
             [sys.executable, "-I", "-S", str(LAUNCHER), "--serve"],
             env=LAUNCHER_ENV,
@@ -31,26 +45,38 @@ class ForkServer:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
+        self.ids = itertools.count(1)
         self.asking = threading.Lock()
-        self.answers: Queue[dict[str, object]] = Queue()
         self.tracked = threading.Lock()
+        self.waiting: dict[int, Queue[dict[str, object]]] = {}
+        """Request id → where its answer goes, while its `spawn` waits for it."""
         self.known: dict[int, Callable[[int], None]] = {}
         self.early: dict[int, int] = {}
         """Ends told before their launcher's pid was (a launcher that ended at once)."""
+        self.closing = False
         threading.Thread(target=self._read, daemon=True, name="fork-server").start()
 
     def spawn(self, member: Spawn, on_exit: Callable[[int], None]) -> int:
         """Start the member's launcher; its pid."""
-        request = {"argv": prepare(member), "env": dict(member.env), "folder": str(member.folder)}
-        with self.asking:
-            stdin = self.process.stdin
-            assert stdin is not None
-            try:
+        request_id = next(self.ids)
+        answers: Queue[dict[str, object]] = Queue(maxsize=1)
+        request = {"id": request_id, "argv": prepare(member), "env": dict(member.env), "folder": str(member.folder)}
+        with self.tracked:
+            self.waiting[request_id] = answers
+        try:
+            with self.asking:
+                stdin = self.process.stdin
+                assert stdin is not None
                 stdin.write((json.dumps(request) + "\n").encode())
                 stdin.flush()
-                answer = self.answers.get(timeout=ANSWER_WITHIN)
-            except (OSError, Empty) as exc:
-                raise OSError(f"the fork server of launchers does not answer ({exc or 'no answer'})") from None
+            answer = answers.get(timeout=ANSWER_WITHIN)
+        except (OSError, ValueError, Empty) as exc:
+            with self.tracked:
+                self.waiting.pop(request_id, None)
+            if isinstance(exc, Empty):
+                log.error("the fork server of launchers did not answer within %.0f s: it is killed", ANSWER_WITHIN)
+                self.process.kill()
+            raise OSError(f"the fork server of launchers does not answer ({exc or 'no answer'})") from None
         if "error" in answer:
             raise OSError(f"the fork server could not start a launcher: {answer['error']}")
         pid = int(str(answer["pid"]))
@@ -64,17 +90,33 @@ class ForkServer:
     def _read(self) -> None:
         stdout = self.process.stdout
         assert stdout is not None
-        for line in stdout:
-            message = json.loads(line)
-            if "exited" not in message:
-                self.answers.put(message)
-                continue
-            pid, code = int(message["exited"]), int(message["code"])
+        try:
+            for line in stdout:
+                self._take(json.loads(line))
+        except Exception:  # what it said could not be read: it is not trusted further
+            log.exception("the fork server of launchers said something unreadable")
+            self.process.kill()
+        if not self.closing:
+            log.error("the fork server of launchers is gone (exit status %s)", self.process.wait())
+            self.on_lost()
+
+    def _take(self, message: dict[str, object]) -> None:
+        if "exited" not in message:
             with self.tracked:
-                if pid not in self.known:
-                    self.early[pid] = code
-                    continue
-            self._ended(pid, code)
+                answers = self.waiting.pop(int(str(message["id"])), None)
+                if answers is None and "pid" in message:  # its `spawn` gave up on it
+                    self.known[int(str(message["pid"]))] = _ignore
+            if answers is not None:
+                answers.put(message)
+            elif "pid" in message:
+                signal_group(int(str(message["pid"])), signal.SIGKILL)
+            return
+        pid, code = int(str(message["exited"])), int(str(message["code"]))
+        with self.tracked:
+            if pid not in self.known:
+                self.early[pid] = code
+                return
+        self._ended(pid, code)
 
     def _ended(self, pid: int, code: int) -> None:
         with self.tracked:
@@ -83,6 +125,7 @@ class ForkServer:
 
     def close(self) -> None:
         """End the fork server (its launchers end their members)."""
+        self.closing = True
         if self.process.stdin is not None:
             self.process.stdin.close()
         self.process.wait(timeout=10)

@@ -19,10 +19,11 @@ which adopts them again. On Ray, each node's launcher actor starts one fork serv
 
     python -I -S launcher.py --serve
 
-which reads requests (a JSON line each: the arguments above, the environment, the folder) and
-forks a launcher for each, already started and imported (a launcher of its own costs a Python
-start and its imports, most of an attempt's CPU on a small machine). It answers each request
-with the launcher's pid once that leads its own session, and tells when each launcher ends
+which reads requests (a JSON line each: an id, the arguments above, the environment, the
+folder) and forks a launcher for each, already started and imported (a launcher of its own
+costs a Python start and its imports, most of an attempt's CPU on a small machine). It answers
+each request (`{"id": ID, "pid": PID}`) once the launcher leads its own session, and tells
+when each launcher ends
 (`{"exited": PID, "code": CODE}`, CODE negative for a signal, as `subprocess` has it). The fork
 server ends when its actor does (its standard input closes); a forked launcher ends its whole
 session, the command too, when the fork server is gone: a member must not run on when its
@@ -119,9 +120,9 @@ def serve() -> None:
     for line in sys.stdin.buffer:
         request = json.loads(line)
         try:
-            tell({"pid": fork(request["argv"], request["env"], request["folder"])})
+            tell({"id": request["id"], "pid": fork(request["argv"], request["env"], request["folder"])})
         except OSError as exc:
-            tell({"error": str(exc)})
+            tell({"id": request["id"], "error": str(exc)})
 
 
 def fork(argv: list[str], env: dict[str, str], folder: str) -> int:
@@ -129,6 +130,7 @@ def fork(argv: list[str], env: dict[str, str], folder: str) -> int:
     output in the folder's launcher.log; returns its pid once it leads its session."""
     log = os.open(os.path.join(folder, "launcher.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     ready_r, ready_w = os.pipe()
+    server = os.getpid()
     pid = os.fork()
     if pid == 0:
         code = 1
@@ -144,7 +146,7 @@ def fork(argv: list[str], env: dict[str, str], folder: str) -> int:
             os.dup2(log, 2)
             os.closerange(3, 256)
             os.chdir(folder)
-            die_with_parent(os.getppid())
+            die_with_parent(server)
             code = main(argv, env)
         finally:
             os._exit(code)

@@ -3,10 +3,12 @@ outlived the scheduler, or how it ended, from its members' records on shared sto
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import ray
+from ray.util.placement_group import get_placement_group, remove_placement_group
 
 from gpupool.executors import Exit, Recorded, Started
 from gpupool.executors.proc import outcome, owner, recorded_exit_time
@@ -23,11 +25,8 @@ UNKNOWN = "unknown"
 
 def adopt(executor: RayExecutor, recorded: Recorded) -> Started | Exit:
     """Watched again if every member is still known to its node's launcher, having started;
-    else how it ended, from its members' records when every member has one. No member of a gang
-    not adopted runs on. A gang that never started a member is given back (`started=False`);
-    one with a launcher gone lost nodes; one whose members ended unrecorded while no scheduler
-    watched failed. An attempt this executor tracks already (adopted again after a halt) is
-    left as it is."""
+    else how it ended (`lost`), and no member of it runs on. An attempt this executor tracks
+    already (adopted again after a halt) is left as it is."""
     key = (recorded.job_id, recorded.attempt)
     with executor.lock:
         known = executor.gangs.get(key)
@@ -38,7 +37,14 @@ def adopt(executor: RayExecutor, recorded: Recorded) -> Started | Exit:
             executor.ended.remove(queued)
             return queued
     name = owner(executor.store_id, *key)
-    handle = recorded.handle or {}
+    if recorded.handle is None:
+        # The scheduler died between its start calls and recording the handle: wherever they
+        # went, nothing of it may run.
+        forget_everywhere(executor, name)
+        return Exit(*key, None, "the scheduler stopped before its members started", started=False)
+    handle = recorded.handle
+    if "node_ids" not in handle:
+        return stop_older(executor, recorded, name)
     nodes, ids = list(handle.get("nodes", [])), list(handle.get("node_ids", []))
     if len(nodes) != len(ids):
         nodes = ids = []
@@ -46,7 +52,7 @@ def adopt(executor: RayExecutor, recorded: Recorded) -> Started | Exit:
     launchers = [executor.pool.existing_launcher(node_id) for node_id in ids]
     found = members(launchers, [member_owner(name, r) for r in range(ranks)])
     gang = Gang(key, name, recorded.attempt_dir, nodes, ids, launchers, "running")
-    if ranks and all(f not in (GONE, UNKNOWN) for f in found):
+    if ranks and all(f not in (GONE, UNKNOWN) and not forgotten(f) for f in found):
         with executor.lock:
             executor.register(gang)
             for rank, end in enumerate(found):
@@ -56,7 +62,17 @@ def adopt(executor: RayExecutor, recorded: Recorded) -> Started | Exit:
                 executor.notify(*key, recorded.notice_deadline)  # recorded, but the scheduler died before giving it
             gang.notice = recorded.notice_deadline
         return Started(executor.handle(gang), True, "adopted")
-    executor.forget(gang)  # not all there: what is left of it is killed, and never starts
+    ended = lost(recorded, name, found)
+    executor.forget(gang, ran=ended.started)  # not all there: what is left of it is killed, and never starts
+    return ended
+
+
+def lost(recorded: Recorded, name: str, found: list[Any]) -> Exit:
+    """How a gang not all there ended: from its members' records when every one has one; else
+    lost with a node whose launcher is gone; else as the scheduler before this one left it
+    (given back, or ended unrecorded); else given back if no member of it ever ended (it never
+    ran whole)."""
+    key, ranks = (recorded.job_id, recorded.attempt), len(found)
     exits = [recorded_end(recorded.attempt_dir, name, rank) for rank in range(ranks)]
     if ranks and all(e is not None for e in exits):
         ended = max(recorded_exit_time(member_folder(recorded.attempt_dir, r)) or 0.0 for r in range(ranks))
@@ -65,9 +81,40 @@ def adopt(executor: RayExecutor, recorded: Recorded) -> Started | Exit:
     if gone:
         why = f"{gone} of its {ranks} members' launchers were gone when it was adopted"
         return Exit(*key, None, ended_at=recorded.since, node_lost=why)
-    if recorded.handle is None or (all(f == UNKNOWN for f in found) and not any(exits)):
-        return Exit(*key, None, "the scheduler stopped before its members started", started=False)
+    ran = [f["forgotten"] for f in found if forgotten(f)]
+    if ran and not any(ran):
+        return Exit(*key, None, "given back before the scheduler stopped", started=False)
+    ended_any = ran or any(exits) or any(isinstance(f, dict) for f in found)
+    if not ended_any:
+        return Exit(*key, None, "the scheduler stopped before all its members started", started=False)
     return Exit(*key, None, "its members ended while no scheduler watched", ended_at=recorded.since)
+
+
+def forgotten(found: Any) -> bool:
+    return isinstance(found, dict) and "forgotten" in found
+
+
+def forget_everywhere(executor: RayExecutor, name: str) -> None:
+    """Every launcher of the pool forgets the attempt (kills any member of it, refuses any start
+    of it still on its way), and has done so when this returns."""
+    calls = [launcher.forget.remote([name], False) for launcher in executor.pool.launchers()]
+    for call in calls:
+        with contextlib.suppress(Exception):  # a launcher that is gone has no member left
+            ray.get(call, timeout=30)
+
+
+def stop_older(executor: RayExecutor, recorded: Recorded, name: str) -> Exit:
+    """A gang an older gpupool started (a placement group and a launcher actor per member, both
+    named after the attempt): stopped, so that its GPUs come back to the pool, and requeued as
+    a node loss (not the job's failure)."""
+    handle = recorded.handle or {}
+    for rank in range(int(handle.get("ranks", 0))):
+        with contextlib.suppress(Exception):
+            ray.kill(ray.get_actor(member_owner(name, rank), namespace=executor.namespace), no_restart=True)
+    with contextlib.suppress(Exception):
+        remove_placement_group(get_placement_group(name))
+    why = "started by an older gpupool, whose gangs this one cannot adopt: stopped"
+    return Exit(recorded.job_id, recorded.attempt, None, ended_at=recorded.since, node_lost=why)
 
 
 def members(launchers: list[Any], owners: list[str]) -> list[Any]:

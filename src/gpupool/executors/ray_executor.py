@@ -7,7 +7,7 @@ picks the rendezvous port first when there are several); when every member has s
 attempt runs. A gang not running within `start_timeout` is given back whole
 (`Exit(started=False)`), as is one whose node left before it ran. The attempt ends when every
 member has ended, or as soon as one fails or its node is lost: the others are killed first
-(SIGKILL to their sessions), and only then does each launcher forget its member.
+(SIGKILL to their sessions), and only then does each launcher forget the gang.
 
 A thread waits on Ray for all of this (one `ended` call at a time per node, and the `start`
 calls) and wakes the control loop (`on_change`); `poll` hands over what it found. Ray is
@@ -82,8 +82,8 @@ class RayExecutor:
         self.waiting: dict[Any, tuple[str, Any, int]] = {}
         """Refs Ray will resolve, with what each is: ('started', gang key, rank), or ('ended',
         node id, 0): a launcher's ends."""
-        self.told: dict[str, int] = {}
-        """Node id → the number of the last end its launcher told."""
+        self.told: dict[str, tuple[str | None, int]] = {}
+        """Node id → its launcher's incarnation, and the number of the last end it told."""
         self.watching: set[str] = set()
         """Node ids whose launcher has an `ended` call outstanding."""
         self.strays: OrderedDict[str, dict[str, Any]] = OrderedDict()
@@ -239,7 +239,8 @@ class RayExecutor:
         for node_id, launcher in wanted.items():
             if node_id not in self.watching:
                 self.watching.add(node_id)
-                call = launcher.ended.remote(self.told.get(node_id, 0), self.wait_timeout)
+                incarnation, since = self.told.get(node_id, (None, 0))
+                call = launcher.ended.remote(since, self.wait_timeout, incarnation)
                 self.waiting[call] = ("ended", node_id, 0)
 
     def _safely(self, ref: Any, value: Any, error: BaseException | None) -> bool:
@@ -267,6 +268,8 @@ class RayExecutor:
             return False
 
     def _started(self, gang: Gang, rank: int, error: BaseException | None) -> bool:
+        if rank in gang.ended:  # its end came first: what its start's answer says is past
+            return False
         if isinstance(error, RayActorError | ActorUnavailableError):
             self.pool.forget_launcher(gang.node_ids[rank])
             return self._member_lost(gang, rank, error)
@@ -288,14 +291,14 @@ class RayExecutor:
         if isinstance(error, ActorUnavailableError) and self.pool.by_id(node_id) is not None:
             return False  # often a passing fault: asked again while its node is alive
         if error is not None:
-            self.told.pop(node_id, None)  # a new launcher there numbers its ends from the start
             self.pool.forget_launcher(node_id)
             changed = False
             for gang in [g for g in self.gangs.values() if node_id in g.node_ids]:
                 for rank in [r for r, n in enumerate(gang.node_ids) if n == node_id and r not in gang.ended]:
                     changed |= self._member_lost(gang, rank, error)
             return changed
-        self.told[node_id], ends = value
+        incarnation, since, ends = value
+        self.told[node_id] = (incarnation, since)
         changed = False
         for member, end in ends:
             found = self.members.get(member)
@@ -364,19 +367,20 @@ class RayExecutor:
         """The gang's end, once: a gang already taken down reports nothing more."""
         if self.gangs.get(gang.key) is not gang:
             return False
-        self.forget(gang)
+        self.forget(gang, ran=exit.started)
         self.ended.append(exit)
         return True
 
-    def forget(self, gang: Gang) -> None:
-        """No member of the gang runs, or will: each launcher kills what is left of it and
-        forgets it (a `start` still on its way is refused)."""
+    def forget(self, gang: Gang, ran: bool) -> None:
+        """No member of the gang runs, or will: its launchers kill what is left of it and
+        forget it (a `start` still on its way is refused). `ran`: whether it was reported to
+        have run (said to a scheduler that adopts it before its end is recorded)."""
         self.gangs.pop(gang.key, None)
-        for rank, launcher in enumerate(gang.launchers):
+        for rank in range(len(gang.nodes)):
             self.members.pop(gang.owner(rank), None)
-            if launcher is not None:
-                with contextlib.suppress(Exception):
-                    launcher.forget.remote([gang.owner(rank)])
+        for launcher in {id(x): x for x in gang.launchers if x is not None}.values():
+            with contextlib.suppress(Exception):
+                launcher.forget.remote([gang.name], ran)
 
     def _check_time(self) -> bool:
         """Gangs not running within `start_timeout`, or whose node left before they ran, are
@@ -394,6 +398,7 @@ class RayExecutor:
             elif gang.phase == "ending" and now - gang.since > self.end_timeout:
                 # A member that does not end when killed is on a node that hangs: lost with it.
                 for rank in [r for r in range(len(gang.nodes)) if r not in gang.ended]:
-                    self._member_lost(gang, rank, TimeoutError(f"did not end {self.end_timeout:.0f} s after SIGKILL"))
+                    timeout = TimeoutError(f"did not end {self.end_timeout:.0f} s after SIGKILL")
+                    changed |= self._member_lost(gang, rank, timeout)
                 changed |= self._finish_if_done(gang)
         return changed

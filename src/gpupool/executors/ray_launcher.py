@@ -4,13 +4,17 @@ launcher (`spawn.py`: a session of its own, the job's OS user, a clean environme
 tells the scheduler how its members end. The launchers are forked from a fork server it
 starts (`forks.py`). It is detached and named after its node, so that a restarted scheduler
 finds it again with its members; its members die with it (their launchers watch the fork
-server, which ends with it), as they would with their node.
+server, which ends with it), as they would with their node. A fork server that dies or stops
+answering takes the actor with it: its members are lost, as with their node.
 
-A member is known by its owner (`member_owner`: store, job, attempt, rank). Ends are
-numbered in the order they happen: `ended(since)` answers with those after `since`, waiting
-up to `timeout` seconds for one (the caller asks again: a scheduler that died while it waited
-leaves no thread blocked for long). A member forgotten (`forget`) is killed if it still runs,
-and can never be started afterwards, whatever order Ray delivers the calls in.
+A member is known by its owner (`member_owner`: store, job, attempt, rank), a gang by its
+attempt's name (the owner without the rank). Ends are numbered in the order they happen:
+`ended(since)` answers with those after `since`, waiting up to `timeout` seconds for one (the
+caller asks again: a scheduler that died while it waited leaves no thread blocked for long);
+numbers count from the start again in a new launcher (its `incarnation` tells it). A gang
+forgotten (`forget`) has what is left of it killed, and can never start a member here
+afterwards, whatever order Ray delivers the calls in; `status` still says it was forgotten,
+and whether it had run.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ import os
 import signal
 import socket
 import threading
+import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -30,7 +36,16 @@ from gpupool.executors.spawn import Spawn, signal_group, write_notice
 from gpupool.executors.users import lookup
 
 FORGOTTEN = 100_000
-"""How many forgotten owners a launcher remembers, so that a late `start` of one is refused."""
+"""How many forgotten gangs a launcher remembers, so that a late `start` of one is refused."""
+
+
+def attempt_of(owner: str) -> str:
+    """The attempt's name in a member's owner (`member_owner`)."""
+    return owner.rsplit(":", 1)[0]
+
+
+def _exit_now() -> None:
+    os._exit(70)
 
 
 @dataclass
@@ -42,13 +57,21 @@ class Member:
     end: dict[str, Any] | None = None
     seq: int = 0
     """Its place in the order of ends (0 while it runs)."""
+    killed: bool = False
+    """Killed before it had a pid: killed as soon as it has one."""
     info: dict[str, Any] = field(default_factory=dict)
 
 
 class NodeLauncher:
-    def __init__(self) -> None:
+    """`on_lost` is called when the fork server is gone: by default this process ends (an
+    actor does not outlive the launchers of its members)."""
+
+    def __init__(self, on_lost: Callable[[], None] = _exit_now) -> None:
+        self.on_lost = on_lost
+        self.incarnation = uuid.uuid4().hex
         self.members: dict[str, Member] = {}
-        self.forgotten: OrderedDict[str, None] = OrderedDict()
+        self.forgotten: OrderedDict[str, bool] = OrderedDict()
+        """Forgotten gangs' names, with whether each had run."""
         self.seq = 0
         self.changed = threading.Condition()
         self.forks: ForkServer | None = None
@@ -69,58 +92,75 @@ class NodeLauncher:
 
     def start(self, spec: Spawn, notice_dir: str, port: int) -> dict[str, Any]:
         """Start a member, with the rendezvous port its rank 0 chose (0: one chosen here). The
-        job's OS user is looked up on this node (its uid is this node's)."""
+        job's OS user is looked up on this node (its uid is this node's). A member that could
+        not be started is told to have ended so (`not_started`), as well as raised."""
         import ray
 
-        port = port or self.free_port()
-        user = lookup(spec.user.name) if spec.user is not None else None
-        here = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
-        spec = replace(spec, user=user, env={**spec.env, "MASTER_PORT": str(port), "GPUPOOL_NODE_ADDRESS": here})
         with self.changed:
-            if spec.owner in self.forgotten:
+            if attempt_of(spec.owner) in self.forgotten:
                 raise RuntimeError(f"{spec.owner} was given up before it could start")
             if spec.owner in self.members:
                 raise RuntimeError(f"{spec.owner} was started already")
             # Known before it runs: its end, which may come before its pid does, is told.
             member = self.members[spec.owner] = Member(spec, Path(notice_dir))
-            if self.forks is None:
-                self.forks = ForkServer()
-            forks = self.forks
         try:
-            # Not under the lock: the fork server's thread takes it to tell an end.
-            pid = forks.spawn(spec, lambda code: self._reap(member, code))
-        except BaseException:
+            port = port or self.free_port()
+            user = lookup(spec.user.name) if spec.user is not None else None
+            here = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+            env = {**spec.env, "MASTER_PORT": str(port), "GPUPOOL_NODE_ADDRESS": here}
             with self.changed:
-                if self.members.get(spec.owner) is member:
-                    del self.members[spec.owner]
+                if self.forks is None:
+                    self.forks = ForkServer(self.on_lost)
+                forks = self.forks
+            # Not under the lock: the fork server's thread takes it to tell an end.
+            pid = forks.spawn(replace(spec, user=user, env=env), lambda code: self._reap(member, code))
+        except Exception as exc:
+            why = f"the launcher could not start it: {exc}"
+            self._tell(member, {"exit_code": None, "why": None, "not_started": why})
             raise
         with self.changed:
             member.pid = pid
-            if spec.owner in self.forgotten:  # given up while it started
+            if member.killed or attempt_of(spec.owner) in self.forgotten:  # while it started
                 signal_group(pid, signal.SIGKILL)
-                raise RuntimeError(f"{spec.owner} was given up while it started")
             member.info = {"pid": pid, "started": process_started(pid) or "", "node": os.uname().nodename}
             return member.info
 
     def _reap(self, member: Member, code: int) -> None:
         status, why, not_started = outcome(member.spec.folder, member.spec.owner, code)
+        self._tell(member, {"exit_code": status, "why": why, "not_started": not_started})
+
+    def _tell(self, member: Member, end: dict[str, Any]) -> None:
         with self.changed:
+            if member.end is not None:
+                return
             self.seq += 1
-            member.end, member.seq = {"exit_code": status, "why": why, "not_started": not_started}, self.seq
+            member.end, member.seq = end, self.seq
             self.changed.notify_all()
 
-    def ended(self, since: int, timeout: float = 30.0) -> tuple[int, list[tuple[str, dict[str, Any]]]]:
-        """The members that ended after `since` in the order of ends, with how each ended
-        (`proc.outcome`), and the last end's number; waits up to `timeout` s for one."""
+    def ended(
+        self, since: int, timeout: float = 30.0, incarnation: str | None = None
+    ) -> tuple[str, int, list[tuple[str, dict[str, Any]]]]:
+        """This launcher's incarnation, the last end's number, and the members that ended after
+        `since` (counted from the start if `incarnation` is another launcher's) in the order
+        of ends, with how each ended (`proc.outcome`); waits up to `timeout` s for one."""
+        if incarnation != self.incarnation:
+            since = 0
         with self.changed:
             self.changed.wait_for(lambda: self.seq > since, timeout)
             found = sorted((m.seq, owner, m.end) for owner, m in self.members.items() if m.seq > since)
-            return self.seq, [(owner, end) for _, owner, end in found if end is not None]
+            return self.incarnation, self.seq, [(owner, end) for _, owner, end in found if end is not None]
 
     def status(self, owners: list[str]) -> dict[str, dict[str, Any] | None]:
-        """For each of `owners` this launcher started: how it ended, or None while it runs."""
+        """For each of `owners` this launcher knows: how it ended, None while it runs, or
+        `{"forgotten": RAN}` for a member of a forgotten gang."""
         with self.changed:
-            return {o: self.members[o].end for o in owners if o in self.members}
+            found: dict[str, dict[str, Any] | None] = {}
+            for owner in owners:
+                if owner in self.members:
+                    found[owner] = self.members[owner].end
+                elif attempt_of(owner) in self.forgotten:
+                    found[owner] = {"forgotten": self.forgotten[attempt_of(owner)]}
+            return found
 
     def notify(self, owner: str, deadline: float, write: bool = True) -> None:
         """Give notice: the notice file first (by one member of the gang: `write`), then
@@ -135,19 +175,23 @@ class NodeLauncher:
             self._signal(member, signal.SIGTERM)
 
     def kill(self, owner: str) -> None:
-        member = self.members.get(owner)
-        if member is not None:
-            self._signal(member, signal.SIGKILL)
-
-    def forget(self, owners: list[str]) -> None:
-        """Drop these members' records, killing any that still runs; none of them can be
-        started here afterwards."""
         with self.changed:
-            for owner in owners:
-                member = self.members.pop(owner, None)
-                if member is not None:
-                    self._signal(member, signal.SIGKILL)
-                self.forgotten[owner] = None
+            member = self.members.get(owner)
+            if member is not None:
+                member.killed = True
+                self._signal(member, signal.SIGKILL)
+
+    def forget(self, names: list[str], ran: bool) -> None:
+        """Forget these gangs (attempts' names), killing what is left of them; none of them
+        can start a member here afterwards. `ran`: whether they had run, as reported."""
+        gone = set(names)
+        with self.changed:
+            for name in names:
+                self.forgotten[name] = ran
+            for owner in [o for o in self.members if attempt_of(o) in gone]:
+                member = self.members.pop(owner)
+                member.killed = True
+                self._signal(member, signal.SIGKILL)
             while len(self.forgotten) > FORGOTTEN:
                 self.forgotten.popitem(last=False)
 

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import ray
@@ -76,6 +76,7 @@ class RayNodes:
         them dead (a few seconds more), so that no gang is placed there meanwhile, or for a
         minute at most (the member's launcher alone may have died)."""
         self.read_at = 0.0
+        self.refreshing = threading.Lock()
 
     def pool(self) -> list[NodeState]:
         """The nodes whose launcher is up, not set aside."""
@@ -89,9 +90,16 @@ class RayNodes:
         with self.lock:
             return sorted(n.address for n in self.known.values() if n.up)
 
-    def by_name(self, name: str) -> RayNode | None:
+    def launchers(self) -> list[Any]:
+        """The launchers of the pool's nodes that are up."""
         with self.lock:
-            return next((n for n in self.known.values() if n.state.node.name == name and n.up), None)
+            return [n.launcher for n in self.known.values() if n.up]
+
+    def by_name(self, name: str) -> RayNode | None:
+        """The node of that name if its launcher is up, as it is now (a copy)."""
+        with self.lock:
+            found = next((n for n in self.known.values() if n.state.node.name == name and n.up), None)
+            return replace(found) if found is not None else None
 
     def by_id(self, node_id: str) -> RayNode | None:
         with self.lock:
@@ -123,45 +131,63 @@ class RayNodes:
             time.sleep(0.05)
 
     def refresh(self, force: bool = False) -> None:
+        """Read Ray's nodes again (one thread at a time; the others go on with the last look).
+        Ray is called outside the lock: readers never wait on Ray's answers."""
         now = time.monotonic()
         with self.lock:
             if not force and now - self.read_at < READ_EVERY:
                 return
             self.read_at = now
-        entries = [e for e in ray.nodes() if e.get("Alive")]  # type: ignore[no-untyped-call]
+        if not self.refreshing.acquire(blocking=False):
+            return
+        try:
+            seen = self._alive()
+            with self.lock:
+                self.suspects = {n: at for n, at in self.suspects.items() if n in seen and now - at < SUSPECT_FOR}
+                gone = [self.known.pop(node_id) for node_id in set(self.known) - set(seen)]
+                for node_id, (state, address) in seen.items():
+                    self.known.setdefault(node_id, RayNode(state, node_id, address))
+                coming = [n for n in self.known.values() if not n.up]
+            for node in gone:
+                self._gone(node)
+            for node in coming:
+                self._bring_up(node, now)
+        finally:
+            self.refreshing.release()
+
+    @staticmethod
+    def _alive() -> dict[str, tuple[NodeState, str]]:
+        """Ray's alive nodes with GPUs: Ray node id → the node, and its IP address."""
         seen = {}
-        for entry in entries:
+        for entry in ray.nodes():  # type: ignore[no-untyped-call]
             gpus = int(entry.get("Resources", {}).get("GPU", 0))
-            if gpus < 1:
+            if not entry.get("Alive") or gpus < 1:
                 continue
             labels = entry.get("Labels") or {}
             types = [k.split(":", 1)[1] for k in entry["Resources"] if k.startswith("accelerator_type:")]
             gpu_type = labels.get(GPU_TYPE_LABEL) or (types[0] if types else None) or "gpu"
             state = NodeState(Node(str(entry["NodeName"]), gpus, gpu_type), labels.get(VIRTUAL_LABEL) == "true")
             seen[str(entry["NodeID"])] = (state, str(entry["NodeManagerAddress"]))
-        with self.lock:
-            self.suspects = {n: at for n, at in self.suspects.items() if n in seen and now - at < SUSPECT_FOR}
-            for node_id in set(self.known) - set(seen):
-                self._gone(self.known.pop(node_id))
-            for node_id, (state, address) in seen.items():
-                node = self.known.setdefault(node_id, RayNode(state, node_id, address))
-                self._bring_up(node, now)
+        return seen
 
     def _bring_up(self, node: RayNode, now: float) -> None:
-        if node.up:
-            return
-        if node.launcher is None:
-            node.launcher, node.since = self._launcher(node), now
-            node.ready = node.launcher.ping.remote()
+        """A launcher for a node without one (its reservation first), or whether it is up."""
+        if node.launcher is None or node.ready is None:
+            launcher = self._launcher(node)
+            ready = launcher.ping.remote()
+            with self.lock:
+                node.launcher, node.ready, node.since = launcher, ready, now
             return
         done, _ = ray.wait([node.ready], timeout=0)
         if done:
             try:
                 ray.get(node.ready, timeout=5)
-                node.up = True
+                with self.lock:
+                    node.up = True
             except Exception as exc:  # Ray's errors have no common base
                 log.warning("node %s: its launcher did not start (%s); trying again", node.state.node.name, exc)
-                node.launcher = None
+                with self.lock:
+                    node.launcher = node.ready = None
         elif now - node.since > self.reserve_timeout:
             log.warning(
                 "node %s: Ray has not reserved its %d GPUs for the pool within %.0f s (does other Ray work hold "
