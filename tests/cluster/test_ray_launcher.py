@@ -52,12 +52,15 @@ def test_ends_are_told_in_order_once_each_and_running_members_are_known(tmp_path
     me, seq, ends = launcher.ended(0, timeout=30)
     assert (seq, [(o, e["exit_code"]) for o, e in ends]) == (1, [("s:1:0:0", 3)])
     assert launcher.ended(seq, timeout=0.2, incarnation=me) == (me, 1, []), "told once"
-    assert launcher.status(["s:1:0:0", "s:2:0:0", "s:3:0:0"]) == {"s:1:0:0": ends[0][1], "s:2:0:0": None}
+    assert launcher.status(["s:1:0:0", "s:2:0:0", "s:3:0:0"])[1] == {"s:1:0:0": ends[0][1], "s:2:0:0": None}
     launcher.kill("s:2:0:0")
     _, seq, ends = launcher.ended(seq, timeout=30, incarnation=me)
     assert seq == 2 and [o for o, _ in ends] == ["s:2:0:0"]
     launcher.forget(["s:1:0", "s:2:0"], ran=True)
-    assert launcher.status(["s:1:0:0", "s:2:0:0"]) == {"s:1:0:0": {"forgotten": True}, "s:2:0:0": {"forgotten": True}}
+    assert launcher.status(["s:1:0:0", "s:2:0:0"])[1] == {
+        "s:1:0:0": {"forgotten": True},
+        "s:2:0:0": {"forgotten": True},
+    }
 
 
 def test_a_caller_that_knew_another_launcher_is_told_every_end_from_the_first(tmp_path: Path) -> None:
@@ -75,7 +78,7 @@ def test_a_gang_forgotten_before_its_start_arrives_never_starts(tmp_path: Path) 
     with pytest.raises(RuntimeError, match="given up"):
         launcher.start(member(tmp_path, "s:4:0:1", "import time; time.sleep(60)"), str(tmp_path), 0)
     assert not (tmp_path / "s:4:0:1").exists()
-    assert launcher.status(["s:4:0:1"]) == {"s:4:0:1": {"forgotten": False}}
+    assert launcher.status(["s:4:0:1"])[1] == {"s:4:0:1": {"forgotten": False}}
     spec, pid_file = sleeper(tmp_path, "s:5:0:0")
     launcher.start(spec, str(tmp_path), 0)
     command = pid_in(pid_file)
@@ -130,7 +133,7 @@ def test_a_member_that_cannot_be_started_is_told_to_have_ended_so(
 
     starting = threading.Thread(target=start)
     starting.start()
-    wait_for(lambda: launcher.status(["s:8:0:0"]) == {"s:8:0:0": None}, timeout=10)
+    wait_for(lambda: launcher.status(["s:8:0:0"])[1] == {"s:8:0:0": None}, timeout=10)
     _, _, ends = launcher.ended(0, timeout=30)
     starting.join(timeout=30)
     assert raised, "the start raises too"
@@ -198,3 +201,43 @@ def running_with(argument: str) -> bool:
         except OSError:
             continue
     return False
+
+
+def test_an_end_slow_to_read_does_not_hold_up_the_next_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpupool.executors.proc import outcome as real
+
+    def slowly(*args: object) -> tuple[int | None, str | None, str | None]:
+        time.sleep(1.5)  # its records are on shared storage that stalls
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("gpupool.executors.ray_launcher.outcome", slowly)
+    monkeypatch.setattr(forks, "ANSWER_WITHIN", 1.0)
+    lost, launcher = lost_flag()
+    launcher.start(member(tmp_path, "s:12:0:0", "pass"), str(tmp_path), 0)
+    time.sleep(0.5)  # it has ended: its end is being read
+    launcher.start(member(tmp_path, "s:13:0:0", "pass"), str(tmp_path), 0)
+    assert not lost.is_set()
+    wait_for(lambda: len(launcher.ended(0, timeout=1)[2]) == 2, timeout=30)
+
+
+def test_notice_given_while_a_member_starts_reaches_it_once_it_has_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = ForkServer.spawn
+
+    def slowly(self: ForkServer, member: Spawn, on_exit: Callable[[int], None]) -> int:
+        time.sleep(1.0)
+        return real(self, member, on_exit)
+
+    monkeypatch.setattr(ForkServer, "spawn", slowly)
+    _, launcher = lost_flag()
+    starting = threading.Thread(
+        target=launcher.start, args=(member(tmp_path, "s:14:0:0", "import time; time.sleep(60)"), str(tmp_path), 0)
+    )
+    starting.start()
+    wait_for(lambda: launcher.status(["s:14:0:0"])[1] == {"s:14:0:0": None}, timeout=10)
+    launcher.notify("s:14:0:0", time.time() + 30)  # an adopted gang, preempted while it starts
+    starting.join(timeout=30)
+    _, _, ends = launcher.ended(0, timeout=30)
+    assert [o for o, _ in ends] == ["s:14:0:0"], "it got SIGTERM, and left"
+    assert (tmp_path / "notice").exists()

@@ -685,3 +685,23 @@ def test_a_gang_an_older_gpupool_started_is_stopped_and_its_gpus_come_back(
     assert isinstance(found, Exit) and found.node_lost is not None, "requeued, not charged to the job"
     wait_for(lambda: not any(e["name"] == f"{name}:0" for e in ray.util.list_named_actors(all_namespaces=True)))
     wait_for(lambda: all(e["state"] == "REMOVED" for e in placement_group_table().values() if e["name"] == name))
+
+
+def test_a_gang_whose_launcher_was_replaced_while_no_scheduler_watched_lost_its_node(
+    executor: Any, cluster: LoopbackCluster, tmp_path: Path
+) -> None:
+    import ray
+
+    from gpupool.executors.ray_executor import RayExecutor
+
+    trapping(executor, cluster, tmp_path, 83)
+    handle = executor.handle(executor.gangs[(83, 0)])
+    node = executor.pool.by_name(cluster.ip(2))
+    executor.close()  # the scheduler is down; rank 1's launcher dies, and its member with it
+    ray.kill(node.launcher, no_restart=True)
+    successor = RayExecutor(cluster.address, "review-findings", wait_timeout=1.0)  # a new launcher there
+    try:
+        found = successor.adopt(Recorded(83, 0, handle, tmp_path / "attempt-83", (), time.time(), None))
+        assert isinstance(found, Exit) and found.node_lost is not None, "lost with its node, not the job's failure"
+    finally:
+        successor.close()

@@ -4,8 +4,8 @@ by forking a launcher already started, rather than starting a Python process for
 One fork server per process that uses it (a node's launcher actor on Ray); it ends with that
 process, and its launchers end their members then. `spawn` returns the launcher's pid, which
 leads the member's session, and calls `on_exit(code)` when that launcher ends (`code` as
-`subprocess` has it: negative for a signal), from a thread of this client, or from `spawn`
-itself for a launcher that ended before its pid came back.
+`subprocess` has it: negative for a signal), from a thread of this client that does nothing
+else (it may read shared storage for long: the fork server's answers never wait on it).
 
 A fork server that does not answer a request within `ANSWER_WITHIN` seconds is killed; one that
 is gone (killed, or failing) ends its launchers' members, and `on_lost` is called: their ends
@@ -54,7 +54,9 @@ class ForkServer:
         self.early: dict[int, int] = {}
         """Ends told before their launcher's pid was (a launcher that ended at once)."""
         self.closing = False
+        self.exits: Queue[tuple[Callable[[int], None], int]] = Queue()
         threading.Thread(target=self._read, daemon=True, name="fork-server").start()
+        threading.Thread(target=self._tell_exits, daemon=True, name="fork-server-exits").start()
 
     def spawn(self, member: Spawn, on_exit: Callable[[int], None]) -> int:
         """Start the member's launcher; its pid."""
@@ -121,7 +123,15 @@ class ForkServer:
     def _ended(self, pid: int, code: int) -> None:
         with self.tracked:
             on_exit = self.known.pop(pid)
-        on_exit(code)
+        self.exits.put((on_exit, code))
+
+    def _tell_exits(self) -> None:
+        while True:
+            on_exit, code = self.exits.get()
+            try:
+                on_exit(code)
+            except Exception:  # one end that could not be told must not stop the others
+                log.exception("telling a launcher's end failed")
 
     def close(self) -> None:
         """End the fork server (its launchers end their members)."""

@@ -84,6 +84,8 @@ def main(argv: list[str], env: dict[str, str]) -> int:
         # No space for a record, no process to fork: the scheduler's trouble, not the job's.
         write(os.path.join(folder, "exit.json"), {"exit_code": None, "not_started": str(exc), "owner": owner})
         return NOT_STARTED
+    if NOTICED:  # given before the command ran: it has it now
+        child.send_signal(signal.SIGTERM)
     code: int = child.wait()
     if code < 0:
         code = 128 - code  # killed by a signal: as a shell reports it
@@ -91,10 +93,14 @@ def main(argv: list[str], env: dict[str, str]) -> int:
     return code
 
 
+NOTICED: list[int] = []
+"""Notices (SIGTERM) the launcher got, for one that came before its command started."""
+
+
 def ignore_notice() -> None:
     """First of all: a notice may come as soon as the launcher runs, and must not end it (the
-    command, started afterwards, gets the default action back)."""
-    signal.signal(signal.SIGTERM, lambda _signum, _frame: None)
+    command, started afterwards, gets the default action back, and the notice)."""
+    signal.signal(signal.SIGTERM, lambda signum, _frame: NOTICED.append(signum))
 
 
 def serve() -> None:
@@ -129,9 +135,18 @@ def fork(argv: list[str], env: dict[str, str], folder: str) -> int:
     """A launcher forked from the fork server: the leader of a session of its own, with its
     output in the folder's launcher.log; returns its pid once it leads its session."""
     log = os.open(os.path.join(folder, "launcher.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-    ready_r, ready_w = os.pipe()
+    try:
+        ready_r, ready_w = os.pipe()
+    except OSError:
+        os.close(log)
+        raise
     server = os.getpid()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:
+        for fd in (log, ready_r, ready_w):
+            os.close(fd)
+        raise
     if pid == 0:
         code = 1
         try:

@@ -39,9 +39,9 @@ def adopt(executor: RayExecutor, recorded: Recorded) -> Started | Exit:
     name = owner(executor.store_id, *key)
     if recorded.handle is None:
         # The scheduler died between its start calls and recording the handle: wherever they
-        # went, nothing of it may run.
+        # went, nothing of it may run; what its members' records say is how it ended.
         forget_everywhere(executor, name)
-        return Exit(*key, None, "the scheduler stopped before its members started", started=False)
+        return unrecorded(recorded, name)
     handle = recorded.handle
     if "node_ids" not in handle:
         return stop_older(executor, recorded, name)
@@ -50,7 +50,8 @@ def adopt(executor: RayExecutor, recorded: Recorded) -> Started | Exit:
         nodes = ids = []
     ranks = len(ids)
     launchers = [executor.pool.existing_launcher(node_id) for node_id in ids]
-    found = members(launchers, [member_owner(name, r) for r in range(ranks)])
+    incarnations = list(handle.get("incarnations", [])) or [None] * ranks
+    found = members(launchers, [member_owner(name, r) for r in range(ranks)], incarnations)
     gang = Gang(key, name, recorded.attempt_dir, nodes, ids, launchers, "running")
     if ranks and all(f not in (GONE, UNKNOWN) and not forgotten(f) for f in found):
         with executor.lock:
@@ -84,8 +85,8 @@ def lost(recorded: Recorded, name: str, found: list[Any]) -> Exit:
     ran = [f["forgotten"] for f in found if forgotten(f)]
     if ran and not any(ran):
         return Exit(*key, None, "given back before the scheduler stopped", started=False)
-    ended_any = ran or any(exits) or any(isinstance(f, dict) for f in found)
-    if not ended_any:
+    ends = [e for e in (*exits, *found) if isinstance(e, dict) and not forgotten(e)]
+    if not any(ran) and all(e.get("not_started") for e in ends):
         return Exit(*key, None, "the scheduler stopped before all its members started", started=False)
     return Exit(*key, None, "its members ended while no scheduler watched", ended_at=recorded.since)
 
@@ -117,22 +118,43 @@ def stop_older(executor: RayExecutor, recorded: Recorded, name: str) -> Exit:
     return Exit(recorded.job_id, recorded.attempt, None, ended_at=recorded.since, node_lost=why)
 
 
-def members(launchers: list[Any], owners: list[str]) -> list[Any]:
+def members(launchers: list[Any], owners: list[str], incarnations: list[str | None]) -> list[Any]:
     """Each member as its node's launcher knows it: how it ended, None while it runs, or
-    `UNKNOWN`; `GONE` where the launcher is."""
-    asked: dict[int, Any] = {}
-    for launcher, member in zip(launchers, owners, strict=True):
+    `UNKNOWN`; `GONE` where the launcher is, or is another than the one it was started by."""
+    asked: dict[int, tuple[Any, list[tuple[str, str | None]]]] = {}
+    for launcher, member, incarnation in zip(launchers, owners, incarnations, strict=True):
         if launcher is not None:
-            asked.setdefault(id(launcher), (launcher, []))[1].append(member)
+            asked.setdefault(id(launcher), (launcher, []))[1].append((member, incarnation))
     answers: dict[str, Any] = {}
     for launcher, mine in asked.values():
         try:
-            told = ray.get(launcher.status.remote(mine), timeout=30)
+            told: tuple[str, dict[str, Any]] | None = ray.get(launcher.status.remote([m for m, _ in mine]), timeout=30)
         except Exception:  # a dead launcher or node: Ray's errors have no common base
             told = None
-        for member in mine:
-            answers[member] = GONE if told is None else told.get(member, UNKNOWN)
+        for member, incarnation in mine:
+            if told is None or (incarnation is not None and told[0] != incarnation):
+                answers[member] = GONE
+            else:
+                answers[member] = told[1].get(member, UNKNOWN)
     return [answers.get(member, GONE) for member in owners]
+
+
+def unrecorded(recorded: Recorded, name: str) -> Exit:
+    """An attempt whose handle was never recorded, from what its members' records on shared
+    storage say (rank 0's folder is the attempt's, `rank-N` the others'): ended, if every
+    member that started wrote its end; else given back (what ran of it was stopped)."""
+    key = (recorded.job_id, recorded.attempt)
+    folder = recorded.attempt_dir
+    ranks = 1 + sum(1 for p in folder.glob("rank-*") if p.is_dir()) if folder.is_dir() else 0
+    started = [r for r in range(ranks) if (member_folder(folder, r) / "launcher.json").exists()]
+    if not started:
+        return Exit(*key, None, "the scheduler stopped before its members started", started=False)
+    exits = {r: recorded_end(folder, name, r) for r in range(ranks)}
+    if all(e is not None for e in exits.values()):
+        ended = max(recorded_exit_time(member_folder(folder, r)) or 0.0 for r in range(ranks))
+        return attempt_exit(key, {r: e for r, e in exits.items() if e is not None}, None, None, ended or None)
+    # Stopped here for the scheduler's reasons, not the job's: started again, not charged.
+    return Exit(*key, None, "stopped: the scheduler died before it recorded where it ran", started=False)
 
 
 def recorded_end(attempt_dir: Path, name: str, rank: int) -> dict[str, Any] | None:

@@ -16,7 +16,6 @@ imported here only: `gpupool[ray]` is an extra.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -87,6 +86,11 @@ class RayExecutor:
         self.watching: set[str] = set()
         """Node ids whose launcher has an `ended` call outstanding."""
         self.strays: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.forgetting: dict[Any, tuple[Any, str, bool, str, int]] = {}
+        """`forget` calls not yet answered: (launcher, gang name, ran, node id, tries); one that
+        fails while its launcher lives is made again (a member given up may still run)."""
+        self.quiet: dict[str, float] = {}
+        """Node ids whose launcher is not asked again before then (it was unavailable)."""
         self.running: dict[Key, str] = {}
         self.ended: list[Exit] = []
         self.pool = RayNodes(self.namespace, start_timeout)
@@ -123,6 +127,7 @@ class RayExecutor:
             [m.node for m in launch.members],
             [n.id for n in nodes],
             [n.launcher for n in nodes],
+            incarnations=[n.incarnation for n in nodes],
         )
         with self.lock:
             self.gangs[key] = gang
@@ -187,6 +192,7 @@ class RayExecutor:
             "ranks": len(gang.nodes),
             "nodes": gang.nodes,
             "node_ids": gang.node_ids,
+            "incarnations": gang.incarnations,
         }
 
     def register(self, gang: Gang) -> None:
@@ -204,7 +210,7 @@ class RayExecutor:
         while not self.closed.is_set():
             with self.lock:
                 self._watch_launchers()
-                refs = list(self.waiting)
+                refs = [*self.waiting, *self.forgetting]
             ready: list[Any] = []
             if not refs:
                 self.closed.wait(0.05)
@@ -234,10 +240,11 @@ class RayExecutor:
             node_id: gang.launchers[rank]
             for gang in self.gangs.values()
             for rank, node_id in enumerate(gang.node_ids)
-            if rank not in gang.ended
+            if rank not in gang.ended and gang.launchers[rank] is not None
         }
+        now = time.monotonic()
         for node_id, launcher in wanted.items():
-            if node_id not in self.watching:
+            if node_id not in self.watching and self.quiet.get(node_id, 0.0) <= now:
                 self.watching.add(node_id)
                 incarnation, since = self.told.get(node_id, (None, 0))
                 call = launcher.ended.remote(since, self.wait_timeout, incarnation)
@@ -246,6 +253,9 @@ class RayExecutor:
     def _safely(self, ref: Any, value: Any, error: BaseException | None) -> bool:
         """`_advance`, and for a gang it fails on (Ray refusing a call): given back if it was
         not running, else ended, so that no gang is left with nobody watching it."""
+        if ref in self.forgetting:
+            self._forgot(ref, error)
+            return False
         what = self.waiting.pop(ref, None)
         if what is None:
             return False
@@ -289,7 +299,8 @@ class RayExecutor:
         on its node is lost with it."""
         self.watching.discard(node_id)
         if isinstance(error, ActorUnavailableError) and self.pool.by_id(node_id) is not None:
-            return False  # often a passing fault: asked again while its node is alive
+            self.quiet[node_id] = time.monotonic() + 0.5  # often a passing fault: asked again soon
+            return False
         if error is not None:
             self.pool.forget_launcher(node_id)
             changed = False
@@ -373,14 +384,34 @@ class RayExecutor:
 
     def forget(self, gang: Gang, ran: bool) -> None:
         """No member of the gang runs, or will: its launchers kill what is left of it and
-        forget it (a `start` still on its way is refused). `ran`: whether it was reported to
-        have run (said to a scheduler that adopts it before its end is recorded)."""
+        forget it (a `start` still on its way is refused), asked until they answer. `ran`:
+        whether it was reported to have run (said to a scheduler that adopts it before its end
+        is recorded)."""
         self.gangs.pop(gang.key, None)
         for rank in range(len(gang.nodes)):
             self.members.pop(gang.owner(rank), None)
-        for launcher in {id(x): x for x in gang.launchers if x is not None}.values():
-            with contextlib.suppress(Exception):
-                launcher.forget.remote([gang.name], ran)
+        launchers = {n: x for n, x in zip(gang.node_ids, gang.launchers, strict=True) if x is not None}
+        for node_id, launcher in launchers.items():
+            self._ask_to_forget(launcher, gang.name, ran, node_id, 0)
+
+    def _ask_to_forget(self, launcher: Any, name: str, ran: bool, node_id: str, tries: int) -> None:
+        try:
+            self.forgetting[launcher.forget.remote([name], ran)] = (launcher, name, ran, node_id, tries)
+        except Exception:  # Ray refused the call itself: said; the node is set aside
+            log.exception("asking node %s's launcher to forget %s failed", node_id, name)
+            self.pool.set_aside(node_id)
+
+    def _forgot(self, ref: Any, error: BaseException | None) -> None:
+        """A `forget` answered: done, or its launcher is dead (its members with it), or asked
+        again; a launcher that does not answer ten times has its node set aside."""
+        launcher, name, ran, node_id, tries = self.forgetting.pop(ref)
+        if error is None or (isinstance(error, RayActorError) and not isinstance(error, ActorUnavailableError)):
+            return
+        if tries < 10 and self.pool.by_id(node_id) is not None:
+            self._ask_to_forget(launcher, name, ran, node_id, tries + 1)
+            return
+        log.error("node %s's launcher did not forget %s (%s): the node is set aside", node_id, name, error)
+        self.pool.set_aside(node_id)
 
     def _check_time(self) -> bool:
         """Gangs not running within `start_timeout`, or whose node left before they ran, are

@@ -41,6 +41,9 @@ class Gang:
     lost: str | None = None
     failure: dict[str, Any] | None = None
     notice: float | None = None
+    incarnations: list[str] = field(default_factory=list)
+    """Each rank's launcher's incarnation when it was asked to start it: a launcher found
+    later with another one is not the one its member ran under (that one died, with it)."""
 
     def owner(self, rank: int) -> str:
         return member_owner(self.name, rank)

@@ -59,6 +59,8 @@ class Member:
     """Its place in the order of ends (0 while it runs)."""
     killed: bool = False
     """Killed before it had a pid: killed as soon as it has one."""
+    noticed: bool = False
+    """Given notice before it had a pid: SIGTERM as soon as it has one."""
     info: dict[str, Any] = field(default_factory=dict)
 
 
@@ -80,7 +82,8 @@ class NodeLauncher:
         """This launcher's process and node: it is up."""
         import ray
 
-        return {"pid": os.getpid(), "address": ray.util.get_node_ip_address()}  # type: ignore[no-untyped-call]
+        address = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        return {"pid": os.getpid(), "address": address, "incarnation": self.incarnation}
 
     def free_port(self) -> int:
         """A TCP port free on this node's address now: the gang's rendezvous (`MASTER_PORT`)."""
@@ -122,6 +125,8 @@ class NodeLauncher:
             member.pid = pid
             if member.killed or attempt_of(spec.owner) in self.forgotten:  # while it started
                 signal_group(pid, signal.SIGKILL)
+            elif member.noticed:
+                signal_group(pid, signal.SIGTERM)
             member.info = {"pid": pid, "started": process_started(pid) or "", "node": os.uname().nodename}
             return member.info
 
@@ -150,9 +155,9 @@ class NodeLauncher:
             found = sorted((m.seq, owner, m.end) for owner, m in self.members.items() if m.seq > since)
             return self.incarnation, self.seq, [(owner, end) for _, owner, end in found if end is not None]
 
-    def status(self, owners: list[str]) -> dict[str, dict[str, Any] | None]:
-        """For each of `owners` this launcher knows: how it ended, None while it runs, or
-        `{"forgotten": RAN}` for a member of a forgotten gang."""
+    def status(self, owners: list[str]) -> tuple[str, dict[str, dict[str, Any] | None]]:
+        """This launcher's incarnation, and for each of `owners` it knows: how it ended, None
+        while it runs, or `{"forgotten": RAN}` for a member of a forgotten gang."""
         with self.changed:
             found: dict[str, dict[str, Any] | None] = {}
             for owner in owners:
@@ -160,7 +165,7 @@ class NodeLauncher:
                     found[owner] = self.members[owner].end
                 elif attempt_of(owner) in self.forgotten:
                     found[owner] = {"forgotten": self.forgotten[attempt_of(owner)]}
-            return found
+            return self.incarnation, found
 
     def notify(self, owner: str, deadline: float, write: bool = True) -> None:
         """Give notice: the notice file first (by one member of the gang: `write`), then
@@ -172,7 +177,9 @@ class NodeLauncher:
             if write:
                 write_notice(member.notice_dir, deadline)
         finally:
-            self._signal(member, signal.SIGTERM)
+            with self.changed:
+                member.noticed = True
+                self._signal(member, signal.SIGTERM)
 
     def kill(self, owner: str) -> None:
         with self.changed:

@@ -58,6 +58,8 @@ class RayNode:
     """The launcher's `ping` while it is not up yet (its reservation may be waiting)."""
     since: float = 0.0
     up: bool = False
+    incarnation: str = ""
+    """Its launcher's (`NodeLauncher.incarnation`), once it is up."""
 
 
 class RayNodes:
@@ -93,12 +95,14 @@ class RayNodes:
     def launchers(self) -> list[Any]:
         """The launchers of the pool's nodes that are up."""
         with self.lock:
-            return [n.launcher for n in self.known.values() if n.up]
+            return [n.launcher for n in self.known.values() if n.up and n.launcher is not None]
 
     def by_name(self, name: str) -> RayNode | None:
         """The node of that name if its launcher is up, as it is now (a copy)."""
         with self.lock:
-            found = next((n for n in self.known.values() if n.state.node.name == name and n.up), None)
+            found = next(
+                (n for n in self.known.values() if n.state.node.name == name and n.up and n.launcher is not None), None
+            )
             return replace(found) if found is not None else None
 
     def by_id(self, node_id: str) -> RayNode | None:
@@ -172,21 +176,27 @@ class RayNodes:
 
     def _bring_up(self, node: RayNode, now: float) -> None:
         """A launcher for a node without one (its reservation first), or whether it is up."""
-        if node.launcher is None or node.ready is None:
+        with self.lock:
+            ready = node.ready if node.launcher is not None else None
+        if ready is None:
             launcher = self._launcher(node)
             ready = launcher.ping.remote()
             with self.lock:
                 node.launcher, node.ready, node.since = launcher, ready, now
             return
-        done, _ = ray.wait([node.ready], timeout=0)
+        done, _ = ray.wait([ready], timeout=0)
         if done:
             try:
-                ray.get(node.ready, timeout=5)
-                with self.lock:
-                    node.up = True
+                incarnation = str(ray.get(ready, timeout=5)["incarnation"])
             except Exception as exc:  # Ray's errors have no common base
                 log.warning("node %s: its launcher did not start (%s); trying again", node.state.node.name, exc)
-                with self.lock:
+                incarnation = ""
+            with self.lock:
+                if node.ready is not ready:  # its launcher was given up meanwhile: made again
+                    return
+                if incarnation:
+                    node.up, node.incarnation = True, incarnation
+                else:
                     node.launcher = node.ready = None
         elif now - node.since > self.reserve_timeout:
             log.warning(
