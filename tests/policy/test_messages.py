@@ -42,5 +42,8 @@ def test_a_gang_that_needs_nodes_of_one_type_says_how_many_of_each_the_pool_has(
         "can never fit: 4 GPUs as 2 members of 2 on separate nodes need 2 nodes of one GPU type with at "
         "least 2 GPUs; the pool has 1 such node of type a100, 1 of type h100"
     )
+    nodes = [Node("a", 4, "a100"), Node("b", 4, "a100"), Node("c", 4, "h100"), Node("d", 4, "h100")]
+    message = never_fits(job("g", gpus=12, gpus_per_node=4), nodes)
+    assert message.endswith("the pool has 2 such nodes of type a100, 2 of type h100")
     one_type = never_fits(job("g", gpus=4, gpus_per_node=2), [Node("a", 4, "a100")])
     assert one_type.endswith("need 2 nodes with at least 2 GPUs; the pool has 1")

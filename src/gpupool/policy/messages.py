@@ -57,10 +57,12 @@ def never_fits(job: Job, nodes: Sequence[Node] = ()) -> str:
         need = f"can never fit: {plural(job.gpus, 'GPU')}{kind} as {plural(members, 'member')} of {job.gpus_per_node}"
         if job.gpu_type is None and len(big_enough) > 1:
             # The members of a gang share one GPU type: nodes of several types do not add up.
-            each = ", ".join(f"{count} of type {gpu_type}" for gpu_type, count in sorted(big_enough.items()))
+            (first, count), *others = sorted(big_enough.items())
+            rest = [f"{n} of type {t}" for t, n in others]
+            each = ", ".join([f"{plural(count, 'such node')} of type {first}", *rest])
             return (
                 f"{need} on separate nodes need {plural(members, 'node')} of one GPU type with at least "
-                f"{plural(job.gpus_per_node, 'GPU')}; the pool has {each.replace(' of', ' such node of', 1)}"
+                f"{plural(job.gpus_per_node, 'GPU')}; the pool has {each}"
             )
         return (
             f"{need} on separate nodes need {plural(members, 'node')} with at least "
