@@ -140,23 +140,26 @@ def test_a_member_that_cannot_be_started_is_told_to_have_ended_so(
     assert [o for o, _ in ends] == ["s:8:0:0"] and "no process to fork" in ends[0][1]["not_started"]
 
 
-def test_members_end_with_the_fork_server_their_launchers_came_from(tmp_path: Path) -> None:
-    _, launcher = lost_flag()
-    spec, pid_file = sleeper(tmp_path, "s:6:0:0")
+def sleeping(tmp_path: Path, owner: str) -> tuple[threading.Event, NodeLauncher, ForkServer, int]:
+    """A launcher with one member running: whether it was lost, it, its fork server, and the
+    member's command's pid."""
+    lost, launcher = lost_flag()
+    spec, pid_file = sleeper(tmp_path, owner)
     launcher.start(spec, str(tmp_path), 0)
     command = pid_in(pid_file)
     assert launcher.forks is not None
-    launcher.forks.close()  # as when its actor dies: the fork server's input closes
+    return lost, launcher, launcher.forks, command
+
+
+def test_members_end_with_the_fork_server_their_launchers_came_from(tmp_path: Path) -> None:
+    _, _, fork_server, command = sleeping(tmp_path, "s:6:0:0")
+    fork_server.close()  # as when its actor dies: the fork server's input closes
     wait_for(lambda: process_started(command) is None, timeout=30)
 
 
 def test_a_fork_server_that_dies_takes_its_members_and_its_launcher_with_it(tmp_path: Path) -> None:
-    lost, launcher = lost_flag()
-    spec, pid_file = sleeper(tmp_path, "s:9:0:0")
-    launcher.start(spec, str(tmp_path), 0)
-    command = pid_in(pid_file)
-    assert launcher.forks is not None
-    os.kill(launcher.forks.process.pid, signal.SIGKILL)  # the OOM killer, or an operator
+    lost, _, fork_server, command = sleeping(tmp_path, "s:9:0:0")
+    os.kill(fork_server.process.pid, signal.SIGKILL)  # the OOM killer, or an operator
     assert lost.wait(timeout=10), "the launcher is told: its members' ends can no longer be"
     wait_for(lambda: process_started(command) is None, timeout=30)
 
