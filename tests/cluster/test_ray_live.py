@@ -84,6 +84,13 @@ class RayService(Service):
         return printed[0]
 
 
+def node_of(executor: Any, name: str) -> Any:
+    """The pool's node of that name, once its launcher is up (under load it may take longer
+    than the executor waited for when it started)."""
+    wait_for(lambda: name in {state.node.name for state in executor.nodes()}, timeout=60)
+    return executor.pool.by_name(name)
+
+
 @pytest.fixture
 def service(cluster: LoopbackCluster, tmp_path: Path) -> Iterator[RayService]:
     yield from running(RayService(tmp_path, cluster.address))  # type: ignore[misc]
@@ -199,8 +206,8 @@ def test_a_gang_whose_node_does_not_answer_in_time_is_given_back_whole(
     try:
         head, other = cluster.ip(0), cluster.ip(1)
         members = (Member(0, head, (0, 1)), Member(1, other, (0, 1)))
-        node = executor.pool.by_name(other)
-        assert node is not None
+        node_of(executor, head)
+        node = node_of(executor, other)
         hung = int(ray.get(node.launcher.ping.remote(), timeout=30)["pid"])
         os.kill(hung, signal.SIGSTOP)  # the node hangs between the decision and the launch
         out = tmp_path / "pids"
@@ -216,6 +223,7 @@ def test_a_gang_whose_node_does_not_answer_in_time_is_given_back_whole(
         time.sleep(2)  # the node answers again: its late start is refused, or its member killed
         pids = [int(p.read_text()) for p in out.iterdir() if p.read_text()]
         wait_for(lambda: not any(process_started(pid) for pid in pids), timeout=15)
+        executor.start_timeout = 60.0  # under load, starting may take more than 3 s
         executor.start(Launch(2, 1, ["true"], tmp_path, {}, tmp_path / "c", members))
         again = ended_soon(executor)
         assert [e.exit_code for e in again] == [0], f"placed again once its node answers: {again}"
@@ -367,7 +375,7 @@ def test_a_gang_adopted_again_by_its_own_executor_runs_on_and_ends_once(
 def test_a_gang_whose_members_never_started_is_given_back_not_lost(
     executor: Any, cluster: LoopbackCluster, tmp_path: Path
 ) -> None:
-    node = executor.pool.by_name(cluster.ip(1))
+    node = node_of(executor, cluster.ip(1))
     # The scheduler died after recording the handle, before the launcher started the member.
     handle = {"executor": "ray", "name": "x", "ranks": 1, "nodes": [cluster.ip(1)], "node_ids": [node.id]}
     found = executor.adopt(Recorded(4, 0, handle, tmp_path / "d", (), time.time(), None))
@@ -431,7 +439,7 @@ def test_the_pool_follows_ray_as_a_node_leaves_and_comes_back(executor: Any, clu
         return {e["name"].rsplit(":", 1)[-1] for e in table if e["state"] != "REMOVED" and ":node:" in e["name"]}
 
     assert pool() == alive() == set(cluster.names)
-    dying = executor.pool.by_name(cluster.ip(2)).id
+    dying = node_of(executor, cluster.ip(2)).id
     assert dying in reserved()
     cluster.kill_node(2)
     wait_for(lambda: cluster.ip(2) not in alive(), timeout=60)
@@ -610,7 +618,7 @@ def test_a_rank_that_fails_before_the_others_start_fails_the_attempt_and_they_ne
 
     import ray
 
-    node = executor.pool.by_name(cluster.ip(2))
+    node = node_of(executor, cluster.ip(2))
     hung = int(ray.get(node.launcher.ping.remote(), timeout=30)["pid"])
     out = tmp_path / "pids"
     out.mkdir()
@@ -696,7 +704,7 @@ def test_a_gang_whose_launcher_was_replaced_while_no_scheduler_watched_lost_its_
 
     trapping(executor, cluster, tmp_path, 83)
     handle = executor.handle(executor.gangs[(83, 0)])
-    node = executor.pool.by_name(cluster.ip(2))
+    node = node_of(executor, cluster.ip(2))
     executor.close()  # the scheduler is down; rank 1's launcher dies, and its member with it
     ray.kill(node.launcher, no_restart=True)
     successor = RayExecutor(cluster.address, "review-findings", wait_timeout=1.0)  # a new launcher there

@@ -237,3 +237,17 @@ def test_free_gpus_given_by_the_driver_decide_the_same_as_derived_ones(
     taken = held(snapshot)
     free = {n.name: tuple(g for g in range(n.gpus) if (n.name, g) not in taken) for n in snapshot.nodes}
     assert decide(replace(snapshot, free=free), config, NOW) == decide(snapshot, config, NOW)
+
+
+@given(st.data())
+def test_the_rule_the_api_and_the_simulator_use_is_the_cores(data: st.DataObject) -> None:
+    """`can_ever_fit` (what the API refuses and the simulator leaves out) says no exactly when
+    the core, on an empty pool, makes the job wait `never_fits`."""
+    from gpupool.policy import can_ever_fit
+
+    snapshot, config = data.draw(scenarios())
+    pending = data.draw(st.composite(lambda draw: _job(draw, "x"))())
+    alone = Snapshot(snapshot.nodes, [], [pending], teams=snapshot.teams)
+    plan = decide(alone, config, NOW)
+    never = [w for w in plan.waits if w.job == "x" and w.reason is Reason.NEVER_FITS]
+    assert can_ever_fit(pending, snapshot.nodes) is not bool(never)

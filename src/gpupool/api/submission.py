@@ -13,8 +13,7 @@ from gpupool.api import limits
 from gpupool.api.models import JobIn
 from gpupool.errors import InvalidInput
 from gpupool.model import Job, Node
-from gpupool.policy import messages
-from gpupool.policy.place import FreeGpus, can_ever_fit, job_shapes
+from gpupool.policy import can_ever_fit, messages
 from gpupool.service import expand_log_path, inside
 from gpupool.store.jobs import job_name
 
@@ -44,7 +43,7 @@ def check_fits(nodes: list[Node], body: JobIn, team: str) -> None:
     if body.gpus_per_node is not None and body.gpus % body.gpus_per_node:
         raise InvalidInput(f"gpus_per_node: {body.gpus} GPUs do not split into members of {body.gpus_per_node}")
     probe = Job("new", team, body.priority, body.gpus, 0.0, body.gpus_per_node, body.gpu_type)
-    if not any(can_ever_fit(s, nodes) for s in job_shapes(probe, FreeGpus(nodes, ()))):
+    if not can_ever_fit(probe, nodes):
         usable = [n for n in nodes if n.team in (None, team)]
         raise InvalidInput(f"gpus: {messages.never_fits(probe, usable)}")
 

@@ -32,7 +32,7 @@ from gpupool.model import (
 from gpupool.policy import messages
 from gpupool.policy.budget import Effective, effective_class
 from gpupool.policy.order import queue_order
-from gpupool.policy.place import FreeGpus, Group, Shape, can_ever_fit, choose_slots, job_shapes
+from gpupool.policy.place import FreeGpus, Group, Shape, can_ever_fit, choose_slots, fits_empty, job_shapes
 from gpupool.policy.preempt import (
     Candidate,
     Candidates,
@@ -44,7 +44,7 @@ from gpupool.policy.preempt import (
     victim_order,
 )
 
-__all__ = ["decide"]
+__all__ = ["can_ever_fit", "decide"]
 
 
 def decide(snapshot: Snapshot, config: Config, now: float) -> Plan:
@@ -267,7 +267,7 @@ class _Cycle:
 
     def fits_ever(self, shapes: tuple[Shape, ...]) -> bool:
         if shapes not in self.ever_fits:
-            self.ever_fits[shapes] = any(can_ever_fit(s, self.snapshot.nodes) for s in shapes)
+            self.ever_fits[shapes] = any(fits_empty(s, self.snapshot.nodes) for s in shapes)
         return self.ever_fits[shapes]
 
     def best_fit_slots(self, job: Job, *, lent: bool = False) -> list[tuple[int, int]] | None:

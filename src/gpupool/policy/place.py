@@ -180,11 +180,18 @@ def choose_slots(shape: Shape, free: FreeGpus) -> list[Slot] | None:
     return slots
 
 
-def can_ever_fit(shape: Shape, nodes: Sequence[Node]) -> bool:
-    """Whether the gang fits the nodes of its groups when they are all empty."""
+def fits_empty(shape: Shape, nodes: Sequence[Node]) -> bool:
+    """Whether the shape fits the nodes of its groups when they are all empty."""
     sizes = sorted((n.gpus for n in nodes if (n.gpu_type, n.team) in shape.groups), reverse=True)
     if len(sizes) < len(shape.slots):
         return False
     # Members and nodes both sorted largest first: if the k-th largest node cannot hold the
     # k-th largest member, no assignment can.
     return all(want <= size for want, size in zip(shape.slots, sizes, strict=False))
+
+
+def can_ever_fit(job: Job, nodes: Sequence[Node]) -> bool:
+    """Whether some placement on `nodes`, all of them empty, could hold `job`: one rule for the
+    API (a submission no placement could ever hold is refused), the simulator (such a job of a
+    trace is left out) and the core (such a job waits, `never_fits`)."""
+    return any(fits_empty(shape, nodes) for shape in job_shapes(job, FreeGpus(nodes, ())))

@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 from gpupool.model import DEFAULT_CLASSES, Config, Job, PriorityClass, QueueMode, QueueOrder, Team
-from gpupool.policy.place import FreeGpus, can_ever_fit, job_shapes
+from gpupool.policy import can_ever_fit
 from gpupool.sim.cluster import Cluster, cluster_from_sizes, cluster_uniform, scale_sizes
 from gpupool.sim.engine import Outcome, SimJob, Simulation
 from gpupool.sim.jobmodel import JobModel
@@ -111,7 +111,6 @@ def admissible(trace: Trace, cluster: Cluster, settings: Settings) -> tuple[list
     10^12)."""
     sized = set(cluster.team_gpus)
     pool_gpus = cluster.gpus
-    empty = FreeGpus(cluster.nodes, ())
     fits: dict[tuple[str, int], bool] = {}
     jobs: list[SimJob] = []
     left_out = never_fit = 0
@@ -125,7 +124,7 @@ def admissible(trace: Trace, cluster: Cluster, settings: Settings) -> tuple[list
         key = (t.team, t.gpus)
         if key not in fits:
             probe = Job(t.job_id, t.team, "low", t.gpus, 0.0)
-            fits[key] = any(can_ever_fit(s, cluster.nodes) for s in job_shapes(probe, empty))
+            fits[key] = can_ever_fit(probe, cluster.nodes)
         if not fits[key]:
             never_fit += 1
             continue
