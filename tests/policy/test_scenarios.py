@@ -187,6 +187,24 @@ CASES = [
         [("preempt", "low", "h", "priority"), ("wait", "h", "awaiting_drain")],
     ),
     case(
+        "at-the-same-highest-class-the-node-whose-other-victims-are-lower-goes-first",
+        Snapshot(
+            pool(2, 4),
+            [
+                running(job("n0-a", cls="normal", gpus=2), on("n0", 0, 1), started=0, last_ckpt=NOW - 1),
+                running(job("n0-b", cls="normal", gpus=2), on("n0", 2, 3), started=0, last_ckpt=NOW - 1),
+                running(job("n1-normal", cls="normal", gpus=2), on("n1", 0, 1), started=0),
+                running(job("n1-low", cls="low", gpus=2), on("n1", 2, 3), started=0),
+            ],
+            [job("u", cls="urgent", gpus=4)],
+        ),
+        [
+            ("preempt", "n1-low", "u", "priority"),
+            ("preempt", "n1-normal", "u", "priority"),
+            ("wait", "u", "awaiting_drain"),
+        ],
+    ),
+    case(
         "fewer-victims-at-equal-lost-work",
         Snapshot(
             pool(2, 4),

@@ -132,8 +132,9 @@ def find_victims(
     """The cheapest sufficient set of victims that makes the gang fit, with its placement.
 
     Gang members are placed largest first. For each, every node is scored by the victims it
-    would need, `(highest victim class, total lost work, number of victims, free GPUs, node)`,
-    and the best node is kept: nodes that need no victim always win. On a node, candidates are
+    would need, `(victims' classes highest first, total lost work, number of victims, free
+    GPUs, node)`, and the best node is kept: nodes that need no victim always win; among nodes
+    whose highest victim class is the same, the one whose other victims are of lower classes. On a node, candidates are
     taken in `victim_order` until the member fits, then reprieved in reverse while it still
     fits. Reclaim never takes a victim that would push its team below its guarantee.
     Returns None, choosing nobody, when no such set exists.
@@ -146,7 +147,7 @@ def find_victims(
     used: set[int] = set()
     slots: list[Slot] = []
     for want in shape.slots:
-        best: tuple[tuple[float, float, int, int, int], int, list[Victim]] | None = None
+        best: tuple[tuple[tuple[int, ...], float, int, int, int], int, list[Victim]] | None = None
         for i in nodes_of:
             if i in used:
                 continue
@@ -160,7 +161,7 @@ def find_victims(
                     continue
                 picked = found
             score = (
-                max((v.candidate.cls.value for v in picked), default=-(2**62)),
+                tuple(sorted((v.candidate.cls.value for v in picked), reverse=True)),
                 sum(v.candidate.cost for v in picked),
                 len(picked),
                 have,
