@@ -114,14 +114,10 @@ class _Cycle:
             slots = tuple((self.free.node_index(a.node), a.gpus) for a in running.placement)
             candidate = Candidate(running, cls, slots)
             candidate.protection = protection(running, cls, self.now, self.config)
-            if candidate.protection is not None and cls.preemptible and self.now - running.started_at < cls.min_runtime:
-                candidate.protected_until = running.started_at + cls.min_runtime
             candidate.cost = lost_work(running, self.now)
-            if candidate.protected_until is not None:
-                value = cls.value
-                self.expiring[value] = min(
-                    self.expiring.get(value, candidate.protected_until), candidate.protected_until
-                )
+            until = candidate.protection.until if candidate.protection is not None else None
+            if until is not None:
+                self.expiring[cls.value] = min(self.expiring.get(cls.value, until), until)
             for i in {i for i, _ in slots}:
                 on_node[i].append(candidate)
         for here in on_node:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from gpupool.model import Job, Node, Placement, PriorityClass, Reason
 from gpupool.policy.budget import Effective
 from gpupool.policy.place import FreeGpus, Group
-from gpupool.policy.preempt import Candidate
+from gpupool.policy.preempt import Candidate, Shield
 from gpupool.units import human_seconds, plural
 
 
@@ -90,22 +90,26 @@ def no_victims(job: Job, cls: PriorityClass, protected: Sequence[Candidate] = ()
     if not protected:
         return text
     reasons: dict[str, list[str]] = {}
-    for c in sorted(protected, key=lambda c: (c.protected_until or float("inf"), c.id)):
-        if c.protected_until is not None:
+    for c in sorted(protected, key=lambda c: (until_of(c), c.id)):
+        guard = c.protection
+        if guard is None:
+            continue
+        if guard.rule is Shield.MIN_RUNTIME and guard.until is not None:
             rule = f"inside their minimum runtime ({c.cls.name}: {human_seconds(c.cls.min_runtime)})"
-            detail = f"job {c.id} for {human_seconds(c.protected_until - now)} more"
+            detail = f"job {c.id} for {human_seconds(guard.until - now)} more"
+        elif guard.rule is Shield.PREEMPTION_CAP:
+            rule, detail = "at their preemption cap", f"job {c.id} {guard.text.removeprefix('at its preemption cap ')}"
         else:
-            rule = c.protection or "protected"
-            if rule.startswith("reached its preemption cap"):
-                rule, detail = (
-                    "at their preemption cap",
-                    f"job {c.id} {rule.removeprefix('reached its preemption cap ')}",
-                )
-            else:
-                detail = f"job {c.id}"
+            rule, detail = guard.text, f"job {c.id}"
         reasons.setdefault(rule, []).append(detail)
     parts = []
     for rule, jobs in reasons.items():
         shown = ", ".join(jobs[:3]) + (f" and {len(jobs) - 3} more" if len(jobs) > 3 else "")
         parts.append(f"{rule}: {shown}")
     return f"{text}; protected: {'; '.join(parts)}"
+
+
+def until_of(candidate: Candidate) -> float:
+    """When its protection ends; never, as infinity (they are listed last)."""
+    until = candidate.protection.until if candidate.protection is not None else None
+    return until if until is not None else float("inf")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 
 from gpupool.model import Config, JobId, PriorityClass, Reason, RunningJob
 from gpupool.policy.place import FreeGpus, Shape, Slot
@@ -19,9 +20,7 @@ class Candidate:
     """Its effective class (budgets may have lowered it)."""
     slots: tuple[tuple[int, tuple[int, ...]], ...]
     """(node index, GPU ids) it holds."""
-    protection: str | None = None
-    protected_until: float | None = None
-    """When a minimum-runtime protection ends; None for protections that never end."""
+    protection: Protection | None = None
     cost: float = 0.0
     id: JobId = field(init=False)
     team: str = field(init=False)
@@ -36,16 +35,35 @@ class Candidate:
         return sum(len(gpus) for i, gpus in self.slots if i == node)
 
 
-def protection(running: RunningJob, cls: PriorityClass, now: float, config: Config) -> str | None:
+class Shield(Enum):
+    """The rule that protects a running job from preemption."""
+
+    NOT_PREEMPTIBLE = "not_preemptible"
+    MIN_RUNTIME = "min_runtime"
+    PREEMPTION_CAP = "preemption_cap"
+
+
+@dataclass(frozen=True, slots=True)
+class Protection:
+    """Why a running job may not be preempted now: the rule, in words with its numbers, and
+    when it ends (None for a protection that lasts)."""
+
+    rule: Shield
+    text: str
+    until: float | None = None
+
+
+def protection(running: RunningJob, cls: PriorityClass, now: float, config: Config) -> Protection | None:
     """Why this running job may not be preempted now, or None if it may."""
     if not cls.preemptible:
-        return f"class {cls.name} is not preemptible"
+        return Protection(Shield.NOT_PREEMPTIBLE, f"class {cls.name} is not preemptible")
     ran = now - running.started_at
     if ran < cls.min_runtime:
-        return f"inside its minimum runtime ({ran:.0f} of {cls.min_runtime:.0f} s)"
+        text = f"inside its minimum runtime ({ran:.0f} of {cls.min_runtime:.0f} s)"
+        return Protection(Shield.MIN_RUNTIME, text, running.started_at + cls.min_runtime)
     cap = running.job.max_preemptions if running.job.max_preemptions is not None else config.max_preemptions
     if cap is not None and running.job.preemptions >= cap:
-        return f"reached its preemption cap ({running.job.preemptions} of {cap})"
+        return Protection(Shield.PREEMPTION_CAP, f"at its preemption cap ({running.job.preemptions} of {cap})")
     return None
 
 
