@@ -509,7 +509,11 @@ WHO = textwrap.dedent(
         token = "read"
     except OSError as exc:
         token = "refused: " + type(exc).__name__
-    ray = sorted(k for k in os.environ if k.startswith(("RAY_", "GPUPOOL_DIE")))
+    protocol = {"API", "ARRAY_ID", "ARRAY_INDEX", "ATTEMPT", "CHECKPOINT_DIR", "GPUS_ON_NODE",
+                "INTERRUPTION_INTERVAL", "JOB_ID", "NODE", "NODE_ADDRESS", "NOTICE_FILE", "TOKEN"}
+    # Ray's variables, and any of gpupool's that the job protocol does not give a job.
+    ray = sorted(k for k in os.environ if k.startswith("RAY_")
+                 or k.startswith("GPUPOOL_") and k.removeprefix("GPUPOOL_") not in protocol)
     print(json.dumps({"uid": os.getuid(), "rank": os.environ["RANK"], "admin.token": token, "ray env": ray}))
     """
 )

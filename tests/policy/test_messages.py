@@ -50,17 +50,17 @@ def test_a_gang_that_needs_nodes_of_one_type_says_how_many_of_each_the_pool_has(
 
 
 def test_each_protection_names_its_rule_and_when_it_ends() -> None:
-    from gpupool.policy.preempt import Shield, protection
+    from gpupool.policy.preempt import ProtectionRule, protection
 
     config = Config(DEFAULT_CLASSES, max_preemptions=2)
     classes = {c.name: c for c in DEFAULT_CLASSES}
     young = running(job("young", cls="low"), on("n0", 0), started=NOW - 30)
     young_guard = protection(young, classes["low"], NOW, config)
-    assert young_guard is not None and young_guard.rule is Shield.MIN_RUNTIME
+    assert young_guard is not None and young_guard.rule is ProtectionRule.MIN_RUNTIME
     assert young_guard.until == NOW - 30 + classes["low"].min_runtime
     capped = running(job("capped", cls="normal", preemptions=2), on("n0", 1), started=0)
     capped_guard = protection(capped, classes["normal"], NOW, config)
-    assert capped_guard is not None and (capped_guard.rule, capped_guard.until) == (Shield.PREEMPTION_CAP, None)
+    assert capped_guard is not None and (capped_guard.rule, capped_guard.until) == (ProtectionRule.PREEMPTION_CAP, None)
     assert (
         protection(running(job("free", cls="normal"), on("n0", 2), started=0), classes["normal"], NOW, config) is None
     )

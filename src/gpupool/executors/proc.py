@@ -61,11 +61,11 @@ def outcome(attempt_dir: Path, expected_owner: str, code: int | None) -> tuple[i
     its exit status (the command's, as recorded, else `code`), what went wrong before the
     command started when it failed, and why it was not started at all (the scheduler's
     reasons), if it was not."""
-    trouble = not_started(attempt_dir, expected_owner)
-    if trouble is not None:
-        return None, None, trouble
-    recorded = recorded_exit(attempt_dir, expected_owner)
-    status = recorded if recorded is not None else code
+    data = _record(attempt_dir / "exit.json", expected_owner) or {}
+    if data.get("not_started") is not None:
+        return None, None, str(data["not_started"])
+    recorded = data.get("exit_code")
+    status = recorded if isinstance(recorded, int) else code
     return status, launch_error(attempt_dir) if status not in (0, None) else None, None
 
 

@@ -11,8 +11,8 @@ import ray
 from ray.util.placement_group import get_placement_group, remove_placement_group
 
 from gpupool.executors import Exit, Recorded, Started
-from gpupool.executors.proc import outcome, owner, recorded_exit_time
-from gpupool.executors.ray_gang import Gang, attempt_exit, member_folder, member_owner
+from gpupool.executors.proc import owner, recorded_exit_time
+from gpupool.executors.ray_gang import Gang, attempt_exit, member_end, member_folder, member_owner
 
 if TYPE_CHECKING:
     from gpupool.executors.ray_executor import RayExecutor
@@ -76,8 +76,7 @@ def lost(recorded: Recorded, name: str, found: list[Any]) -> Exit:
     key, ranks = (recorded.job_id, recorded.attempt), len(found)
     exits = [recorded_end(recorded.attempt_dir, name, rank) for rank in range(ranks)]
     if ranks and all(e is not None for e in exits):
-        ended = max(recorded_exit_time(member_folder(recorded.attempt_dir, r)) or 0.0 for r in range(ranks))
-        return attempt_exit(key, {r: e for r, e in enumerate(exits) if e is not None}, None, None, ended or None)
+        return from_records(recorded, exits)
     gone = found.count(GONE)
     if gone:
         why = f"{gone} of its {ranks} members' launchers were gone when it was adopted"
@@ -149,16 +148,22 @@ def unrecorded(recorded: Recorded, name: str) -> Exit:
     started = [r for r in range(ranks) if (member_folder(folder, r) / "launcher.json").exists()]
     if not started:
         return Exit(*key, None, "the scheduler stopped before its members started", started=False)
-    exits = {r: recorded_end(folder, name, r) for r in range(ranks)}
-    if all(e is not None for e in exits.values()):
-        ended = max(recorded_exit_time(member_folder(folder, r)) or 0.0 for r in range(ranks))
-        return attempt_exit(key, {r: e for r, e in exits.items() if e is not None}, None, None, ended or None)
+    exits = [recorded_end(folder, name, r) for r in range(ranks)]
+    if all(e is not None for e in exits):
+        return from_records(recorded, exits)
     # Stopped here for the scheduler's reasons, not the job's: started again, not charged.
     return Exit(*key, None, "stopped: the scheduler died before it recorded where it ran", started=False)
 
 
 def recorded_end(attempt_dir: Path, name: str, rank: int) -> dict[str, Any] | None:
-    status, why, not_started = outcome(member_folder(attempt_dir, rank), member_owner(name, rank), None)
-    if status is None and not_started is None:
-        return None
-    return {"exit_code": status, "why": why, "not_started": not_started}
+    """How rank's member ended, from its records on shared storage; None without an end."""
+    end = member_end(member_folder(attempt_dir, rank), member_owner(name, rank), None)
+    return end if end["exit_code"] is not None or end["not_started"] is not None else None
+
+
+def from_records(recorded: Recorded, exits: list[dict[str, Any] | None]) -> Exit:
+    """The attempt's end from every member's recorded end, at the last of them."""
+    folders = [member_folder(recorded.attempt_dir, rank) for rank in range(len(exits))]
+    ended = max(recorded_exit_time(folder) or 0.0 for folder in folders)
+    ends = {rank: end for rank, end in enumerate(exits) if end is not None}
+    return attempt_exit((recorded.job_id, recorded.attempt), ends, None, None, ended or None)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.executors import Exit, Key
+from gpupool.executors.proc import outcome
 
 
 def member_folder(attempt_dir: Path, rank: int) -> Path:
@@ -21,6 +22,18 @@ def member_owner(name: str, rank: int) -> str:
     """A member's name: what its node's launcher knows it by, and the owner its launcher's
     records name."""
     return f"{name}:{rank}"
+
+
+def attempt_of(owner: str) -> str:
+    """The attempt's name in a member's owner (`member_owner`)."""
+    return owner.rsplit(":", 1)[0]
+
+
+def member_end(folder: Path, owner: str, code: int | None) -> dict[str, Any]:
+    """How a member ended, as its launcher tells it (`proc.outcome` of its records and what its
+    process returned)."""
+    status, why, not_started = outcome(folder, owner, code)
+    return {"exit_code": status, "why": why, "not_started": not_started}
 
 
 @dataclass

@@ -26,22 +26,18 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from gpupool.executors.forks import ForkServer
-from gpupool.executors.proc import outcome, process_started
+from gpupool.executors.proc import process_started
+from gpupool.executors.ray_gang import attempt_of, member_end
 from gpupool.executors.spawn import Spawn, signal_group, write_notice
 from gpupool.executors.users import lookup
 
 FORGOTTEN = 100_000
 """How many forgotten gangs a launcher remembers, so that a late `start` of one is refused."""
-
-
-def attempt_of(owner: str) -> str:
-    """The attempt's name in a member's owner (`member_owner`)."""
-    return owner.rsplit(":", 1)[0]
 
 
 def _exit_now() -> None:
@@ -61,7 +57,6 @@ class Member:
     """Killed before it had a pid: killed as soon as it has one."""
     noticed: bool = False
     """Given notice before it had a pid: SIGTERM as soon as it has one."""
-    info: dict[str, Any] = field(default_factory=dict)
 
 
 class NodeLauncher:
@@ -127,12 +122,10 @@ class NodeLauncher:
                 signal_group(pid, signal.SIGKILL)
             elif member.noticed:
                 signal_group(pid, signal.SIGTERM)
-            member.info = {"pid": pid, "started": process_started(pid) or "", "node": os.uname().nodename}
-            return member.info
+            return {"pid": pid, "started": process_started(pid) or "", "node": os.uname().nodename}
 
     def _reap(self, member: Member, code: int) -> None:
-        status, why, not_started = outcome(member.spec.folder, member.spec.owner, code)
-        self._tell(member, {"exit_code": status, "why": why, "not_started": not_started})
+        self._tell(member, member_end(member.spec.folder, member.spec.owner, code))
 
     def _tell(self, member: Member, end: dict[str, Any]) -> None:
         with self.changed:

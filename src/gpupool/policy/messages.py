@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from gpupool.model import Job, Node, Placement, PriorityClass, Reason
 from gpupool.policy.budget import Effective
 from gpupool.policy.place import FreeGpus, Group
-from gpupool.policy.preempt import Candidate, Shield
+from gpupool.policy.preempt import Candidate, ProtectionRule
 from gpupool.units import human_seconds, plural
 
 
@@ -94,10 +94,10 @@ def no_victims(job: Job, cls: PriorityClass, protected: Sequence[Candidate] = ()
         guard = c.protection
         if guard is None:
             continue
-        if guard.rule is Shield.MIN_RUNTIME and guard.until is not None:
+        if guard.rule is ProtectionRule.MIN_RUNTIME and guard.until is not None:
             rule = f"inside their minimum runtime ({c.cls.name}: {human_seconds(c.cls.min_runtime)})"
             detail = f"job {c.id} for {human_seconds(guard.until - now)} more"
-        elif guard.rule is Shield.PREEMPTION_CAP:
+        elif guard.rule is ProtectionRule.PREEMPTION_CAP:
             rule, detail = "at their preemption cap", f"job {c.id} {guard.text.removeprefix('at its preemption cap ')}"
         else:
             rule, detail = guard.text, f"job {c.id}"

@@ -193,5 +193,8 @@ def fits_empty(shape: Shape, nodes: Sequence[Node]) -> bool:
 def can_ever_fit(job: Job, nodes: Sequence[Node]) -> bool:
     """Whether some placement on `nodes`, all of them empty, could hold `job`: one rule for the
     API (a submission no placement could ever hold is refused), the simulator (such a job of a
-    trace is left out) and the core (such a job waits, `never_fits`)."""
+    trace is left out) and the core (such a job waits, `never_fits`). A job asking for more GPUs
+    than the whole pool is answered without laying out its shapes (a trace may ask for 10^12)."""
+    if job.gpus > sum(n.gpus for n in nodes):
+        return False
     return any(fits_empty(shape, nodes) for shape in job_shapes(job, FreeGpus(nodes, ())))

@@ -35,7 +35,7 @@ class Candidate:
         return sum(len(gpus) for i, gpus in self.slots if i == node)
 
 
-class Shield(Enum):
+class ProtectionRule(Enum):
     """The rule that protects a running job from preemption."""
 
     NOT_PREEMPTIBLE = "not_preemptible"
@@ -48,7 +48,7 @@ class Protection:
     """Why a running job may not be preempted now: the rule, in words with its numbers, and
     when it ends (None for a protection that lasts)."""
 
-    rule: Shield
+    rule: ProtectionRule
     text: str
     until: float | None = None
 
@@ -56,14 +56,14 @@ class Protection:
 def protection(running: RunningJob, cls: PriorityClass, now: float, config: Config) -> Protection | None:
     """Why this running job may not be preempted now, or None if it may."""
     if not cls.preemptible:
-        return Protection(Shield.NOT_PREEMPTIBLE, f"class {cls.name} is not preemptible")
+        return Protection(ProtectionRule.NOT_PREEMPTIBLE, f"class {cls.name} is not preemptible")
     ran = now - running.started_at
     if ran < cls.min_runtime:
         text = f"inside its minimum runtime ({ran:.0f} of {cls.min_runtime:.0f} s)"
-        return Protection(Shield.MIN_RUNTIME, text, running.started_at + cls.min_runtime)
+        return Protection(ProtectionRule.MIN_RUNTIME, text, running.started_at + cls.min_runtime)
     cap = running.job.max_preemptions if running.job.max_preemptions is not None else config.max_preemptions
     if cap is not None and running.job.preemptions >= cap:
-        return Protection(Shield.PREEMPTION_CAP, f"at its preemption cap ({running.job.preemptions} of {cap})")
+        return Protection(ProtectionRule.PREEMPTION_CAP, f"at its preemption cap ({running.job.preemptions} of {cap})")
     return None
 
 

@@ -106,20 +106,15 @@ def replay(
 
 def admissible(trace: Trace, cluster: Cluster, settings: Settings) -> tuple[list[SimJob], int, int]:
     """The trace's jobs this cluster can run, with priorities from the mix; and how many
-    were left out because their team has no size, or because they can never fit (a job asking
-    for more GPUs than the whole pool is counted so without laying it out: a trace may ask for
-    10^12)."""
+    were left out because their team has no size, or because they can never fit
+    (`can_ever_fit`)."""
     sized = set(cluster.team_gpus)
-    pool_gpus = cluster.gpus
     fits: dict[tuple[str, int], bool] = {}
     jobs: list[SimJob] = []
     left_out = never_fit = 0
     for t in trace.jobs:
         if t.team not in sized:
             left_out += 1
-            continue
-        if t.gpus > pool_gpus:
-            never_fit += 1
             continue
         key = (t.team, t.gpus)
         if key not in fits:
