@@ -9,6 +9,7 @@ from enum import Enum
 
 from gpupool.model import Config, JobId, PriorityClass, Reason, RunningJob
 from gpupool.policy.place import FreeGpus, Shape, Slot
+from gpupool.policy.share import TeamShares
 
 
 @dataclass(slots=True)
@@ -91,9 +92,7 @@ class Candidates:
     """Preemption candidates of one decision, indexed by node; chosen ones are taken out."""
 
     free: FreeGpus
-    alloc: Counter[str]
-    """GPUs per team held by running jobs that are not draining."""
-    guarantee: Mapping[str, int]
+    shares: TeamShares
     build: Callable[[], list[list[Candidate]]]
     """Builds the candidates by node, on first use."""
     chosen: set[JobId] = field(default_factory=set)
@@ -124,7 +123,7 @@ class Candidates:
         return self._bounds[key]
 
     def over_guarantee(self, team: str) -> bool:
-        return self.alloc[team] > self.guarantee.get(team, 0)
+        return self.shares.above_guarantee(team)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,10 +228,9 @@ def _victims_on_node(
         if reason is None:
             continue
         if reason is Reason.RECLAIM:
-            left = (
-                candidates.alloc[candidate.team] - removed[candidate.team] - taken_gpus[candidate.team] - candidate.gpus
-            )
-            if left < candidates.guarantee.get(candidate.team, 0):
+            team = candidate.team
+            left = candidates.shares.gpus[team] - removed[team] - taken_gpus[team] - candidate.gpus
+            if left < candidates.shares.guarantee(team):
                 continue
         taken.append(Victim(candidate, reason))
         taken_gpus[candidate.team] += candidate.gpus

@@ -1,0 +1,331 @@
+"""One decision: the working state a `decide` call builds, and the stages that change it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from functools import partial
+
+from gpupool.model import (
+    Allocation,
+    Config,
+    Job,
+    JobId,
+    Placement,
+    Plan,
+    Preempt,
+    PriorityClass,
+    QueueMode,
+    Reason,
+    RunningJob,
+    Snapshot,
+    Start,
+    Wait,
+)
+from gpupool.policy import messages
+from gpupool.policy.budget import Effective, effective_class
+from gpupool.policy.drain import Drains, last_deadline, lenders_used, place_on_lent
+from gpupool.policy.memo import Memo
+from gpupool.policy.order import queue_order
+from gpupool.policy.place import FreeGpus, Group, Shape, Slot, choose_slots
+from gpupool.policy.preempt import (
+    Candidate,
+    Candidates,
+    Preemptor,
+    Victim,
+    find_victims,
+    lost_work,
+    protection,
+    victim_order,
+)
+from gpupool.policy.share import TeamShares
+
+
+class Fit(Enum):
+    """What became of one pending job in the queue pass."""
+
+    STARTED = "started"
+    HELD = "held"
+    """It holds GPUs that draining victims free (given notice now or before)."""
+    NO_FIT = "no_fit"
+    NO_VICTIMS = "no_victims"
+    NEVER_FITS = "never_fits"
+    QUEUE_BLOCKED = "queue_blocked"
+
+    @property
+    def waits(self) -> bool:
+        return self not in (Fit.STARTED, Fit.HELD)
+
+    @property
+    def reason(self) -> Reason:
+        return Reason(self.value)
+
+
+@dataclass(slots=True)
+class Decision:
+    snapshot: Snapshot
+    config: Config
+    now: float
+    free: FreeGpus = field(init=False)
+    shares: TeamShares = field(init=False)
+    memo: Memo = field(init=False)
+    drains: Drains = field(init=False)
+    candidates: Candidates = field(init=False)
+    expiring: dict[int, float] = field(default_factory=dict)
+    """Per class value, the earliest end of a minimum-runtime protection."""
+    effective: dict[tuple[str, str], Effective] = field(default_factory=dict)
+    starts: list[Start] = field(default_factory=list)
+    preemptions: list[Preempt] = field(default_factory=list)
+    waits: list[Wait] = field(default_factory=list)
+    settled: set[JobId] = field(default_factory=set)
+    """Jobs this decision has started, held for or told why they wait."""
+    retry_at: float | None = None
+    blocked: set[Group] = field(default_factory=set)
+    """Node groups a strict queue has closed behind a job that does not fit."""
+
+    def __post_init__(self) -> None:
+        snapshot = self.snapshot
+        self.free = FreeGpus(snapshot.nodes, snapshot.running, snapshot.free)
+        teams = snapshot.teams if snapshot.teams is not None else self.config.teams
+        self.shares = TeamShares.of(teams, snapshot.running)
+        self.memo = Memo(self.free, snapshot.nodes)
+        self.drains = Drains.of(snapshot.running, {job.id for job in snapshot.pending})
+        self.candidates = Candidates(self.free, self.shares, self.build_candidates)
+
+    def build_candidates(self) -> list[list[Candidate]]:
+        """Running jobs that are not draining, by node, in victim order. Built only when a
+        job first needs preemption: most decisions never look at victims."""
+        on_node: list[list[Candidate]] = [[] for _ in self.snapshot.nodes]
+        for running in self.snapshot.running:
+            if running.notice is not None:
+                continue
+            cls = self.running_class(running)
+            slots = tuple((self.free.node_index(a.node), a.gpus) for a in running.placement)
+            candidate = Candidate(running, cls, slots)
+            candidate.protection = protection(running, cls, self.now, self.config)
+            candidate.cost = lost_work(running, self.now)
+            until = candidate.protection.until if candidate.protection is not None else None
+            if until is not None:
+                self.expiring[cls.value] = min(self.expiring.get(cls.value, until), until)
+            for i in {i for i, _ in slots}:
+                on_node[i].append(candidate)
+        for here in on_node:
+            here.sort(key=victim_order)
+        return on_node
+
+    # --- lookups -------------------------------------------------------------------------
+
+    def effective_of(self, job: Job) -> Effective:
+        key = (job.team, job.priority)
+        if key not in self.effective:
+            team = self.shares.team(job.team)
+            self.effective[key] = effective_class(self.config, self.snapshot.usage, team, job.priority)
+        return self.effective[key]
+
+    def running_class(self, running: RunningJob) -> PriorityClass:
+        """The class an attempt runs at was fixed when it started (budgets may have lowered it)."""
+        if running.priority is not None:
+            return self.config.priority_class(running.priority)
+        return self.effective_of(running.job).cls
+
+    # --- GPUs held for jobs whose victims drain ------------------------------------------
+
+    def hold_for_drains(self) -> None:
+        """Every job whose victims drain holds their GPUs, plus free ones, before anything
+        else is placed; only then does a job whose held placement is all free GPUs start. A
+        drain whose preemptor is gone (started elsewhere, cancelled) frees GPUs for anyone."""
+        pending = {job.id: job for job in self.snapshot.pending}
+        draining_for = self.drains.draining_for
+        waiting = [(self.effective_of(pending[j]).cls.value, pending[j]) for j in draining_for]
+        held: list[tuple[Job, Placement, list[RunningJob]]] = []
+        for job in queue_order(waiting, self.config.order, self.shares.share):
+            victims = draining_for[job.id]
+            placement = self.place_on_lent(job, victims)
+            if placement:
+                self.shares.add(job.team, job.gpus)
+                self.settled.add(job.id)
+                held.append((job, placement, victims))
+        for job, placement, victims in held:
+            if lenders_used(placement, victims):
+                self.hold(job, placement, [r.job.id for r in victims], last_deadline(victims))
+            else:
+                self.start(job, placement)
+                self.drains.orphans.extend(victims)
+
+    def place_on_lent(self, job: Job, lenders: Sequence[RunningJob]) -> Placement:
+        return place_on_lent(lenders, self.free, self.snapshot.nodes, partial(self.best_fit_slots, job, lent=True))
+
+    def hold_orphans(self, job: Job) -> bool:
+        """Hold GPUs that drains for a job that no longer waits will free, if they make `job` fit."""
+        placement = self.place_on_lent(job, self.drains.orphans)
+        if not placement:
+            return False
+        claimed = lenders_used(placement, self.drains.orphans)
+        self.drains.orphans = [r for r in self.drains.orphans if r not in claimed]
+        self.shares.add(job.team, job.gpus)
+        self.settled.add(job.id)
+        self.hold(job, placement, [r.job.id for r in claimed], last_deadline(claimed))
+        return True
+
+    def hold(self, job: Job, placement: Placement, victims: Sequence[JobId], deadline: float) -> None:
+        """`job` holds `placement` while `victims` drain; its team counts those GPUs already."""
+        message = messages.awaiting_drain(victims, deadline, self.now)
+        self.waits.append(Wait(job.id, Reason.AWAITING_DRAIN, message, placement))
+
+    # --- the queue -----------------------------------------------------------------------
+
+    def place_queue(self) -> None:
+        pending = [(self.effective_of(j).cls.value, j) for j in self.snapshot.pending if j.id not in self.settled]
+        # Free GPUs and candidates only shrink during the pass (see Memo): a kind of job that
+        # could neither start nor preempt cannot later in it, so the rest of its kind wait at once.
+        stuck: dict[tuple[str, str | None, int, int | None, str], Fit] = {}
+        for job in queue_order(pending, self.config.order, self.shares.share):
+            if job.id in self.settled:
+                continue
+            kind = (job.team, job.gpu_type, job.gpus, job.gpus_per_node, job.priority)
+            fit = stuck.get(kind) or self.place(job)
+            if fit.waits:
+                if fit in (Fit.NO_FIT, Fit.NO_VICTIMS, Fit.NEVER_FITS):
+                    stuck[kind] = fit
+                self.wait(job, fit.reason, partial(self.explain, job, fit.reason))
+
+    def place(self, job: Job) -> Fit:
+        """Start `job` on free GPUs, else hold GPUs orphaned drains free, else preempt for it."""
+        shapes = self.memo.shapes_of(job)
+        if self.blocked and any(g in self.blocked for s in shapes for g in s.groups):
+            return Fit.QUEUE_BLOCKED
+        if self.start_on_free(job):
+            return Fit.STARTED
+        if self.drains.orphans and self.hold_orphans(job):
+            return Fit.HELD
+        if not self.memo.fits_ever(shapes):
+            return Fit.NEVER_FITS
+        fit = self.preempt_for(job, shapes)
+        if fit.waits and self.config.queue is QueueMode.STRICT:
+            self.blocked.update(g for s in shapes for g in s.groups)
+        return fit
+
+    def explain(self, job: Job, reason: Reason) -> str:
+        if reason is Reason.QUEUE_BLOCKED:
+            return messages.queue_blocked()
+        if reason is Reason.NEVER_FITS:
+            return messages.never_fits(job, [n for n in self.snapshot.nodes if n.team in (None, job.team)])
+        eff = self.effective_of(job)
+        if reason is Reason.NO_VICTIMS:
+            text = messages.no_victims(job, eff.cls, self.protected_below(job, eff.cls), self.now)
+        else:
+            text = messages.no_fit(job, self.free, self.memo.shapes_of(job)[0].groups)
+        return f"{text}; {eff.note}" if eff.note else text
+
+    def protected_below(self, job: Job, cls: PriorityClass) -> list[Candidate]:
+        """Running jobs on the nodes `job` may use that its class could preempt but a rule
+        protects: what a person needs to know of why nobody is given notice."""
+        nodes = {i for shape in self.memo.shapes_of(job) for i in self.memo.nodes_in(shape.groups)}
+        seen: dict[JobId, Candidate] = {}
+        for i in sorted(nodes):
+            for candidate in self.candidates.on_node[i]:
+                if candidate.protection is not None and candidate.cls.value < cls.value:
+                    seen.setdefault(candidate.id, candidate)
+        return list(seen.values())
+
+    def best_fit_slots(self, job: Job, *, lent: bool = False) -> list[Slot] | None:
+        """Slots on the first shape that fits; a shape that did not fit on free GPUs is
+        remembered (see Memo), unless GPUs were lent for the try."""
+        for shape in self.memo.shapes_of(job):
+            if not lent and shape in self.memo.no_fit:
+                continue
+            slots = choose_slots(shape, self.free)
+            if slots is not None:
+                return slots
+            if not lent:
+                self.memo.no_fit.add(shape)
+        return None
+
+    def start_on_free(self, job: Job) -> bool:
+        slots = self.best_fit_slots(job)
+        if slots is None:
+            return False
+        self.shares.add(job.team, job.gpus)
+        self.start(job, self.free.allocate(slots))
+        return True
+
+    def start(self, job: Job, placement: Placement) -> None:
+        """Record the start of `job` on `placement` (taken already, and counted for its team)."""
+        eff = self.effective_of(job)
+        self.settled.add(job.id)
+        reason = Reason.BUDGET_EXCEEDED if eff.demoted_from else Reason.FREE_GPUS
+        self.starts.append(Start(job.id, placement, eff.cls.name, reason, messages.started(job, placement, eff)))
+
+    # --- preemption ----------------------------------------------------------------------
+
+    def preempt_for(self, job: Job, shapes: tuple[Shape, ...]) -> Fit:
+        """Give notice to the cheapest sufficient victims; if there are none, say why not."""
+        eff = self.effective_of(job)
+        guarantee = self.shares.guarantee(job.team)
+        may_reclaim = self.config.reclaim and self.shares.gpus[job.team] + job.gpus <= guarantee
+        if not self.config.preemption or not (eff.cls.may_preempt or may_reclaim):
+            return Fit.NO_FIT
+        who = Preemptor(job.id, job.team, eff.cls, may_reclaim)
+        for shape in shapes:
+            key = (shape, eff.cls.value, job.team if may_reclaim else None, "")
+            if key in self.memo.no_victims:
+                continue
+            found = find_victims(who, shape, self.candidates, self.memo.nodes_in(shape.groups))
+            if found is None:
+                self.memo.no_victims.add(key)
+                continue
+            slots, victims = found
+            self.give_notice(job, slots, victims)
+            return Fit.HELD
+        self.note_retry(eff.cls, may_reclaim)
+        return Fit.NO_VICTIMS
+
+    def give_notice(self, job: Job, slots: list[Slot], victims: list[Victim]) -> None:
+        placement = []
+        for i, want in slots:
+            mine = list(self.free.free[i][:want])
+            if mine:
+                self.free.take(i, mine)
+            for victim in victims:
+                for node, gpus in victim.candidate.slots:
+                    if node == i and len(mine) < want:
+                        mine.extend(gpus[: want - len(mine)])
+            placement.append((i, tuple(sorted(mine))))
+        deadlines = []
+        for victim in victims:
+            candidate = victim.candidate
+            self.candidates.chosen.add(candidate.id)
+            self.shares.remove(candidate.team, candidate.gpus)
+            # The grace is what the job needs to save, so its own class's, whatever its budget.
+            deadline = self.now + self.config.priority_class(candidate.running.job.priority).grace_period
+            deadlines.append(deadline)
+            self.preemptions.append(
+                Preempt(
+                    candidate.id,
+                    job.id,
+                    deadline,
+                    victim.reason,
+                    messages.preempted(candidate, job, self.effective_of(job), victim.reason, self.now),
+                )
+            )
+        held = tuple(Allocation(self.snapshot.nodes[i].name, gpus) for i, gpus in placement)
+        self.shares.add(job.team, job.gpus)
+        self.settled.add(job.id)
+        self.hold(job, held, [v.candidate.id for v in victims], max(deadlines))
+
+    def note_retry(self, cls: PriorityClass, may_reclaim: bool) -> None:
+        ends = [
+            until for value, until in self.expiring.items() if value < cls.value or (may_reclaim and value == cls.value)
+        ]
+        if ends and (self.retry_at is None or min(ends) < self.retry_at):
+            self.retry_at = min(ends)
+
+    def wait(self, job: Job, reason: Reason, message: Callable[[], str]) -> None:
+        """Record why the job waits; the words are only written when waits are explained."""
+        self.settled.add(job.id)
+        if self.config.explain_waits:
+            self.waits.append(Wait(job.id, reason, message()))
+
+    def plan(self) -> Plan:
+        return Plan(tuple(self.starts), tuple(self.preemptions), tuple(self.waits), self.retry_at)

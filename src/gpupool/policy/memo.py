@@ -1,0 +1,52 @@
+"""What one decision remembers so as not to work out the same thing twice."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from gpupool.model import Job, Node
+from gpupool.policy.place import FreeGpus, Group, Shape, fits_empty, job_shapes
+
+JobKind = tuple[str, str | None, int, int | None]
+"""(team, gpu_type, gpus, gpus_per_node): jobs of one kind have the same shapes."""
+
+
+@dataclass(slots=True)
+class Memo:
+    """Lookups of one decision, and the failures it may remember.
+
+    The invariant the failures rest on: once the queue pass has begun, free GPUs only shrink
+    and candidates only leave (are chosen), so a shape that found no free slots, or no
+    victims for a class and a reclaiming team, will find none later in the same decision. The
+    one place GPUs come back is a placement on GPUs lent by draining jobs: it neither reads nor
+    writes `no_fit`, and it takes every lent GPU back before it returns.
+    """
+
+    free: FreeGpus
+    nodes: Sequence[Node]
+    no_fit: set[Shape] = field(default_factory=set)
+    """Shapes that did not fit on free GPUs."""
+    no_victims: set[tuple[Shape, int, str | None, str]] = field(default_factory=set)
+    """(shape, class value, reclaiming team or None, fair-share claimant or "") with no victims."""
+    _shapes: dict[JobKind, tuple[Shape, ...]] = field(default_factory=dict)
+    _nodes_of: dict[tuple[Group, ...], list[int]] = field(default_factory=dict)
+    _ever_fits: dict[tuple[Shape, ...], bool] = field(default_factory=dict)
+
+    def shapes_of(self, job: Job) -> tuple[Shape, ...]:
+        key = (job.team, job.gpu_type, job.gpus, job.gpus_per_node)
+        if key not in self._shapes:
+            self._shapes[key] = job_shapes(job, self.free)
+        return self._shapes[key]
+
+    def nodes_in(self, groups: tuple[Group, ...]) -> list[int]:
+        """Indexes of the nodes of `groups`."""
+        if groups not in self._nodes_of:
+            self._nodes_of[groups] = [i for i, g in enumerate(self.free.group) if g in groups]
+        return self._nodes_of[groups]
+
+    def fits_ever(self, shapes: tuple[Shape, ...]) -> bool:
+        """Whether one of `shapes` fits its nodes when they are all empty."""
+        if shapes not in self._ever_fits:
+            self._ever_fits[shapes] = any(fits_empty(s, self.nodes) for s in shapes)
+        return self._ever_fits[shapes]

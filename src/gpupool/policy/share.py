@@ -1,0 +1,49 @@
+"""GPUs per team during one decision: the only place that changes them.
+
+A team's GPUs are those of its running jobs that are not draining, plus the GPUs of the jobs
+this decision starts or holds for; a victim's GPUs leave its team when it is given notice.
+The queue order, reclaim and fair-share preemption all read them from here.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from gpupool.model import RunningJob, Team
+
+
+@dataclass(slots=True)
+class TeamShares:
+    teams: Mapping[str, Team]
+    gpus: Counter[str] = field(default_factory=Counter)
+    """GPUs per team, as the decision has changed them so far."""
+
+    @classmethod
+    def of(cls, teams: Mapping[str, Team], running: Iterable[RunningJob]) -> TeamShares:
+        """GPUs per team held by running jobs that are not draining."""
+        gpus: Counter[str] = Counter()
+        for job in running:
+            if job.notice is None:
+                gpus[job.job.team] += job.job.gpus
+        return cls(teams, gpus)
+
+    def team(self, name: str) -> Team:
+        return self.teams.get(name) or Team(name)
+
+    def guarantee(self, team: str) -> int:
+        return self.team(team).guaranteed_gpus
+
+    def share(self, team: str, change: int = 0) -> float:
+        """The team's weighted share: its GPUs (plus `change`) over its weight."""
+        return (self.gpus[team] + change) / max(self.team(team).weight, 1e-9)
+
+    def above_guarantee(self, team: str) -> bool:
+        return self.gpus[team] > self.guarantee(team)
+
+    def add(self, team: str, gpus: int) -> None:
+        self.gpus[team] += gpus
+
+    def remove(self, team: str, gpus: int) -> None:
+        self.gpus[team] -= gpus
