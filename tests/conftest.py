@@ -11,7 +11,8 @@ from hypothesis import settings
 
 settings.register_profile("ci", derandomize=True, deadline=None, max_examples=200)
 settings.register_profile("dev", deadline=None, max_examples=100)
-settings.load_profile("ci" if os.environ.get("CI") else "dev")
+settings.register_profile("stress", deadline=None, max_examples=3000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
 if TYPE_CHECKING:
     from gpupool.executors.ray_loopback import LoopbackCluster

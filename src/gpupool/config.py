@@ -7,7 +7,9 @@
       nlp: {weight: 2, guaranteed_gpus: 16, budgets: {high: {gpu_hours: 100, window: 7d}}}
     policy:
       queue: backfill              # or strict
-      reclaim: true
+      reclaim: true                # a team below its guarantee takes it back
+      priority_preemption: pool    # or team, above_guarantee: whose jobs a class preempts
+      fair_share: off              # or preempt: a lower weighted share takes from the highest
       max_preemptions: 10          # per job; null for no cap
       max_node_losses: 3           # per job: requeues after a node it ran on was lost
     service:                       # `gpupool up`
@@ -44,7 +46,17 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpupool.errors import InvalidInput
-from gpupool.model import DEFAULT_CLASSES, Config, PriorityBudget, PriorityClass, QueueMode, QueueOrder, Team
+from gpupool.model import (
+    DEFAULT_CLASSES,
+    Config,
+    FairShare,
+    PriorityBudget,
+    PriorityClass,
+    PriorityScope,
+    QueueMode,
+    QueueOrder,
+    Team,
+)
 from gpupool.units import parse_duration
 
 
@@ -109,6 +121,8 @@ class PolicySpec(_Strict):
     reclaim: bool = True
     max_preemptions: int | None = Field(default=10, ge=0, le=INT32_MAX)
     max_node_losses: int = Field(default=3, ge=0, le=INT32_MAX)
+    priority_preemption: PriorityScope = PriorityScope.POOL
+    fair_share: FairShare = FairShare.OFF
 
 
 class ServiceSpec(_Strict):
@@ -269,7 +283,18 @@ def build(spec: ConfigSpec) -> Config:
         for name, t in spec.teams.items()
     }
     p = spec.policy
-    return Config(classes, teams, p.order, p.queue, p.preemption, p.reclaim, p.max_preemptions, p.max_node_losses)
+    return Config(
+        classes,
+        teams,
+        p.order,
+        p.queue,
+        p.preemption,
+        p.reclaim,
+        p.max_preemptions,
+        p.max_node_losses,
+        priority_preemption=p.priority_preemption,
+        fair_share=p.fair_share,
+    )
 
 
 def parse_spec(data: Any, source: str = "config") -> ConfigSpec:

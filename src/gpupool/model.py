@@ -203,6 +203,26 @@ class QueueMode(StrEnum):
     """A job that does not fit blocks every later job that could use the same nodes."""
 
 
+class PriorityScope(StrEnum):
+    """Whose lower-class jobs a job of a preempting class may give notice to."""
+
+    POOL = "pool"
+    """Any team's."""
+    TEAM = "team"
+    """Its own team's only."""
+    ABOVE_GUARANTEE = "above_guarantee"
+    """Its own team's, and another team's while that team stays at or above its guarantee."""
+
+
+class FairShare(StrEnum):
+    """Whether a team with a lower weighted share may take GPUs from one with a higher share."""
+
+    OFF = "off"
+    PREEMPT = "preempt"
+    """A waiting job takes jobs of its own class or lower from the team with the highest
+    weighted share, while that team's share stays at or above the claimant team's after the move."""
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     """The policy the core applies. Built by `gpupool.config` from YAML or by the simulator."""
@@ -217,6 +237,8 @@ class Config:
     max_node_losses: int = 3
     """How often a job is requeued after losing a node (one of its attempt's nodes died or
     hung) before it fails: a job that kills its nodes does not loop forever."""
+    priority_preemption: PriorityScope = PriorityScope.POOL
+    fair_share: FairShare = FairShare.OFF
     explain_waits: bool = True
     """Emit a `Wait` for every pending job not started (drivers that never show them may skip it)."""
 
@@ -243,6 +265,7 @@ class Reason(StrEnum):
     FREE_GPUS = "free_gpus"
     PRIORITY = "priority"
     RECLAIM = "reclaim"
+    FAIR_SHARE = "fair_share"
     BUDGET_EXCEEDED = "budget_exceeded"
     AWAITING_DRAIN = "awaiting_drain"
     NO_FIT = "no_fit"

@@ -7,14 +7,16 @@ preempts again, and the pool thrashes until the victims reach their preemption c
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
 from test_properties import NOW, scenarios
 
-from gpupool.model import DEFAULT_CLASSES, Config, Notice, Reason, RunningJob, Snapshot, Team
+from gpupool.model import DEFAULT_CLASSES, Config, Notice, Plan, Reason, RunningJob, Snapshot, Team
 from gpupool.policy import decide
+from gpupool.policy.budget import effective_class
 from gpupool.testing import fill, job, pool
 
 TEAMS = {"a": Team("a", 2.0, 3), "b": Team("b", 1.0, 3), "c": Team("c", 1.0, 2)}
@@ -53,44 +55,54 @@ def reclaims(draw: st.DrawFn) -> tuple[Snapshot, Config]:
     return Snapshot(nodes, running, pending), Config(DEFAULT_CLASSES, teams, max_preemptions=None)
 
 
-@given(st.one_of(scenarios(), reclaims()), st.integers(2, 6))
-def test_no_job_is_preempted_twice_for_one_preemptor_and_a_preemptor_whose_victims_left_starts(
-    scenario: tuple[Snapshot, Config], rounds: int
-) -> None:
-    """Repeated decisions, every victim leaving before the next one, time moving past every
-    minimum runtime: a (victim, preemptor) pair never comes twice, and a preemptor all of whose
-    victims have left starts at the next decision, unless a job of a higher class took the GPUs."""
-    snapshot, config = scenario
+def decisions(snapshot: Snapshot, config: Config, rounds: int) -> Iterator[tuple[Snapshot, Plan, float]]:
+    """Repeated decisions, each plan applied before the next: starts run, every victim leaves
+    and goes back in line (its preemptor nominated), time moves past every minimum runtime."""
     running = {r.job.id: r for r in snapshot.running}
     pending = {j.id: j for j in snapshot.pending}
     now = NOW
-    pairs: set[tuple[str, str]] = set()
-    victims_of: dict[str, set[str]] = {}
-    must_start: set[str] = set()
     for _ in range(rounds):
         state = Snapshot(snapshot.nodes, list(running.values()), list(pending.values()), snapshot.usage)
         plan = decide(state, config, now)
-        started = {s.job for s in plan.starts}
-        top = max((config.priority_class(s.priority).value for s in plan.starts), default=-(2**31))
-        for job_id in must_start - started:
-            # Only a job of a higher class may take what was freed for it.
-            assert config.priority_class(pending[job_id].priority).value < top, f"{job_id} did not start"
-        for p in plan.preemptions:
-            assert (p.victim, p.for_job) not in pairs, f"{p.victim} preempted twice for {p.for_job}"
-            pairs.add((p.victim, p.for_job))
-            victims_of.setdefault(p.for_job, set()).add(p.victim)
+        yield state, plan, now
         for s in plan.starts:
             started_job = replace(pending.pop(s.job), nominated=False)
             running[s.job] = RunningJob(started_job, s.placement, now, priority=s.priority)
         for p in plan.preemptions:
             running[p.victim] = replace(running[p.victim], notice=Notice(p.for_job, p.deadline))
-        # Every draining job leaves and goes back in line; its preemptor is nominated.
-        must_start = set()
         for r in [r for r in running.values() if r.notice is not None]:
             del running[r.job.id]
             pending[r.job.id] = replace(r.job, preemptions=r.job.preemptions + 1)
             assert r.notice is not None
             if r.notice.for_job in pending:
                 pending[r.notice.for_job] = replace(pending[r.notice.for_job], nominated=True)
-        must_start = {p for p, victims in victims_of.items() if p in pending and not victims & running.keys()}
         now += 1000.0
+
+
+@given(st.one_of(scenarios(), reclaims()), st.integers(2, 6))
+def test_no_job_is_preempted_twice_for_one_preemptor_and_a_preemptor_whose_victims_left_starts(
+    scenario: tuple[Snapshot, Config], rounds: int
+) -> None:
+    """A (victim, preemptor) pair never comes twice, and a preemptor all of whose victims have
+    left starts at the next decision, unless a job of a higher class took the GPUs."""
+    snapshot, config = scenario
+    pairs: set[tuple[str, str]] = set()
+    victims_of: dict[str, set[str]] = {}
+    for state, plan, _ in decisions(snapshot, config, rounds):
+        pending = {j.id: j for j in state.pending}
+        here = {r.job.id for r in state.running}
+        must_start = {p for p, victims in victims_of.items() if p in pending and not victims & here}
+        started = {s.job for s in plan.starts}
+        holds = [w.job for w in plan.waits if w.reason is Reason.AWAITING_DRAIN]
+        classes = [config.priority_class(s.priority) for s in plan.starts]
+        classes += [
+            effective_class(config, state.usage, config.team(pending[j].team), pending[j].priority).cls for j in holds
+        ]
+        top = max((c.value for c in classes), default=-(2**31))
+        for job_id in must_start - started:
+            # Only a job of a higher class may take what was freed for it (start on it, or hold it).
+            assert config.priority_class(pending[job_id].priority).value < top, f"{job_id} did not start"
+        for p in plan.preemptions:
+            assert (p.victim, p.for_job) not in pairs, f"{p.victim} preempted twice for {p.for_job}"
+            pairs.add((p.victim, p.for_job))
+            victims_of.setdefault(p.for_job, set()).add(p.victim)

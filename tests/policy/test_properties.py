@@ -14,11 +14,14 @@ from gpupool.model import (
     DEFAULT_CLASSES,
     Allocation,
     Config,
+    FairShare,
     Job,
     Node,
     Notice,
     Plan,
+    Preempt,
     PriorityBudget,
+    PriorityScope,
     Reason,
     RunningJob,
     Snapshot,
@@ -68,7 +71,13 @@ def scenarios(draw: st.DrawFn) -> tuple[Snapshot, Config]:
         for t in TEAMS
     }
     usage = {(t, "high"): draw(st.sampled_from([0.0, 7200.0])) for t in TEAMS}
-    config = Config(DEFAULT_CLASSES, teams, max_preemptions=draw(st.sampled_from([None, 1, 3])))
+    config = Config(
+        DEFAULT_CLASSES,
+        teams,
+        max_preemptions=draw(st.sampled_from([None, 1, 3])),
+        priority_preemption=draw(st.sampled_from(list(PriorityScope))),
+        fair_share=draw(st.sampled_from(list(FairShare))),
+    )
     return Snapshot(nodes, running, pending, usage), config
 
 
@@ -180,24 +189,34 @@ def test_never_preempts_without_the_preemptor_fitting(scenario: tuple[Snapshot, 
     plan = decide(snapshot, config, NOW)
     jobs = {j.id: j for j in snapshot.pending}
     running = {r.job.id: r for r in snapshot.running}
-    held_for = {w.job for w in plan.waits if w.reason is Reason.AWAITING_DRAIN and w.placement}
+    held_for = {w.job: w.placement for w in plan.waits if w.reason is Reason.AWAITING_DRAIN and w.placement}
     for p in plan.preemptions:
         assert p.for_job in held_for, f"{p.victim} preempted for {p.for_job}, which holds no placement"
+        held_gpus = {(a.node, g) for a in held_for[p.for_job] for g in a.gpus}
+        victim = running[p.victim]
+        assert any((a.node, g) in held_gpus for a in victim.placement for g in a.gpus), f"{p.victim} is not needed"
         preemptor = jobs[p.for_job]
         mine = effective_class(config, snapshot.usage, config.team(preemptor.team), preemptor.priority).cls
-        theirs = effective_class(
-            config, snapshot.usage, config.team(running[p.victim].job.team), running[p.victim].job.priority
-        ).cls
+        theirs = effective_class(config, snapshot.usage, config.team(victim.job.team), victim.job.priority).cls
         if p.reason is Reason.PRIORITY:
             assert mine.may_preempt
             assert theirs.value < mine.value
+            if config.priority_preemption is PriorityScope.TEAM:
+                assert victim.job.team == preemptor.team
         else:
-            assert p.reason is Reason.RECLAIM
+            assert p.reason in (Reason.RECLAIM, Reason.FAIR_SHARE)
+            assert p.reason is Reason.RECLAIM or config.fair_share is FairShare.PREEMPT
             assert theirs.value <= mine.value
+            assert victim.job.team != preemptor.team
 
 
 @given(scenarios())
-def test_reclaim_never_pushes_a_team_below_its_guarantee(scenario: tuple[Snapshot, Config]) -> None:
+def test_team_rules_take_a_team_below_its_guarantee_by_one_whole_reclaimed_job_at_most(
+    scenario: tuple[Snapshot, Config],
+) -> None:
+    """Reclaim, fair share and `above_guarantee` priority preemption leave a victim team at or
+    above its guarantee, except that reclaim may take one whole job across it (the team was
+    above its guarantee before that job left); checked on teams no job of their own preempted."""
     snapshot, config = scenario
     plan = decide(snapshot, config, NOW)
     leaving = {p.victim for p in plan.preemptions}
@@ -210,10 +229,24 @@ def test_reclaim_never_pushes_a_team_below_its_guarantee(scenario: tuple[Snapsho
     for job_id in layouts(plan):
         after[jobs[job_id].team] += jobs[job_id].gpus
     running = {r.job.id: r for r in snapshot.running}
+    by_own_team = {
+        running[p.victim].job.team for p in plan.preemptions if jobs[p.for_job].team == running[p.victim].job.team
+    }
+    guarded = config.priority_preemption is PriorityScope.ABOVE_GUARANTEE
+    victims_of_team: dict[str, list[Preempt]] = {}
     for p in plan.preemptions:
-        if p.reason is Reason.RECLAIM:
-            team = running[p.victim].job.team
-            assert after[team] >= config.team(team).guaranteed_gpus
+        victims_of_team.setdefault(running[p.victim].job.team, []).append(p)
+    for team, preempts in victims_of_team.items():
+        floor = config.team(team).guaranteed_gpus
+        if team in by_own_team or after[team] >= floor:
+            continue
+        reasons = {p.reason for p in preempts}
+        assert Reason.FAIR_SHARE not in reasons, f"fair share took team {team} below its guarantee"
+        if guarded:
+            assert Reason.PRIORITY not in reasons, f"priority took team {team} below its guarantee"
+        if Reason.PRIORITY not in reasons:
+            crossing = [p for p in preempts if p.reason is Reason.RECLAIM]
+            assert after[team] + max(running[p.victim].job.gpus for p in crossing) > floor
 
 
 @given(scenarios(), st.randoms(use_true_random=False))

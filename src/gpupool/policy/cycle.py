@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from functools import partial
 
 from gpupool.model import (
     Allocation,
     Config,
+    FairShare,
     Job,
     JobId,
     Placement,
@@ -29,17 +30,9 @@ from gpupool.policy.drain import Drains, last_deadline, lenders_used, place_on_l
 from gpupool.policy.memo import Memo
 from gpupool.policy.order import queue_order
 from gpupool.policy.place import FreeGpus, Group, Shape, Slot, choose_slots
-from gpupool.policy.preempt import (
-    Candidate,
-    Candidates,
-    Preemptor,
-    Victim,
-    find_victims,
-    lost_work,
-    protection,
-    victim_order,
-)
+from gpupool.policy.preempt import Candidate, Candidates, lost_work, protection, victim_order
 from gpupool.policy.share import TeamShares
+from gpupool.policy.victims import Preemptor, Victim, find_victims, refusal
 
 
 class Fit(Enum):
@@ -105,6 +98,7 @@ class Decision:
             candidate = Candidate(running, cls, slots)
             candidate.protection = protection(running, cls, self.now, self.config)
             candidate.cost = lost_work(running, self.now)
+            candidate.share = self.shares.share(candidate.team)
             until = candidate.protection.until if candidate.protection is not None else None
             if until is not None:
                 self.expiring[cls.value] = min(self.expiring.get(cls.value, until), until)
@@ -213,21 +207,31 @@ class Decision:
             return messages.never_fits(job, [n for n in self.snapshot.nodes if n.team in (None, job.team)])
         eff = self.effective_of(job)
         if reason is Reason.NO_VICTIMS:
-            text = messages.no_victims(job, eff.cls, self.protected_below(job, eff.cls), self.now)
+            protected, refused = self.kept_from(job, eff.cls)
+            text = messages.no_victims(job, eff.cls, protected, self.now, refused)
         else:
             text = messages.no_fit(job, self.free, self.memo.shapes_of(job)[0].groups)
         return f"{text}; {eff.note}" if eff.note else text
 
-    def protected_below(self, job: Job, cls: PriorityClass) -> list[Candidate]:
+    def kept_from(self, job: Job, cls: PriorityClass) -> tuple[list[Candidate], list[tuple[str, str, JobId]]]:
         """Running jobs on the nodes `job` may use that its class could preempt but a rule
-        protects: what a person needs to know of why nobody is given notice."""
+        protects, and those a team rule keeps it from, as (rule, numbers, job): what a person
+        needs to know of why nobody is given notice."""
         nodes = {i for shape in self.memo.shapes_of(job) for i in self.memo.nodes_in(shape.groups)}
-        seen: dict[JobId, Candidate] = {}
+        searches = self.searches(job)
+        who = searches[-1] if searches else None
+        protected: dict[JobId, Candidate] = {}
+        refused: dict[JobId, tuple[str, str, JobId]] = {}
         for i in sorted(nodes):
             for candidate in self.candidates.on_node[i]:
-                if candidate.protection is not None and candidate.cls.value < cls.value:
-                    seen.setdefault(candidate.id, candidate)
-        return list(seen.values())
+                if candidate.id in self.candidates.chosen:
+                    continue
+                if candidate.protection is not None:
+                    if candidate.cls.value < cls.value:
+                        protected.setdefault(candidate.id, candidate)
+                elif who is not None and (rule := refusal(candidate, who, self.shares)) is not None:
+                    refused.setdefault(candidate.id, (*rule, candidate.id))
+        return list(protected.values()), list(refused.values())
 
     def best_fit_slots(self, job: Job, *, lent: bool = False) -> list[Slot] | None:
         """Slots on the first shape that fits; a shape that did not fit on free GPUs is
@@ -260,26 +264,63 @@ class Decision:
     # --- preemption ----------------------------------------------------------------------
 
     def preempt_for(self, job: Job, shapes: tuple[Shape, ...]) -> Fit:
-        """Give notice to the cheapest sufficient victims; if there are none, say why not."""
-        eff = self.effective_of(job)
-        guarantee = self.shares.guarantee(job.team)
-        may_reclaim = self.config.reclaim and self.shares.gpus[job.team] + job.gpus <= guarantee
-        if not self.config.preemption or not (eff.cls.may_preempt or may_reclaim):
+        """Give notice to the cheapest sufficient victims; if there are none, say why not.
+
+        The searches, in order, stop at the first that finds a set: reclaim keeping every team
+        at its guarantee, then priority and fair-share preemption alone, then reclaim that may
+        take a whole job across a victim team's guarantee (a guarantee is a promise: a job
+        larger than a team's surplus must not keep a team below its own out forever).
+        """
+        searches = self.searches(job)
+        if not searches:
             return Fit.NO_FIT
-        who = Preemptor(job.id, job.team, eff.cls, may_reclaim)
-        for shape in shapes:
-            key = (shape, eff.cls.value, job.team if may_reclaim else None, "")
-            if key in self.memo.no_victims:
-                continue
-            found = find_victims(who, shape, self.candidates, self.memo.nodes_in(shape.groups))
-            if found is None:
-                self.memo.no_victims.add(key)
-                continue
-            slots, victims = found
-            self.give_notice(job, slots, victims)
-            return Fit.HELD
-        self.note_retry(eff.cls, may_reclaim)
+        for who in searches:
+            for shape in shapes:
+                key = (shape, *who.memo_key())
+                if key in self.memo.no_victims:
+                    continue
+                found = find_victims(who, shape, self.candidates, self.memo.nodes_in(shape.groups))
+                if found is None or not self.within_guarantee(job, who, found[1]):
+                    self.memo.no_victims.add(key)
+                    continue
+                slots, victims = found
+                self.give_notice(job, slots, victims)
+                return Fit.HELD
+        self.note_retry(searches[0])
         return Fit.NO_VICTIMS
+
+    def searches(self, job: Job) -> list[Preemptor]:
+        """The victim searches `job` may make, in the order to try them (none: it may not preempt)."""
+        config = self.config
+        if not config.preemption:
+            return []
+        cls = self.effective_of(job).cls
+        fair = config.fair_share is FairShare.PREEMPT
+        plain = Preemptor(
+            job.id,
+            job.team,
+            cls,
+            job.gpus,
+            config.priority_preemption,
+            fair_share=fair,
+            final_share=self.shares.share(job.team, job.gpus),
+        )
+        searches = [plain] if cls.may_preempt or fair else []
+        if config.reclaim and self.shares.gpus[job.team] < self.shares.guarantee(job.team):
+            over = self.shares.gpus[job.team] + job.gpus - self.shares.guarantee(job.team)
+            own = self.candidates.team_gpus_preemptible(job.team, cls.value) if over > 0 and cls.may_preempt else 0
+            if over <= own:
+                reclaim = replace(plain, reclaim=True, own_first=over > 0)
+                searches = [reclaim, *searches, replace(reclaim, cross=True)]
+        return searches
+
+    def within_guarantee(self, job: Job, who: Preemptor, victims: Sequence[Victim]) -> bool:
+        """Reclaim only while the claimant's team stays within its guarantee once its own
+        victims in the set have left."""
+        if not any(v.reason is Reason.RECLAIM for v in victims):
+            return True
+        own = sum(v.candidate.gpus for v in victims if v.candidate.team == job.team)
+        return self.shares.gpus[job.team] - own + job.gpus <= self.shares.guarantee(job.team)
 
     def give_notice(self, job: Job, slots: list[Slot], victims: list[Victim]) -> None:
         placement = []
@@ -314,10 +355,10 @@ class Decision:
         self.settled.add(job.id)
         self.hold(job, held, [v.candidate.id for v in victims], max(deadlines))
 
-    def note_retry(self, cls: PriorityClass, may_reclaim: bool) -> None:
-        ends = [
-            until for value, until in self.expiring.items() if value < cls.value or (may_reclaim and value == cls.value)
-        ]
+    def note_retry(self, who: Preemptor) -> None:
+        """When the first minimum runtime that kept a victim from `who` ends."""
+        limit = who.cls.value
+        ends = [until for value, until in self.expiring.items() if value < limit or (who.inclusive and value == limit)]
         if ends and (self.retry_at is None or min(ends) < self.retry_at):
             self.retry_at = min(ends)
 

@@ -18,7 +18,9 @@ class Memo:
 
     The invariant the failures rest on: once the queue pass has begun, free GPUs only shrink
     and candidates only leave (are chosen), so a shape that found no free slots, or no
-    victims for a class and a reclaiming team, will find none later in the same decision. The
+    victims for the same search, will find none later in the same decision. (A team's GPUs may
+    grow in the pass, which could open reclaim from it later in the same pass: such a job waits
+    for the next decision, a second at most in the service.) The
     one place GPUs come back is a placement on GPUs lent by draining jobs: it neither reads nor
     writes `no_fit`, and it takes every lent GPU back before it returns.
     """
@@ -27,8 +29,8 @@ class Memo:
     nodes: Sequence[Node]
     no_fit: set[Shape] = field(default_factory=set)
     """Shapes that did not fit on free GPUs."""
-    no_victims: set[tuple[Shape, int, str | None, str]] = field(default_factory=set)
-    """(shape, class value, reclaiming team or None, fair-share claimant or "") with no victims."""
+    no_victims: set[tuple[object, ...]] = field(default_factory=set)
+    """(shape, *Preemptor.memo_key()) of searches that found no victims."""
     _shapes: dict[JobKind, tuple[Shape, ...]] = field(default_factory=dict)
     _nodes_of: dict[tuple[Group, ...], list[int]] = field(default_factory=dict)
     _ever_fits: dict[tuple[Shape, ...], bool] = field(default_factory=dict)

@@ -81,12 +81,28 @@ def queue_blocked() -> str:
     return "waits behind an earlier job that does not fit (strict queue)"
 
 
-def no_victims(job: Job, cls: PriorityClass, protected: Sequence[Candidate] = (), now: float = 0.0) -> str:
-    """Why no job is given notice for `job`, with the rules that protect those it could take."""
+def no_victims(
+    job: Job,
+    cls: PriorityClass,
+    protected: Sequence[Candidate] = (),
+    now: float = 0.0,
+    refused: Sequence[tuple[str, str, str]] = (),
+) -> str:
+    """Why no job is given notice for `job`, with the rules that protect those it could take:
+    `protected` by their own protection, `refused` by a team rule, as (rule, numbers, job)."""
     text = (
         f"waits for {plural(job.gpus, 'GPU')}: no set of preemptible jobs below {cls.name} "
         f"(or above their team's guarantee) frees a placement now"
     )
+    if refused:
+        by_rule: dict[tuple[str, str], list[str]] = {}
+        for rule, numbers, victim in sorted(refused):
+            by_rule.setdefault((rule, numbers), []).append(victim)
+        kept = [
+            f"{rule}: {numbers} ({_jobs(ids)})" if numbers else f"{rule}: {_jobs(ids)}"
+            for (rule, numbers), ids in by_rule.items()
+        ]
+        text += f"; kept by team rules: {'; '.join(kept)}"
     if not protected:
         return text
     reasons: dict[str, list[str]] = {}
@@ -107,6 +123,11 @@ def no_victims(job: Job, cls: PriorityClass, protected: Sequence[Candidate] = ()
         shown = ", ".join(jobs[:3]) + (f" and {len(jobs) - 3} more" if len(jobs) > 3 else "")
         parts.append(f"{rule}: {shown}")
     return f"{text}; protected: {'; '.join(parts)}"
+
+
+def _jobs(ids: Sequence[str]) -> str:
+    shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+    return f"job {shown}" if len(ids) == 1 else f"jobs {shown}"
 
 
 def until_of(candidate: Candidate) -> float:

@@ -1,14 +1,15 @@
-"""Whom to give notice: protection rules and the victim search."""
+"""Who could be given notice: running jobs as candidates, and the rules that protect them.
+
+The search for victims among them is `victims.py`."""
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from gpupool.model import Config, JobId, PriorityClass, Reason, RunningJob
-from gpupool.policy.place import FreeGpus, Shape, Slot
+from gpupool.model import Config, JobId, PriorityClass, RunningJob
+from gpupool.policy.place import FreeGpus
 from gpupool.policy.share import TeamShares
 
 
@@ -23,6 +24,9 @@ class Candidate:
     """(node index, GPU ids) it holds."""
     protection: Protection | None = None
     cost: float = 0.0
+    """Its lost work if preempted now (`lost_work`)."""
+    share: float = 0.0
+    """Its team's weighted share when the decision began."""
     id: JobId = field(init=False)
     team: str = field(init=False)
     gpus: int = field(init=False)
@@ -75,16 +79,11 @@ def lost_work(running: RunningJob, now: float) -> float:
     return running.job.gpus * (max(0.0, now - since) + running.job.expected_restart)
 
 
-def victim_order(candidate: Candidate) -> tuple[int, float, float, str]:
-    """Lower class first, then cheapest lost work, then most recently started; the id
-    keeps the order total (an arbitrary but deterministic tie-break)."""
-    return (candidate.cls.value, candidate.cost, -candidate.running.started_at, candidate.id)
-
-
-@dataclass(frozen=True, slots=True)
-class Victim:
-    candidate: Candidate
-    reason: Reason
+def victim_order(candidate: Candidate) -> tuple[int, float, float, float, str]:
+    """Lower class first, then cheapest lost work, then the team with the higher weighted
+    share (equal victims are spread across teams by share), then most recently started; the
+    id keeps the order total (an arbitrary but deterministic tie-break)."""
+    return (candidate.cls.value, candidate.cost, -candidate.share, -candidate.running.started_at, candidate.id)
 
 
 @dataclass(slots=True)
@@ -94,10 +93,11 @@ class Candidates:
     free: FreeGpus
     shares: TeamShares
     build: Callable[[], list[list[Candidate]]]
-    """Builds the candidates by node, on first use."""
+    """Builds the candidates by node, in `victim_order`, on first use."""
     chosen: set[JobId] = field(default_factory=set)
     _on_node: list[list[Candidate]] | None = None
     _bounds: dict[tuple[int, bool], list[int]] = field(default_factory=dict)
+    _of_team: dict[str, list[Candidate]] | None = None
 
     @property
     def on_node(self) -> list[list[Candidate]]:
@@ -105,11 +105,11 @@ class Candidates:
             self._on_node = self.build()
         return self._on_node
 
-    def bound(self, who: Preemptor) -> list[int]:
-        """Per node, an upper bound of the GPUs preemption could free for `who`: the unprotected
-        jobs of a lower class (of an equal one too, when it may reclaim). Lets the victim
-        search skip at a glance the nodes that cannot help."""
-        limit, inclusive = who.cls.value, who.may_reclaim
+    def bound(self, limit: int, inclusive: bool) -> list[int]:
+        """Per node, an upper bound of the GPUs preemption could free for a job of class value
+        `limit`: the unprotected jobs of a lower class (of an equal one too when `inclusive`:
+        reclaim and fair share). Lets the victim search skip at a glance the nodes that cannot
+        help."""
         key = (limit, inclusive)
         if key not in self._bounds:
             self._bounds[key] = [
@@ -122,126 +122,16 @@ class Candidates:
             ]
         return self._bounds[key]
 
-    def over_guarantee(self, team: str) -> bool:
-        return self.shares.above_guarantee(team)
-
-
-@dataclass(frozen=True, slots=True)
-class Preemptor:
-    id: JobId
-    team: str
-    cls: PriorityClass
-    may_reclaim: bool
-    """Its team is below its guarantee, and stays within it with this job."""
-
-
-def eligibility(candidate: Candidate, who: Preemptor, candidates: Candidates) -> Reason | None:
-    if who.cls.may_preempt and candidate.cls.value < who.cls.value:
-        return Reason.PRIORITY
-    if who.may_reclaim and candidate.cls.value <= who.cls.value and candidates.over_guarantee(candidate.team):
-        return Reason.RECLAIM
-    return None
-
-
-def find_victims(
-    who: Preemptor, shape: Shape, candidates: Candidates, nodes_of: Sequence[int]
-) -> tuple[list[Slot], list[Victim]] | None:
-    """The cheapest sufficient set of victims that makes the gang fit, with its placement.
-
-    Gang members are placed largest first. For each, every node is scored by the victims it
-    would need, `(victims' classes highest first, total lost work, number of victims, free
-    GPUs, node)`, and the best node is kept: nodes that need no victim always win; among nodes
-    whose highest victim class is the same, the one whose other victims are of lower classes. On a node, candidates are
-    taken in `victim_order` until the member fits, then reprieved in reverse while it still
-    fits. Reclaim never takes a victim that would push its team below its guarantee.
-    Returns None, choosing nobody, when no such set exists.
-    """
-    free = candidates.free
-    bound = candidates.bound(who)
-    removed: Counter[str] = Counter()
-    freed: Counter[int] = Counter()
-    chosen: dict[JobId, Victim] = {}
-    used: set[int] = set()
-    slots: list[Slot] = []
-    for want in shape.slots:
-        best: tuple[tuple[tuple[int, ...], float, int, int, int], int, list[Victim]] | None = None
-        for i in nodes_of:
-            if i in used:
-                continue
-            have = len(free.free[i]) + freed[i]
-            picked: list[Victim] = []
-            if have < want and have + bound[i] < want:
-                continue
-            if have < want:
-                found = _victims_on_node(i, want - have, who, candidates, chosen, removed)
-                if found is None:
-                    continue
-                picked = found
-            score = (
-                tuple(sorted((v.candidate.cls.value for v in picked), reverse=True)),
-                sum(v.candidate.cost for v in picked),
-                len(picked),
-                have,
-                i,
-            )
-            if best is None or score < best[0]:
-                best = (score, i, picked)
-        if best is None:
-            return None
-        _, node, picked = best
-        used.add(node)
-        slots.append((node, want))
-        for victim in picked:
-            chosen[victim.candidate.id] = victim
-            removed[victim.candidate.team] += victim.candidate.gpus
-            for i, gpus in victim.candidate.slots:
-                freed[i] += len(gpus)
-    return slots, reprieve(slots, list(chosen.values()), free)
-
-
-def reprieve(slots: Sequence[Slot], victims: list[Victim], free: FreeGpus) -> list[Victim]:
-    """Drop, most expensive first, every victim the whole gang still fits without: a victim
-    needed on one node when it was chosen may be covered later by one spanning several."""
-    kept = list(victims)
-    for victim in sorted(victims, key=lambda v: victim_order(v.candidate), reverse=True):
-        trial = [v for v in kept if v is not victim]
-        if all(len(free.free[i]) + sum(v.candidate.gpus_on(i) for v in trial) >= want for i, want in slots):
-            kept = trial
-    return kept
-
-
-def _victims_on_node(
-    node: int,
-    need: int,
-    who: Preemptor,
-    candidates: Candidates,
-    chosen: Mapping[JobId, Victim],
-    removed: Counter[str],
-) -> list[Victim] | None:
-    taken: list[Victim] = []
-    taken_gpus: Counter[str] = Counter()
-    got = 0
-    for candidate in candidates.on_node[node]:
-        if candidate.id in chosen or candidate.id in candidates.chosen or candidate.protection is not None:
-            continue
-        reason = eligibility(candidate, who, candidates)
-        if reason is None:
-            continue
-        if reason is Reason.RECLAIM:
-            team = candidate.team
-            left = candidates.shares.gpus[team] - removed[team] - taken_gpus[team] - candidate.gpus
-            if left < candidates.shares.guarantee(team):
-                continue
-        taken.append(Victim(candidate, reason))
-        taken_gpus[candidate.team] += candidate.gpus
-        got += candidate.gpus_on(node)
-        if got >= need:
-            break
-    if got < need:
-        return None
-    for victim in reversed(list(taken)):
-        spare = victim.candidate.gpus_on(node)
-        if got - spare >= need:
-            taken.remove(victim)
-            got -= spare
-    return taken
+    def team_gpus_preemptible(self, team: str, below: int) -> int:
+        """GPUs of `team`'s unprotected, not yet chosen jobs of a class below `below`."""
+        if self._of_team is None:
+            of_team: dict[str, dict[JobId, Candidate]] = {}
+            for here in self.on_node:
+                for c in here:
+                    of_team.setdefault(c.team, {})[c.id] = c
+            self._of_team = {t: list(cs.values()) for t, cs in of_team.items()}
+        return sum(
+            c.gpus
+            for c in self._of_team.get(team, ())
+            if c.protection is None and c.cls.value < below and c.id not in self.chosen
+        )

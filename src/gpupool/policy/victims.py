@@ -1,0 +1,247 @@
+"""The victim search: the cheapest sufficient set of candidates that makes a gang fit.
+
+Who may be taken is `eligibility`: priority preemption (a lower class, within the scope the
+policy gives it), reclaim (a team below its guarantee takes GPUs back from teams above theirs)
+and fair-share preemption (a team with a lower weighted share takes from one with a higher
+share). Which of them go first is `rank`, then `victim_order`; how nodes compare is the score in
+`find_victims`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gpupool.model import JobId, PriorityClass, PriorityScope, Reason
+from gpupool.policy.place import FreeGpus, Shape, Slot
+from gpupool.policy.preempt import Candidate, Candidates, victim_order
+from gpupool.policy.share import TeamShares
+
+
+@dataclass(frozen=True, slots=True)
+class Preemptor:
+    """A job that looks for victims, and the rules its search follows."""
+
+    id: JobId
+    team: str
+    cls: PriorityClass
+    gpus: int
+    scope: PriorityScope = PriorityScope.POOL
+    reclaim: bool = False
+    """Its team is below its guarantee and stays within it with this job, once its own victims
+    in the chosen set have left."""
+    own_first: bool = False
+    """Reclaim needs the team's own lower jobs to leave: they are taken before other teams'."""
+    cross: bool = False
+    """Reclaim may take a whole job that takes its team below its guarantee: nothing that
+    keeps every team at its guarantee frees a placement."""
+    fair_share: bool = False
+    final_share: float = 0.0
+    """The team's weighted share with this job: fair share only takes from teams whose share
+    stays at or above it."""
+
+    @property
+    def inclusive(self) -> bool:
+        """Whether jobs of its own class may be victims."""
+        return self.reclaim or self.fair_share
+
+    def memo_key(self) -> tuple[object, ...]:
+        team = self.team if (self.inclusive or self.scope is not PriorityScope.POOL) else None
+        return (self.cls.value, team, self.reclaim, self.own_first, self.cross, self.fair_share, self.final_share)
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    candidate: Candidate
+    reason: Reason
+    below: int = 0
+    """GPUs its leaving takes its team below its guarantee (reclaim that crosses it)."""
+
+
+def eligibility(c: Candidate, who: Preemptor, shares: TeamShares, gone: Mapping[str, int]) -> tuple[Reason, int] | None:
+    """Why `who` may take `c`, with the GPUs that takes `c`'s team below its guarantee; None if
+    it may not. `gone` holds the GPUs per team already chosen to leave in this search."""
+    own = c.team == who.team
+    held = shares.gpus[c.team] - gone.get(c.team, 0)
+    floor = shares.guarantee(c.team)
+    left = held - c.gpus
+    if who.cls.may_preempt and c.cls.value < who.cls.value:
+        if own or who.scope is PriorityScope.POOL:
+            return Reason.PRIORITY, 0
+        if who.scope is PriorityScope.ABOVE_GUARANTEE and left >= floor:
+            return Reason.PRIORITY, 0
+    if own or c.cls.value > who.cls.value:
+        return None
+    if who.reclaim and held > floor:
+        if left >= floor:
+            return Reason.RECLAIM, 0
+        if who.cross:
+            return Reason.RECLAIM, floor - left
+    if who.fair_share and left >= floor and shares.share(c.team, -(gone.get(c.team, 0) + c.gpus)) >= who.final_share:
+        return Reason.FAIR_SHARE, 0
+    return None
+
+
+def rank(c: Candidate, who: Preemptor, shares: TeamShares) -> tuple[float, ...]:
+    """Which candidates go first, before `victim_order`: the lowest class for priority
+    preemption; for reclaim, the teams furthest above their guarantee (weighted) first and the
+    claimant's own jobs last (first when they must leave for it to stay within its guarantee);
+    for fair share, at one class, the team with the highest weighted share first."""
+    if who.reclaim:
+        team = shares.team(c.team)
+        above = (shares.gpus[c.team] - team.guaranteed_gpus) / max(team.weight, 1e-9)
+        return ((c.team == who.team) is not who.own_first, -above, c.cls.value)
+    if who.fair_share:
+        return (c.cls.value, -shares.share(c.team))
+    return (c.cls.value,)
+
+
+def find_victims(
+    who: Preemptor, shape: Shape, candidates: Candidates, nodes_of: Sequence[int]
+) -> tuple[list[Slot], list[Victim]] | None:
+    """The cheapest sufficient set of victims that makes the gang fit, with its placement.
+
+    Gang members are placed largest first. For each, every node is scored by the victims it
+    would need, `(GPUs taken below guarantees, victims' ranks worst first, total lost work,
+    number of victims, free GPUs, node)`, and the best node is kept: nodes that need no victim
+    always win; among nodes whose worst victim ranks the same, the one whose other victims rank
+    better. On a node, candidates are taken in rank order until the member fits, then reprieved
+    in reverse while it still fits; once every member has a node, victims are reprieved across
+    the gang. Returns None, choosing nobody, when no such set exists.
+    """
+    free, shares = candidates.free, candidates.shares
+    bound = candidates.bound(who.cls.value, who.inclusive)
+    default_rank = not who.inclusive
+    gone: Counter[str] = Counter()
+    freed: Counter[int] = Counter()
+    chosen: dict[JobId, Victim] = {}
+    used: set[int] = set()
+    slots: list[Slot] = []
+    for want in shape.slots:
+        best: tuple[tuple[object, ...], int, list[Victim]] | None = None
+        for i in nodes_of:
+            if i in used:
+                continue
+            have = len(free.free[i]) + freed[i]
+            picked: list[Victim] = []
+            if have < want and have + bound[i] < want:
+                continue
+            if have < want:
+                here = candidates.on_node[i]
+                if not default_rank:
+                    here = sorted(here, key=lambda c: (rank(c, who, shares), victim_order(c)))
+                found = _victims_on_node(i, want - have, who, here, candidates.chosen, chosen, gone, shares)
+                if found is None:
+                    continue
+                picked = found
+            score = (
+                sum(v.below for v in picked),
+                tuple(sorted((rank(v.candidate, who, shares) for v in picked), reverse=True)),
+                sum(v.candidate.cost for v in picked),
+                len(picked),
+                have,
+                i,
+            )
+            if best is None or score < best[0]:
+                best = (score, i, picked)
+        if best is None:
+            return None
+        _, node, picked = best
+        used.add(node)
+        slots.append((node, want))
+        for victim in picked:
+            chosen[victim.candidate.id] = victim
+            gone[victim.candidate.team] += victim.candidate.gpus
+            for i, gpus in victim.candidate.slots:
+                freed[i] += len(gpus)
+    return slots, with_crossing(reprieve(slots, list(chosen.values()), free), shares)
+
+
+def reprieve(slots: Sequence[Slot], victims: list[Victim], free: FreeGpus) -> list[Victim]:
+    """Drop, most expensive first, every victim the whole gang still fits without: a victim
+    needed on one node when it was chosen may be covered later by one spanning several."""
+    kept = list(victims)
+    for victim in sorted(victims, key=lambda v: victim_order(v.candidate), reverse=True):
+        trial = [v for v in kept if v is not victim]
+        if all(len(free.free[i]) + sum(v.candidate.gpus_on(i) for v in trial) >= want for i, want in slots):
+            kept = trial
+    return kept
+
+
+def with_crossing(victims: Iterable[Victim], shares: TeamShares) -> list[Victim]:
+    """The victims, each with the GPUs the whole set takes its team below its guarantee
+    charged to the team's last victim (reprieves change what was counted while choosing)."""
+    out = list(victims)
+    by_team: dict[str, int] = {}
+    for n, v in enumerate(out):
+        by_team[v.candidate.team] = n
+    for team, n in by_team.items():
+        leaving = sum(v.candidate.gpus for v in out if v.candidate.team == team)
+        below = max(0, shares.guarantee(team) - (shares.gpus[team] - leaving))
+        if out[n].reason is Reason.RECLAIM or below:
+            out[n] = Victim(out[n].candidate, out[n].reason, below if out[n].reason is Reason.RECLAIM else 0)
+    return out
+
+
+def _victims_on_node(
+    node: int,
+    need: int,
+    who: Preemptor,
+    order: Sequence[Candidate],
+    taken_before: set[JobId],
+    chosen: Mapping[JobId, Victim],
+    gone: Mapping[str, int],
+    shares: TeamShares,
+) -> list[Victim] | None:
+    taken: list[Victim] = []
+    leaving = Counter(gone)
+    got = 0
+    for candidate in order:
+        if candidate.id in chosen or candidate.id in taken_before or candidate.protection is not None:
+            continue
+        found = eligibility(candidate, who, shares, leaving)
+        if found is None:
+            continue
+        taken.append(Victim(candidate, *found))
+        leaving[candidate.team] += candidate.gpus
+        got += candidate.gpus_on(node)
+        if got >= need:
+            break
+    if got < need:
+        return None
+    for victim in reversed(list(taken)):
+        spare = victim.candidate.gpus_on(node)
+        if got - spare >= need:
+            taken.remove(victim)
+            got -= spare
+    return taken
+
+
+def refusal(c: Candidate, who: Preemptor, shares: TeamShares) -> tuple[str, str] | None:
+    """The team rule that keeps `who` from taking the unprotected candidate `c`, as (rule,
+    numbers), or None when no team rule does (it may take `c`, or `c`'s class is too high)."""
+    if c.team == who.team or c.cls.value > who.cls.value:
+        return None
+    held, floor = shares.gpus[c.team], shares.guarantee(c.team)
+    below_floor = ("guarantee floor", f"team {c.team} holds {held} GPUs, {floor} guaranteed")
+    if c.cls.value < who.cls.value and who.cls.may_preempt:
+        if who.scope is PriorityScope.TEAM:
+            return (f"priority preemption takes only team {who.team}'s own jobs (policy.priority_preemption: team)", "")
+        if who.scope is PriorityScope.ABOVE_GUARANTEE and held - c.gpus < floor:
+            return below_floor
+        return None
+    if who.reclaim and held > floor:
+        return None
+    if who.fair_share:
+        if held - c.gpus < floor:
+            return below_floor
+        after = shares.share(c.team, -c.gpus)
+        if after < who.final_share:
+            return (
+                "fair share",
+                f"team {c.team} would have a share of {after:g} after, below team {who.team}'s "
+                f"{who.final_share:g} with this job",
+            )
+        return None
+    return below_floor if who.reclaim else None

@@ -1,0 +1,122 @@
+"""Properties of guarantees and fair shares, over random pools and repeated decisions."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import given
+from hypothesis import strategies as st
+from test_nomination import decisions, reclaims
+from test_properties import NOW, scenarios
+
+from gpupool.model import Config, FairShare, Job, PriorityClass, Reason, RunningJob, Snapshot
+from gpupool.policy import decide
+from gpupool.policy.budget import effective_class
+from gpupool.policy.preempt import protection
+
+
+def team_gpus(snapshot: Snapshot) -> Counter[str]:
+    """GPUs per team of running jobs that are not draining."""
+    gpus: Counter[str] = Counter()
+    for r in snapshot.running:
+        if r.notice is None:
+            gpus[r.job.team] += r.job.gpus
+    return gpus
+
+
+def runs_at(config: Config, snapshot: Snapshot, r: RunningJob) -> PriorityClass:
+    """The class a running attempt is a victim at (fixed when it started)."""
+    if r.priority is not None:
+        return config.priority_class(r.priority)
+    return effective_class(config, snapshot.usage, config.team(r.job.team), r.job.priority).cls
+
+
+@given(st.one_of(scenarios(), reclaims()), st.integers(1, 5))
+def test_a_team_below_its_guarantee_gets_it_while_another_team_above_its_own_holds_what_it_could_take(
+    scenario: tuple[Snapshot, Config], rounds: int
+) -> None:
+    """After every decision: a job of a team that stays within its guarantee with it does not
+    wait while a node it may use would hold it once one unprotected job of a class no higher
+    than its own, of a team above its guarantee, left (a single-node job; the teams' GPUs
+    counted without what this decision started for teams other than the claimant's, which the
+    claimant could not yet have seen)."""
+    snapshot, config = scenario
+    for state, plan, now in decisions(snapshot, config, rounds):
+        before = team_gpus(state)
+        leaving = {p.victim for p in plan.preemptions}
+        pending = {j.id: j for j in state.pending}
+        placed = {s.job: s.placement for s in plan.starts}
+        placed |= {w.job: w.placement for w in plan.waits if w.reason is Reason.AWAITING_DRAIN}
+        gained: Counter[str] = Counter()
+        for job_id in placed:
+            gained[pending[job_id].team] += pending[job_id].gpus
+        kept = Counter(before)
+        for r in state.running:
+            if r.job.id in leaving:
+                kept[r.job.team] -= r.job.gpus
+        taken = {(a.node, g) for r in state.running for a in r.placement for g in a.gpus}
+        taken |= {(a.node, g) for placement in placed.values() for a in placement for g in a.gpus}
+        free = {n.name: sum((n.name, g) not in taken for g in range(n.gpus)) for n in state.nodes}
+        for wait in plan.waits:
+            if wait.reason not in (Reason.NO_VICTIMS, Reason.NO_FIT):
+                continue
+            job = pending[wait.job]
+            if job.gpus_per_node is not None or before[job.team] + gained[job.team] + job.gpus > _floor(config, job):
+                continue
+            cls = effective_class(config, state.usage, config.team(job.team), job.priority).cls.value
+            for node in state.nodes:
+                if node.team not in (None, job.team) or job.gpu_type not in (None, node.gpu_type):
+                    continue
+                for r in state.running:
+                    team = r.job.team
+                    if r.notice is not None or r.job.id in leaving or team == job.team:
+                        continue
+                    victim_class = runs_at(config, state, r)
+                    if kept[team] <= config.team(team).guaranteed_gpus or victim_class.value > cls:
+                        continue
+                    if protection(r, victim_class, now, config) is not None:
+                        continue
+                    on_node = sum(len(a.gpus) for a in r.placement if a.node == node.name)
+                    assert free[node.name] + on_node < job.gpus, (
+                        f"{job.id} (team {job.team}) waits ({wait.reason}) while {r.job.id} of team {team}, "
+                        f"above its guarantee, would make it fit on {node.name}"
+                    )
+
+
+def _floor(config: Config, job: Job) -> int:
+    return config.team(job.team).guaranteed_gpus
+
+
+@given(scenarios(), st.data())
+def test_fair_share_never_leaves_the_victim_team_below_the_claimant(
+    scenario: tuple[Snapshot, Config], data: st.DataObject
+) -> None:
+    """One waiting job, fair-share preemption on: every team it takes from keeps a weighted
+    share at or above the claimant team's, both counted after the move."""
+    snapshot, config = scenario
+    if not snapshot.pending:
+        return
+    claimant = data.draw(st.sampled_from(snapshot.pending))
+    config = Config(
+        config.classes,
+        config.teams,
+        max_preemptions=config.max_preemptions,
+        priority_preemption=config.priority_preemption,
+        fair_share=FairShare.PREEMPT,
+    )
+    alone = Snapshot(snapshot.nodes, snapshot.running, [claimant], snapshot.usage)
+    plan = decide(alone, config, NOW)
+    running = {r.job.id: r for r in snapshot.running}
+    after = team_gpus(alone)
+    for p in plan.preemptions:
+        after[running[p.victim].job.team] -= running[p.victim].job.gpus
+    if plan.preemptions:
+        after[claimant.team] += claimant.gpus
+
+    def share(team: str) -> float:
+        return after[team] / config.team(team).weight
+
+    for p in plan.preemptions:
+        if p.reason is Reason.FAIR_SHARE:
+            victim_team = running[p.victim].job.team
+            assert share(victim_team) >= share(claimant.team) - 1e-9, (victim_team, dict(after))
