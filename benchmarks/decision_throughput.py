@@ -8,7 +8,9 @@ classes; 10 teams. Two phases:
   storm   the pool is full and the backlog still pending; high-priority jobs arrive one by
           one, each cycle preempting for it; victims release before the next arrival.
 
-Prints placements/s, the p50/p99 decision cycle and the p50/p99 victim search.
+Prints placements/s, the p50/p99 decision cycle and the p50/p99 victim search, for the default
+policy and, in the same run on the same workload, with `priority_preemption: above_guarantee`
+and `fair_share: preempt`.
 Run: .venv/bin/python benchmarks/decision_throughput.py
 """
 
@@ -21,18 +23,19 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from gpupool import policy
 from gpupool.model import (
     Config,
+    FairShare,
     Job,
     Node,
     Plan,
     PriorityClass,
+    PriorityScope,
     RunningJob,
     Snapshot,
     Team,
 )
-from gpupool.policy import decide
+from gpupool.policy import decide, victims
 
 NODES = 1000
 GPUS = 8
@@ -64,7 +67,7 @@ def workload(rng: random.Random) -> list[Job]:
 
 
 def timed_victim_search(samples: list[float]) -> Callable[..., Any]:
-    original = policy.find_victims  # type: ignore[attr-defined]
+    original = victims.find_victims
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         began = time.perf_counter()
@@ -87,10 +90,17 @@ def apply(plan: Plan, running: dict[str, RunningJob], pending: dict[str, Job], n
 
 
 def main() -> None:
+    teams = {t: Team(t, weight=1.0, guaranteed_gpus=NODES * GPUS // len(TEAMS)) for t in TEAMS}
+    base = Config(CLASSES, teams, explain_waits=False, max_preemptions=None)
+    fair = replace(base, priority_preemption=PriorityScope.ABOVE_GUARANTEE, fair_share=FairShare.PREEMPT)
+    for label, config in [("default policy", base), ("above_guarantee + fair_share: preempt", fair)]:
+        print(f"--- {label}")
+        measure(config)
+
+
+def measure(config: Config) -> None:
     rng = random.Random(42)
     nodes = [Node(f"n{i:04d}", GPUS) for i in range(NODES)]
-    teams = {t: Team(t, weight=1.0, guaranteed_gpus=NODES * GPUS // len(TEAMS)) for t in TEAMS}
-    config = Config(CLASSES, teams, explain_waits=False, max_preemptions=None)
     pending = {j.id: j for j in workload(rng)}
     running: dict[str, RunningJob] = {}
     now = 1000.0
@@ -116,7 +126,8 @@ def main() -> None:
 
     # 2. A stream of high-priority arrivals into the full pool, the backlog still pending.
     searches: list[float] = []
-    policy.find_victims = timed_victim_search(searches)  # type: ignore[attr-defined]
+    untimed = victims.find_victims
+    victims.find_victims = timed_victim_search(searches)
     storm_cycles: list[float] = []
     preempted = 0
     for i in range(200):
@@ -139,6 +150,7 @@ def main() -> None:
         f"       victim search ({len(searches)} calls) p50 {statistics.median(searches) * 1e3:.1f} ms, "
         f"p99 {percentile(searches, 0.99) * 1e3:.1f} ms"
     )
+    victims.find_victims = untimed
     all_cycles = fill_cycles + storm_cycles
     print(f"all cycles: p99 {percentile(all_cycles, 0.99) * 1e3:.1f} ms over {len(all_cycles)} cycles")
 

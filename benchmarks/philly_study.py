@@ -42,7 +42,7 @@ def row(scale: float, report: dict[str, Any]) -> str:
     return (
         f"| {scale:g} | {report['policy']} | {report['jobs']:,} | {report['utilization'] * 100:.1f} % "
         f"| {human_seconds(report['jct']['mean'])} | {waits} | {report['preemptions']:,} "
-        f"| {lost:,.1f} ({share:.2f} %) | {left} | {report['wall_seconds']:.0f} s |"
+        f"| {lost:,.1f} ({share:.2f} %) | {report['fairness']:.2f} | {left} | {report['wall_seconds']:.0f} s |"
     )
 
 
@@ -59,8 +59,8 @@ def main() -> None:
     span = max(j.submit_time for j in trace.jobs) - min(j.submit_time for j in trace.jobs)
     lines = [
         "| scale | policy | jobs | util. | mean JCT | p95 wait urgent | high | normal | low "
-        "| preemptions | lost GPU-h (of trace) | never fit | wall |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| preemptions | lost GPU-h (of trace) | Jain | never fit | wall |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for scale in (float(s) for s in args.scales.split(",")):
         spec = ClusterSpec(sizes, scale=scale)

@@ -31,7 +31,9 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-INTERRUPTED = ("preempted", "failed", "lost", "node_lost")
+from gpupool.settle import AttemptOutcome
+
+INTERRUPTED = (AttemptOutcome.PREEMPTED, AttemptOutcome.FAILED, AttemptOutcome.LOST, AttemptOutcome.NODE_LOST)
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ class AttemptRecord:
     restore_seconds: float = 0.0
     commits: tuple[Commit, ...] = ()
     outcome: str | None = None
-    """succeeded, preempted, failed, lost, node_lost, cancelled; None while it runs."""
+    """An `AttemptOutcome` value; None while it runs."""
     reason: str = ""
     """Why it ended, for people: the preemption's message, the exit code."""
     reported: bool = True

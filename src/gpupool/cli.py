@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from importlib.metadata import version
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -20,6 +21,8 @@ from gpupool.sim.replay import DEFAULT_MIX, ClusterSpec, Policy, Replayed, Setti
 from gpupool.sim.trace import Trace, TraceError, load_trace
 from gpupool.sim.workload import parse_priority_mix
 from gpupool.units import parse_duration
+
+E = TypeVar("E", bound=StrEnum)
 
 app = typer.Typer(
     help="gpupool: one shared GPU pool, priority as a job attribute.",
@@ -74,6 +77,16 @@ def parse_policies(policy: str | None, compared: str | None) -> list[Policy]:
         except ValueError:
             raise UsageError(f"unknown policy {name!r} (known: {known})") from None
     return chosen
+
+
+def choice(kind: type[E], text: str | None, flag: str, default: E) -> E:
+    """The option's value as `kind`, or `default` when it was not given."""
+    if text is None:
+        return default
+    try:
+        return kind(text)
+    except ValueError:
+        raise UsageError(f"{flag} {text!r}: use {' or '.join(k.value for k in kind)}") from None
 
 
 def parse_intervals(text: str, classes: list[str]) -> tuple[dict[str, float], float]:
@@ -137,19 +150,29 @@ def simulate(
     scale: Annotated[float, typer.Option(help="Multiply every team's node count (with --vc-sizes).")] = 1.0,
     start: Annotated[str | None, typer.Option("--from", help="Keep jobs submitted from this date.")] = None,
     end: Annotated[str | None, typer.Option("--to", help="Keep jobs submitted before this date.")] = None,
-    policy: Annotated[str | None, typer.Option(help="One policy: partitioned, pool-fifo, pool-priority.")] = None,
+    policy: Annotated[
+        str | None, typer.Option(help="One policy: partitioned, pool-fifo, pool-priority, pool-fair.")
+    ] = None,
     compared: Annotated[str | None, typer.Option("--compare", help="Policies to compare, comma-separated.")] = None,
     queue: Annotated[str, typer.Option(help="Queue of the baselines: backfill or strict.")] = "backfill",
     priority_mix: Annotated[str | None, typer.Option(help="e.g. urgent=0.02,high=0.08,normal=0.5,low=0.4")] = None,
     checkpoint_interval: Annotated[str, typer.Option(help="30m, or per class: low=10m,high=1h,30m")] = "30m",
     save_cost: Annotated[str, typer.Option(help="Blocking time of one checkpoint save.")] = "30s",
     restart_cost: Annotated[str, typer.Option(help="Resumed attempt's time to its first step.")] = "60s",
-    config_file: Annotated[Path | None, typer.Option("--config", help="YAML with priority classes.")] = None,
+    config_file: Annotated[
+        Path | None, typer.Option("--config", help="YAML with priority classes and policy options.")
+    ] = None,
+    fair_share: Annotated[
+        str | None, typer.Option(help="pool-priority: off or preempt (default: the config's policy).")
+    ] = None,
+    priority_preemption: Annotated[
+        str | None, typer.Option(help="pool-priority: pool, team or above_guarantee (default: the config's).")
+    ] = None,
     json_file: Annotated[Path | None, typer.Option("--json", help="Write the reports as JSON.")] = None,
     plots: Annotated[Path | None, typer.Option(help="Write PNG plots into this folder.")] = None,
 ) -> None:
     """Replay a GPU-cluster trace through the scheduling core under one or more policies."""
-    from gpupool.model import QueueMode
+    from gpupool.model import FairShare, PriorityScope, QueueMode
     from gpupool.sim.report import comparison_table, lost_work_table, write_json
 
     try:
@@ -172,7 +195,16 @@ def simulate(
             mode = QueueMode(queue)
         except ValueError:
             raise UsageError(f"--queue {queue!r}: use backfill or strict") from None
-        settings = Settings(model, mix, config.classes, mode)
+        settings = Settings(
+            model,
+            mix,
+            config.classes,
+            mode,
+            config.reclaim,
+            config.max_preemptions,
+            choice(PriorityScope, priority_preemption, "--priority-preemption", config.priority_preemption),
+            choice(FairShare, fair_share, "--fair-share", config.fair_share),
+        )
         chosen = parse_policies(policy, compared)
         window = (
             parse_when(start, "--from") if start else None,

@@ -25,6 +25,7 @@ from gpupool.model import (
     Wait,
 )
 from gpupool.policy import messages
+from gpupool.policy import victims as search
 from gpupool.policy.budget import Effective, effective_class
 from gpupool.policy.drain import Drains, last_deadline, lenders_used, place_on_lent
 from gpupool.policy.memo import Memo
@@ -32,7 +33,7 @@ from gpupool.policy.order import queue_order
 from gpupool.policy.place import FreeGpus, Group, Shape, Slot, choose_slots
 from gpupool.policy.preempt import Candidate, Candidates, lost_work, protection, victim_order
 from gpupool.policy.share import TeamShares
-from gpupool.policy.victims import Preemptor, Victim, find_victims, refusal
+from gpupool.policy.victims import Preemptor, Victim, refusal
 
 
 class Fit(Enum):
@@ -274,18 +275,27 @@ class Decision:
         searches = self.searches(job)
         if not searches:
             return Fit.NO_FIT
+        nothing_for_reclaim = False
         for who in searches:
+            if nothing_for_reclaim and not who.reclaim:
+                # Reclaim may take every victim priority and fair share may: if it found no
+                # set at all (not merely one that broke the claimant's guarantee), neither will they.
+                continue
+            found_none = True
             for shape in shapes:
                 key = (shape, *who.memo_key())
                 if key in self.memo.no_victims:
+                    found_none = False
                     continue
-                found = find_victims(who, shape, self.candidates, self.memo.nodes_in(shape.groups))
+                found = search.find_victims(who, shape, self.candidates, self.memo.nodes_in(shape.groups))
                 if found is None or not self.within_guarantee(job, who, found[1]):
+                    found_none = found_none and found is None
                     self.memo.no_victims.add(key)
                     continue
                 slots, victims = found
                 self.give_notice(job, slots, victims)
                 return Fit.HELD
+            nothing_for_reclaim = nothing_for_reclaim or (who.reclaim and not who.cross and found_none)
         self.note_retry(searches[0])
         return Fit.NO_VICTIMS
 

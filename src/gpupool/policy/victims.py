@@ -113,6 +113,14 @@ def find_victims(
     free, shares = candidates.free, candidates.shares
     bound = candidates.bound(who.cls.value, who.inclusive)
     default_rank = not who.inclusive
+    ranks: dict[JobId, tuple[float, ...]] = {}
+
+    def rank_of(c: Candidate) -> tuple[float, ...]:
+        found = ranks.get(c.id)
+        if found is None:
+            found = ranks[c.id] = rank(c, who, shares)
+        return found
+
     gone: Counter[str] = Counter()
     freed: Counter[int] = Counter()
     chosen: dict[JobId, Victim] = {}
@@ -130,14 +138,15 @@ def find_victims(
             if have < want:
                 here = candidates.on_node[i]
                 if not default_rank:
-                    here = sorted(here, key=lambda c: (rank(c, who, shares), victim_order(c)))
+                    # Stable: equal ranks keep the victim order the list is built in.
+                    here = sorted(here, key=rank_of)
                 found = _victims_on_node(i, want - have, who, here, candidates.chosen, chosen, gone, shares)
                 if found is None:
                     continue
                 picked = found
             score = (
                 sum(v.below for v in picked),
-                tuple(sorted((rank(v.candidate, who, shares) for v in picked), reverse=True)),
+                tuple(sorted((rank_of(v.candidate) for v in picked), reverse=True)),
                 sum(v.candidate.cost for v in picked),
                 len(picked),
                 have,

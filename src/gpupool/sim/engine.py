@@ -14,8 +14,9 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
 from gpupool.accounting import AttemptRecord, Commit, account
-from gpupool.model import Config, Job, Node, Notice, Plan, RunningJob, Snapshot
+from gpupool.model import Config, Job, JobState, Node, Notice, Plan, RunningJob, Snapshot
 from gpupool.policy import decide
+from gpupool.settle import AttemptEnd, AttemptOutcome, JobCounts, Settlement, settle
 from gpupool.sim.jobmodel import Attempt, Interruption, JobModel, interrupt
 
 
@@ -168,7 +169,8 @@ class Simulation:
         return True
 
     def complete(self, live: _Live, now: float) -> None:
-        self.end_attempt(live, now)
+        settled = self.end_attempt(live, now, completed=True)
+        assert settled.state is JobState.SUCCEEDED
         live.record.finish = now
         job = live.record.job
         for cut in account(0, job.team, job.priority, live.attempts, now).interruptions:
@@ -185,19 +187,26 @@ class Simulation:
         preemptor = self.pending.get(live.running.notice.for_job)
         if preemptor is not None:
             preemptor.core = replace(preemptor.core, nominated=True)
-        live.record.preemptions += 1
         live.committed = cut.committed
-        live.core = replace(live.core, preemptions=live.core.preemptions + 1)
-        self.end_attempt(live, now)
+        settled = self.end_attempt(live, now, completed=False)
+        assert settled.state is JobState.PENDING
+        live.record.preemptions += settled.preemptions - live.core.preemptions
+        live.core = replace(live.core, preemptions=settled.preemptions)
         self.pending[live.record.job.id] = live
         self.pending_since[live.record.job.id] = now
 
-    def end_attempt(self, live: _Live, now: float) -> None:
+    def end_attempt(self, live: _Live, now: float, *, completed: bool) -> Settlement:
+        """The attempt's process is gone: settle it as the store does and free its GPUs. A
+        simulated job exits 0, reporting completion when its work is `completed` (even during
+        a drain), else after the save its notice asked for."""
         attempt = live.attempt
         assert attempt is not None
         job = live.record.job
+        noticed = live.notice_at is not None
+        ending = AttemptEnd(0, completed=completed, noticed=noticed)
+        settled = settle(ending, JobCounts(preemptions=live.core.preemptions))
         live.record.allocated += job.gpus * (now - attempt.start)
-        live.attempts.append(self.attempt_record(live, attempt, now))
+        live.attempts.append(self.attempt_record(live, attempt, now, settled.outcome))
         assert live.running is not None
         for alloc in live.running.placement:
             self.free[alloc.node] = tuple(sorted(self.free[alloc.node] + alloc.gpus))
@@ -207,8 +216,9 @@ class Simulation:
         live.cut = None
         del self.running[job.id]
         self.usage.append(Usage(now, job.priority, -job.gpus))
+        return settled
 
-    def attempt_record(self, live: _Live, attempt: Attempt, now: float) -> AttemptRecord:
+    def attempt_record(self, live: _Live, attempt: Attempt, now: float, outcome: AttemptOutcome) -> AttemptRecord:
         """The attempt as the live service would have recorded it: its checkpoint commits are
         the one a notice found last and the one a notice's save made (steps count milliseconds
         of the job's work, so that the next attempt's restored step names one of them)."""
@@ -229,7 +239,7 @@ class Simulation:
             _step(attempt.committed) if live.attempt_no > 0 else None,
             attempt.restore,
             tuple(commits),
-            "preempted" if live.notice_at is not None else "succeeded",
+            outcome.value,
         )
 
     def snapshot(self, now: float) -> Snapshot:

@@ -9,7 +9,17 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from gpupool.model import DEFAULT_CLASSES, Config, Job, PriorityClass, QueueMode, QueueOrder, Team
+from gpupool.model import (
+    DEFAULT_CLASSES,
+    Config,
+    FairShare,
+    Job,
+    PriorityClass,
+    PriorityScope,
+    QueueMode,
+    QueueOrder,
+    Team,
+)
 from gpupool.policy import can_ever_fit
 from gpupool.sim.cluster import Cluster, cluster_from_sizes, cluster_uniform, scale_sizes
 from gpupool.sim.engine import Outcome, SimJob, Simulation
@@ -28,6 +38,9 @@ class Policy(StrEnum):
     """One pool, first come first served, no preemption."""
     POOL_PRIORITY = "pool-priority"
     """gpupool: one pool, priority classes, preemption with notice, reclaim of guarantees."""
+    POOL_FAIR = "pool-fair"
+    """gpupool for a lab that promises guarantees: pool-priority with fair-share preemption,
+    and priority preemption only of teams above their guarantee."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,13 +72,29 @@ class Settings:
     mix: tuple[tuple[str, float], ...] = DEFAULT_MIX
     classes: tuple[PriorityClass, ...] = DEFAULT_CLASSES
     queue: QueueMode = QueueMode.BACKFILL
-    """Queue discipline of the two baselines; pool-priority always backfills."""
+    """Queue discipline of the two baselines; gpupool's policies always backfill."""
+    reclaim: bool = True
+    max_preemptions: int | None = 10
+    priority_preemption: PriorityScope = PriorityScope.POOL
+    fair_share: FairShare = FairShare.OFF
+    """The options of pool-priority (pool-fair sets the last two its own way)."""
 
 
 def policy_config(policy: Policy, cluster: Cluster, settings: Settings) -> Config:
     teams = {name: Team(name, weight=max(gpus, 1), guaranteed_gpus=gpus) for name, gpus in cluster.team_gpus.items()}
-    if policy is Policy.POOL_PRIORITY:
-        return Config(settings.classes, teams, QueueOrder.PRIORITY, QueueMode.BACKFILL, explain_waits=False)
+    if policy in (Policy.POOL_PRIORITY, Policy.POOL_FAIR):
+        fair = policy is Policy.POOL_FAIR
+        return Config(
+            settings.classes,
+            teams,
+            QueueOrder.PRIORITY,
+            QueueMode.BACKFILL,
+            reclaim=settings.reclaim,
+            max_preemptions=settings.max_preemptions,
+            priority_preemption=PriorityScope.ABOVE_GUARANTEE if fair else settings.priority_preemption,
+            fair_share=FairShare.PREEMPT if fair else settings.fair_share,
+            explain_waits=False,
+        )
     return Config(
         settings.classes,
         teams,

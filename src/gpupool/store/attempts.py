@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from gpupool.errors import Conflict, Forbidden
 from gpupool.model import ENDED, Allocation, JobState
+from gpupool.settle import AttemptEnd, AttemptOutcome, JobCounts, settle
 from gpupool.store.base import StoreBase
 from gpupool.store.schema import AttemptRow, CheckpointRow, EventRow, JobRow, PlacementRow
 from gpupool.units import human_seconds
@@ -291,51 +292,30 @@ class AttemptsStore(StoreBase):
         job.run_seconds = (job.run_seconds or 0.0) + run_time(row, end)
         row.ended_at, row.exit_code = end, exit_code
         self._release(s, job_id, attempt, end)
-        code = f"exit code {exit_code}" if exit_code is not None else "no exit code (lost)"
-        if why:
-            code = f"{code}: {why}"
-
-        def requeue(message: str) -> None:
-            if job.time_limit is not None and job.run_seconds >= job.time_limit:
-                limit = human_seconds(job.time_limit)
-                left = f"{message}, but no run time is left of its {limit} limit"
-                self.move(s, job, JobState.TIMEOUT, now, left, attempt=attempt)
-            else:
-                self.move(s, job, JobState.PENDING, now, message, attempt=attempt)
-
-        if job.cancel_requested_at is not None and row.completed_at is None:
-            # Stopped because it was cancelled: a clean exit on SIGTERM is no success.
-            row.outcome = "cancelled"
-            self.move(s, job, JobState.CANCELLED, now, f"cancelled ({code})", attempt=attempt)
-        elif row.timeout_at is not None and row.completed_at is None:
-            row.outcome = "timeout"
-            limit = human_seconds(job.time_limit or 0.0)
-            self.move(s, job, JobState.TIMEOUT, now, f"ended at its time limit of {limit} ({code})", attempt=attempt)
-        elif row.completed_at is not None or (exit_code == 0 and row.notice_at is None):
-            row.outcome = "succeeded"
-            self.move(s, job, JobState.SUCCEEDED, now, f"succeeded ({code})", attempt=attempt)
-        elif node_lost is not None:
-            row.outcome = "node_lost"
-            job.node_losses = (job.node_losses or 0) + 1
-            if job.node_losses <= max_node_losses:
-                requeue(f"requeued: {node_lost} (node loss {job.node_losses} of {max_node_losses})")
-            else:
-                lost = f"failed: {node_lost}, its node loss {job.node_losses} (at most {max_node_losses} are requeued)"
-                self.move(s, job, JobState.FAILED, now, lost[:2000], attempt=attempt)
-        elif row.notice_at is not None:
-            row.outcome = "preempted"
-            job.preemptions += 1
-            requeue(f"requeued after notice ({code})")
-        elif exit_code is None:
-            row.outcome = "lost"
-            requeue("requeued: its process ended while the scheduler was down")
-        else:
-            row.outcome = "failed"
-            job.failures += 1
-            if job.failures <= job.max_failures:
-                requeue(f"failed ({code}); retry {job.failures} of {job.max_failures}")
-            else:
-                self.move(s, job, JobState.FAILED, now, f"failed ({code})", attempt=attempt)
+        ending = AttemptEnd(
+            exit_code,
+            completed=row.completed_at is not None,
+            noticed=row.notice_at is not None,
+            cancel_requested=job.cancel_requested_at is not None,
+            timed_out=row.timeout_at is not None,
+            node_lost=node_lost,
+            why=why,
+        )
+        counts = JobCounts(
+            job.failures,
+            job.max_failures,
+            job.preemptions,
+            job.node_losses or 0,
+            max_node_losses,
+            job.run_seconds,
+            job.time_limit,
+        )
+        settled = settle(ending, counts)
+        row.outcome = settled.outcome.value
+        job.failures, job.preemptions = settled.failures, settled.preemptions
+        if settled.node_losses != (job.node_losses or 0):
+            job.node_losses = settled.node_losses
+        self.move(s, job, settled.state, now, settled.message, attempt=attempt)
         if JobState(job.state) in ENDED:
             job.ended_at, job.exit_code = now, exit_code
         return JobState(job.state)
@@ -348,7 +328,7 @@ class AttemptsStore(StoreBase):
         with self.transaction() as s:
             row = self.live_attempt(s, job_id, attempt)
             job = self.locked_job(s, job_id)
-            row.ended_at, row.outcome = now, "not_launched"
+            row.ended_at, row.outcome = now, AttemptOutcome.NOT_LAUNCHED.value
             self._release(s, job_id, attempt, now)
             job.launch_failures = (job.launch_failures or 0) + 1
             job.retry_after = now + min(300.0, 5.0 * 2 ** (job.launch_failures - 1))

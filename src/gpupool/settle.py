@@ -1,0 +1,121 @@
+"""How an attempt's end decides what becomes of its job: one pure rule for the store and the
+simulator, so that the service and its replay cannot drift apart."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gpupool.model import JobState
+from gpupool.units import human_seconds
+
+
+class AttemptOutcome(StrEnum):
+    """What one attempt came to (the store's `attempts.outcome`)."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    PREEMPTED = "preempted"
+    NODE_LOST = "node_lost"
+    LOST = "lost"
+    """Its process ended while the scheduler was down, with no status."""
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    NOT_LAUNCHED = "not_launched"
+    """The scheduler could not launch it (its own fault, not the job's)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEnd:
+    """What is known when an attempt's process is gone."""
+
+    exit_code: int | None
+    """None: no status (it ended while the scheduler was down)."""
+    completed: bool = False
+    """The job reported that it finished."""
+    noticed: bool = False
+    """It had been given notice."""
+    cancel_requested: bool = False
+    timed_out: bool = False
+    """It was stopped at its time limit."""
+    node_lost: str | None = None
+    """What happened to the node it lost, if it lost one."""
+    why: str | None = None
+    """What went wrong, for people."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobCounts:
+    """The job's counters and limits before this attempt's end."""
+
+    failures: int = 0
+    max_failures: int = 0
+    preemptions: int = 0
+    node_losses: int = 0
+    max_node_losses: int = 3
+    run_seconds: float = 0.0
+    """Run time over all its attempts, this one included."""
+    time_limit: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    outcome: AttemptOutcome
+    state: JobState
+    """PENDING (back in line) or the state it ended in."""
+    message: str
+    failures: int
+    preemptions: int
+    node_losses: int
+
+
+def settle(end: AttemptEnd, counts: JobCounts) -> Settlement:
+    """The attempt's outcome and the job's next state.
+
+    Cancelled if a cancel was asked for, unless the job reported completion. Timeout if it was
+    stopped at its time limit. Success if the job reported completion, or exited 0 with no
+    notice. One that lost a node goes back in line, charged to neither its failures nor its
+    preemptions, while it has lost at most `max_node_losses` nodes; then it fails. After a
+    notice the job goes back in line whatever its exit code (a preemption, not a success or a
+    failure). One whose process vanished with no status goes back in line without using its
+    failure budget. Otherwise it failed: retried while its failure budget lasts. A job that
+    would go back in line with no run time left under its time limit ends as TIMEOUT.
+    """
+    code = f"exit code {end.exit_code}" if end.exit_code is not None else "no exit code (lost)"
+    if end.why:
+        code = f"{code}: {end.why}"
+    failures, preemptions, node_losses = counts.failures, counts.preemptions, counts.node_losses
+
+    def done(outcome: AttemptOutcome, state: JobState, message: str) -> Settlement:
+        return Settlement(outcome, state, message, failures, preemptions, node_losses)
+
+    def requeue(outcome: AttemptOutcome, message: str) -> Settlement:
+        if counts.time_limit is not None and counts.run_seconds >= counts.time_limit:
+            left = f"{message}, but no run time is left of its {human_seconds(counts.time_limit)} limit"
+            return done(outcome, JobState.TIMEOUT, left)
+        return done(outcome, JobState.PENDING, message)
+
+    if end.cancel_requested and not end.completed:
+        # Stopped because it was cancelled: a clean exit on SIGTERM is no success.
+        return done(AttemptOutcome.CANCELLED, JobState.CANCELLED, f"cancelled ({code})")
+    if end.timed_out and not end.completed:
+        time_limit = human_seconds(counts.time_limit or 0.0)
+        return done(AttemptOutcome.TIMEOUT, JobState.TIMEOUT, f"ended at its time limit of {time_limit} ({code})")
+    if end.completed or (end.exit_code == 0 and not end.noticed):
+        return done(AttemptOutcome.SUCCEEDED, JobState.SUCCEEDED, f"succeeded ({code})")
+    if end.node_lost is not None:
+        node_losses += 1
+        limit = counts.max_node_losses
+        if node_losses <= limit:
+            return requeue(AttemptOutcome.NODE_LOST, f"requeued: {end.node_lost} (node loss {node_losses} of {limit})")
+        lost = f"failed: {end.node_lost}, its node loss {node_losses} (at most {limit} are requeued)"
+        return done(AttemptOutcome.NODE_LOST, JobState.FAILED, lost[:2000])
+    if end.noticed:
+        preemptions += 1
+        return requeue(AttemptOutcome.PREEMPTED, f"requeued after notice ({code})")
+    if end.exit_code is None:
+        return requeue(AttemptOutcome.LOST, "requeued: its process ended while the scheduler was down")
+    failures += 1
+    if failures <= counts.max_failures:
+        return requeue(AttemptOutcome.FAILED, f"failed ({code}); retry {failures} of {counts.max_failures}")
+    return done(AttemptOutcome.FAILED, JobState.FAILED, f"failed ({code})")

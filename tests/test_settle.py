@@ -1,0 +1,46 @@
+"""The one rule of an attempt's end, as the store and the simulator apply it."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpupool.model import JobState
+from gpupool.settle import AttemptEnd, AttemptOutcome, JobCounts, settle
+
+CASES = [
+    (AttemptEnd(0), JobCounts(), AttemptOutcome.SUCCEEDED, JobState.SUCCEEDED),
+    (AttemptEnd(1, completed=True), JobCounts(), AttemptOutcome.SUCCEEDED, JobState.SUCCEEDED),
+    (AttemptEnd(0, noticed=True), JobCounts(), AttemptOutcome.PREEMPTED, JobState.PENDING),
+    (AttemptEnd(0, completed=True, noticed=True), JobCounts(), AttemptOutcome.SUCCEEDED, JobState.SUCCEEDED),
+    (AttemptEnd(0, cancel_requested=True), JobCounts(), AttemptOutcome.CANCELLED, JobState.CANCELLED),
+    (AttemptEnd(0, completed=True, cancel_requested=True), JobCounts(), AttemptOutcome.SUCCEEDED, JobState.SUCCEEDED),
+    (AttemptEnd(143, timed_out=True), JobCounts(time_limit=60), AttemptOutcome.TIMEOUT, JobState.TIMEOUT),
+    (AttemptEnd(None), JobCounts(), AttemptOutcome.LOST, JobState.PENDING),
+    (AttemptEnd(1), JobCounts(max_failures=1), AttemptOutcome.FAILED, JobState.PENDING),
+    (AttemptEnd(1), JobCounts(failures=1, max_failures=1), AttemptOutcome.FAILED, JobState.FAILED),
+    (AttemptEnd(None, node_lost="node n1 died"), JobCounts(), AttemptOutcome.NODE_LOST, JobState.PENDING),
+    (
+        AttemptEnd(None, node_lost="node n1 died"),
+        JobCounts(node_losses=3, max_node_losses=3),
+        AttemptOutcome.NODE_LOST,
+        JobState.FAILED,
+    ),
+    (AttemptEnd(0, noticed=True), JobCounts(run_seconds=60, time_limit=60), AttemptOutcome.PREEMPTED, JobState.TIMEOUT),
+]
+
+
+@pytest.mark.parametrize(("end", "counts", "outcome", "state"), CASES)
+def test_an_attempts_end_settles_its_job(
+    end: AttemptEnd, counts: JobCounts, outcome: AttemptOutcome, state: JobState
+) -> None:
+    settled = settle(end, counts)
+    assert (settled.outcome, settled.state) == (outcome, state), settled.message
+
+
+def test_only_the_outcome_that_is_charged_moves_its_counter() -> None:
+    assert settle(AttemptEnd(0, noticed=True), JobCounts(preemptions=2)).preemptions == 3
+    failed = settle(AttemptEnd(1), JobCounts(max_failures=3))
+    assert (failed.failures, failed.preemptions, failed.node_losses) == (1, 0, 0)
+    lost = settle(AttemptEnd(None, node_lost="node n1 died"), JobCounts(failures=1))
+    assert (lost.failures, lost.node_losses) == (1, 1)
+    assert "node loss 1 of 3" in lost.message
