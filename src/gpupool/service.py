@@ -93,6 +93,9 @@ class ControlLoop:
     started with, or another scheduler leads), or None."""
     halted: str | None = None
     """The guard's last answer: while it is not None, nothing is decided nor carried out."""
+    on_plan: Callable[[float, Plan], None] | None = None
+    """Called with every plan `decide` returns, before it is recorded and carried out (the
+    simulator's hook of the same name)."""
     _intervals: tuple[float, dict[str, float]] | None = None
 
     # --- where an attempt lives on disk -------------------------------------------------------
@@ -169,6 +172,8 @@ class ControlLoop:
             self.retry_at = None
             return changed
         plan = decide(snapshot, self.config, now) if snapshot.pending else Plan()
+        if snapshot.pending and self.on_plan is not None:
+            self.on_plan(now, plan)
         self.retry_at = plan.retry_at
         # A job's reason to wait is written when it changes, not at every decision.
         waits = tuple(w for w in (*plan.waits, *holds) if self.told.get(w.job) != (w.reason, w.message))
