@@ -10,7 +10,7 @@ share). Which of them go first is `rank`, then `victim_order`; how nodes compare
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpupool.model import JobId, PriorityClass, PriorityScope, Reason
@@ -144,14 +144,12 @@ def find_victims(
                 if found is None:
                     continue
                 picked = found
-            score = (
-                sum(v.below for v in picked),
-                tuple(sorted((rank_of(v.candidate) for v in picked), reverse=True)),
-                sum(v.candidate.cost for v in picked),
-                len(picked),
-                have,
-                i,
-            )
+                if len(picked) > 1:
+                    # Taking the cheapest first may need several victims where one would do.
+                    alone = _one_victim(i, want - have, who, here, candidates.chosen, chosen, gone, shares, rank_of)
+                    if alone is not None and node_score([alone], rank_of) < node_score(picked, rank_of):
+                        picked = [alone]
+            score = (*node_score(picked, rank_of), have, i)
             if best is None or score < best[0]:
                 best = (score, i, picked)
         if best is None:
@@ -165,6 +163,19 @@ def find_victims(
             for i, gpus in victim.candidate.slots:
                 freed[i] += len(gpus)
     return slots, with_crossing(reprieve(slots, list(chosen.values()), free), shares)
+
+
+def node_score(
+    picked: Sequence[Victim], rank_of: Callable[[Candidate], tuple[float, ...]]
+) -> tuple[int, tuple[tuple[float, ...], ...], float, int]:
+    """What the victims a node needs cost: GPUs taken below guarantees, their ranks worst
+    first, their lost work, their number."""
+    return (
+        sum(v.below for v in picked),
+        tuple(sorted((rank_of(v.candidate) for v in picked), reverse=True)),
+        sum(v.candidate.cost for v in picked),
+        len(picked),
+    )
 
 
 def reprieve(slots: Sequence[Slot], victims: list[Victim], free: FreeGpus) -> list[Victim]:
@@ -191,6 +202,34 @@ def with_crossing(victims: Iterable[Victim], shares: TeamShares) -> list[Victim]
         if out[n].reason is Reason.RECLAIM or below:
             out[n] = Victim(out[n].candidate, out[n].reason, below if out[n].reason is Reason.RECLAIM else 0)
     return out
+
+
+def _one_victim(
+    node: int,
+    need: int,
+    who: Preemptor,
+    order: Sequence[Candidate],
+    taken_before: set[JobId],
+    chosen: Mapping[JobId, Victim],
+    gone: Mapping[str, int],
+    shares: TeamShares,
+    rank_of: Callable[[Candidate], tuple[float, ...]],
+) -> Victim | None:
+    """The best single candidate that frees `need` GPUs on the node alone, if any."""
+    best: tuple[tuple[object, ...], Victim] | None = None
+    for candidate in order:
+        if candidate.gpus_on(node) < need or candidate.protection is not None:
+            continue
+        if candidate.id in chosen or candidate.id in taken_before:
+            continue
+        found = eligibility(candidate, who, shares, gone)
+        if found is None:
+            continue
+        victim = Victim(candidate, *found)
+        score = node_score([victim], rank_of)
+        if best is None or score < best[0]:
+            best = (score, victim)
+    return best[1] if best is not None else None
 
 
 def _victims_on_node(

@@ -1,0 +1,58 @@
+"""The greedy victim search against the exhaustive one (`policy.reference`) on small pools.
+
+The greedy search is not exact in lost work (benchmarks/victim_choice.py measures how often it
+differs), but it never misses a sufficient set, never takes a victim it does not need, and
+never reaches a higher class than the cheapest set needs."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+from test_properties import NOW, _pack
+
+from gpupool.model import DEFAULT_CLASSES, Config, Job, Node, RunningJob, Snapshot
+from gpupool.policy import decide
+from gpupool.policy.reference import cheapest_victims, set_cost
+
+CONFIG = Config(DEFAULT_CLASSES, max_preemptions=None)
+CLASSES = [c.name for c in DEFAULT_CLASSES]
+
+
+@st.composite
+def small_pools(draw: st.DrawFn) -> tuple[Snapshot, Job]:
+    nodes = [Node(f"n{i}", draw(st.sampled_from([2, 4, 8]))) for i in range(draw(st.integers(1, 4)))]
+    free = {n.name: list(range(n.gpus)) for n in nodes}
+    running: list[RunningJob] = []
+    for i in range(draw(st.integers(1, 8))):
+        job = Job(f"r{i}", "a", draw(st.sampled_from(CLASSES)), draw(st.sampled_from([1, 1, 2, 3, 4, 8])), 0.0)
+        placement = _pack(job, nodes, free)
+        if placement is not None:
+            started = draw(st.floats(0, NOW - 700))
+            checkpoint = draw(st.one_of(st.none(), st.floats(started, NOW)))
+            running.append(RunningJob(job, placement, started, checkpoint))
+    gpus = draw(st.integers(1, max(n.gpus for n in nodes)))
+    pending = Job("p", "b", draw(st.sampled_from(["urgent", "high", "normal"])), gpus, NOW)
+    return Snapshot(nodes, running, [pending]), pending
+
+
+@given(small_pools())
+def test_greedy_finds_a_minimal_set_at_the_lowest_class_the_cheapest_needs(case: tuple[Snapshot, Job]) -> None:
+    snapshot, job = case
+    plan = decide(snapshot, CONFIG, NOW)
+    chosen = [p.victim for p in plan.preemptions]
+    best = cheapest_victims(job, snapshot, CONFIG, NOW)
+    assert (best is None) == (not chosen), f"greedy chose {chosen}, the exhaustive search {best}"
+    if best is None:
+        return
+    running = {r.job.id: r for r in snapshot.running}
+    greedy = set_cost([running[v] for v in chosen], CONFIG, NOW)
+    assert greedy >= best[0]
+    assert greedy[0][0] == best[0][0][0], "greedy reached a higher class than the cheapest set"
+    [held] = [w.placement for w in plan.waits if w.job == job.id]
+    [node] = held
+    taken = {(a.node, g) for r in snapshot.running for a in r.placement for g in a.gpus}
+    size = next(n.gpus for n in snapshot.nodes if n.name == node.node)
+    free = sum((node.node, g) not in taken for g in range(size))
+    on_node = {v: sum(len(a.gpus) for a in running[v].placement if a.node == node.node) for v in chosen}
+    for victim in chosen:
+        assert free + sum(on_node.values()) - on_node[victim] < job.gpus, f"{victim} is not needed"
