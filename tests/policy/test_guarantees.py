@@ -11,7 +11,7 @@ from test_properties import NOW, scenarios
 
 from gpupool.model import Config, FairShare, Job, PriorityClass, Reason, RunningJob, Snapshot
 from gpupool.policy import decide
-from gpupool.policy.budget import effective_class
+from gpupool.policy.budget import budgeted_class
 from gpupool.policy.preempt import protection
 
 
@@ -28,7 +28,7 @@ def runs_at(config: Config, snapshot: Snapshot, r: RunningJob) -> PriorityClass:
     """The class a running attempt is a victim at (fixed when it started)."""
     if r.priority is not None:
         return config.priority_class(r.priority)
-    return effective_class(config, snapshot.usage, config.team(r.job.team), r.job.priority).cls
+    return budgeted_class(config, snapshot.usage, config.team(r.job.team), r.job.priority).cls
 
 
 @given(st.one_of(scenarios(), reclaims()), st.integers(1, 5))
@@ -63,7 +63,7 @@ def test_a_team_below_its_guarantee_gets_it_while_another_team_above_its_own_hol
             job = pending[wait.job]
             if job.gpus_per_node is not None or before[job.team] + gained[job.team] + job.gpus > _floor(config, job):
                 continue
-            cls = effective_class(config, state.usage, config.team(job.team), job.priority).cls.value
+            cls = budgeted_class(config, state.usage, config.team(job.team), job.priority).cls.value
             for node in state.nodes:
                 if node.team not in (None, job.team) or job.gpu_type not in (None, node.gpu_type):
                     continue

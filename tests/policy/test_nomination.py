@@ -16,7 +16,7 @@ from test_properties import NOW, scenarios
 
 from gpupool.model import DEFAULT_CLASSES, Config, Notice, Plan, Reason, RunningJob, Snapshot, Team
 from gpupool.policy import decide
-from gpupool.policy.budget import effective_class
+from gpupool.policy.budget import budgeted_class
 from gpupool.testing import fill, job, pool
 
 TEAMS = {"a": Team("a", 2.0, 3), "b": Team("b", 1.0, 3), "c": Team("c", 1.0, 2)}
@@ -96,7 +96,7 @@ def test_no_job_is_preempted_twice_for_one_preemptor_and_a_preemptor_whose_victi
         holds = [w.job for w in plan.waits if w.reason is Reason.AWAITING_DRAIN]
         classes = [config.priority_class(s.priority) for s in plan.starts]
         classes += [
-            effective_class(config, state.usage, config.team(pending[j].team), pending[j].priority).cls for j in holds
+            budgeted_class(config, state.usage, config.team(pending[j].team), pending[j].priority).cls for j in holds
         ]
         top = max((c.value for c in classes), default=-(2**31))
         for job_id in must_start - started:

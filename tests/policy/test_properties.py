@@ -28,7 +28,7 @@ from gpupool.model import (
     Team,
 )
 from gpupool.policy import decide
-from gpupool.policy.budget import effective_class
+from gpupool.policy.budget import budgeted_class
 
 NOW = 5_000.0
 TEAMS = ("a", "b", "c")
@@ -175,7 +175,7 @@ def test_never_preempts_a_protected_job(scenario: tuple[Snapshot, Config]) -> No
     for p in plan.preemptions:
         victim = running[p.victim]
         assert victim.notice is None, "already draining"
-        cls = effective_class(config, snapshot.usage, config.team(victim.job.team), victim.job.priority).cls
+        cls = budgeted_class(config, snapshot.usage, config.team(victim.job.team), victim.job.priority).cls
         assert cls.preemptible
         assert NOW - victim.started_at >= cls.min_runtime
         cap = victim.job.max_preemptions if victim.job.max_preemptions is not None else config.max_preemptions
@@ -196,8 +196,8 @@ def test_never_preempts_without_the_preemptor_fitting(scenario: tuple[Snapshot, 
         victim = running[p.victim]
         assert any((a.node, g) in held_gpus for a in victim.placement for g in a.gpus), f"{p.victim} is not needed"
         preemptor = jobs[p.for_job]
-        mine = effective_class(config, snapshot.usage, config.team(preemptor.team), preemptor.priority).cls
-        theirs = effective_class(config, snapshot.usage, config.team(victim.job.team), victim.job.priority).cls
+        mine = budgeted_class(config, snapshot.usage, config.team(preemptor.team), preemptor.priority).cls
+        theirs = budgeted_class(config, snapshot.usage, config.team(victim.job.team), victim.job.priority).cls
         if p.reason is Reason.PRIORITY:
             assert mine.may_preempt
             assert theirs.value < mine.value

@@ -9,7 +9,7 @@ from gpupool.model import Config, PriorityClass, Team
 
 
 @dataclass(frozen=True, slots=True)
-class Effective:
+class BudgetedClass:
     """The class a team's job is treated as, and why it differs from the asked one."""
 
     cls: PriorityClass
@@ -18,11 +18,12 @@ class Effective:
 
 
 def next_lower(config: Config, cls: PriorityClass) -> PriorityClass | None:
+    """The class just below `cls`, or None for the lowest."""
     lower = [c for c in config.classes if c.value < cls.value]
     return max(lower, key=lambda c: c.value) if lower else None
 
 
-def effective_class(config: Config, usage: Mapping[tuple[str, str], float], team: Team, priority: str) -> Effective:
+def budgeted_class(config: Config, usage: Mapping[tuple[str, str], float], team: Team, priority: str) -> BudgetedClass:
     """The class `team` gets for `priority` given its metered use inside the budget window
     (use is metered at the class each attempt ran at)."""
     cls = config.priority_class(priority)
@@ -40,5 +41,5 @@ def effective_class(config: Config, usage: Mapping[tuple[str, str], float], team
             f"team {team.name} is over its {priority} budget "
             f"({spent_hours:.1f} of {budget.gpu_hours:g} GPU-h per {window_hours:g} h): runs as {lower.name}"
         )
-        return Effective(lower, cls, note)
-    return Effective(cls)
+        return BudgetedClass(lower, cls, note)
+    return BudgetedClass(cls)

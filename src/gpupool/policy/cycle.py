@@ -26,8 +26,8 @@ from gpupool.model import (
 )
 from gpupool.policy import messages
 from gpupool.policy import victims as search
-from gpupool.policy.budget import Effective, effective_class
-from gpupool.policy.drain import Drains, last_deadline, lenders_used, place_on_lent
+from gpupool.policy.budget import BudgetedClass, budgeted_class
+from gpupool.policy.drain import Drains, draining_in, last_deadline, place_on_lent
 from gpupool.policy.memo import Memo
 from gpupool.policy.order import queue_order
 from gpupool.policy.place import FreeGpus, Group, Shape, Slot, choose_slots
@@ -49,15 +49,20 @@ class Fit(Enum):
 
     @property
     def waits(self) -> bool:
+        """Whether the job waits (it neither started nor holds GPUs)."""
         return self not in (Fit.STARTED, Fit.HELD)
 
     @property
     def reason(self) -> Reason:
+        """The reason its `Wait` gives."""
         return Reason(self.value)
 
 
 @dataclass(slots=True)
 class Decision:
+    """The working state of one `decide` call and the stages that change it: holding GPUs for
+    drains, then the queue pass. Built from the snapshot; the snapshot itself is never changed."""
+
     snapshot: Snapshot
     config: Config
     now: float
@@ -68,7 +73,8 @@ class Decision:
     candidates: Candidates = field(init=False)
     expiring: dict[int, float] = field(default_factory=dict)
     """Per class value, the earliest end of a minimum-runtime protection."""
-    effective: dict[tuple[str, str], Effective] = field(default_factory=dict)
+    budgeted: dict[tuple[str, str], BudgetedClass] = field(default_factory=dict)
+    """Per (team, asked class), the class its jobs are treated as."""
     starts: list[Start] = field(default_factory=list)
     preemptions: list[Preempt] = field(default_factory=list)
     waits: list[Wait] = field(default_factory=list)
@@ -111,18 +117,19 @@ class Decision:
 
     # --- lookups -------------------------------------------------------------------------
 
-    def effective_of(self, job: Job) -> Effective:
+    def budgeted_of(self, job: Job) -> BudgetedClass:
+        """The class `job` is treated as, its team's budget use considered."""
         key = (job.team, job.priority)
-        if key not in self.effective:
+        if key not in self.budgeted:
             team = self.shares.team(job.team)
-            self.effective[key] = effective_class(self.config, self.snapshot.usage, team, job.priority)
-        return self.effective[key]
+            self.budgeted[key] = budgeted_class(self.config, self.snapshot.usage, team, job.priority)
+        return self.budgeted[key]
 
     def running_class(self, running: RunningJob) -> PriorityClass:
         """The class an attempt runs at was fixed when it started (budgets may have lowered it)."""
         if running.priority is not None:
             return self.config.priority_class(running.priority)
-        return self.effective_of(running.job).cls
+        return self.budgeted_of(running.job).cls
 
     # --- GPUs held for jobs whose victims drain ------------------------------------------
 
@@ -132,7 +139,7 @@ class Decision:
         drain whose preemptor is gone (started elsewhere, cancelled) frees GPUs for anyone."""
         pending = {job.id: job for job in self.snapshot.pending}
         draining_for = self.drains.draining_for
-        waiting = [(self.effective_of(pending[j]).cls.value, pending[j]) for j in draining_for]
+        waiting = [(self.budgeted_of(pending[j]).cls.value, pending[j]) for j in draining_for]
         held: list[tuple[Job, Placement, list[RunningJob]]] = []
         for job in queue_order(waiting, self.config.order, self.shares.share):
             victims = draining_for[job.id]
@@ -142,21 +149,22 @@ class Decision:
                 self.settled.add(job.id)
                 held.append((job, placement, victims))
         for job, placement, victims in held:
-            if lenders_used(placement, victims):
+            if draining_in(placement, victims):
                 self.hold(job, placement, [r.job.id for r in victims], last_deadline(victims))
             else:
                 self.start(job, placement)
                 self.drains.orphans.extend(victims)
 
-    def place_on_lent(self, job: Job, lenders: Sequence[RunningJob]) -> Placement:
-        return place_on_lent(lenders, self.free, self.snapshot.nodes, partial(self.best_fit_slots, job, lent=True))
+    def place_on_lent(self, job: Job, draining: Sequence[RunningJob]) -> Placement:
+        """Place `job` on free GPUs plus those `draining` jobs will free (see drain.place_on_lent)."""
+        return place_on_lent(draining, self.free, self.snapshot.nodes, partial(self.best_fit_slots, job, lent=True))
 
     def hold_orphans(self, job: Job) -> bool:
         """Hold GPUs that drains for a job that no longer waits will free, if they make `job` fit."""
         placement = self.place_on_lent(job, self.drains.orphans)
         if not placement:
             return False
-        claimed = lenders_used(placement, self.drains.orphans)
+        claimed = draining_in(placement, self.drains.orphans)
         self.drains.orphans = [r for r in self.drains.orphans if r not in claimed]
         self.shares.add(job.team, job.gpus)
         self.settled.add(job.id)
@@ -171,18 +179,20 @@ class Decision:
     # --- the queue -----------------------------------------------------------------------
 
     def place_queue(self) -> None:
-        pending = [(self.effective_of(j).cls.value, j) for j in self.snapshot.pending if j.id not in self.settled]
-        # Free GPUs and candidates only shrink during the pass (see Memo): a kind of job that
-        # could neither start nor preempt cannot later in it, so the rest of its kind wait at once.
-        stuck: dict[tuple[str, str | None, int, int | None, str], Fit] = {}
+        """Take the pending jobs in queue order and start, hold for or explain each."""
+        pending = [(self.budgeted_of(j).cls.value, j) for j in self.snapshot.pending if j.id not in self.settled]
+        # Free GPUs and candidates only shrink during the pass (see Memo): jobs alike (team,
+        # type, size, layout, class) to one that could neither start nor preempt cannot
+        # later in it, so they wait at once, for the same reason.
+        hopeless: dict[tuple[str, str | None, int, int | None, str], Fit] = {}
         for job in queue_order(pending, self.config.order, self.shares.share):
             if job.id in self.settled:
                 continue
-            kind = (job.team, job.gpu_type, job.gpus, job.gpus_per_node, job.priority)
-            fit = stuck.get(kind) or self.place(job)
+            alike = (job.team, job.gpu_type, job.gpus, job.gpus_per_node, job.priority)
+            fit = hopeless.get(alike) or self.place(job)
             if fit.waits:
                 if fit in (Fit.NO_FIT, Fit.NO_VICTIMS, Fit.NEVER_FITS):
-                    stuck[kind] = fit
+                    hopeless[alike] = fit
                 self.wait(job, fit.reason, partial(self.explain, job, fit.reason))
 
     def place(self, job: Job) -> Fit:
@@ -202,17 +212,18 @@ class Decision:
         return fit
 
     def explain(self, job: Job, reason: Reason) -> str:
+        """The words of a wait, with the numbers a person needs."""
         if reason is Reason.QUEUE_BLOCKED:
             return messages.queue_blocked()
         if reason is Reason.NEVER_FITS:
             return messages.never_fits(job, [n for n in self.snapshot.nodes if n.team in (None, job.team)])
-        eff = self.effective_of(job)
+        budgeted = self.budgeted_of(job)
         if reason is Reason.NO_VICTIMS:
-            protected, refused = self.kept_from(job, eff.cls)
-            text = messages.no_victims(job, eff.cls, protected, self.now, refused)
+            protected, refused = self.kept_from(job, budgeted.cls)
+            text = messages.no_victims(job, budgeted.cls, protected, self.now, refused)
         else:
             text = messages.no_fit(job, self.free, self.memo.shapes_of(job)[0].groups)
-        return f"{text}; {eff.note}" if eff.note else text
+        return f"{text}; {budgeted.note}" if budgeted.note else text
 
     def kept_from(self, job: Job, cls: PriorityClass) -> tuple[list[Candidate], list[tuple[str, str, JobId]]]:
         """Running jobs on the nodes `job` may use that its class could preempt but a rule
@@ -248,6 +259,7 @@ class Decision:
         return None
 
     def start_on_free(self, job: Job) -> bool:
+        """Start `job` on free GPUs, best fit; False if no shape fits."""
         slots = self.best_fit_slots(job)
         if slots is None:
             return False
@@ -257,10 +269,12 @@ class Decision:
 
     def start(self, job: Job, placement: Placement) -> None:
         """Record the start of `job` on `placement` (taken already, and counted for its team)."""
-        eff = self.effective_of(job)
+        budgeted = self.budgeted_of(job)
         self.settled.add(job.id)
-        reason = Reason.BUDGET_EXCEEDED if eff.demoted_from else Reason.FREE_GPUS
-        self.starts.append(Start(job.id, placement, eff.cls.name, reason, messages.started(job, placement, eff)))
+        reason = Reason.BUDGET_EXCEEDED if budgeted.demoted_from else Reason.FREE_GPUS
+        self.starts.append(
+            Start(job.id, placement, budgeted.cls.name, reason, messages.started(job, placement, budgeted))
+        )
 
     # --- preemption ----------------------------------------------------------------------
 
@@ -304,7 +318,7 @@ class Decision:
         config = self.config
         if not config.preemption:
             return []
-        cls = self.effective_of(job).cls
+        cls = self.budgeted_of(job).cls
         fair = config.fair_share is FairShare.PREEMPT
         plain = Preemptor(
             job.id,
@@ -333,6 +347,7 @@ class Decision:
         return self.shares.gpus[job.team] - own + job.gpus <= self.shares.guarantee(job.team)
 
     def give_notice(self, job: Job, slots: list[Slot], victims: list[Victim]) -> None:
+        """Give notice to `victims` and hold their GPUs (and free ones of `slots`) for `job`."""
         placement = []
         for i, want in slots:
             mine = list(self.free.free[i][:want])
@@ -357,7 +372,7 @@ class Decision:
                     job.id,
                     deadline,
                     victim.reason,
-                    messages.preempted(candidate, job, self.effective_of(job), victim.reason, self.now),
+                    messages.preempted(candidate, job, self.budgeted_of(job), victim.reason, self.now),
                 )
             )
         held = tuple(Allocation(self.snapshot.nodes[i].name, gpus) for i, gpus in placement)
@@ -379,4 +394,5 @@ class Decision:
             self.waits.append(Wait(job.id, reason, message()))
 
     def plan(self) -> Plan:
+        """The decision made."""
         return Plan(tuple(self.starts), tuple(self.preemptions), tuple(self.waits), self.retry_at)

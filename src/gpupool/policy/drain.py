@@ -17,6 +17,8 @@ from gpupool.policy.place import FreeGpus, Slot
 
 @dataclass(slots=True)
 class Drains:
+    """Jobs that drain, by whether the job they drain for still waits."""
+
     draining_for: dict[JobId, list[RunningJob]]
     """Per preemptor that still waits, its draining victims (by job id)."""
     orphans: list[RunningJob]
@@ -24,6 +26,7 @@ class Drains:
 
     @classmethod
     def of(cls, running: Iterable[RunningJob], pending: Collection[JobId]) -> Drains:
+        """The drains of `running`, by whether their preemptor is still `pending`."""
         draining_for: dict[JobId, list[RunningJob]] = defaultdict(list)
         orphans = []
         for job in running:
@@ -38,22 +41,22 @@ class Drains:
 
 
 def place_on_lent(
-    lenders: Sequence[RunningJob],
+    draining: Sequence[RunningJob],
     free: FreeGpus,
     nodes: Sequence[Node],
     choose: Callable[[], list[Slot] | None],
 ) -> Placement:
-    """Place a job on free GPUs plus those `lenders` hold (they drain), with `choose` giving
-    its slots; the GPUs of the placement are taken, the lenders' other GPUs stay theirs.
+    """Place a job on free GPUs plus those the `draining` jobs hold, with `choose` giving
+    its slots; the GPUs of the placement are taken, the draining' other GPUs stay theirs.
     Empty if it does not fit."""
-    lent = [(free.node_index(a.node), a.gpus) for r in lenders for a in r.placement]
+    lent = [(free.node_index(a.node), a.gpus) for r in draining for a in r.placement]
     for i, gpus in lent:
         free.give(i, gpus)
     slots = choose() or []
     own = {i: [g for j, gpus in lent if j == i for g in gpus] for i, _ in slots}
     placement: Placement = ()
     for i, want in slots:
-        # The lenders' GPUs first: free ones may be what another held placement counts on.
+        # The draining' GPUs first: free ones may be what another held placement counts on.
         taken = sorted(free.free[i], key=lambda g: (g not in own[i], g))[:want]
         free.take(i, taken)
         placement += (Allocation(nodes[i].name, tuple(sorted(taken))),)
@@ -64,11 +67,12 @@ def place_on_lent(
     return placement
 
 
-def lenders_used(placement: Placement, lenders: Iterable[RunningJob]) -> list[RunningJob]:
-    """The lenders with a GPU in `placement`: those whose drain it waits for."""
+def draining_in(placement: Placement, draining: Iterable[RunningJob]) -> list[RunningJob]:
+    """The draining jobs with a GPU in `placement`: those whose drain it waits for."""
     used = {(a.node, g) for a in placement for g in a.gpus}
-    return [r for r in lenders if any((a.node, g) in used for a in r.placement for g in a.gpus)]
+    return [r for r in draining if any((a.node, g) in used for a in r.placement for g in a.gpus)]
 
 
 def last_deadline(victims: Iterable[RunningJob]) -> float:
+    """When the last of `victims` must be gone."""
     return max(r.notice.deadline for r in victims if r.notice is not None)

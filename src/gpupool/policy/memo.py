@@ -36,6 +36,7 @@ class Memo:
     _ever_fits: dict[tuple[Shape, ...], bool] = field(default_factory=dict)
 
     def shapes_of(self, job: Job) -> tuple[Shape, ...]:
+        """Every way `job` could be laid out (computed once per kind of job)."""
         key = (job.team, job.gpu_type, job.gpus, job.gpus_per_node)
         if key not in self._shapes:
             self._shapes[key] = job_shapes(job, self.free)

@@ -5,26 +5,30 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpupool.model import Job, Node, Placement, PriorityClass, Reason
-from gpupool.policy.budget import Effective
+from gpupool.policy.budget import BudgetedClass
 from gpupool.policy.place import FreeGpus, Group
 from gpupool.policy.preempt import Candidate, ProtectionRule
 from gpupool.units import human_seconds, plural
 
 
 def where(placement: Placement) -> str:
+    """A placement in words: `n0[0,1], n1[0,1]`."""
     return ", ".join(f"{a.node}[{','.join(map(str, a.gpus))}]" for a in placement)
 
 
 def who(job: Job, priority: str | None = None) -> str:
+    """A job in words: `job 7 (team nlp, high)`."""
     return f"job {job.id} (team {job.team}, {priority or job.priority})"
 
 
-def started(job: Job, placement: Placement, eff: Effective) -> str:
-    text = f"started {who(job, eff.cls.name)} on free GPUs {where(placement)}"
-    return f"{text}; {eff.note}" if eff.note else text
+def started(job: Job, placement: Placement, budgeted: BudgetedClass) -> str:
+    """Why a job started where it did."""
+    text = f"started {who(job, budgeted.cls.name)} on free GPUs {where(placement)}"
+    return f"{text}; {budgeted.note}" if budgeted.note else text
 
 
-def preempted(victim: Candidate, job: Job, eff: Effective, reason: Reason, now: float) -> str:
+def preempted(victim: Candidate, job: Job, budgeted: BudgetedClass, reason: Reason, now: float) -> str:
+    """Why a victim is given notice, for whom, and what it had saved."""
     running = victim.running
     if running.last_checkpoint_at is not None:
         checkpoint = f"last checkpoint {human_seconds(now - running.last_checkpoint_at)} ago"
@@ -33,14 +37,15 @@ def preempted(victim: Candidate, job: Job, eff: Effective, reason: Reason, now: 
     v = running.job
     text = (
         f"preempted job {v.id} (team {v.team}, {victim.cls.name}, {checkpoint}) "
-        f"for job {job.id} (team {job.team}, {eff.cls.name})"
+        f"for job {job.id} (team {job.team}, {budgeted.cls.name})"
     )
     if reason is Reason.RECLAIM:
         text += f": team {job.team} reclaims its guaranteed GPUs from team {v.team}, which is above its own"
-    return f"{text}; {eff.note}" if eff.note else text
+    return f"{text}; {budgeted.note}" if budgeted.note else text
 
 
 def awaiting_drain(victims: Sequence[str], deadline: float, now: float) -> str:
+    """Why a job holds GPUs and waits: its victims drain."""
     return f"GPUs held while job(s) {', '.join(victims)} drain (deadline in {human_seconds(deadline - now)})"
 
 
@@ -74,10 +79,12 @@ def never_fits(job: Job, nodes: Sequence[Node] = ()) -> str:
 
 
 def no_fit(job: Job, free: FreeGpus, groups: Sequence[Group]) -> str:
+    """Why a job that may not preempt waits."""
     return f"waits for {plural(job.gpus, 'GPU')} ({free.total(groups)} free in its nodes, not enough in one placement)"
 
 
 def queue_blocked() -> str:
+    """Why a job waits behind an earlier one in a strict queue."""
     return "waits behind an earlier job that does not fit (strict queue)"
 
 

@@ -69,12 +69,14 @@ class FreeGpus:
         return free
 
     def node_index(self, name: str) -> int:
+        """The index of the node named `name`; a ValueError names an unknown one."""
         try:
             return self.index[name]
         except KeyError:
             raise ValueError(f"unknown node {name!r}") from None
 
     def take(self, i: int, gpus: Iterable[int]) -> None:
+        """Mark `gpus` of node `i` taken."""
         buckets = self.buckets[self.group[i]]
         del buckets[len(self.free[i])][i]
         gone = set(gpus)
@@ -82,6 +84,7 @@ class FreeGpus:
         buckets[len(self.free[i])][i] = None
 
     def give(self, i: int, gpus: Iterable[int]) -> None:
+        """Mark `gpus` of node `i` free again (GPUs lent by draining jobs)."""
         buckets = self.buckets[self.group[i]]
         del buckets[len(self.free[i])][i]
         self.free[i] = tuple(sorted({*self.free[i], *gpus}))
@@ -100,6 +103,7 @@ class FreeGpus:
         return None
 
     def total(self, groups: Sequence[Group]) -> int:
+        """Free GPUs in all the nodes of `groups`."""
         return sum(count * len(bucket) for group in groups for count, bucket in enumerate(self.buckets.get(group, ())))
 
     def allocate(self, slots: Sequence[Slot]) -> Placement:

@@ -37,6 +37,7 @@ class Candidate:
         self.gpus = self.running.job.gpus
 
     def gpus_on(self, node: int) -> int:
+        """GPUs it holds on node `node`."""
         return sum(len(gpus) for i, gpus in self.slots if i == node)
 
 
@@ -101,6 +102,7 @@ class Candidates:
 
     @property
     def on_node(self) -> list[list[Candidate]]:
+        """Candidates per node index, in `victim_order`."""
         if self._on_node is None:
             self._on_node = self.build()
         return self._on_node

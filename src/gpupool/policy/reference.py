@@ -19,6 +19,7 @@ Cost = tuple[tuple[int, ...], float, int]
 
 
 def set_cost(victims: Sequence[RunningJob], config: Config, now: float) -> Cost:
+    """The score of a set of victims, as the greedy search compares them."""
     classes = tuple(sorted((class_of(r, config).value for r in victims), reverse=True))
     # Rounded: two sets of the same jobs must compare equal whatever order they were summed in.
     return (classes, round(sum(lost_work(r, now) for r in victims), 6), len(victims))

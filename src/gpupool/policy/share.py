@@ -16,6 +16,8 @@ from gpupool.model import RunningJob, Team
 
 @dataclass(slots=True)
 class TeamShares:
+    """GPUs per team, with the teams' weights and guarantees."""
+
     teams: Mapping[str, Team]
     gpus: Counter[str] = field(default_factory=Counter)
     """GPUs per team, as the decision has changed them so far."""
@@ -30,9 +32,11 @@ class TeamShares:
         return cls(teams, gpus)
 
     def team(self, name: str) -> Team:
+        """The team named `name` (one not configured has the defaults)."""
         return self.teams.get(name) or Team(name)
 
     def guarantee(self, team: str) -> int:
+        """Its `guaranteed_gpus`."""
         return self.team(team).guaranteed_gpus
 
     def share(self, team: str, change: int = 0) -> float:
@@ -40,10 +44,13 @@ class TeamShares:
         return (self.gpus[team] + change) / max(self.team(team).weight, 1e-9)
 
     def above_guarantee(self, team: str) -> bool:
+        """Whether it holds more GPUs than its guarantee."""
         return self.gpus[team] > self.guarantee(team)
 
     def add(self, team: str, gpus: int) -> None:
+        """`gpus` more for `team` (a job it starts or holds GPUs for)."""
         self.gpus[team] += gpus
 
     def remove(self, team: str, gpus: int) -> None:
+        """`gpus` fewer for `team` (a victim given notice)."""
         self.gpus[team] -= gpus

@@ -47,12 +47,15 @@ class Preemptor:
         return self.reclaim or self.fair_share
 
     def memo_key(self) -> tuple[object, ...]:
+        """What the search's result depends on, beyond the shape (see Memo.no_victims)."""
         team = self.team if (self.inclusive or self.scope is not PriorityScope.POOL) else None
         return (self.cls.value, team, self.reclaim, self.own_first, self.cross, self.fair_share, self.final_share)
 
 
 @dataclass(frozen=True, slots=True)
 class Victim:
+    """A candidate chosen to be given notice, and why."""
+
     candidate: Candidate
     reason: Reason
     below: int = 0
