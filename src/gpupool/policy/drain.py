@@ -47,7 +47,7 @@ def place_on_lent(
     choose: Callable[[], list[Slot] | None],
 ) -> Placement:
     """Place a job on free GPUs plus those the `draining` jobs hold, with `choose` giving
-    its slots; the GPUs of the placement are taken, the draining' other GPUs stay theirs.
+    its slots; the GPUs of the placement are taken, the draining jobs' other GPUs stay theirs.
     Empty if it does not fit."""
     lent = [(free.node_index(a.node), a.gpus) for r in draining for a in r.placement]
     for i, gpus in lent:
