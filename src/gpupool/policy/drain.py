@@ -56,7 +56,7 @@ def place_on_lent(
     own = {i: [g for j, gpus in lent if j == i for g in gpus] for i, _ in slots}
     placement: Placement = ()
     for i, want in slots:
-        # The draining' GPUs first: free ones may be what another held placement counts on.
+        # The draining jobs' GPUs first: free ones may be what another held placement counts on.
         taken = sorted(free.free[i], key=lambda g: (g not in own[i], g))[:want]
         free.take(i, taken)
         placement += (Allocation(nodes[i].name, tuple(sorted(taken))),)
