@@ -114,6 +114,15 @@ def test_bad_options_say_what_is_wrong(traces_dir: Path, args: list[str], messag
     assert message in result.output
 
 
+def test_budgets_of_a_team_the_cluster_does_not_have_are_refused(traces_dir: Path, tmp_path: Path) -> None:
+    config = tmp_path / "gpupool.yaml"
+    config.write_text("teams:\n  nlp: {budgets: {high: {gpu_hours: 1, window: 1d}}}\n")
+    trace = str(traces_dir / "tiresias-sample" / "jobs.csv")
+    result = runner.invoke(app, ["simulate", "--trace", trace, "--nodes", "2", "--config", str(config)])
+    assert result.exit_code == 2
+    assert "budgets of team(s) nlp, which the cluster does not have (teams: default)" in result.output
+
+
 def test_a_bad_trace_row_is_reported_with_file_line_and_column(tmp_path: Path) -> None:
     trace = tmp_path / "jobs.csv"
     trace.write_text("job_id,submit_time,num_gpus,duration,vc\na,0,1,10,x\nb,5,-2,10,x\n")

@@ -204,6 +204,7 @@ def simulate(
             config.max_preemptions,
             choice(PriorityScope, priority_preemption, "--priority-preemption", config.priority_preemption),
             choice(FairShare, fair_share, "--fair-share", config.fair_share),
+            {name: team.budgets for name, team in config.teams.items() if team.budgets},
         )
         chosen = parse_policies(policy, compared)
         window = (

@@ -17,6 +17,7 @@ from gpupool.accounting import AttemptRecord, Commit, account
 from gpupool.model import Config, Job, JobState, Node, Notice, Plan, RunningJob, Snapshot
 from gpupool.policy import decide
 from gpupool.settle import AttemptEnd, AttemptOutcome, JobCounts, Settlement, settle
+from gpupool.sim.budgets import BudgetMeter
 from gpupool.sim.jobmodel import Attempt, Interruption, JobModel, interrupt
 
 
@@ -115,10 +116,12 @@ class Simulation:
     """Free GPU ids per node, kept up to date so a snapshot costs no pass over the running jobs."""
     finished: int = 0
     decisions: int = 0
+    budgets: BudgetMeter = field(init=False)
 
     def run(self) -> Outcome:
         """Replay every job to its end and return what happened."""
         self.free = {node.name: tuple(range(node.gpus)) for node in self.nodes}
+        self.budgets = BudgetMeter.of(self.config.teams)
         arrivals = sorted(enumerate(self.jobs), key=lambda item: (item[1].submit, item[0]))
         for order, job in arrivals:
             # Preempting even a first attempt costs the restart of the next one.
@@ -215,6 +218,7 @@ class Simulation:
         live.notice_at = None
         live.cut = None
         del self.running[job.id]
+        self.budgets.end(job.id, now)
         self.usage.append(Usage(now, job.priority, -job.gpus))
         return settled
 
@@ -251,7 +255,8 @@ class Simulation:
             live.running = replace(live.running, last_checkpoint_at=live.attempt.at(now).last_commit_at)
             self.watch_commits(live, now)
         running = [live.running for live in self.running.values() if live.running is not None]
-        return Snapshot(self.nodes, running, [live.core for live in self.pending.values()], free=self.free)
+        pending = [live.core for live in self.pending.values()]
+        return Snapshot(self.nodes, running, pending, self.budgets.usage(now), free=self.free)
 
     def watch_commits(self, live: _Live, now: float) -> None:
         assert live.attempt is not None
@@ -285,6 +290,7 @@ class Simulation:
             for alloc in start.placement:
                 self.free[alloc.node] = tuple(g for g in self.free[alloc.node] if g not in alloc.gpus)
             self.running[job.id] = live
+            self.budgets.start(job.id, job.team, start.priority, job.gpus, now)
             self.usage.append(Usage(now, job.priority, job.gpus))
             self.push(live.attempt.finish_time(), Rank.RELEASE, job.id, live.attempt_no)
             self.watch_commits(live, now)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -14,6 +14,7 @@ from gpupool.model import (
     Config,
     FairShare,
     Job,
+    PriorityBudget,
     PriorityClass,
     PriorityScope,
     QueueMode,
@@ -78,11 +79,14 @@ class Settings:
     priority_preemption: PriorityScope = PriorityScope.POOL
     fair_share: FairShare = FairShare.OFF
     """The options of pool-priority (pool-fair sets the last two its own way)."""
+    budgets: Mapping[str, tuple[PriorityBudget, ...]] = field(default_factory=dict)
+    """Priority budgets per team (gpupool's policies; the baselines have no classes to meter)."""
 
 
 def policy_config(policy: Policy, cluster: Cluster, settings: Settings) -> Config:
     teams = {name: Team(name, weight=max(gpus, 1), guaranteed_gpus=gpus) for name, gpus in cluster.team_gpus.items()}
     if policy in (Policy.POOL_PRIORITY, Policy.POOL_FAIR):
+        teams = {name: replace(team, budgets=settings.budgets.get(name, ())) for name, team in teams.items()}
         fair = policy is Policy.POOL_FAIR
         return Config(
             settings.classes,
@@ -124,6 +128,10 @@ def replay(
     """Replay `trace` under `policy`."""
     began = time.perf_counter()
     cluster = spec.build(trace, dedicated=policy is Policy.PARTITIONED)
+    unknown = sorted(set(settings.budgets) - set(cluster.team_gpus))
+    if unknown:
+        known = ", ".join(sorted(cluster.team_gpus))
+        raise ValueError(f"budgets of team(s) {', '.join(unknown)}, which the cluster does not have (teams: {known})")
     jobs, left_out, never_fit = admissible(trace, cluster, settings)
     config = policy_config(policy, cluster, settings)
     outcome = Simulation(jobs, cluster.nodes, config, settings.model, on_progress).run()
