@@ -105,6 +105,10 @@ def test_the_simulated_demo_shows_a_preemption_a_resume_and_a_summary() -> None:
         (["--nodes", "2", "--restart-cost", "-5"], "--restart-cost"),
         (["--nodes", "2", "--fair-share", "maybe"], "--fair-share 'maybe': use off or preempt"),
         (["--nodes", "2", "--priority-preemption", "all"], "use pool or team or above_guarantee"),
+        (
+            ["--nodes", "2", "--policy", "pool-fair", "--fair-share", "off"],
+            "--fair-share sets an option of pool-priority",
+        ),
     ],
 )
 def test_bad_options_say_what_is_wrong(traces_dir: Path, args: list[str], message: str) -> None:

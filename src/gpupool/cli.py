@@ -201,12 +201,16 @@ def simulate(
             config.classes,
             mode,
             config.reclaim,
+            config.preemption,
             config.max_preemptions,
             choice(PriorityScope, priority_preemption, "--priority-preemption", config.priority_preemption),
             choice(FairShare, fair_share, "--fair-share", config.fair_share),
             {name: team.budgets for name, team in config.teams.items() if team.budgets},
         )
         chosen = parse_policies(policy, compared)
+        for flag, given in (("--fair-share", fair_share), ("--priority-preemption", priority_preemption)):
+            if given is not None and Policy.POOL_PRIORITY not in chosen:
+                raise UsageError(f"{flag} sets an option of pool-priority, which is not among the policies replayed")
         window = (
             parse_when(start, "--from") if start else None,
             parse_when(end, "--to") if end else None,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Job, PriorityScope, Reason, Snapshot, Team
+from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Job, Node, PriorityScope, Reason, Snapshot, Team
 from gpupool.policy import decide
 from gpupool.testing import fill, job, on, pool, running, summary
 
@@ -55,6 +55,32 @@ CASES = [
         ),
         config({"a": 10, "b": 6}),
         [("preempt", "a6", "b1", "reclaim"), ("wait", "b1", "awaiting_drain")],
+    ),
+    case(
+        "reclaim-across-a-guarantee-takes-what-keeps-the-team-at-it-first-whatever-the-lost-work",
+        Snapshot(
+            pool(1, 4),
+            [
+                running(normal("b1", "b", 1), on("n0", 0)),
+                running(normal("b2", "b", 3), on("n0", 1, 2, 3), last_ckpt=NOW - 1),
+            ],
+            [normal("a1", "a", 4)],
+        ),
+        config({"a": 4, "b": 1}),
+        [("preempt", "b2", "a1", "reclaim"), ("preempt", "b1", "a1", "reclaim"), ("wait", "a1", "awaiting_drain")],
+    ),
+    case(
+        "reclaim-across-guarantees-on-one-node-takes-the-job-that-goes-least-below",
+        Snapshot(
+            pool(1, 6),
+            [
+                running(normal("b1", "b", 4), on("n0", 0, 1, 2, 3), last_ckpt=NOW - 1),
+                running(normal("c1", "c", 2), on("n0", 4, 5)),
+            ],
+            [normal("a1", "a", 2)],
+        ),
+        config({"a": 4, "b": 3, "c": 1}),
+        [("preempt", "c1", "a1", "reclaim"), ("wait", "a1", "awaiting_drain")],
     ),
     case(
         "a-job-larger-than-its-teams-guarantee-still-reclaims-nothing",
@@ -195,6 +221,53 @@ def test_a_wait_names_the_fair_shares_that_keep_a_team_from_taking() -> None:
     snapshot = Snapshot(pool(1, 4), running_jobs, [normal("b1", "b", 2)])
     message = wait_message(snapshot, config({}, fair_share=FairShare.PREEMPT), "b1")
     assert "fair share: team a would have a share of 0 after, below team b's 4 with this job (job a0)" in message
+
+
+def test_a_wait_names_no_team_rule_for_a_job_another_rule_lets_it_take() -> None:
+    nodes = pool(1, 4)
+    held = [
+        running(job("b1", team="b", gpus=2), on("n0", 0, 1)),
+        running(job("b2", team="b", cls="urgent", gpus=2), on("n0", 2, 3)),
+    ]
+    cfg = Config(
+        DEFAULT_CLASSES,
+        {"a": Team("a", weight=4.0), "b": Team("b")},
+        priority_preemption=PriorityScope.TEAM,
+        fair_share=FairShare.PREEMPT,
+    )
+    message = wait_message(Snapshot(nodes, held, [job("a1", cls="high", gpus=4)]), cfg, "a1")
+    assert "b1" not in message, "fair share may take b1: the team rule does not keep it"
+
+
+def test_a_reclaim_wait_names_the_equal_class_jobs_whose_minimum_runtime_it_waits_for() -> None:
+    young = running(normal("b0", "b", 4), on("n0", 0, 1, 2, 3), started=NOW - 60)
+    plan = decide(Snapshot(pool(1, 4), [young], [normal("a1", "a", 2)]), config({"a": 4}), NOW)
+    [wait] = plan.waits
+    assert plan.retry_at == NOW - 60 + 300
+    assert "inside their minimum runtime (normal: 5.0 min): job b0 for 4.0 min more" in wait.message
+
+
+def test_jobs_alike_of_teams_with_different_shares_search_for_victims_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpupool.policy import victims
+
+    calls = []
+    real = victims.find_victims
+
+    def counted(*args: Any) -> Any:
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(victims, "find_victims", counted)
+    names = "abcdefgh"
+    nodes = pool(1, 4) + [Node(f"m{i}", 8, "other") for i in range(len(names))]
+    held = [running(job("u", team="z", cls="urgent", gpus=4), on("n0", 0, 1, 2, 3))]
+    held += [
+        running(job(f"r{t}", team=t, cls="urgent", gpus=i + 1, gpu_type="other"), on(f"m{i}", *range(i + 1)))
+        for i, t in enumerate(names)
+    ]
+    pending = [job(f"p{t}", team=t, cls="high", gpus=4, gpu_type="gpu") for t in names]
+    decide(Snapshot(nodes, held, pending), config({}), NOW)
+    assert len(calls) == 1, "a search that found nothing for one team finds nothing for the next"
 
 
 def test_a_wait_names_a_priority_scope_that_keeps_other_teams_out() -> None:

@@ -101,7 +101,8 @@ def test_no_job_is_preempted_twice_for_one_preemptor_and_a_preemptor_whose_victi
         top = max((c.value for c in classes), default=-(2**31))
         for job_id in must_start - started:
             # Only a job of a higher class may take what was freed for it (start on it, or hold it).
-            assert config.priority_class(pending[job_id].priority).value < top, f"{job_id} did not start"
+            mine = budgeted_class(config, state.usage, config.team(pending[job_id].team), pending[job_id].priority)
+            assert mine.cls.value < top, f"{job_id} did not start"
         for p in plan.preemptions:
             assert (p.victim, p.for_job) not in pairs, f"{p.victim} preempted twice for {p.for_job}"
             pairs.add((p.victim, p.for_job))

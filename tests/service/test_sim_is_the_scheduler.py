@@ -39,18 +39,18 @@ def workload(seed: int, count: int = 40) -> list[SimJob]:
     return jobs
 
 
-def simulated(jobs: list[SimJob], config: Config) -> Log:
+def simulated(jobs: list[SimJob], config: Config, nodes: list[Node] = NODES) -> Log:
     log: Log = []
-    Simulation(jobs, NODES, config, MODEL, on_plan=lambda now, plan: log.append((now, plan))).run()
+    Simulation(jobs, nodes, config, MODEL, on_plan=lambda now, plan: log.append((now, plan))).run()
     return log
 
 
-def served(jobs: list[SimJob], config: Config, folder: Path) -> Log:
+def served(jobs: list[SimJob], config: Config, folder: Path, nodes: list[Node] = NODES) -> Log:
     """The same jobs through the control loop: submitted at their time, each attempt ending
     when the job model says (at its finish, or after the save its notice asked for)."""
     store = Store.open(f"sqlite:///{folder / 'gpupool.db'}")
     store.sync_config(config)
-    store.set_nodes(NODES, virtual=True)
+    store.set_nodes(nodes, virtual=True)
     executor = FakeExecutor(store)
     log: Log = []
     loop = ControlLoop(store, config, executor, folder / "data", on_plan=lambda now, plan: log.append((now, plan)))
@@ -138,3 +138,19 @@ def test_the_simulator_and_the_service_decide_the_same_line_by_line(
     for n, (expected, got) in enumerate(zip(sim, service, strict=False)):
         assert got == expected, f"decision {n} differs"
     assert len(service) == len(sim)
+
+
+def test_a_victim_that_finishes_during_its_drain_leaves_its_gpus_to_its_preemptor_in_both(tmp_path: Path) -> None:
+    """Job 2 gets notice for job 3 at 500 and finishes its work at 505, inside its 10 s save:
+    the GPUs it frees are job 3's in the simulator as in the service, not job 4's."""
+    nodes = [Node("n0", 4), Node("n1", 1)]
+    config = Config(DEFAULT_CLASSES, {t: Team(t) for t in "abc"})
+    jobs = [
+        SimJob("1", "a", "normal", 1, 0.0, 10_000.0),
+        SimJob("2", "b", "low", 4, 0.0, 505.0),
+        SimJob("3", "a", "normal", 4, 500.0, 100.0),
+        SimJob("4", "c", "normal", 4, 501.0, 100.0),
+    ]
+    sim, service = simulated(jobs, config, nodes), served(jobs, config, tmp_path, nodes)
+    assert next(s.job for _, plan in sim for s in plan.starts if s.job in ("3", "4")) == "3"
+    assert service == sim

@@ -1,9 +1,11 @@
 """The pure scheduling core: `decide(snapshot, config, now) -> Plan`.
 
 No clock, no I/O, no randomness: the same snapshot, config and time give the same plan.
-The stages are plain modules: `order` (queue order), `place` (where), `preempt` (whom),
-`share` (GPUs per team), `drain` (GPUs held while victims drain), `budget` (priority
-budgets); `cycle` holds the working state of one decision and wires the stages together.
+The stages are plain modules: `order` (queue order), `place` (where), `preempt` (who could be
+a victim, and what protects it), `victims` (whom: the victim search), `share` (GPUs per team),
+`drain` (GPUs held while victims drain), `budget` (priority budgets), `messages` (the words);
+`cycle` holds the working state of one decision and wires the stages together, `memo` what it
+remembers. `reference` is the exhaustive victim search the greedy one is measured against.
 """
 
 from __future__ import annotations

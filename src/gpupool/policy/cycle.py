@@ -54,8 +54,14 @@ class Fit(Enum):
 
     @property
     def reason(self) -> Reason:
-        """The reason its `Wait` gives."""
-        return Reason(self.value)
+        """The reason of its `Start` or `Wait`."""
+        return _REASONS[self]
+
+
+_REASONS = {fit: Reason(fit.value) for fit in Fit if fit.waits} | {
+    Fit.STARTED: Reason.FREE_GPUS,
+    Fit.HELD: Reason.AWAITING_DRAIN,
+}
 
 
 @dataclass(slots=True)
@@ -97,22 +103,36 @@ class Decision:
         """Running jobs that are not draining, by node, in victim order. Built only when a
         job first needs preemption: most decisions never look at victims."""
         on_node: list[list[Candidate]] = [[] for _ in self.snapshot.nodes]
+        index = self.free.index
+        classes: dict[str | None, PriorityClass] = {}
+        shares: dict[str, float] = {}
         for running in self.snapshot.running:
             if running.notice is not None:
                 continue
-            cls = self.running_class(running)
-            slots = tuple((self.free.node_index(a.node), a.gpus) for a in running.placement)
+            if running.priority is not None:
+                cls = classes.get(running.priority) or classes.setdefault(
+                    running.priority, self.config.priority_class(running.priority)
+                )
+            else:
+                cls = self.running_class(running)
+            slots = tuple((index[a.node], a.gpus) for a in running.placement)
             candidate = Candidate(running, cls, slots)
-            candidate.protection = protection(running, cls, self.now, self.config)
+            candidate.protection = guard = protection(running, cls, self.now, self.config)
             candidate.cost = lost_work(running, self.now)
-            candidate.share = self.shares.share(candidate.team)
-            until = candidate.protection.until if candidate.protection is not None else None
-            if until is not None:
+            team = candidate.team
+            share = shares.get(team)
+            candidate.share = share if share is not None else shares.setdefault(team, self.shares.share(team))
+            if guard is not None and guard.until is not None:
+                until = guard.until
                 self.expiring[cls.value] = min(self.expiring.get(cls.value, until), until)
-            for i in {i for i, _ in slots}:
-                on_node[i].append(candidate)
+            if len(slots) == 1:
+                on_node[slots[0][0]].append(candidate)
+            else:
+                for i in {i for i, _ in slots}:
+                    on_node[i].append(candidate)
         for here in on_node:
-            here.sort(key=victim_order)
+            if len(here) > 1:
+                here.sort(key=victim_order)
         return on_node
 
     # --- lookups -------------------------------------------------------------------------
@@ -230,8 +250,9 @@ class Decision:
         protects, and those a team rule keeps it from, as (rule, numbers, job): what a person
         needs to know of why nobody is given notice."""
         nodes = {i for shape in self.memo.shapes_of(job) for i in self.memo.nodes_in(shape.groups)}
-        searches = self.searches(job)
-        who = searches[-1] if searches else None
+        searches = self.searches(job, explaining=True)
+        # Reclaim and fair share may take other teams' jobs of the job's own class too.
+        inclusive = any(who.inclusive for who in searches)
         protected: dict[JobId, Candidate] = {}
         refused: dict[JobId, tuple[str, str, JobId]] = {}
         for i in sorted(nodes):
@@ -239,9 +260,10 @@ class Decision:
                 if candidate.id in self.candidates.chosen:
                     continue
                 if candidate.protection is not None:
-                    if candidate.cls.value < cls.value:
+                    equal = inclusive and candidate.cls.value == cls.value and candidate.team != job.team
+                    if candidate.cls.value < cls.value or equal:
                         protected.setdefault(candidate.id, candidate)
-                elif who is not None and (rule := refusal(candidate, who, self.shares)) is not None:
+                elif searches and (rule := refusal(candidate, searches, self.shares)) is not None:
                     refused.setdefault(candidate.id, (*rule, candidate.id))
         return list(protected.values()), list(refused.values())
 
@@ -313,13 +335,15 @@ class Decision:
         self.note_retry(searches[0])
         return Fit.NO_VICTIMS
 
-    def searches(self, job: Job) -> list[Preemptor]:
-        """The victim searches `job` may make, in the order to try them (none: it may not preempt)."""
+    def searches(self, job: Job, *, explaining: bool = False) -> list[Preemptor]:
+        """The victim searches `job` may make, in the order to try them (none: it may not
+        preempt). Fair share is left out when no team could give to it, unless `explaining`."""
         config = self.config
         if not config.preemption:
             return []
         cls = self.budgeted_of(job).cls
-        fair = config.fair_share is FairShare.PREEMPT
+        final_share = self.shares.share(job.team, job.gpus)
+        fair = config.fair_share is FairShare.PREEMPT and (explaining or self.shares.above(final_share, job.team))
         plain = Preemptor(
             job.id,
             job.team,
@@ -327,7 +351,7 @@ class Decision:
             job.gpus,
             config.priority_preemption,
             fair_share=fair,
-            final_share=self.shares.share(job.team, job.gpus),
+            final_share=final_share,
         )
         searches = [plain] if cls.may_preempt or fair else []
         if config.reclaim and self.shares.gpus[job.team] < self.shares.guarantee(job.team):

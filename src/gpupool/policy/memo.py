@@ -18,9 +18,10 @@ class Memo:
 
     The invariant the failures rest on: once the queue pass has begun, free GPUs only shrink
     and candidates only leave (are chosen), so a shape that found no free slots, or no
-    victims for the same search, will find none later in the same decision. (A team's GPUs may
-    grow in the pass, which could open reclaim from it later in the same pass: such a job waits
-    for the next decision, a second at most in the service.) The
+    victims for the same search, will find none later in the same decision. Teams' GPUs are
+    the exception: they change in the pass (a team grows as its jobs start, shrinks as they are
+    given notice), which can open reclaim, fair share or `above_guarantee` later in the pass for
+    a search remembered as failed; such a job waits for the next decision. The
     one place GPUs come back is a placement on GPUs lent by draining jobs: it neither reads nor
     writes `no_fit`, and it takes every lent GPU back before it returns.
     """

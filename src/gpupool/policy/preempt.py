@@ -26,7 +26,8 @@ class Candidate:
     cost: float = 0.0
     """Its lost work if preempted now (`lost_work`)."""
     share: float = 0.0
-    """Its team's weighted share when the decision began."""
+    """Its team's weighted share when the candidates were built (at the decision's first
+    victim search): a tie-break of `victim_order`."""
     id: JobId = field(init=False)
     team: str = field(init=False)
     gpus: int = field(init=False)

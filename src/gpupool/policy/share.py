@@ -47,6 +47,15 @@ class TeamShares:
         """Whether it holds more GPUs than its guarantee."""
         return self.gpus[team] > self.guarantee(team)
 
+    def above(self, share: float, other_than: str) -> bool:
+        """Whether a team other than `other_than` is above its guarantee with a weighted share
+        above `share`: one fair-share preemption could take from (without it, fair share has
+        nobody to take from, and the victims need not even be looked at)."""
+        return any(
+            team != other_than and gpus > self.guarantee(team) and self.share(team) > share
+            for team, gpus in self.gpus.items()
+        )
+
     def add(self, team: str, gpus: int) -> None:
         """`gpus` more for `team` (a job it starts or holds GPUs for)."""
         self.gpus[team] += gpus

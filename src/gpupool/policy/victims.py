@@ -10,8 +10,8 @@ share). Which of them go first is `rank`, then `victim_order`; how nodes compare
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from gpupool.model import JobId, PriorityClass, PriorityScope, Reason
 from gpupool.policy.place import FreeGpus, Shape, Slot
@@ -47,9 +47,11 @@ class Preemptor:
         return self.reclaim or self.fair_share
 
     def memo_key(self) -> tuple[object, ...]:
-        """What the search's result depends on, beyond the shape (see Memo.no_victims)."""
+        """What the search's result depends on, beyond the shape (see Memo.no_victims): the
+        team only where a rule reads it, the final share only for fair share."""
         team = self.team if (self.inclusive or self.scope is not PriorityScope.POOL) else None
-        return (self.cls.value, team, self.reclaim, self.own_first, self.cross, self.fair_share, self.final_share)
+        share = self.final_share if self.fair_share else None
+        return (self.cls.value, team, self.reclaim, self.own_first, self.cross, self.fair_share, share)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,16 +61,35 @@ class Victim:
     candidate: Candidate
     reason: Reason
     below: int = 0
-    """GPUs its leaving takes its team below its guarantee (reclaim that crosses it)."""
+    """GPUs its leaving takes its team below its guarantee (reclaim that crosses it), as
+    counted when it was chosen: what the search scores, not a total to add up."""
 
 
-def eligibility(c: Candidate, who: Preemptor, shares: TeamShares, gone: Mapping[str, int]) -> tuple[Reason, int] | None:
+@dataclass(slots=True)
+class Leaving:
+    """The victims one search has chosen so far, per team: their GPUs and the largest job."""
+
+    gpus: Counter[str] = field(default_factory=Counter)
+    largest: Counter[str] = field(default_factory=Counter)
+
+    def add(self, c: Candidate) -> None:
+        self.gpus[c.team] += c.gpus
+        self.largest[c.team] = max(self.largest[c.team], c.gpus)
+
+    def copy(self) -> Leaving:
+        return Leaving(Counter(self.gpus), Counter(self.largest))
+
+
+def eligibility(c: Candidate, who: Preemptor, shares: TeamShares, leaving: Leaving) -> tuple[Reason, int] | None:
     """Why `who` may take `c`, with the GPUs that takes `c`'s team below its guarantee; None if
-    it may not. `gone` holds the GPUs per team already chosen to leave in this search."""
+    it may not. `leaving` holds the victims already chosen in this search.
+
+    Reclaim across a guarantee takes a team below it by one whole job at most: the team stays
+    above its guarantee without its largest victim, whatever order the victims were chosen in."""
     own = c.team == who.team
-    held = shares.gpus[c.team] - gone.get(c.team, 0)
+    gone = leaving.gpus[c.team] + c.gpus
     floor = shares.guarantee(c.team)
-    left = held - c.gpus
+    left = shares.gpus[c.team] - gone
     if who.cls.may_preempt and c.cls.value < who.cls.value:
         if own or who.scope is PriorityScope.POOL:
             return Reason.PRIORITY, 0
@@ -76,12 +97,12 @@ def eligibility(c: Candidate, who: Preemptor, shares: TeamShares, gone: Mapping[
             return Reason.PRIORITY, 0
     if own or c.cls.value > who.cls.value:
         return None
-    if who.reclaim and held > floor:
+    if who.reclaim:
         if left >= floor:
             return Reason.RECLAIM, 0
-        if who.cross:
+        if who.cross and left + max(leaving.largest[c.team], c.gpus) > floor:
             return Reason.RECLAIM, floor - left
-    if who.fair_share and left >= floor and shares.share(c.team, -(gone.get(c.team, 0) + c.gpus)) >= who.final_share:
+    if who.fair_share and left >= floor and shares.share(c.team, -gone) >= who.final_share:
         return Reason.FAIR_SHARE, 0
     return None
 
@@ -124,7 +145,7 @@ def find_victims(
             found = ranks[c.id] = rank(c, who, shares)
         return found
 
-    gone: Counter[str] = Counter()
+    gone = Leaving()
     freed: Counter[int] = Counter()
     chosen: dict[JobId, Victim] = {}
     used: set[int] = set()
@@ -162,10 +183,10 @@ def find_victims(
         slots.append((node, want))
         for victim in picked:
             chosen[victim.candidate.id] = victim
-            gone[victim.candidate.team] += victim.candidate.gpus
+            gone.add(victim.candidate)
             for i, gpus in victim.candidate.slots:
                 freed[i] += len(gpus)
-    return slots, with_crossing(reprieve(slots, list(chosen.values()), free), shares)
+    return slots, reprieve(slots, list(chosen.values()), free)
 
 
 def node_score(
@@ -192,21 +213,6 @@ def reprieve(slots: Sequence[Slot], victims: list[Victim], free: FreeGpus) -> li
     return kept
 
 
-def with_crossing(victims: Iterable[Victim], shares: TeamShares) -> list[Victim]:
-    """The victims, each with the GPUs the whole set takes its team below its guarantee
-    charged to the team's last victim (reprieves change what was counted while choosing)."""
-    out = list(victims)
-    by_team: dict[str, int] = {}
-    for n, v in enumerate(out):
-        by_team[v.candidate.team] = n
-    for team, n in by_team.items():
-        leaving = sum(v.candidate.gpus for v in out if v.candidate.team == team)
-        below = max(0, shares.guarantee(team) - (shares.gpus[team] - leaving))
-        if out[n].reason is Reason.RECLAIM or below:
-            out[n] = Victim(out[n].candidate, out[n].reason, below if out[n].reason is Reason.RECLAIM else 0)
-    return out
-
-
 def _one_victim(
     node: int,
     need: int,
@@ -214,7 +220,7 @@ def _one_victim(
     order: Sequence[Candidate],
     taken_before: set[JobId],
     chosen: Mapping[JobId, Victim],
-    gone: Mapping[str, int],
+    gone: Leaving,
     shares: TeamShares,
     rank_of: Callable[[Candidate], tuple[float, ...]],
 ) -> Victim | None:
@@ -242,21 +248,34 @@ def _victims_on_node(
     order: Sequence[Candidate],
     taken_before: set[JobId],
     chosen: Mapping[JobId, Victim],
-    gone: Mapping[str, int],
+    gone: Leaving,
     shares: TeamShares,
 ) -> list[Victim] | None:
+    """Candidates of the node, in `order`, until they free `need` GPUs; then those not needed
+    are reprieved, last taken first. Across guarantees, those that keep their team at its
+    guarantee are taken first, then those that take it least below."""
     taken: list[Victim] = []
-    leaving = Counter(gone)
+    leaving = gone.copy()
     got = 0
-    for candidate in order:
-        if candidate.id in chosen or candidate.id in taken_before or candidate.protection is not None:
-            continue
-        found = eligibility(candidate, who, shares, leaving)
-        if found is None:
-            continue
-        taken.append(Victim(candidate, *found))
-        leaving[candidate.team] += candidate.gpus
-        got += candidate.gpus_on(node)
+    rounds = [replace(who, cross=False), who] if who.cross else [who]
+    for crossing, rules in enumerate(rounds):
+        ids = {v.candidate.id for v in taken}
+        left = [
+            c
+            for c in order
+            if c.protection is None and c.id not in chosen and c.id not in taken_before and c.id not in ids
+        ]
+        if crossing:
+            left.sort(key=lambda c: shares.guarantee(c.team) - (shares.gpus[c.team] - leaving.gpus[c.team] - c.gpus))
+        for candidate in left:
+            found = eligibility(candidate, rules, shares, leaving)
+            if found is None:
+                continue
+            taken.append(Victim(candidate, *found))
+            leaving.add(candidate)
+            got += candidate.gpus_on(node)
+            if got >= need:
+                break
         if got >= need:
             break
     if got < need:
@@ -269,10 +288,14 @@ def _victims_on_node(
     return taken
 
 
-def refusal(c: Candidate, who: Preemptor, shares: TeamShares) -> tuple[str, str] | None:
-    """The team rule that keeps `who` from taking the unprotected candidate `c`, as (rule,
-    numbers), or None when no team rule does (it may take `c`, or `c`'s class is too high)."""
+def refusal(c: Candidate, searches: Sequence[Preemptor], shares: TeamShares) -> tuple[str, str] | None:
+    """The team rule that keeps the searches of a job (the last one is the widest) from taking
+    the unprotected candidate `c`, as (rule, numbers); None when no team rule does (one of
+    them may take `c`, or `c`'s class is too high)."""
+    who = searches[-1]
     if c.team == who.team or c.cls.value > who.cls.value:
+        return None
+    if any(eligibility(c, search, shares, Leaving()) is not None for search in searches):
         return None
     held, floor = shares.gpus[c.team], shares.guarantee(c.team)
     below_floor = ("guarantee floor", f"team {c.team} holds {held} GPUs, {floor} guaranteed")

@@ -187,9 +187,6 @@ class Simulation:
 
     def release(self, live: _Live, cut: Interruption, now: float) -> None:
         assert live.notice_at is not None and live.running is not None and live.running.notice is not None
-        preemptor = self.pending.get(live.running.notice.for_job)
-        if preemptor is not None:
-            preemptor.core = replace(preemptor.core, nominated=True)
         live.committed = cut.committed
         settled = self.end_attempt(live, now, completed=False)
         assert settled.state is JobState.PENDING
@@ -295,6 +292,11 @@ class Simulation:
             self.push(live.attempt.finish_time(), Rank.RELEASE, job.id, live.attempt_no)
             self.watch_commits(live, now)
         for preempt in plan.preemptions:
+            # As the store does: the preemptor is nominated at its first notice, so the GPUs
+            # freed for it are its own however its victims leave (a drain, or finishing first).
+            preemptor = self.pending[preempt.for_job]
+            if not preemptor.core.nominated:
+                preemptor.core = replace(preemptor.core, nominated=True)
             live = self.running[preempt.victim]
             assert live.attempt is not None and live.running is not None
             live.notice_at = now

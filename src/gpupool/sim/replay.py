@@ -75,6 +75,7 @@ class Settings:
     queue: QueueMode = QueueMode.BACKFILL
     """Queue discipline of the two baselines; gpupool's policies always backfill."""
     reclaim: bool = True
+    preemption: bool = True
     max_preemptions: int | None = 10
     priority_preemption: PriorityScope = PriorityScope.POOL
     fair_share: FairShare = FairShare.OFF
@@ -93,6 +94,7 @@ def policy_config(policy: Policy, cluster: Cluster, settings: Settings) -> Confi
             teams,
             QueueOrder.PRIORITY,
             QueueMode.BACKFILL,
+            preemption=settings.preemption,
             reclaim=settings.reclaim,
             max_preemptions=settings.max_preemptions,
             priority_preemption=PriorityScope.ABOVE_GUARANTEE if fair else settings.priority_preemption,
