@@ -116,6 +116,18 @@ class Node:
     """A node dedicated to one team (a partition); `None` is the shared pool."""
 
 
+def gang_split_problem(gpus: int, gpus_per_node: int | None) -> str | None:
+    """Why `gpus` cannot be a gang of members of `gpus_per_node` GPUs each, or None if it can
+    (or has no fixed members): the one rule the API, the store and the core check."""
+    if gpus_per_node is None:
+        return None
+    if gpus_per_node < 1:
+        return f"{gpus_per_node} is not a positive number of GPUs per node"
+    if gpus % gpus_per_node:
+        return f"{gpus} GPUs do not split into members of {gpus_per_node}"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """A request for GPUs, as the core sees it."""

@@ -12,7 +12,7 @@ from typing import TypeVar
 from gpupool.api import limits
 from gpupool.api.models import JobIn
 from gpupool.errors import InvalidInput
-from gpupool.model import Job, Node
+from gpupool.model import Job, Node, gang_split_problem
 from gpupool.policy import can_ever_fit, messages
 from gpupool.service import expand_log_path, inside
 from gpupool.store.jobs import job_name
@@ -40,8 +40,9 @@ def parsed(field: str, parse: Callable[[str], T], text: str | None) -> T | None:
 
 def check_fits(nodes: list[Node], body: JobIn, team: str) -> None:
     """Refuse a job that no placement of this pool could ever hold."""
-    if body.gpus_per_node is not None and body.gpus % body.gpus_per_node:
-        raise InvalidInput(f"gpus_per_node: {body.gpus} GPUs do not split into members of {body.gpus_per_node}")
+    problem = gang_split_problem(body.gpus, body.gpus_per_node)
+    if problem is not None:
+        raise InvalidInput(f"gpus_per_node: {problem}")
     probe = Job("new", team, body.priority, body.gpus, 0.0, body.gpus_per_node, body.gpu_type)
     if not can_ever_fit(probe, nodes):
         usable = [n for n in nodes if n.team in (None, team)]

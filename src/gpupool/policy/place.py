@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpupool.model import Allocation, Job, Node, Placement, RunningJob
+from gpupool.model import Allocation, Job, Node, Placement, RunningJob, gang_split_problem
 
 Group = tuple[str, str | None]
 """Nodes that are interchangeable for eligibility: (gpu_type, dedicated team or None)."""
@@ -133,10 +133,9 @@ def gang_shapes(job: Job, sizes: Sequence[int]) -> tuple[int, ...]:
     nodes). A job larger than all nodes together keeps the split by the largest node size.
     """
     if job.gpus_per_node is not None:
-        if job.gpus_per_node <= 0 or job.gpus % job.gpus_per_node:
-            raise ValueError(
-                f"job {job.id}: gpus ({job.gpus}) must be a multiple of gpus_per_node ({job.gpus_per_node})"
-            )
+        problem = gang_split_problem(job.gpus, job.gpus_per_node)
+        if problem is not None:
+            raise ValueError(f"job {job.id}: gpus_per_node: {problem}")
         return (job.gpus_per_node,) * (job.gpus // job.gpus_per_node)
     largest = sizes[0] if sizes else 0
     if job.gpus <= largest or largest <= 0:

@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpupool.errors import Conflict, Forbidden, GpupoolError, InvalidInput, NotFound
-from gpupool.model import ENDED, Config, JobState, Node, Team
+from gpupool.model import ENDED, Config, JobState, Node, Team, gang_split_problem
 from gpupool.store.base import StoreBase
 from gpupool.store.holds import KINDS as DEPENDENCY_KINDS
 from gpupool.store.schema import BudgetRow, EventRow, JobRow, NodeRow, PriorityClassRow, TeamRow, UserRow
@@ -358,8 +358,9 @@ class JobsStore(StoreBase):
             raise InvalidInput(f"time_limit: {spec.time_limit} is not a positive number of seconds")
         if spec.gpus < 1:
             raise InvalidInput(f"gpus: {spec.gpus} is not a positive number of GPUs")
-        if spec.gpus_per_node is not None and (spec.gpus_per_node < 1 or spec.gpus % spec.gpus_per_node):
-            raise InvalidInput(f"gpus_per_node: {spec.gpus} GPUs do not split into members of {spec.gpus_per_node}")
+        problem = gang_split_problem(spec.gpus, spec.gpus_per_node)
+        if problem is not None:
+            raise InvalidInput(f"gpus_per_node: {problem}")
         team = teams.get(spec.team)
         if team is None:
             raise InvalidInput(f"team: unknown team {spec.team!r}")
