@@ -45,8 +45,7 @@ def check_fits(nodes: list[Node], body: JobIn, team: str) -> None:
         raise InvalidInput(f"gpus_per_node: {problem}")
     probe = Job("new", team, body.priority, body.gpus, 0.0, body.gpus_per_node, body.gpu_type)
     if not can_ever_fit(probe, nodes):
-        usable = [n for n in nodes if n.team in (None, team)]
-        raise InvalidInput(f"gpus: {messages.never_fits(probe, usable)}")
+        raise InvalidInput(f"gpus: {messages.never_fits(probe, nodes)}")
 
 
 def check_paths(body: JobIn, data_dir: Path) -> None:

@@ -236,7 +236,7 @@ class Decision:
         if reason is Reason.QUEUE_BLOCKED:
             return messages.queue_blocked()
         if reason is Reason.NEVER_FITS:
-            return messages.never_fits(job, [n for n in self.snapshot.nodes if n.team in (None, job.team)])
+            return messages.never_fits(job, self.snapshot.nodes)
         budgeted = self.budgeted_of(job)
         if reason is Reason.NO_VICTIMS:
             protected, refused = self.kept_from(job, budgeted.cls)

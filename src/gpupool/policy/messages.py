@@ -50,9 +50,10 @@ def awaiting_drain(victims: Sequence[str], deadline: float, now: float) -> str:
 
 
 def never_fits(job: Job, nodes: Sequence[Node] = ()) -> str:
-    """Why no placement of `nodes` (those the job may use) could ever hold the job."""
+    """Why no placement of `nodes` (of those the job may use: shared or its team's, of its
+    GPU type) could ever hold the job."""
     kind = f" of type {job.gpu_type}" if job.gpu_type else ""
-    usable = [n for n in nodes if job.gpu_type in (None, n.gpu_type)]
+    usable = [n for n in nodes if n.team in (None, job.team) and job.gpu_type in (None, n.gpu_type)]
     if job.gpus_per_node:
         members = job.gpus // job.gpus_per_node
         big_enough: dict[str, int] = {}
