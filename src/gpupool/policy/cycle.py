@@ -303,10 +303,12 @@ class Decision:
     def preempt_for(self, job: Job, shapes: tuple[Shape, ...]) -> Fit:
         """Give notice to the cheapest sufficient victims; if there are none, say why not.
 
-        The searches, in order, stop at the first that finds a set: reclaim keeping every team
-        at its guarantee, then priority and fair-share preemption alone, then reclaim that may
-        take a whole job across a victim team's guarantee (a guarantee is a promise: a job
-        larger than a team's surplus must not keep a team below its own out forever).
+        The searches, in order, stop at the first that finds a set: reclaim (with priority and
+        fair share), which takes a whole job across a victim team's guarantee only where no
+        node can be freed without it (a guarantee is a promise: a job larger than a team's
+        surplus must not keep a team below its own out forever); then priority and fair-share
+        preemption alone, when reclaim found a set that would take the claimant's team over its
+        own guarantee.
         """
         searches = self.searches(job)
         if not searches:
@@ -331,7 +333,7 @@ class Decision:
                 slots, victims = found
                 self.give_notice(job, slots, victims)
                 return Fit.HELD
-            nothing_for_reclaim = nothing_for_reclaim or (who.reclaim and not who.cross and found_none)
+            nothing_for_reclaim = nothing_for_reclaim or (who.reclaim and found_none)
         self.note_retry(searches[0])
         return Fit.NO_VICTIMS
 
@@ -358,8 +360,9 @@ class Decision:
             over = self.shares.gpus[job.team] + job.gpus - self.shares.guarantee(job.team)
             own = self.candidates.team_gpus_preemptible(job.team, cls.value) if over > 0 and cls.may_preempt else 0
             if over <= own:
-                reclaim = replace(plain, reclaim=True, own_first=over > 0)
-                searches = [reclaim, *searches, replace(reclaim, cross=True)]
+                # One search, across guarantees where it must: a node freed without taking a
+                # team below its guarantee always scores better than one that needs it.
+                searches = [replace(plain, reclaim=True, own_first=over > 0, cross=True), *searches]
         return searches
 
     def within_guarantee(self, job: Job, who: Preemptor, victims: Sequence[Victim]) -> bool:

@@ -39,7 +39,10 @@ class Candidate:
 
     def gpus_on(self, node: int) -> int:
         """GPUs it holds on node `node`."""
-        return sum(len(gpus) for i, gpus in self.slots if i == node)
+        slots = self.slots
+        if len(slots) == 1:
+            return len(slots[0][1]) if slots[0][0] == node else 0
+        return sum(len(gpus) for i, gpus in slots if i == node)
 
 
 class ProtectionRule(Enum):

@@ -137,6 +137,7 @@ def find_victims(
     free, shares = candidates.free, candidates.shares
     bound = candidates.bound(who.cls.value, who.inclusive)
     default_rank = not who.inclusive
+    strict = replace(who, cross=False) if who.cross else who
     ranks: dict[JobId, tuple[float, ...]] = {}
 
     def rank_of(c: Candidate) -> tuple[float, ...]:
@@ -164,7 +165,7 @@ def find_victims(
                 if not default_rank:
                     # Stable: equal ranks keep the victim order the list is built in.
                     here = sorted(here, key=rank_of)
-                found = _victims_on_node(i, want - have, who, here, candidates.chosen, chosen, gone, shares)
+                found = _victims_on_node(i, want - have, who, strict, here, candidates.chosen, chosen, gone, shares)
                 if found is None:
                     continue
                 picked = found
@@ -245,6 +246,7 @@ def _victims_on_node(
     node: int,
     need: int,
     who: Preemptor,
+    strict: Preemptor,
     order: Sequence[Candidate],
     taken_before: set[JobId],
     chosen: Mapping[JobId, Victim],
@@ -252,32 +254,45 @@ def _victims_on_node(
     shares: TeamShares,
 ) -> list[Victim] | None:
     """Candidates of the node, in `order`, until they free `need` GPUs; then those not needed
-    are reprieved, last taken first. Across guarantees, those that keep their team at its
-    guarantee are taken first, then those that take it least below."""
+    are reprieved, last taken first. Across guarantees (`who.cross`), those that keep their team
+    at its guarantee are taken first (by `strict`, the same rules without crossing), then
+    those that take it least below."""
     taken: list[Victim] = []
-    leaving = gone.copy()
+    leaving: Leaving | None = None  # copied from `gone` once this node takes a victim
     got = 0
-    rounds = [replace(who, cross=False), who] if who.cross else [who]
-    for crossing, rules in enumerate(rounds):
+    for candidate in order:
+        if candidate.protection is not None or candidate.id in chosen or candidate.id in taken_before:
+            continue
+        found = eligibility(candidate, strict, shares, leaving or gone)
+        if found is None:
+            continue
+        if leaving is None:
+            leaving = gone.copy()
+        taken.append(Victim(candidate, *found))
+        leaving.add(candidate)
+        got += candidate.gpus_on(node)
+        if got >= need:
+            break
+    if got < need and who.cross:
         ids = {v.candidate.id for v in taken}
+        so_far = leaving or gone
         left = [
             c
             for c in order
             if c.protection is None and c.id not in chosen and c.id not in taken_before and c.id not in ids
         ]
-        if crossing:
-            left.sort(key=lambda c: shares.guarantee(c.team) - (shares.gpus[c.team] - leaving.gpus[c.team] - c.gpus))
+        left.sort(key=lambda c: shares.guarantee(c.team) - (shares.gpus[c.team] - so_far.gpus[c.team] - c.gpus))
         for candidate in left:
-            found = eligibility(candidate, rules, shares, leaving)
+            found = eligibility(candidate, who, shares, leaving or gone)
             if found is None:
                 continue
+            if leaving is None:
+                leaving = gone.copy()
             taken.append(Victim(candidate, *found))
             leaving.add(candidate)
             got += candidate.gpus_on(node)
             if got >= need:
                 break
-        if got >= need:
-            break
     if got < need:
         return None
     for victim in reversed(list(taken)):
