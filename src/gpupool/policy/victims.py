@@ -80,6 +80,9 @@ class Leaving:
         return Leaving(Counter(self.gpus), Counter(self.largest))
 
 
+_PRIORITY = (Reason.PRIORITY, 0)
+
+
 def eligibility(c: Candidate, who: Preemptor, shares: TeamShares, leaving: Leaving) -> tuple[Reason, int] | None:
     """Why `who` may take `c`, with the GPUs that takes `c`'s team below its guarantee; None if
     it may not. `leaving` holds the victims already chosen in this search.
@@ -87,14 +90,14 @@ def eligibility(c: Candidate, who: Preemptor, shares: TeamShares, leaving: Leavi
     Reclaim across a guarantee takes a team below it by one whole job at most: the team stays
     above its guarantee without its largest victim, whatever order the victims were chosen in."""
     own = c.team == who.team
+    lower = c.cls.value < who.cls.value
+    if lower and who.cls.may_preempt and (own or who.scope is PriorityScope.POOL):
+        return _PRIORITY
     gone = leaving.gpus[c.team] + c.gpus
     floor = shares.guarantee(c.team)
     left = shares.gpus[c.team] - gone
-    if who.cls.may_preempt and c.cls.value < who.cls.value:
-        if own or who.scope is PriorityScope.POOL:
-            return Reason.PRIORITY, 0
-        if who.scope is PriorityScope.ABOVE_GUARANTEE and left >= floor:
-            return Reason.PRIORITY, 0
+    if lower and who.cls.may_preempt and who.scope is PriorityScope.ABOVE_GUARANTEE and left >= floor:
+        return _PRIORITY
     if own or c.cls.value > who.cls.value:
         return None
     if who.reclaim:
