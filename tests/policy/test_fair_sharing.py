@@ -216,6 +216,14 @@ def test_a_wait_names_the_guarantee_floor_that_protects_a_team() -> None:
     assert "guarantee floor: team b holds 2 GPUs, 2 guaranteed (job b-low)" in message
 
 
+def test_a_wait_names_the_guarantee_floor_that_limits_how_much_of_a_team_may_be_taken() -> None:
+    nodes = pool(1, 8)
+    sweeps = fill(nodes, [job(f"v{i}", team="b", gpus=1) for i in range(8)])
+    snapshot = Snapshot(nodes, sweeps, [job("h", cls="high", gpus=8)])
+    message = wait_message(snapshot, config({"b": 3}, priority_preemption=PriorityScope.ABOVE_GUARANTEE), "h")
+    assert "guarantee floor: team b holds 8 GPUs, 3 guaranteed: 5 may be taken (jobs v0, v1, v2 and 5 more)" in message
+
+
 def test_a_wait_names_the_fair_shares_that_keep_a_team_from_taking() -> None:
     running_jobs = fill(pool(1, 4), [normal("a0", "a", 2), normal("b0", "b", 2)])
     snapshot = Snapshot(pool(1, 4), running_jobs, [normal("b1", "b", 2)])

@@ -17,6 +17,7 @@ from gpupool.model import (
     Plan,
     Preempt,
     PriorityClass,
+    PriorityScope,
     QueueMode,
     Reason,
     RunningJob,
@@ -33,7 +34,7 @@ from gpupool.policy.order import queue_order
 from gpupool.policy.place import FreeGpus, Group, Shape, Slot, choose_slots
 from gpupool.policy.preempt import Candidate, Candidates, lost_work, protection, victim_order
 from gpupool.policy.share import TeamShares
-from gpupool.policy.victims import Preemptor, Victim, refusal
+from gpupool.policy.victims import Leaving, Preemptor, Victim, eligibility, refusal
 
 
 class Fit(Enum):
@@ -255,6 +256,7 @@ class Decision:
         inclusive = any(who.inclusive for who in searches)
         protected: dict[JobId, Candidate] = {}
         refused: dict[JobId, tuple[str, str, JobId]] = {}
+        floored: dict[str, dict[JobId, int]] = {}
         for i in sorted(nodes):
             for candidate in self.candidates.on_node[i]:
                 if candidate.id in self.candidates.chosen:
@@ -265,7 +267,23 @@ class Decision:
                         protected.setdefault(candidate.id, candidate)
                 elif searches and (rule := refusal(candidate, searches, self.shares)) is not None:
                     refused.setdefault(candidate.id, (*rule, candidate.id))
+                elif searches and any(self.takes_to_floor(candidate, who) for who in searches):
+                    floored.setdefault(candidate.team, {})[candidate.id] = candidate.gpus
+        # Each of a team's jobs may be taken alone, but not all that would be needed together.
+        for team, jobs in floored.items():
+            held, floor = self.shares.gpus[team], self.shares.guarantee(team)
+            if sum(jobs.values()) > held - floor:
+                numbers = f"team {team} holds {held} GPUs, {floor} guaranteed: {max(0, held - floor)} may be taken"
+                refused.update((j, ("guarantee floor", numbers, j)) for j in jobs)
         return list(protected.values()), list(refused.values())
+
+    def takes_to_floor(self, candidate: Candidate, who: Preemptor) -> bool:
+        """Whether `who` may take `candidate` only down to its team's guarantee."""
+        found = eligibility(candidate, replace(who, cross=False), self.shares, Leaving())
+        if found is None:
+            return False
+        scoped = who.scope is PriorityScope.ABOVE_GUARANTEE and candidate.team != who.team
+        return found[0] in (Reason.RECLAIM, Reason.FAIR_SHARE) or scoped
 
     def best_fit_slots(self, job: Job, *, lent: bool = False) -> list[Slot] | None:
         """Slots on the first shape that fits; a shape that did not fit on free GPUs is
