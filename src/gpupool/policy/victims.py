@@ -10,7 +10,7 @@ share). Which of them go first is `rank`, then `victim_order`; how nodes compare
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpupool.model import JobId, PriorityClass, PriorityScope, Reason
@@ -263,30 +263,13 @@ def _victims_on_node(
     taken: list[Victim] = []
     leaving: Leaving | None = None  # copied from `gone` once this node takes a victim
     got = 0
-    for candidate in order:
-        if candidate.protection is not None or candidate.id in chosen or candidate.id in taken_before:
-            continue
-        found = eligibility(candidate, strict, shares, leaving or gone)
-        if found is None:
-            continue
-        if leaving is None:
-            leaving = gone.copy()
-        taken.append(Victim(candidate, *found))
-        leaving.add(candidate)
-        got += candidate.gpus_on(node)
-        if got >= need:
-            break
-    if got < need and who.cross:
-        ids = {v.candidate.id for v in taken}
-        so_far = leaving or gone
-        left = [
-            c
-            for c in order
-            if c.protection is None and c.id not in chosen and c.id not in taken_before and c.id not in ids
-        ]
-        left.sort(key=lambda c: shares.guarantee(c.team) - (shares.gpus[c.team] - so_far.gpus[c.team] - c.gpus))
-        for candidate in left:
-            found = eligibility(candidate, who, shares, leaving or gone)
+
+    def take(candidates: Iterable[Candidate], rules: Preemptor) -> None:
+        nonlocal got, leaving
+        for candidate in candidates:
+            if candidate.protection is not None or candidate.id in chosen or candidate.id in taken_before:
+                continue
+            found = eligibility(candidate, rules, shares, leaving or gone)
             if found is None:
                 continue
             if leaving is None:
@@ -295,7 +278,15 @@ def _victims_on_node(
             leaving.add(candidate)
             got += candidate.gpus_on(node)
             if got >= need:
-                break
+                return
+
+    take(order, strict)
+    if got < need and who.cross:
+        ids = {v.candidate.id for v in taken}
+        so_far = leaving or gone
+        left = [c for c in order if c.id not in ids]
+        left.sort(key=lambda c: shares.guarantee(c.team) - (shares.gpus[c.team] - so_far.gpus[c.team] - c.gpus))
+        take(left, who)
     if got < need:
         return None
     for victim in reversed(list(taken)):
