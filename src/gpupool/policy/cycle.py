@@ -74,6 +74,8 @@ class Decision:
     config: Config
     now: float
     free: FreeGpus = field(init=False)
+    pending: dict[JobId, Job] = field(init=False)
+    """The snapshot's pending jobs by id."""
     shares: TeamShares = field(init=False)
     memo: Memo = field(init=False)
     drains: Drains = field(init=False)
@@ -97,7 +99,8 @@ class Decision:
         teams = snapshot.teams if snapshot.teams is not None else self.config.teams
         self.shares = TeamShares.of(teams, snapshot.running)
         self.memo = Memo(self.free, snapshot.nodes)
-        self.drains = Drains.of(snapshot.running, {job.id for job in snapshot.pending})
+        self.pending = {job.id: job for job in snapshot.pending}
+        self.drains = Drains.of(snapshot.running, self.pending)
         self.candidates = Candidates(self.free, self.shares, self.build_candidates)
 
     def build_candidates(self) -> list[list[Candidate]]:
@@ -158,7 +161,7 @@ class Decision:
         """Every job whose victims drain holds their GPUs, plus free ones, before anything
         else is placed; only then does a job whose held placement is all free GPUs start. A
         drain whose preemptor is gone (started elsewhere, cancelled) frees GPUs for anyone."""
-        pending = {job.id: job for job in self.snapshot.pending}
+        pending = self.pending
         draining_for = self.drains.draining_for
         waiting = [(self.budgeted_of(pending[j]).cls.value, pending[j]) for j in draining_for]
         held: list[tuple[Job, Placement, list[RunningJob]]] = []
