@@ -105,6 +105,11 @@ def test_the_simulated_demo_shows_a_preemption_a_resume_and_a_summary() -> None:
         (["--nodes", "2", "--restart-cost", "-5"], "--restart-cost"),
         (["--nodes", "2", "--fair-share", "maybe"], "--fair-share 'maybe': use off or preempt"),
         (["--nodes", "2", "--priority-preemption", "all"], "use pool or team or above_guarantee"),
+        (["--nodes", "2", "--seniority-after", "soon"], "--seniority-after"),
+        (
+            ["--nodes", "2", "--policy", "pool-fifo", "--seniority-after", "2h"],
+            "--seniority-after sets an option of pool-priority",
+        ),
         (
             ["--nodes", "2", "--policy", "pool-fair", "--fair-share", "off"],
             "--fair-share sets an option of pool-priority",

@@ -141,6 +141,13 @@ def duration_option(text: str, option: str) -> float:
         raise UsageError(f"{option}: {exc}") from None
 
 
+def seniority_option(text: str | None, default: float | None) -> float | None:
+    """`--seniority-after`: a duration, or `off`; the config's when not given."""
+    if text is None:
+        return default
+    return None if text == "off" else duration_option(text, "--seniority-after")
+
+
 @app.command(context_settings=HELP)
 def simulate(
     trace: Annotated[Path, typer.Option(help="Trace in the normalised jobs.csv format (.gz too).")],
@@ -167,6 +174,9 @@ def simulate(
     ] = None,
     priority_preemption: Annotated[
         str | None, typer.Option(help="pool-priority: pool, team or above_guarantee (default: the config's).")
+    ] = None,
+    seniority_after: Annotated[
+        str | None, typer.Option(help="pool-priority: e.g. 2h, or off (default: the config's policy).")
     ] = None,
     json_file: Annotated[Path | None, typer.Option("--json", help="Write the reports as JSON.")] = None,
     plots: Annotated[Path | None, typer.Option(help="Write PNG plots into this folder.")] = None,
@@ -205,10 +215,16 @@ def simulate(
             config.max_preemptions,
             choice(PriorityScope, priority_preemption, "--priority-preemption", config.priority_preemption),
             choice(FairShare, fair_share, "--fair-share", config.fair_share),
+            seniority_option(seniority_after, config.seniority_after),
             {name: team.budgets for name, team in config.teams.items() if team.budgets},
         )
         chosen = parse_policies(policy, compared)
-        for flag, given in (("--fair-share", fair_share), ("--priority-preemption", priority_preemption)):
+        options = (
+            ("--fair-share", fair_share),
+            ("--priority-preemption", priority_preemption),
+            ("--seniority-after", seniority_after),
+        )
+        for flag, given in options:
             if given is not None and Policy.POOL_PRIORITY not in chosen:
                 raise UsageError(f"{flag} sets an option of pool-priority, which is not among the policies replayed")
         window = (

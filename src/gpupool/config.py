@@ -10,6 +10,8 @@
       reclaim: true                # a team below its guarantee takes it back
       priority_preemption: pool    # or team, above_guarantee: whose jobs a class preempts
       fair_share: off              # or preempt: a lower weighted share takes from the highest
+      seniority_after: null        # e.g. 2h: a job waiting that long preempts jobs of its
+                                   # class or lower submitted after it (down to guarantees)
       max_preemptions: 10          # per job; null for no cap
       max_node_losses: 3           # per job: requeues after a node it ran on was lost
     service:                       # `gpupool up`
@@ -123,6 +125,7 @@ class PolicySpec(_Strict):
     max_node_losses: int = Field(default=3, ge=0, le=INT32_MAX)
     priority_preemption: PriorityScope = PriorityScope.POOL
     fair_share: FairShare = FairShare.OFF
+    seniority_after: Duration | None = None
 
 
 class ServiceSpec(_Strict):
@@ -294,6 +297,7 @@ def build(spec: ConfigSpec) -> Config:
         p.max_node_losses,
         priority_preemption=p.priority_preemption,
         fair_share=p.fair_share,
+        seniority_after=p.seniority_after,
     )
 
 

@@ -151,6 +151,14 @@ class Job:
     nominated: bool = False
     """Jobs were preempted for it and have left: the GPUs they freed are its own, before any
     other pending job's, until it starts (else a victim, requeued, could take them back)."""
+    queued_at: float | None = None
+    """When it last joined the queue: the end of its last attempt for a requeued job; None for
+    one that never ran (it has waited since `submit_time`)."""
+
+    @property
+    def waiting_since(self) -> float:
+        """When its present wait began."""
+        return self.submit_time if self.queued_at is None else self.queued_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +259,11 @@ class Config:
     hung) before it fails: a job that kills its nodes does not loop forever."""
     priority_preemption: PriorityScope = PriorityScope.POOL
     fair_share: FairShare = FairShare.OFF
+    seniority_after: float | None = None
+    """Seconds after which a waiting job may preempt jobs of its class or lower that were
+    submitted after it (they were backfilled past it), never taking another team below its
+    guarantee: no gang waits forever while small jobs keep taking every GPU that frees. None:
+    off."""
     explain_waits: bool = True
     """Emit a `Wait` for every pending job not started (drivers that never show them may skip it)."""
 
@@ -278,6 +291,7 @@ class Reason(StrEnum):
     PRIORITY = "priority"
     RECLAIM = "reclaim"
     FAIR_SHARE = "fair_share"
+    SENIORITY = "seniority"
     BUDGET_EXCEEDED = "budget_exceeded"
     AWAITING_DRAIN = "awaiting_drain"
     NO_FIT = "no_fit"

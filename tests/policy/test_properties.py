@@ -29,6 +29,7 @@ from gpupool.model import (
 )
 from gpupool.policy import decide
 from gpupool.policy.budget import budgeted_class
+from gpupool.policy.order import submit_key
 
 NOW = 5_000.0
 TEAMS = ("a", "b", "c")
@@ -77,6 +78,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Snapshot, Config]:
         max_preemptions=draw(st.sampled_from([None, 1, 3])),
         priority_preemption=draw(st.sampled_from(list(PriorityScope))),
         fair_share=draw(st.sampled_from(list(FairShare))),
+        seniority_after=draw(st.sampled_from([None, 0.0, 1000.0])),
     )
     return Snapshot(nodes, running, pending, usage), config
 
@@ -97,6 +99,7 @@ def _job(draw: st.DrawFn, id: str) -> Job:
         preemptions=draw(st.integers(0, 4)),
         max_preemptions=draw(st.sampled_from([None, None, 0, 2])),
         expected_restart=draw(st.floats(0, 120)),
+        queued_at=draw(st.one_of(st.none(), st.floats(0, NOW))),
     )
 
 
@@ -203,6 +206,11 @@ def test_never_preempts_without_the_preemptor_fitting(scenario: tuple[Snapshot, 
             assert theirs.value < mine.value
             if config.priority_preemption is PriorityScope.TEAM:
                 assert victim.job.team == preemptor.team
+        elif p.reason is Reason.SENIORITY:
+            assert config.seniority_after is not None
+            assert NOW - preemptor.waiting_since >= config.seniority_after
+            assert theirs.value <= mine.value
+            assert submit_key(victim.job) > submit_key(preemptor), "seniority took a job from before it"
         else:
             assert p.reason in (Reason.RECLAIM, Reason.FAIR_SHARE)
             assert p.reason is Reason.RECLAIM or config.fair_share is FairShare.PREEMPT
@@ -214,7 +222,7 @@ def test_never_preempts_without_the_preemptor_fitting(scenario: tuple[Snapshot, 
 def test_team_rules_take_a_team_below_its_guarantee_by_one_whole_reclaimed_job_at_most(
     scenario: tuple[Snapshot, Config],
 ) -> None:
-    """Reclaim, fair share and `above_guarantee` priority preemption leave a victim team at or
+    """Reclaim, fair share, seniority and `above_guarantee` priority preemption leave a victim team at or
     above its guarantee, except that reclaim may take one whole job across it (the team was
     above its guarantee before that job left); checked on teams no job of their own preempted."""
     snapshot, config = scenario
@@ -242,6 +250,7 @@ def test_team_rules_take_a_team_below_its_guarantee_by_one_whole_reclaimed_job_a
             continue
         reasons = {p.reason for p in preempts}
         assert Reason.FAIR_SHARE not in reasons, f"fair share took team {team} below its guarantee"
+        assert Reason.SENIORITY not in reasons, f"seniority took team {team} below its guarantee"
         if guarded:
             assert Reason.PRIORITY not in reasons, f"priority took team {team} below its guarantee"
         if Reason.PRIORITY not in reasons:

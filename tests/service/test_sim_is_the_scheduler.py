@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Node, Plan, PriorityScope, Team
+from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Node, Plan, PriorityScope, Reason, Team
 from gpupool.service import ControlLoop
 from gpupool.sim.engine import SimJob, Simulation
 from gpupool.sim.jobmodel import Attempt, JobModel, interrupt
@@ -125,6 +125,7 @@ def served(jobs: list[SimJob], config: Config, folder: Path, nodes: list[Node] =
         (1, {}),
         (2, {}),
         (3, {"fair_share": FairShare.PREEMPT, "priority_preemption": PriorityScope.ABOVE_GUARANTEE}),
+        (4, {"seniority_after": 600.0}),
     ],
 )
 def test_the_simulator_and_the_service_decide_the_same_line_by_line(
@@ -135,6 +136,9 @@ def test_the_simulator_and_the_service_decide_the_same_line_by_line(
     sim, service = simulated(jobs, config), served(jobs, config, tmp_path)
     preemptions = sum(len(plan.preemptions) for _, plan in sim)
     assert preemptions > 0, "the workload must make the core preempt"
+    if "seniority_after" in options:
+        senior = [p for _, plan in sim for p in plan.preemptions if p.reason is Reason.SENIORITY]
+        assert senior, "the workload must make seniority preempt"
     for n, (expected, got) in enumerate(zip(sim, service, strict=False)):
         assert got == expected, f"decision {n} differs"
     assert len(service) == len(sim)

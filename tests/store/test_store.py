@@ -156,6 +156,18 @@ def test_a_job_given_notice_is_requeued_even_when_it_exits_zero(store: Store) ->
     assert kinds == ["submitted", "starting", "running", "preempting", "pending"]
 
 
+def test_a_requeued_job_waits_from_the_end_of_its_last_attempt_that_ran(store: Store) -> None:
+    requeued = started(store, gpus=2)
+    store.give_notice(requeued, 0, for_job=99, deadline=40.0, now=10.0, reason="priority", message="preempted")
+    store.end_attempt(requeued, 0, 0, now=12.0)
+    store.start_attempt(requeued, [Allocation("n0", (0, 1))], now=13.0, message="started")
+    store.retry_launch(requeued, 1, now=14.0, why="no process left to fork")
+    fresh = store.submit(JobSpec(["train"], gpus=1), now=20.0).id
+    pending = {int(j.id): j for j in store.snapshot(now=400.0).pending}
+    assert (pending[requeued].queued_at, pending[requeued].waiting_since) == (12.0, 12.0)
+    assert (pending[fresh].queued_at, pending[fresh].waiting_since) == (None, 20.0)
+
+
 def test_a_job_that_reported_completion_succeeds_even_after_notice(store: Store) -> None:
     job = started(store)
     store.give_notice(job, 0, for_job=99, deadline=40.0, now=10.0, reason="priority", message="preempted")

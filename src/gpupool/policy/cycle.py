@@ -30,7 +30,7 @@ from gpupool.policy import victims as search
 from gpupool.policy.budget import BudgetedClass, budgeted_class
 from gpupool.policy.drain import Drains, draining_in, last_deadline, place_on_lent
 from gpupool.policy.memo import Memo
-from gpupool.policy.order import queue_order
+from gpupool.policy.order import queue_order, submit_key
 from gpupool.policy.place import FreeGpus, Group, Shape, Slot, choose_slots
 from gpupool.policy.preempt import Candidate, Candidates, lost_work, protection, victim_order
 from gpupool.policy.share import TeamShares
@@ -208,15 +208,19 @@ class Decision:
         # Free GPUs and candidates only shrink during the pass (see Memo): jobs alike (team,
         # type, size, layout, class) to one that could neither start nor preempt cannot
         # later in it, so they wait at once, for the same reason.
-        hopeless: dict[tuple[str, str | None, int, int | None, str], Fit] = {}
+        hopeless: dict[tuple[str, str | None, int, int | None, str, bool], Fit] = {}
         for job in queue_order(pending, self.config.order, self.shares.share):
             if job.id in self.settled:
                 continue
-            alike = (job.team, job.gpu_type, job.gpus, job.gpus_per_node, job.priority)
+            # Alike jobs come in their place in line, so a senior one that found no victims
+            # leaves later senior ones none either (they may take fewer).
+            alike = (job.team, job.gpu_type, job.gpus, job.gpus_per_node, job.priority, self.is_senior(job))
             fit = hopeless.get(alike) or self.place(job)
             if fit.waits:
                 if fit in (Fit.NO_FIT, Fit.NO_VICTIMS, Fit.NEVER_FITS):
                     hopeless[alike] = fit
+                if fit in (Fit.NO_FIT, Fit.NO_VICTIMS):
+                    self.note_senior_at(job)
                 self.wait(job, fit.reason, partial(self.explain, job, fit.reason))
 
     def place(self, job: Job) -> Fit:
@@ -244,7 +248,7 @@ class Decision:
         budgeted = self.budgeted_of(job)
         if reason is Reason.NO_VICTIMS:
             protected, refused = self.kept_from(job, budgeted.cls)
-            text = messages.no_victims(job, budgeted.cls, protected, self.now, refused)
+            text = messages.no_victims(job, budgeted.cls, protected, self.now, refused, self.is_senior(job))
         else:
             text = messages.no_fit(job, self.free, self.memo.shapes_of(job)[0].groups)
         return f"{text}; {budgeted.note}" if budgeted.note else text
@@ -285,8 +289,9 @@ class Decision:
         found = eligibility(candidate, replace(who, cross=False), self.shares, Leaving())
         if found is None:
             return False
-        scoped = who.scope is PriorityScope.ABOVE_GUARANTEE and candidate.team != who.team
-        return found[0] in (Reason.RECLAIM, Reason.FAIR_SHARE) or scoped
+        other = candidate.team != who.team
+        scoped = who.scope is PriorityScope.ABOVE_GUARANTEE and other
+        return found[0] in (Reason.RECLAIM, Reason.FAIR_SHARE) or (found[0] is Reason.SENIORITY and other) or scoped
 
     def best_fit_slots(self, job: Job, *, lent: bool = False) -> list[Slot] | None:
         """Slots on the first shape that fits; a shape that did not fit on free GPUs is
@@ -367,6 +372,7 @@ class Decision:
         cls = self.budgeted_of(job).cls
         final_share = self.shares.share(job.team, job.gpus)
         fair = config.fair_share is FairShare.PREEMPT and (explaining or self.shares.above(final_share, job.team))
+        senior = self.is_senior(job)
         plain = Preemptor(
             job.id,
             job.team,
@@ -375,8 +381,9 @@ class Decision:
             config.priority_preemption,
             fair_share=fair,
             final_share=final_share,
+            senior_to=submit_key(job) if senior else None,
         )
-        searches = [plain] if cls.may_preempt or fair else []
+        searches = [plain] if cls.may_preempt or fair or senior else []
         if config.reclaim and self.shares.gpus[job.team] < self.shares.guarantee(job.team):
             over = self.shares.gpus[job.team] + job.gpus - self.shares.guarantee(job.team)
             own = self.candidates.team_gpus_preemptible(job.team, cls.value) if over > 0 and cls.may_preempt else 0
@@ -385,6 +392,17 @@ class Decision:
                 # team below its guarantee always scores better than one that needs it.
                 searches = [replace(plain, reclaim=True, own_first=over > 0, cross=True), *searches]
         return searches
+
+    def is_senior(self, job: Job) -> bool:
+        """Whether `job` has waited `Config.seniority_after` (see `Preemptor.senior_to`)."""
+        after = self.config.seniority_after
+        return after is not None and self.now - job.waiting_since >= after
+
+    def note_senior_at(self, job: Job) -> None:
+        """Decide again when a waiting job becomes senior: nothing else may happen by then."""
+        after = self.config.seniority_after
+        if after is not None and self.config.preemption and not self.is_senior(job):
+            self.note_retry_at(job.waiting_since + after)
 
     def within_guarantee(self, job: Job, who: Preemptor, victims: Sequence[Victim]) -> bool:
         """Reclaim only while the claimant's team stays within its guarantee once its own
@@ -432,8 +450,12 @@ class Decision:
         """When the first minimum runtime that kept a victim from `who` ends."""
         limit = who.cls.value
         ends = [until for value, until in self.expiring.items() if value < limit or (who.inclusive and value == limit)]
-        if ends and (self.retry_at is None or min(ends) < self.retry_at):
-            self.retry_at = min(ends)
+        if ends:
+            self.note_retry_at(min(ends))
+
+    def note_retry_at(self, at: float) -> None:
+        if self.retry_at is None or at < self.retry_at:
+            self.retry_at = at
 
     def wait(self, job: Job, reason: Reason, message: Callable[[], str]) -> None:
         """Record why the job waits; the words are only written when waits are explained."""

@@ -41,6 +41,9 @@ def preempted(victim: Candidate, job: Job, budgeted: BudgetedClass, reason: Reas
     )
     if reason is Reason.RECLAIM:
         text += f": team {job.team} reclaims its guaranteed GPUs from team {v.team}, which is above its own"
+    elif reason is Reason.SENIORITY:
+        waited = human_seconds(now - job.waiting_since)
+        text += f": job {job.id} has waited {waited} (policy.seniority_after), and was submitted before it"
     return f"{text}; {budgeted.note}" if budgeted.note else text
 
 
@@ -95,12 +98,15 @@ def no_victims(
     protected: Sequence[Candidate] = (),
     now: float = 0.0,
     refused: Sequence[tuple[str, str, str]] = (),
+    senior: bool = False,
 ) -> str:
     """Why no job is given notice for `job`, with the rules that protect those it could take:
-    `protected` by their own protection, `refused` by a team rule, as (rule, numbers, job)."""
+    `protected` by their own protection, `refused` by a team rule, as (rule, numbers, job).
+    `senior`: it has waited `seniority_after`, and may take later jobs of its own class."""
+    also = f"; of {cls.name} submitted after it, as it has waited policy.seniority_after" if senior else ""
     text = (
         f"waits for {plural(job.gpus, 'GPU')}: no set of preemptible jobs below {cls.name} "
-        f"(or above their team's guarantee) frees a placement now"
+        f"(or above their team's guarantee{also}) frees a placement now"
     )
     if refused:
         by_rule: dict[tuple[str, str], list[str]] = {}

@@ -1,9 +1,10 @@
 """The victim search: the cheapest sufficient set of candidates that makes a gang fit.
 
 Who may be taken is `eligibility`: priority preemption (a lower class, within the scope the
-policy gives it), reclaim (a team below its guarantee takes GPUs back from teams above theirs)
-and fair-share preemption (a team with a lower weighted share takes from one with a higher
-share). Which of them go first is `rank`, then `victim_order`; how nodes compare is the score in
+policy gives it), reclaim (a team below its guarantee takes GPUs back from teams above theirs),
+fair-share preemption (a team with a lower weighted share takes from one with a higher share)
+and seniority (a job that has waited long takes jobs of its class or lower submitted after
+it). Which of them go first is `rank`, then `victim_order`; how nodes compare is the score in
 `find_victims`.
 """
 
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpupool.model import JobId, PriorityClass, PriorityScope, Reason
+from gpupool.policy.order import submit_key
 from gpupool.policy.place import FreeGpus, Shape, Slot
 from gpupool.policy.preempt import Candidate, Candidates, victim_order
 from gpupool.policy.share import TeamShares
@@ -40,10 +42,18 @@ class Preemptor:
     final_share: float = 0.0
     """The team's weighted share with this job: fair share only takes from teams whose share
     stays at or above it."""
+    senior_to: tuple[float, int, str] | None = None
+    """Its place in line (`submit_key`), once it has waited `Config.seniority_after`: it may
+    take jobs of its class or lower whose place is later."""
 
     @property
     def inclusive(self) -> bool:
         """Whether jobs of its own class may be victims."""
+        return self.reclaim or self.fair_share or self.senior_to is not None
+
+    @property
+    def ranks_by_team(self) -> bool:
+        """Whether `rank` reads the teams' shares (else it is the class, as `victim_order`)."""
         return self.reclaim or self.fair_share
 
     def memo_key(self) -> tuple[object, ...]:
@@ -51,7 +61,7 @@ class Preemptor:
         team only where a rule reads it, the final share only for fair share."""
         team = self.team if (self.inclusive or self.scope is not PriorityScope.POOL) else None
         share = self.final_share if self.fair_share else None
-        return (self.cls.value, team, self.reclaim, self.own_first, self.cross, self.fair_share, share)
+        return (self.cls.value, team, self.reclaim, self.own_first, self.cross, self.fair_share, share, self.senior_to)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +91,7 @@ class Leaving:
 
 
 _PRIORITY = (Reason.PRIORITY, 0)
+_SENIORITY = (Reason.SENIORITY, 0)
 
 
 def eligibility(c: Candidate, who: Preemptor, shares: TeamShares, leaving: Leaving) -> tuple[Reason, int] | None:
@@ -88,7 +99,9 @@ def eligibility(c: Candidate, who: Preemptor, shares: TeamShares, leaving: Leavi
     it may not. `leaving` holds the victims already chosen in this search.
 
     Reclaim across a guarantee takes a team below it by one whole job at most: the team stays
-    above its guarantee without its largest victim, whatever order the victims were chosen in."""
+    above its guarantee without its largest victim, whatever order the victims were chosen in.
+    Seniority takes the claimant's own later jobs, and other teams' only down to their
+    guarantee."""
     own = c.team == who.team
     lower = c.cls.value < who.cls.value
     if lower and who.cls.may_preempt and (own or who.scope is PriorityScope.POOL):
@@ -98,7 +111,11 @@ def eligibility(c: Candidate, who: Preemptor, shares: TeamShares, leaving: Leavi
     left = shares.gpus[c.team] - gone
     if lower and who.cls.may_preempt and who.scope is PriorityScope.ABOVE_GUARANTEE and left >= floor:
         return _PRIORITY
-    if own or c.cls.value > who.cls.value:
+    if c.cls.value > who.cls.value:
+        return None
+    if who.senior_to is not None and (own or left >= floor) and submit_key(c.running.job) > who.senior_to:
+        return _SENIORITY
+    if own:
         return None
     if who.reclaim:
         if left >= floor:
@@ -139,7 +156,7 @@ def find_victims(
     """
     free, shares = candidates.free, candidates.shares
     bound = candidates.bound(who.cls.value, who.inclusive)
-    default_rank = not who.inclusive
+    default_rank = not who.ranks_by_team
     strict = replace(who, cross=False) if who.cross else who
     ranks: dict[JobId, tuple[float, ...]] = {}
 
@@ -314,6 +331,8 @@ def refusal(c: Candidate, searches: Sequence[Preemptor], shares: TeamShares) -> 
         if who.scope is PriorityScope.ABOVE_GUARANTEE and held - c.gpus < floor:
             return below_floor
         return None
+    if who.senior_to is not None and submit_key(c.running.job) > who.senior_to:
+        return below_floor
     if who.reclaim and held > floor:
         return None
     if who.fair_share:

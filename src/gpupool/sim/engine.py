@@ -191,7 +191,7 @@ class Simulation:
         settled = self.end_attempt(live, now, completed=False)
         assert settled.state is JobState.PENDING
         live.record.preemptions += settled.preemptions - live.core.preemptions
-        live.core = replace(live.core, preemptions=settled.preemptions)
+        live.core = replace(live.core, preemptions=settled.preemptions, queued_at=now)
         self.pending[live.record.job.id] = live
         self.pending_since[live.record.job.id] = now
 

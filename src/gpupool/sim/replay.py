@@ -41,7 +41,12 @@ class Policy(StrEnum):
     """gpupool: one pool, priority classes, preemption with notice, reclaim of guarantees."""
     POOL_FAIR = "pool-fair"
     """gpupool for a lab that promises guarantees: pool-priority with fair-share preemption,
-    and priority preemption only of teams above their guarantee."""
+    priority preemption only of teams above their guarantee, and seniority after
+    `FAIR_SENIORITY_AFTER`."""
+
+
+FAIR_SENIORITY_AFTER = 3600.0
+"""pool-fair's `Config.seniority_after`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +84,8 @@ class Settings:
     max_preemptions: int | None = 10
     priority_preemption: PriorityScope = PriorityScope.POOL
     fair_share: FairShare = FairShare.OFF
-    """The options of pool-priority (pool-fair sets the last two its own way)."""
+    seniority_after: float | None = None
+    """The options of pool-priority (pool-fair sets the last three its own way)."""
     budgets: Mapping[str, tuple[PriorityBudget, ...]] = field(default_factory=dict)
     """Priority budgets per team (gpupool's policies; the baselines have no classes to meter)."""
 
@@ -99,6 +105,7 @@ def policy_config(policy: Policy, cluster: Cluster, settings: Settings) -> Confi
             max_preemptions=settings.max_preemptions,
             priority_preemption=PriorityScope.ABOVE_GUARANTEE if fair else settings.priority_preemption,
             fair_share=FairShare.PREEMPT if fair else settings.fair_share,
+            seniority_after=FAIR_SENIORITY_AFTER if fair else settings.seniority_after,
             explain_waits=False,
         )
     return Config(

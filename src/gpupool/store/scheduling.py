@@ -26,6 +26,7 @@ from gpupool.model import (
     Team,
     Wait,
 )
+from gpupool.settle import AttemptOutcome
 from gpupool.store.attempts import AttemptsStore
 from gpupool.store.holds import HoldsStore
 from gpupool.store.schema import AttemptRow, BudgetRow, JobRow, NodeRow, PlacementRow, TeamRow
@@ -46,7 +47,7 @@ JOB_COLUMNS = (
 )
 
 
-def core_job(columns: Sequence[Any], expected_restart: float) -> Job:
+def core_job(columns: Sequence[Any], expected_restart: float, queued_at: float | None = None) -> Job:
     """A `Job` for the core from the values of `JOB_COLUMNS`; ids give the arrival order."""
     job_id, team, priority, gpus, submit_time, gpus_per_node, gpu_type, preemptions, cap, nominated_at = columns
     return Job(
@@ -62,6 +63,7 @@ def core_job(columns: Sequence[Any], expected_restart: float) -> Job:
         expected_restart,
         order=job_id,
         nominated=nominated_at is not None,
+        queued_at=queued_at,
     )
 
 
@@ -138,9 +140,29 @@ class SchedulingStore(AttemptsStore, HoldsStore):
             ]
             holds = self._holds(s, special)
             holds.update(self._launch_retries(s, now))
-            pending = [core_job(r[:extra], startup.get(r[0], 0.0)) for r in pending_rows if r[0] not in holds]
+            requeued = self._requeued_at(s)
+            pending = [
+                core_job(r[:extra], startup.get(r[0], 0.0), requeued.get(r[0]))
+                for r in pending_rows
+                if r[0] not in holds
+            ]
             snapshot = Snapshot(nodes, running, pending, self._usage(s, now), teams=self._teams(s))
             return snapshot, list(holds.values())
+
+    @staticmethod
+    def _requeued_at(s: Session) -> dict[int, float]:
+        """Per pending job that ran before, when its last attempt ended: its present wait began
+        then (an attempt the scheduler failed to launch never ran, and does not count)."""
+        rows = s.execute(
+            select(AttemptRow.job_id, func.max(AttemptRow.ended_at))
+            .join(JobRow)
+            .where(
+                JobRow.state == JobState.PENDING.value,
+                AttemptRow.outcome.is_distinct_from(AttemptOutcome.NOT_LAUNCHED.value),
+            )
+            .group_by(AttemptRow.job_id)
+        )
+        return {job_id: ended for job_id, ended in rows if ended is not None}
 
     @staticmethod
     def _launch_retries(s: Session, now: float) -> dict[int, Wait]:

@@ -1,0 +1,123 @@
+"""Seniority (`policy.seniority_after`): a job that has waited long takes jobs of its class or
+lower that were submitted after it, never another team's below its guarantee (docs/policy.md)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from gpupool.config import ConfigError, parse
+from gpupool.model import DEFAULT_CLASSES, Config, Job, Reason, Snapshot, Team
+from gpupool.policy import decide
+from gpupool.testing import fill, job, pool, summary
+
+NOW = 10_000.0
+HOUR = 3600.0
+
+
+def config(guarantees: dict[str, int] | None = None, **options: Any) -> Config:
+    teams = {name: Team(name, guaranteed_gpus=g) for name, g in (guarantees or {}).items()}
+    return Config(DEFAULT_CLASSES, teams, **{"seniority_after": HOUR, **options})
+
+
+def gang(submit: float = 0.0, queued_at: float | None = None) -> Job:
+    return replace(job("gang", team="a", cls="low", gpus=4, submit=submit, gpus_per_node=4), queued_at=queued_at)
+
+
+def small(id: str, team: str = "b", submit: float = NOW - 60, cls: str = "low") -> Job:
+    return job(id, team=team, cls=cls, gpus=1, submit=submit)
+
+
+def backfilled(*jobs: Job) -> list[Any]:
+    return fill(pool(1, 4), jobs, started=NOW - 1000)
+
+
+def case(id: str, snapshot: Snapshot, cfg: Config, expected: list[tuple[object, ...]]) -> object:
+    return pytest.param(snapshot, cfg, expected, id=id)
+
+
+SMALL = [small(f"s{i}") for i in range(4)]
+
+CASES = [
+    case(
+        "a-gang-that-waited-long-takes-the-small-jobs-submitted-after-it",
+        Snapshot(pool(1, 4), backfilled(*SMALL), [gang()]),
+        config(),
+        [*(("preempt", s.id, "gang", "seniority") for s in SMALL), ("wait", "gang", "awaiting_drain")],
+    ),
+    case(
+        "before-seniority_after-it-waits-like-any-low-job",
+        Snapshot(pool(1, 4), backfilled(*SMALL), [gang(submit=NOW - HOUR + 1)]),
+        config(),
+        [("wait", "gang", "no_fit")],
+    ),
+    case(
+        "off-by-default",
+        Snapshot(pool(1, 4), backfilled(*SMALL), [gang()]),
+        config(seniority_after=None),
+        [("wait", "gang", "no_fit")],
+    ),
+    case(
+        "a-job-submitted-before-it-is-never-taken",
+        Snapshot(pool(1, 4), backfilled(*SMALL[:3], small("older", submit=-1.0)), [gang()]),
+        config(),
+        [("wait", "gang", "no_victims")],
+    ),
+    case(
+        "a-higher-class-is-never-taken",
+        Snapshot(pool(1, 4), backfilled(*SMALL[:3], small("normal", cls="normal")), [gang()]),
+        config(),
+        [("wait", "gang", "no_victims")],
+    ),
+    case(
+        "another-team-only-down-to-its-guarantee",
+        Snapshot(pool(1, 4), backfilled(*SMALL), [gang()]),
+        config({"b": 1}),
+        [("wait", "gang", "no_victims")],
+    ),
+    case(
+        "its-own-teams-later-jobs-whatever-the-guarantee",
+        Snapshot(pool(1, 4), backfilled(*(replace(s, team="a") for s in SMALL)), [gang()]),
+        config({"a": 4}),
+        [*(("preempt", s.id, "gang", "seniority") for s in SMALL), ("wait", "gang", "awaiting_drain")],
+    ),
+    case(
+        "a-requeued-job-counts-its-wait-from-its-requeue",
+        Snapshot(pool(1, 4), backfilled(*SMALL), [gang(queued_at=NOW - 60)]),
+        config(),
+        [("wait", "gang", "no_fit")],
+    ),
+]
+
+
+@pytest.mark.parametrize(("snapshot", "cfg", "expected"), CASES)
+def test_scenario(snapshot: Snapshot, cfg: Config, expected: list[tuple[object, ...]]) -> None:
+    assert summary(decide(snapshot, cfg, NOW)) == expected
+
+
+def test_a_waiting_job_is_decided_again_when_it_becomes_senior() -> None:
+    plan = decide(Snapshot(pool(1, 4), backfilled(*SMALL), [gang(submit=NOW - 600)]), config(), NOW)
+    assert plan.retry_at == NOW - 600 + HOUR
+
+
+def test_the_victim_is_told_how_long_its_preemptor_waited() -> None:
+    plan = decide(Snapshot(pool(1, 4), backfilled(*SMALL), [gang(submit=NOW - 2 * HOUR)]), config(), NOW)
+    assert "job gang has waited 2.0 h (policy.seniority_after), and was submitted before it" in (
+        plan.preemptions[0].message
+    )
+
+
+def test_a_wait_names_the_guarantee_floor_that_keeps_seniority_out() -> None:
+    plan = decide(Snapshot(pool(1, 4), backfilled(*SMALL), [gang()]), config({"b": 1}), NOW)
+    [wait] = plan.waits
+    assert wait.reason is Reason.NO_VICTIMS
+    assert "guarantee floor: team b holds 4 GPUs, 1 guaranteed: 3 may be taken" in wait.message
+
+
+def test_the_config_file_takes_a_duration() -> None:
+    assert parse({"policy": {"seniority_after": "2h"}}).seniority_after == 2 * HOUR
+    assert parse({}).seniority_after is None
+    with pytest.raises(ConfigError, match="seniority_after"):
+        parse({"policy": {"seniority_after": "soon"}})
