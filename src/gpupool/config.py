@@ -10,8 +10,8 @@
       reclaim: true                # a team below its guarantee takes it back
       priority_preemption: pool    # or team, above_guarantee: whose jobs a class preempts
       fair_share: off              # or preempt: a lower weighted share takes from the highest
-      seniority_after: null        # e.g. 2h: a job waiting that long preempts jobs of its
-                                   # class or lower submitted after it (down to guarantees)
+      seniority_after: null        # e.g. 2h: a job waiting that long preempts smaller jobs
+                                   # of its class or lower submitted after it
       max_preemptions: 10          # per job; null for no cap
       max_node_losses: 3           # per job: requeues after a node it ran on was lost
     service:                       # `gpupool up`

@@ -260,8 +260,8 @@ class Config:
     priority_preemption: PriorityScope = PriorityScope.POOL
     fair_share: FairShare = FairShare.OFF
     seniority_after: float | None = None
-    """Seconds after which a waiting job may preempt jobs of its class or lower that were
-    submitted after it (they were backfilled past it), never taking another team below its
+    """Seconds after which a waiting job may preempt smaller jobs of its class or lower that
+    were submitted after it (they were backfilled past it), never taking another team below its
     guarantee: no gang waits forever while small jobs keep taking every GPU that frees. None:
     off."""
     explain_waits: bool = True

@@ -211,6 +211,7 @@ def test_never_preempts_without_the_preemptor_fitting(scenario: tuple[Snapshot, 
             assert NOW - preemptor.waiting_since >= config.seniority_after
             assert theirs.value <= mine.value
             assert submit_key(victim.job) > submit_key(preemptor), "seniority took a job from before it"
+            assert victim.job.gpus < preemptor.gpus, "seniority took a job as large as its preemptor"
         else:
             assert p.reason in (Reason.RECLAIM, Reason.FAIR_SHARE)
             assert p.reason is Reason.RECLAIM or config.fair_share is FairShare.PREEMPT

@@ -1,5 +1,6 @@
-"""Seniority (`policy.seniority_after`): a job that has waited long takes jobs of its class or
-lower that were submitted after it, never another team's below its guarantee (docs/policy.md)."""
+"""Seniority (`policy.seniority_after`): a job that has waited long takes smaller jobs of its
+class or lower that were submitted after it, never another team's below its guarantee
+(docs/policy.md)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,12 @@ CASES = [
     case(
         "a-job-submitted-before-it-is-never-taken",
         Snapshot(pool(1, 4), backfilled(*SMALL[:3], small("older", submit=-1.0)), [gang()]),
+        config(),
+        [("wait", "gang", "no_victims")],
+    ),
+    case(
+        "a-job-as-large-is-never-taken-it-started-in-its-turn",
+        Snapshot(pool(1, 4), backfilled(replace(gang(submit=NOW - 60), id="later-gang", team="b")), [gang()]),
         config(),
         [("wait", "gang", "no_victims")],
     ),

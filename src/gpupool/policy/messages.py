@@ -102,8 +102,8 @@ def no_victims(
 ) -> str:
     """Why no job is given notice for `job`, with the rules that protect those it could take:
     `protected` by their own protection, `refused` by a team rule, as (rule, numbers, job).
-    `senior`: it has waited `seniority_after`, and may take later jobs of its own class."""
-    also = f"; of {cls.name} submitted after it, as it has waited policy.seniority_after" if senior else ""
+    `senior`: it has waited `seniority_after`, and may take smaller later jobs of its class."""
+    also = f"; smaller, of {cls.name}, submitted after it: it has waited policy.seniority_after" if senior else ""
     text = (
         f"waits for {plural(job.gpus, 'GPU')}: no set of preemptible jobs below {cls.name} "
         f"(or above their team's guarantee{also}) frees a placement now"

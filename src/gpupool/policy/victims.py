@@ -3,8 +3,8 @@
 Who may be taken is `eligibility`: priority preemption (a lower class, within the scope the
 policy gives it), reclaim (a team below its guarantee takes GPUs back from teams above theirs),
 fair-share preemption (a team with a lower weighted share takes from one with a higher share)
-and seniority (a job that has waited long takes jobs of its class or lower submitted after
-it). Which of them go first is `rank`, then `victim_order`; how nodes compare is the score in
+and seniority (a job that has waited long takes smaller jobs of its class or lower submitted
+after it). Which of them go first is `rank`, then `victim_order`; how nodes compare is the score in
 `find_victims`.
 """
 
@@ -44,7 +44,7 @@ class Preemptor:
     stays at or above it."""
     senior_to: tuple[float, int, str] | None = None
     """Its place in line (`submit_key`), once it has waited `Config.seniority_after`: it may
-    take jobs of its class or lower whose place is later."""
+    take smaller jobs of its class or lower whose place is later (`passed`)."""
 
     @property
     def inclusive(self) -> bool:
@@ -100,7 +100,7 @@ def eligibility(c: Candidate, who: Preemptor, shares: TeamShares, leaving: Leavi
 
     Reclaim across a guarantee takes a team below it by one whole job at most: the team stays
     above its guarantee without its largest victim, whatever order the victims were chosen in.
-    Seniority takes the claimant's own later jobs, and other teams' only down to their
+    Seniority takes the claimant's own smaller later jobs, and other teams' only down to their
     guarantee."""
     own = c.team == who.team
     lower = c.cls.value < who.cls.value
@@ -113,7 +113,7 @@ def eligibility(c: Candidate, who: Preemptor, shares: TeamShares, leaving: Leavi
         return _PRIORITY
     if c.cls.value > who.cls.value:
         return None
-    if who.senior_to is not None and (own or left >= floor) and submit_key(c.running.job) > who.senior_to:
+    if who.senior_to is not None and passed(c, who) and (own or left >= floor):
         return _SENIORITY
     if own:
         return None
@@ -125,6 +125,12 @@ def eligibility(c: Candidate, who: Preemptor, shares: TeamShares, leaving: Leavi
     if who.fair_share and left >= floor and shares.share(c.team, -gone) >= who.final_share:
         return Reason.FAIR_SHARE, 0
     return None
+
+
+def passed(c: Candidate, who: Preemptor) -> bool:
+    """Whether `c` could have been backfilled past `who`: smaller, and submitted after it (a job
+    as large started in its turn, by queue order, not in a hole `who` could not use)."""
+    return who.senior_to is not None and c.gpus < who.gpus and submit_key(c.running.job) > who.senior_to
 
 
 def rank(c: Candidate, who: Preemptor, shares: TeamShares) -> tuple[float, ...]:
@@ -331,7 +337,7 @@ def refusal(c: Candidate, searches: Sequence[Preemptor], shares: TeamShares) -> 
         if who.scope is PriorityScope.ABOVE_GUARANTEE and held - c.gpus < floor:
             return below_floor
         return None
-    if who.senior_to is not None and submit_key(c.running.job) > who.senior_to:
+    if who.senior_to is not None and passed(c, who):
         return below_floor
     if who.reclaim and held > floor:
         return None
