@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gpupool.config import ConfigError, parse
-from gpupool.model import DEFAULT_CLASSES, Config, Job, Reason, Snapshot, Team
+from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Job, Reason, Snapshot, Team
 from gpupool.policy import decide
 from gpupool.testing import fill, job, pool, summary
 
@@ -128,3 +128,59 @@ def test_the_config_file_takes_a_duration() -> None:
     assert parse({}).seniority_after is None
     with pytest.raises(ConfigError, match="seniority_after"):
         parse({"policy": {"seniority_after": "soon"}})
+
+
+# Review findings, each a test first.
+
+
+def test_fair_share_does_not_take_back_a_senior_job_from_the_jobs_it_took() -> None:
+    nodes = pool(2, 4)
+    held = [
+        fill(pool(1, 4), [replace(gang(), id="a1")], started=0.0)[0],
+        *fill([nodes[1]], [gang()], started=NOW - 1000),
+    ]
+    snapshot = Snapshot(nodes, held, [small("v0", submit=50.0)])
+    plan = decide(snapshot, config(fair_share=FairShare.PREEMPT), NOW)
+    assert summary(plan) == [("wait", "v0", "no_victims")], "seniority took them; fair share took it back: ping-pong"
+
+
+def test_jobs_seniority_could_never_take_set_no_retry_and_are_not_named() -> None:
+    older = [job(f"o{i}", team="b", gpus=1, submit=-1.0) for i in range(2)]
+    two = replace(gang(), gpus=2, gpus_per_node=2)
+    plan = decide(Snapshot(pool(1, 2), fill(pool(1, 2), older, started=NOW - 30), [two]), config(), NOW)
+    [wait] = plan.waits
+    assert plan.retry_at is None
+    assert "o0" not in wait.message
+
+
+def test_its_own_later_jobs_inside_their_minimum_runtime_are_named_and_set_the_retry() -> None:
+    mine = [replace(s, team="a") for s in SMALL]
+    plan = decide(Snapshot(pool(1, 4), fill(pool(1, 4), mine, started=NOW - 30), [gang()]), config(), NOW)
+    [wait] = plan.waits
+    assert plan.retry_at == NOW - 30 + 120
+    assert "inside their minimum runtime" in wait.message and "s0" in wait.message
+
+
+def test_a_job_is_senior_at_the_very_instant_its_retry_was_set_for() -> None:
+    since = 128968.99425378117
+    pending = gang(submit=since)
+    now = since + HOUR
+    later = [replace(s, submit_time=since + 1) for s in SMALL]
+    assert summary(decide(Snapshot(pool(1, 4), backfilled(*later), [pending]), config(), now))[0][0] == "preempt"
+
+
+def test_a_nominated_job_does_not_close_the_search_to_an_older_alike_one() -> None:
+    older = gang(submit=0.0)
+    nominated = replace(gang(submit=100.0), id="nominated", nominated=True)
+    others = [small(f"c{i}", submit=50.0) for i in range(4)]
+    plan = decide(Snapshot(pool(1, 4), backfilled(*others), [older, nominated]), config(), NOW)
+    assert [p.for_job for p in plan.preemptions] == ["gang"] * 4
+
+
+def test_a_one_gpu_job_never_searches_by_seniority(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpupool.policy import victims
+
+    calls: list[object] = []
+    monkeypatch.setattr(victims, "find_victims", lambda *args: calls.append(args))
+    plan = decide(Snapshot(pool(1, 4), backfilled(*SMALL), [small("one", team="a", submit=-5.0)]), config(), NOW)
+    assert calls == [] and plan.retry_at is None

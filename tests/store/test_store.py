@@ -168,6 +168,15 @@ def test_a_requeued_job_waits_from_the_end_of_its_last_attempt_that_ran(store: S
     assert (pending[fresh].queued_at, pending[fresh].waiting_since) == (None, 20.0)
 
 
+def test_a_job_that_waited_on_a_dependency_waits_in_line_from_when_it_was_met(store: Store) -> None:
+    first = started(store)
+    waiting = store.submit(JobSpec(["train"], gpus=2, dependencies=[("ok", first)]), now=1.5).id
+    assert store.end_attempt(first, 0, 0, now=5.0) is JobState.SUCCEEDED
+    store.settle_dependencies(now=6.0)
+    [pending] = store.snapshot(now=400.0).pending
+    assert (int(pending.id), pending.waiting_since) == (waiting, 6.0)
+
+
 def test_a_job_that_reported_completion_succeeds_even_after_notice(store: Store) -> None:
     job = started(store)
     store.give_notice(job, 0, for_job=99, deadline=40.0, now=10.0, reason="priority", message="preempted")

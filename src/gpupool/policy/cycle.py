@@ -34,7 +34,7 @@ from gpupool.policy.order import queue_order, submit_key
 from gpupool.policy.place import FreeGpus, Group, Shape, Slot, choose_slots
 from gpupool.policy.preempt import Candidate, Candidates, lost_work, protection, victim_order
 from gpupool.policy.share import TeamShares
-from gpupool.policy.victims import Leaving, Preemptor, Victim, eligibility, refusal
+from gpupool.policy.victims import Leaving, Preemptor, Victim, eligibility, passed, refusal
 
 
 class Fit(Enum):
@@ -208,13 +208,14 @@ class Decision:
         # Free GPUs and candidates only shrink during the pass (see Memo): jobs alike (team,
         # type, size, layout, class) to one that could neither start nor preempt cannot
         # later in it, so they wait at once, for the same reason.
-        hopeless: dict[tuple[str, str | None, int, int | None, str, bool], Fit] = {}
+        hopeless: dict[tuple[str, str | None, int, int | None, str, bool, bool], Fit] = {}
         for job in queue_order(pending, self.config.order, self.shares.share):
             if job.id in self.settled:
                 continue
-            # Alike jobs come in their place in line, so a senior one that found no victims
-            # leaves later senior ones none either (they may take fewer).
-            alike = (job.team, job.gpu_type, job.gpus, job.gpus_per_node, job.priority, self.is_senior(job))
+            # Alike jobs come in their place in line (nominated ones first), so a senior one
+            # that found no victims leaves later senior ones none either (they may take fewer).
+            senior = self.is_senior(job)
+            alike = (job.team, job.gpu_type, job.gpus, job.gpus_per_node, job.priority, job.nominated, senior)
             fit = hopeless.get(alike) or self.place(job)
             if fit.waits:
                 if fit in (Fit.NO_FIT, Fit.NO_VICTIMS, Fit.NEVER_FITS):
@@ -248,7 +249,9 @@ class Decision:
         budgeted = self.budgeted_of(job)
         if reason is Reason.NO_VICTIMS:
             protected, refused = self.kept_from(job, budgeted.cls)
-            text = messages.no_victims(job, budgeted.cls, protected, self.now, refused, self.is_senior(job))
+            after = self.config.seniority_after
+            senior = (self.now - job.waiting_since, after) if after is not None and self.is_senior(job) else None
+            text = messages.no_victims(job, budgeted.cls, protected, self.now, refused, senior)
         else:
             text = messages.no_fit(job, self.free, self.memo.shapes_of(job)[0].groups)
         return f"{text}; {budgeted.note}" if budgeted.note else text
@@ -259,8 +262,10 @@ class Decision:
         needs to know of why nobody is given notice."""
         nodes = {i for shape in self.memo.shapes_of(job) for i in self.memo.nodes_in(shape.groups)}
         searches = self.searches(job, explaining=True)
-        # Reclaim and fair share may take other teams' jobs of the job's own class too.
-        inclusive = any(who.inclusive for who in searches)
+        # Reclaim and fair share may take other teams' jobs of the job's own class too, and
+        # seniority the smaller later ones of any team.
+        by_team = any(who.by_team_rule for who in searches)
+        senior = next((who for who in searches if who.senior), None)
         protected: dict[JobId, Candidate] = {}
         refused: dict[JobId, tuple[str, str, JobId]] = {}
         floored: dict[str, dict[JobId, int]] = {}
@@ -269,7 +274,9 @@ class Decision:
                 if candidate.id in self.candidates.chosen:
                     continue
                 if candidate.protection is not None:
-                    equal = inclusive and candidate.cls.value == cls.value and candidate.team != job.team
+                    equal = candidate.cls.value == cls.value and (
+                        (by_team and candidate.team != job.team) or (senior is not None and passed(candidate, senior))
+                    )
                     if candidate.cls.value < cls.value or equal:
                         protected.setdefault(candidate.id, candidate)
                 elif searches and (rule := refusal(candidate, searches, self.shares)) is not None:
@@ -360,7 +367,7 @@ class Decision:
                 self.give_notice(job, slots, victims)
                 return Fit.HELD
             nothing_for_reclaim = nothing_for_reclaim or (who.reclaim and found_none)
-        self.note_retry(searches[0])
+        self.note_retry(searches[0], shapes)
         return Fit.NO_VICTIMS
 
     def searches(self, job: Job, *, explaining: bool = False) -> list[Preemptor]:
@@ -381,7 +388,8 @@ class Decision:
             config.priority_preemption,
             fair_share=fair,
             final_share=final_share,
-            senior_to=submit_key(job) if senior else None,
+            place=submit_key(job) if config.seniority_after is not None else None,
+            senior=senior,
         )
         searches = [plain] if cls.may_preempt or fair or senior else []
         if config.reclaim and self.shares.gpus[job.team] < self.shares.guarantee(job.team):
@@ -394,14 +402,15 @@ class Decision:
         return searches
 
     def is_senior(self, job: Job) -> bool:
-        """Whether `job` has waited `Config.seniority_after` (see `Preemptor.senior_to`)."""
+        """Whether `job` has waited `Config.seniority_after` (see `Preemptor.senior`); a 1-GPU
+        job never is, as no job is smaller."""
         after = self.config.seniority_after
-        return after is not None and self.now - job.waiting_since >= after
+        return after is not None and job.gpus > 1 and job.waiting_since + after <= self.now
 
     def note_senior_at(self, job: Job) -> None:
         """Decide again when a waiting job becomes senior: nothing else may happen by then."""
         after = self.config.seniority_after
-        if after is not None and self.config.preemption and not self.is_senior(job):
+        if after is not None and job.gpus > 1 and self.config.preemption and not self.is_senior(job):
             self.note_retry_at(job.waiting_since + after)
 
     def within_guarantee(self, job: Job, who: Preemptor, victims: Sequence[Victim]) -> bool:
@@ -446,10 +455,19 @@ class Decision:
         self.settled.add(job.id)
         self.hold(job, held, [v.candidate.id for v in victims], max(deadlines))
 
-    def note_retry(self, who: Preemptor) -> None:
+    def note_retry(self, who: Preemptor, shapes: tuple[Shape, ...]) -> None:
         """When the first minimum runtime that kept a victim from `who` ends."""
         limit = who.cls.value
-        ends = [until for value, until in self.expiring.items() if value < limit or (who.inclusive and value == limit)]
+        by_team = who.by_team_rule
+        ends = [until for value, until in self.expiring.items() if value < limit or (by_team and value == limit)]
+        if who.senior:
+            nodes = {i for shape in shapes for i in self.memo.nodes_in(shape.groups)}
+            ends += [
+                c.protection.until
+                for i in nodes
+                for c in self.candidates.on_node[i]
+                if c.protection is not None and c.protection.until is not None and passed(c, who)
+            ]
         if ends:
             self.note_retry_at(min(ends))
 

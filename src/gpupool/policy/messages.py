@@ -98,16 +98,21 @@ def no_victims(
     protected: Sequence[Candidate] = (),
     now: float = 0.0,
     refused: Sequence[tuple[str, str, str]] = (),
-    senior: bool = False,
+    senior: tuple[float, float] | None = None,
 ) -> str:
     """Why no job is given notice for `job`, with the rules that protect those it could take:
     `protected` by their own protection, `refused` by a team rule, as (rule, numbers, job).
-    `senior`: it has waited `seniority_after`, and may take smaller later jobs of its class."""
-    also = f"; smaller, of {cls.name}, submitted after it: it has waited policy.seniority_after" if senior else ""
+    `senior`: (how long it has waited, `seniority_after`) when it may take by seniority."""
     text = (
         f"waits for {plural(job.gpus, 'GPU')}: no set of preemptible jobs below {cls.name} "
-        f"(or above their team's guarantee{also}) frees a placement now"
+        f"(or above their team's guarantee) frees a placement now"
     )
+    if senior is not None:
+        waited, after = senior
+        text += (
+            f", nor of smaller jobs of {cls.name} or lower submitted after it, which it may take as it has "
+            f"waited {human_seconds(waited)} (policy.seniority_after: {human_seconds(after)})"
+        )
     if refused:
         by_rule: dict[tuple[str, str], list[str]] = {}
         for rule, numbers, victim in sorted(refused):

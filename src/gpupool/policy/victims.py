@@ -42,14 +42,22 @@ class Preemptor:
     final_share: float = 0.0
     """The team's weighted share with this job: fair share only takes from teams whose share
     stays at or above it."""
-    senior_to: tuple[float, int, str] | None = None
-    """Its place in line (`submit_key`), once it has waited `Config.seniority_after`: it may
-    take smaller jobs of its class or lower whose place is later (`passed`)."""
+    place: tuple[float, int, str] | None = None
+    """Its place in line (`submit_key`) when the policy has seniority: what `passed` and
+    `takes_back` compare."""
+    senior: bool = False
+    """It has waited `Config.seniority_after`: it may take the jobs it `passed`."""
 
     @property
     def inclusive(self) -> bool:
         """Whether jobs of its own class may be victims."""
-        return self.reclaim or self.fair_share or self.senior_to is not None
+        return self.reclaim or self.fair_share or self.senior
+
+    @property
+    def by_team_rule(self) -> bool:
+        """Whether any other team's job of its own class may be a victim (seniority's are
+        only those it `passed`)."""
+        return self.reclaim or self.fair_share
 
     @property
     def ranks_by_team(self) -> bool:
@@ -58,10 +66,12 @@ class Preemptor:
 
     def memo_key(self) -> tuple[object, ...]:
         """What the search's result depends on, beyond the shape (see Memo.no_victims): the
-        team only where a rule reads it, the final share only for fair share."""
+        team only where a rule reads it, the final share only for fair share, the place in line
+        only where seniority reads it."""
         team = self.team if (self.inclusive or self.scope is not PriorityScope.POOL) else None
         share = self.final_share if self.fair_share else None
-        return (self.cls.value, team, self.reclaim, self.own_first, self.cross, self.fair_share, share, self.senior_to)
+        place = self.place if self.senior or self.fair_share else None
+        return (self.cls.value, team, self.reclaim, self.own_first, self.cross, share, self.senior, place, self.gpus)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +110,8 @@ def eligibility(c: Candidate, who: Preemptor, shares: TeamShares, leaving: Leavi
 
     Reclaim across a guarantee takes a team below it by one whole job at most: the team stays
     above its guarantee without its largest victim, whatever order the victims were chosen in.
-    Seniority takes the claimant's own smaller later jobs, and other teams' only down to their
+    Fair share never takes a job that could take the GPUs back by seniority (`takes_back`).
+    Seniority takes the claimant's own jobs it `passed`, and other teams' only down to their
     guarantee."""
     own = c.team == who.team
     lower = c.cls.value < who.cls.value
@@ -113,24 +124,31 @@ def eligibility(c: Candidate, who: Preemptor, shares: TeamShares, leaving: Leavi
         return _PRIORITY
     if c.cls.value > who.cls.value:
         return None
-    if who.senior_to is not None and passed(c, who) and (own or left >= floor):
+    if not own:
+        if who.reclaim:
+            if left >= floor:
+                return Reason.RECLAIM, 0
+            if who.cross and left + max(leaving.largest[c.team], c.gpus) > floor:
+                return Reason.RECLAIM, floor - left
+        fair = who.fair_share and left >= floor and shares.share(c.team, -gone) >= who.final_share
+        if fair and not takes_back(c, who):
+            return Reason.FAIR_SHARE, 0
+    if passed(c, who) and (own or left >= floor):
         return _SENIORITY
-    if own:
-        return None
-    if who.reclaim:
-        if left >= floor:
-            return Reason.RECLAIM, 0
-        if who.cross and left + max(leaving.largest[c.team], c.gpus) > floor:
-            return Reason.RECLAIM, floor - left
-    if who.fair_share and left >= floor and shares.share(c.team, -gone) >= who.final_share:
-        return Reason.FAIR_SHARE, 0
     return None
 
 
 def passed(c: Candidate, who: Preemptor) -> bool:
-    """Whether `c` could have been backfilled past `who`: smaller, and submitted after it (a job
-    as large started in its turn, by queue order, not in a hole `who` could not use)."""
-    return who.senior_to is not None and c.gpus < who.gpus and submit_key(c.running.job) > who.senior_to
+    """Whether a senior `who` may take `c` by seniority, as backfill could have passed it with
+    `c`: smaller, and submitted after it (a job as large started in its turn, by queue order,
+    not in a hole `who` could not use)."""
+    return who.senior and who.place is not None and c.gpus < who.gpus and submit_key(c.running.job) > who.place
+
+
+def takes_back(c: Candidate, who: Preemptor) -> bool:
+    """Whether `c`, requeued, could take `who`'s GPUs back by seniority: larger, and submitted
+    before it. Fair share leaves it alone (else the two rules evict each other in turn)."""
+    return who.place is not None and c.gpus > who.gpus and submit_key(c.running.job) < who.place
 
 
 def rank(c: Candidate, who: Preemptor, shares: TeamShares) -> tuple[float, ...]:
@@ -331,19 +349,21 @@ def refusal(c: Candidate, searches: Sequence[Preemptor], shares: TeamShares) -> 
         return None
     held, floor = shares.gpus[c.team], shares.guarantee(c.team)
     below_floor = ("guarantee floor", f"team {c.team} holds {held} GPUs, {floor} guaranteed")
+    if passed(c, who):
+        return below_floor
     if c.cls.value < who.cls.value and who.cls.may_preempt:
         if who.scope is PriorityScope.TEAM:
             return (f"priority preemption takes only team {who.team}'s own jobs (policy.priority_preemption: team)", "")
         if who.scope is PriorityScope.ABOVE_GUARANTEE and held - c.gpus < floor:
             return below_floor
         return None
-    if who.senior_to is not None and passed(c, who):
-        return below_floor
     if who.reclaim and held > floor:
         return None
     if who.fair_share:
         if held - c.gpus < floor:
             return below_floor
+        if takes_back(c, who):
+            return ("seniority", "larger and submitted before it: it could take the GPUs back, so fair share leaves it")
         after = shares.share(c.team, -c.gpus)
         if after < who.final_share:
             return (

@@ -140,20 +140,19 @@ class SchedulingStore(AttemptsStore, HoldsStore):
             ]
             holds = self._holds(s, special)
             holds.update(self._launch_retries(s, now))
-            requeued = self._requeued_at(s)
+            queued = self._queued_at(s)
             pending = [
-                core_job(r[:extra], startup.get(r[0], 0.0), requeued.get(r[0]))
-                for r in pending_rows
-                if r[0] not in holds
+                core_job(r[:extra], startup.get(r[0], 0.0), queued.get(r[0])) for r in pending_rows if r[0] not in holds
             ]
             snapshot = Snapshot(nodes, running, pending, self._usage(s, now), teams=self._teams(s))
             return snapshot, list(holds.values())
 
     @staticmethod
-    def _requeued_at(s: Session) -> dict[int, float]:
-        """Per pending job that ran before, when its last attempt ended: its present wait began
-        then (an attempt the scheduler failed to launch never ran, and does not count)."""
-        rows = s.execute(
+    def _queued_at(s: Session) -> dict[int, float]:
+        """Per pending job that ran before or waited on a dependency, when its present wait in
+        line began: the end of its last attempt that ran (one the scheduler failed to launch
+        never ran), or when its dependency was met, whichever is later."""
+        ran = s.execute(
             select(AttemptRow.job_id, func.max(AttemptRow.ended_at))
             .join(JobRow)
             .where(
@@ -162,7 +161,16 @@ class SchedulingStore(AttemptsStore, HoldsStore):
             )
             .group_by(AttemptRow.job_id)
         )
-        return {job_id: ended for job_id, ended in rows if ended is not None}
+        met = s.execute(
+            select(JobRow.id, JobRow.dependency_met_at).where(
+                JobRow.state == JobState.PENDING.value, JobRow.dependency_met_at.is_not(None)
+            )
+        )
+        queued: dict[int, float] = {}
+        for job_id, at in [*ran, *met]:
+            if at is not None:
+                queued[job_id] = max(at, queued.get(job_id, at))
+        return queued
 
     @staticmethod
     def _launch_retries(s: Session, now: float) -> dict[int, Wait]:
