@@ -6,12 +6,14 @@ checkpoints every 30 min (30 s blocking), restart 60 s. At the Helios sizes (sca
 load ≈ 0.17) and at high load (scale 0.2, 70 nodes, offered load ≈ 0.84).
 
 Writes out/study/scale-<s>/report.json and its plots, and prints a Markdown table.
-Run: .venv/bin/python benchmarks/philly_study.py [--scales 1,0.2] [--out out/study]
+Run: .venv/bin/python benchmarks/philly_study.py [--scales 1,0.2] [--out out/study] [--workers 2]
+(`--workers`: policies replayed side by side in that many processes; each one's `wall` is its own.)
 """
 
 from __future__ import annotations
 
 import argparse
+from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ from typing import Any
 from gpupool.sim.cluster import load_vc_sizes
 from gpupool.sim.jobmodel import JobModel
 from gpupool.sim.plots import write_plots
-from gpupool.sim.replay import ClusterSpec, Policy, Settings, compare
+from gpupool.sim.replay import ClusterSpec, Policy, Settings, compare, replay
 from gpupool.sim.report import write_json
 from gpupool.sim.trace import load_trace
 from gpupool.units import human_seconds
@@ -51,6 +53,7 @@ def main() -> None:
     parser.add_argument("--traces", type=Path, default=DEFAULT_TRACES)
     parser.add_argument("--scales", default="1,0.2")
     parser.add_argument("--out", type=Path, default=Path("out/study"))
+    parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args()
     philly = args.traces / "philly"
     trace = load_trace(philly / "jobs.csv", start=datetime(2017, 10, 1), end=datetime(2017, 12, 1))
@@ -64,7 +67,11 @@ def main() -> None:
     ]
     for scale in (float(s) for s in args.scales.split(",")):
         spec = ClusterSpec(sizes, scale=scale)
-        runs = compare(trace, spec, list(Policy), settings)
+        if args.workers > 1:
+            with ProcessPoolExecutor(args.workers) as pool:
+                runs = list(pool.map(replay, *zip(*((trace, spec, p, settings) for p in Policy), strict=True)))
+        else:
+            runs = compare(trace, spec, list(Policy), settings)
         folder = args.out / f"scale-{scale:g}"
         folder.mkdir(parents=True, exist_ok=True)
         write_json([r.report for r in runs], folder / "report.json")

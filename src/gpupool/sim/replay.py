@@ -45,7 +45,7 @@ class Policy(StrEnum):
     `FAIR_SENIORITY_AFTER`."""
 
 
-FAIR_SENIORITY_AFTER = 3600.0
+FAIR_SENIORITY_AFTER = 7200.0
 """pool-fair's `Config.seniority_after`."""
 
 
