@@ -262,8 +262,8 @@ class Config:
     seniority_after: float | None = None
     """Seconds after which a waiting job may preempt smaller jobs of its class or lower that
     were submitted after it (they were backfilled past it), never taking another team below its
-    guarantee: no gang waits forever while small jobs keep taking every GPU that frees. None:
-    off."""
+    guarantee: a gang is not passed for ever by the small jobs that take every GPU that frees
+    (as long as other teams run smaller jobs above their guarantees). None: off."""
     explain_waits: bool = True
     """Emit a `Wait` for every pending job not started (drivers that never show them may skip it)."""
 
@@ -340,4 +340,5 @@ class Plan:
     preemptions: tuple[Preempt, ...] = ()
     waits: tuple[Wait, ...] = ()
     retry_at: float | None = None
-    """Earliest time a protection that blocked a preemption expires: decide again then."""
+    """Earliest time a protection that blocked a preemption expires, or a waiting job becomes
+    senior (`Config.seniority_after`): decide again then."""

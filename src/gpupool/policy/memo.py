@@ -20,7 +20,7 @@ class Memo:
     and candidates only leave (are chosen), so a shape that found no free slots, or no
     victims for the same search, will find none later in the same decision. Teams' GPUs are
     the exception: they change in the pass (a team grows as its jobs start, shrinks as they are
-    given notice), which can open reclaim, fair share or `above_guarantee` later in the pass for
+    given notice), which can open reclaim, fair share, seniority or `above_guarantee` later in the pass for
     a search remembered as failed; such a job waits for the next decision. The
     one place GPUs come back is a placement on GPUs lent by draining jobs: it neither reads nor
     writes `no_fit`, and it takes every lent GPU back before it returns.
