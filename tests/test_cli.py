@@ -132,6 +132,27 @@ def test_budgets_of_a_team_the_cluster_does_not_have_are_refused(traces_dir: Pat
     assert "budgets of team(s) nlp, which the cluster does not have (teams: default)" in result.output
 
 
+def test_seniority_after_reaches_the_replay(tmp_path: Path) -> None:
+    trace = tmp_path / "jobs.csv"
+    # One node: a 1-GPU job takes a GPU before the 8-GPU gang arrives, then 1-GPU jobs keep
+    # arriving and backfilling; only seniority lets the gang in before they stop.
+    rows = ["gang,10,8,100,x", *(f"s{i},{i * 50},1,400,x" for i in range(60))]
+    trace.write_text(
+        "job_id,submit_time,num_gpus,duration,vc\n" + "\n".join(sorted(rows, key=lambda r: int(r.split(",")[1]))) + "\n"
+    )
+    reports = {}
+    for value in ("off", "10m"):
+        out = tmp_path / f"{value}.json"
+        args = ["simulate", "--trace", str(trace), "--nodes", "1", "--priority-mix", "low=1"]
+        result = runner.invoke(app, [*args, "--seniority-after", value, "--json", str(out)])
+        assert result.exit_code == 0, result.output
+        reports[value] = json.loads(out.read_text())[0]
+    assert reports["off"]["preemptions"] == 0
+    assert reports["10m"]["preemptions"] > 0
+    # The gang's is the longest wait (p99 of 61 jobs).
+    assert reports["10m"]["wait"]["p99"] < reports["off"]["wait"]["p99"]
+
+
 def test_a_bad_trace_row_is_reported_with_file_line_and_column(tmp_path: Path) -> None:
     trace = tmp_path / "jobs.csv"
     trace.write_text("job_id,submit_time,num_gpus,duration,vc\na,0,1,10,x\nb,5,-2,10,x\n")
