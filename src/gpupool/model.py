@@ -152,8 +152,8 @@ class Job:
     """Jobs were preempted for it and have left: the GPUs they freed are its own, before any
     other pending job's, until it starts (else a victim, requeued, could take them back)."""
     queued_at: float | None = None
-    """When it last joined the queue: the end of its last attempt for a requeued job; None for
-    one that never ran (it has waited since `submit_time`)."""
+    """When its present wait in line began, if not at `submit_time`: the end of its last attempt
+    that ran (a requeued job) or when its dependency was met, whichever is later."""
 
     @property
     def waiting_since(self) -> float:

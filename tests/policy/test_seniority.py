@@ -184,3 +184,36 @@ def test_a_one_gpu_job_never_searches_by_seniority(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(victims, "find_victims", lambda *args: calls.append(args))
     plan = decide(Snapshot(pool(1, 4), backfilled(*SMALL), [small("one", team="a", submit=-5.0)]), config(), NOW)
     assert calls == [] and plan.retry_at is None
+
+
+# Second review.
+
+
+def test_fair_share_still_takes_a_lower_class_job_that_could_never_take_it_back() -> None:
+    from gpupool.model import PriorityScope
+
+    held = fill(pool(2, 4), [job("L", team="b", gpus=4), job("M", team="b", gpus=4)])
+    claimant = job("J", team="a", cls="normal", gpus=2, submit=100.0)
+    cfg = config(fair_share=FairShare.PREEMPT, priority_preemption=PriorityScope.TEAM)
+    plan = decide(Snapshot(pool(2, 4), held, [claimant]), cfg, NOW)
+    assert [(p.victim, p.reason) for p in plan.preemptions] == [("L", Reason.FAIR_SHARE)]
+
+
+def test_higher_class_or_guaranteed_jobs_set_no_retry_for_seniority() -> None:
+    high = [small(f"h{i}", cls="high") for i in range(4)]
+    plan = decide(Snapshot(pool(1, 4), fill(pool(1, 4), high, started=NOW - 30), [gang()]), config(), NOW)
+    assert plan.retry_at is None
+    guaranteed = fill(pool(1, 4), SMALL, started=NOW - 30)
+    plan = decide(Snapshot(pool(1, 4), guaranteed, [gang()]), config({"b": 4}), NOW)
+    assert plan.retry_at is None
+    assert "minimum runtime" not in plan.waits[0].message
+
+
+def test_a_minimum_runtime_ends_at_the_instant_it_says() -> None:
+    from gpupool.model import DEFAULT_CLASSES as CLASSES
+    from gpupool.policy.preempt import protection
+
+    started = 131017.30750703551
+    low = CLASSES[-1]
+    ran = fill(pool(1, 4), [small("s")], started=started)[0]
+    assert protection(ran, low, started + low.min_runtime, config()) is None

@@ -34,7 +34,7 @@ from gpupool.policy.order import queue_order, submit_key
 from gpupool.policy.place import FreeGpus, Group, Shape, Slot, choose_slots
 from gpupool.policy.preempt import Candidate, Candidates, lost_work, protection, victim_order
 from gpupool.policy.share import TeamShares
-from gpupool.policy.victims import Leaving, Preemptor, Victim, eligibility, passed, refusal
+from gpupool.policy.victims import Leaving, Preemptor, Victim, eligibility, open_to_seniority, refusal
 
 
 class Fit(Enum):
@@ -275,7 +275,8 @@ class Decision:
                     continue
                 if candidate.protection is not None:
                     equal = candidate.cls.value == cls.value and (
-                        (by_team and candidate.team != job.team) or (senior is not None and passed(candidate, senior))
+                        (by_team and candidate.team != job.team)
+                        or (senior is not None and open_to_seniority(candidate, senior, self.shares))
                     )
                     if candidate.cls.value < cls.value or equal:
                         protected.setdefault(candidate.id, candidate)
@@ -462,11 +463,13 @@ class Decision:
         ends = [until for value, until in self.expiring.items() if value < limit or (by_team and value == limit)]
         if who.senior:
             nodes = {i for shape in shapes for i in self.memo.nodes_in(shape.groups)}
+            guarded = [c for i in nodes for c in self.candidates.on_node[i] if c.protection is not None]
             ends += [
                 c.protection.until
-                for i in nodes
-                for c in self.candidates.on_node[i]
-                if c.protection is not None and c.protection.until is not None and passed(c, who)
+                for c in guarded
+                if c.protection is not None
+                and c.protection.until is not None
+                and open_to_seniority(c, who, self.shares)
             ]
         if ends:
             self.note_retry_at(min(ends))

@@ -68,7 +68,8 @@ def protection(running: RunningJob, cls: PriorityClass, now: float, config: Conf
     if not cls.preemptible:
         return Protection(ProtectionRule.NOT_PREEMPTIBLE, f"class {cls.name} is not preemptible")
     ran = now - running.started_at
-    if ran < cls.min_runtime:
+    # Compared as the time it ends, which is what `Plan.retry_at` is set to.
+    if running.started_at + cls.min_runtime > now:
         text = f"inside its minimum runtime ({ran:.0f} of {cls.min_runtime:.0f} s)"
         return Protection(ProtectionRule.MIN_RUNTIME, text, running.started_at + cls.min_runtime)
     cap = running.job.max_preemptions if running.job.max_preemptions is not None else config.max_preemptions

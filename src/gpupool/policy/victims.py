@@ -142,13 +142,26 @@ def passed(c: Candidate, who: Preemptor) -> bool:
     """Whether a senior `who` may take `c` by seniority, as backfill could have passed it with
     `c`: smaller, and submitted after it (a job as large started in its turn, by queue order,
     not in a hole `who` could not use)."""
-    return who.senior and who.place is not None and c.gpus < who.gpus and submit_key(c.running.job) > who.place
+    if not who.senior or who.place is None or c.cls.value > who.cls.value:
+        return False
+    return c.gpus < who.gpus and submit_key(c.running.job) > who.place
+
+
+def open_to_seniority(c: Candidate, who: Preemptor, shares: TeamShares) -> bool:
+    """Whether seniority could take `c` alone once its protection ends: `passed`, and its own
+    team's or its team above its guarantee without it."""
+    if not passed(c, who):
+        return False
+    return c.team == who.team or shares.gpus[c.team] - c.gpus >= shares.guarantee(c.team)
 
 
 def takes_back(c: Candidate, who: Preemptor) -> bool:
-    """Whether `c`, requeued, could take `who`'s GPUs back by seniority: larger, and submitted
-    before it. Fair share leaves it alone (else the two rules evict each other in turn)."""
-    return who.place is not None and c.gpus > who.gpus and submit_key(c.running.job) < who.place
+    """Whether `c`, requeued, could take `who`'s GPUs back by seniority: of `who`'s class or
+    higher, larger, and submitted before it. Fair share leaves it alone (else the two rules
+    evict each other in turn)."""
+    if who.place is None or c.cls.value < who.cls.value:
+        return False
+    return c.gpus > who.gpus and submit_key(c.running.job) < who.place
 
 
 def rank(c: Candidate, who: Preemptor, shares: TeamShares) -> tuple[float, ...]:
