@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ def main() -> None:
         spec = ClusterSpec(sizes, scale=scale)
         if args.workers > 1:
             with ProcessPoolExecutor(args.workers) as pool:
-                runs = list(pool.map(replay, *zip(*((trace, spec, p, settings) for p in Policy), strict=True)))
+                runs = list(pool.map(partial(replay, trace, spec, settings=settings), Policy))
         else:
             runs = compare(trace, spec, list(Policy), settings)
         folder = args.out / f"scale-{scale:g}"

@@ -411,7 +411,7 @@ class Decision:
     def note_senior_at(self, job: Job) -> None:
         """Decide again when a waiting job becomes senior: nothing else may happen by then."""
         after = self.config.seniority_after
-        if after is not None and job.gpus > 1 and self.config.preemption and not self.is_senior(job):
+        if after is not None and job.gpus > 1 and self.config.preemption and job.waiting_since + after > self.now:
             self.note_retry_at(job.waiting_since + after)
 
     def within_guarantee(self, job: Job, who: Preemptor, victims: Sequence[Victim]) -> bool:
@@ -463,12 +463,12 @@ class Decision:
         ends = [until for value, until in self.expiring.items() if value < limit or (by_team and value == limit)]
         if who.senior:
             nodes = {i for shape in shapes for i in self.memo.nodes_in(shape.groups)}
-            guarded = [c for i in nodes for c in self.candidates.on_node[i] if c.protection is not None]
             ends += [
-                c.protection.until
-                for c in guarded
+                until
+                for i in nodes
+                for c in self.candidates.on_node[i]
                 if c.protection is not None
-                and c.protection.until is not None
+                and (until := c.protection.until) is not None
                 and open_to_seniority(c, who, self.shares)
             ]
         if ends:

@@ -56,12 +56,8 @@ class Preemptor:
     @property
     def by_team_rule(self) -> bool:
         """Whether any other team's job of its own class may be a victim (seniority's are
-        only those it `passed`)."""
-        return self.reclaim or self.fair_share
-
-    @property
-    def ranks_by_team(self) -> bool:
-        """Whether `rank` reads the teams' shares (else it is the class, as `victim_order`)."""
+        only those it `passed`), and so whether `rank` reads the teams' shares (else it is the
+        class, as `victim_order`)."""
         return self.reclaim or self.fair_share
 
     def memo_key(self) -> tuple[object, ...]:
@@ -193,7 +189,7 @@ def find_victims(
     """
     free, shares = candidates.free, candidates.shares
     bound = candidates.bound(who.cls.value, who.inclusive)
-    default_rank = not who.ranks_by_team
+    default_rank = not who.by_team_rule
     strict = replace(who, cross=False) if who.cross else who
     ranks: dict[JobId, tuple[float, ...]] = {}
 
