@@ -144,7 +144,7 @@ def costs(store: Store, loop: ControlLoop) -> str:
     for account in store.accounts(time.time()):
         for cut in account.interruptions:
             log = loop.attempt_dir(account.job_id, cut.attempt + 1) / "stdout.log"
-            said = log.read_text().splitlines()[0] if log.exists() else ""
+            said = next(iter(log.read_text().splitlines()), "") if log.exists() else ""  # empty: it said nothing yet
             lines.append(
                 f"job {account.job_id} ({names[account.job_id]}) {cut.cause}: wasted {gpu_time(cut.wasted)}, "
                 f"drain {gpu_time(cut.drain)}, restart {gpu_time(cut.restart or 0.0)}: {gpu_time(cut.lost)} lost; "
