@@ -294,3 +294,63 @@ def test_the_rule_the_api_and_the_simulator_use_is_the_cores(data: st.DataObject
     plan = decide(alone, config, NOW)
     never = [w for w in plan.waits if w.job == "x" and w.reason is Reason.NEVER_FITS]
     assert can_ever_fit(pending, snapshot.nodes) is not bool(never)
+
+
+@st.composite
+def busy_pools(draw: st.DrawFn) -> tuple[Snapshot, Config]:
+    """Full pools of small jobs of every class and many lost-work costs, and a few waiting jobs
+    that must preempt: where nodes tie on their worst victim's rank and differ in cost."""
+    nodes = [Node(f"n{i}", 8) for i in range(draw(st.integers(2, 10)))]
+    running = []
+    for node in nodes:
+        gpu = 0
+        while gpu < 8:
+            gpus = min(draw(st.sampled_from([1, 2, 4])), 8 - gpu)
+            job = replace(_job(draw, f"r{node.name}-{gpu}"), gpus=gpus, gpus_per_node=None, gpu_type=None)
+            started = draw(st.sampled_from([0.0, 1000.0, 2000.0, 4000.0]))
+            placement = (Allocation(node.name, tuple(range(gpu, gpu + gpus))),)
+            running.append(RunningJob(job, placement, started, draw(st.sampled_from([None, started, NOW]))))
+            gpu += gpus
+    pending = []
+    for i in range(draw(st.integers(1, 4))):
+        gpus = draw(st.sampled_from([1, 2, 4, 8, 16]))
+        job = replace(_job(draw, f"p{i}"), gpus=gpus, gpus_per_node=8 if gpus > 8 else None, gpu_type=None)
+        pending.append(job)
+    snapshot, config = draw(scenarios())
+    return Snapshot(nodes, running, pending, snapshot.usage), config
+
+
+@given(st.one_of(scenarios(), busy_pools()))
+def test_the_victim_search_shortcuts_change_no_choice(scenario: tuple[Snapshot, Config]) -> None:
+    """The search skips nodes by a lower bound of their score, and whole searches when no rule
+    could free enough GPUs: with both shortcuts off, every node is looked at, and the plan is
+    the same."""
+    from unittest import mock
+
+    from gpupool.policy import preempt, victims
+
+    snapshot, config = scenario
+    plan = decide(snapshot, config, NOW)
+    no_bound = (((),), float("-inf"))
+    with (
+        mock.patch.object(victims, "could_free", return_value=10**9),
+        mock.patch.object(victims, "lower_bound", return_value=no_bound),
+        mock.patch.object(preempt, "lower_bound", return_value=no_bound),
+    ):
+        assert decide(snapshot, config, NOW) == plan
+
+
+@given(scenarios())
+def test_a_decision_leaves_no_garbage_for_the_cycle_collector(scenario: tuple[Snapshot, Config]) -> None:
+    """Its working state is freed as soon as it returns: reference cycles would leave it to the
+    cyclic collector, whose full passes over a large pool's state show in the decision time."""
+    import gc
+
+    snapshot, config = scenario
+    gc.collect()
+    gc.disable()
+    try:
+        decide(snapshot, config, NOW)
+        assert gc.collect() == 0
+    finally:
+        gc.enable()

@@ -56,3 +56,22 @@ def test_greedy_finds_a_minimal_set_at_the_lowest_class_the_cheapest_needs(case:
     on_node = {v: sum(len(a.gpus) for a in running[v].placement if a.node == node.node) for v in chosen}
     for victim in chosen:
         assert free + sum(on_node.values()) - on_node[victim] < job.gpus, f"{victim} is not needed"
+
+
+def test_the_cheapest_victim_is_found_on_a_node_whose_other_jobs_cost_most() -> None:
+    """The search looks at nodes in the order of the cheapest victim each could give: a node
+    that also holds the most expensive job must not be passed over for it."""
+    from gpupool.model import Allocation
+
+    def low(id: str, node: str, gpu: int, checkpoint: float | None) -> RunningJob:
+        return RunningJob(Job(id, "a", "low", 1, 0.0), (Allocation(node, (gpu,)),), 0.0, checkpoint)
+
+    running = [
+        low("costly", "n0", 0, None),
+        low("cheap", "n0", 1, NOW - 10),
+        low("middle-1", "n1", 0, NOW - 3000),
+        low("middle-2", "n1", 1, NOW - 3000),
+    ]
+    urgent = Job("p", "b", "high", 1, NOW)
+    plan = decide(Snapshot([Node("n0", 2), Node("n1", 2)], running, [urgent]), CONFIG, NOW)
+    assert [p.victim for p in plan.preemptions] == ["cheap"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from functools import partial
@@ -79,7 +79,7 @@ class Decision:
     shares: TeamShares = field(init=False)
     memo: Memo = field(init=False)
     drains: Drains = field(init=False)
-    candidates: Candidates = field(init=False)
+    _candidates: Candidates | None = None
     expiring: dict[int, float] = field(default_factory=dict)
     """Per class value, the earliest end of a minimum-runtime protection."""
     budgeted: dict[tuple[str, str], BudgetedClass] = field(default_factory=dict)
@@ -101,11 +101,18 @@ class Decision:
         self.memo = Memo(self.free, snapshot.nodes)
         self.pending = {job.id: job for job in snapshot.pending}
         self.drains = Drains.of(snapshot.running, self.pending)
-        self.candidates = Candidates(self.free, self.shares, self.build_candidates)
+
+    @property
+    def candidates(self) -> Candidates:
+        """The preemption candidates, built when a job first needs preemption: most decisions
+        never look at victims. (Built here rather than by a callback the candidates hold: that
+        would make a reference cycle, and every decision garbage the cyclic collector must find.)"""
+        if self._candidates is None:
+            self._candidates = Candidates(self.free, self.shares, self.build_candidates())
+        return self._candidates
 
     def build_candidates(self) -> list[list[Candidate]]:
-        """Running jobs that are not draining, by node, in victim order. Built only when a
-        job first needs preemption: most decisions never look at victims."""
+        """Running jobs that are not draining, by node, in victim order."""
         on_node: list[list[Candidate]] = [[] for _ in self.snapshot.nodes]
         index = self.free.index
         classes: dict[str | None, PriorityClass] = {}
@@ -216,13 +223,16 @@ class Decision:
             # that found no victims leaves later senior ones none either (they may take fewer).
             senior = self.is_senior(job)
             alike = (job.team, job.gpu_type, job.gpus, job.gpus_per_node, job.priority, job.nominated, senior)
-            fit = hopeless.get(alike) or self.place(job)
-            if fit.waits:
+            fit = hopeless.get(alike)
+            if fit is None:
+                fit = self.place(job)
+                if not fit.waits:
+                    continue
                 if fit in (Fit.NO_FIT, Fit.NO_VICTIMS, Fit.NEVER_FITS):
                     hopeless[alike] = fit
-                if fit in (Fit.NO_FIT, Fit.NO_VICTIMS):
-                    self.note_senior_at(job)
-                self.wait(job, fit.reason, partial(self.explain, job, fit.reason))
+            if fit in (Fit.NO_FIT, Fit.NO_VICTIMS):
+                self.note_senior_at(job)
+            self.wait(job, fit)
 
     def place(self, job: Job) -> Fit:
         """Start `job` on free GPUs, else hold GPUs orphaned drains free, else preempt for it."""
@@ -437,7 +447,7 @@ class Decision:
         deadlines = []
         for victim in victims:
             candidate = victim.candidate
-            self.candidates.chosen.add(candidate.id)
+            self.candidates.choose(candidate)
             self.shares.remove(candidate.team, candidate.gpus)
             # The grace is what the job needs to save, so its own class's, whatever its budget.
             deadline = self.now + self.config.priority_class(candidate.running.job.priority).grace_period
@@ -478,11 +488,11 @@ class Decision:
         if self.retry_at is None or at < self.retry_at:
             self.retry_at = at
 
-    def wait(self, job: Job, reason: Reason, message: Callable[[], str]) -> None:
+    def wait(self, job: Job, fit: Fit) -> None:
         """Record why the job waits; the words are only written when waits are explained."""
         self.settled.add(job.id)
         if self.config.explain_waits:
-            self.waits.append(Wait(job.id, reason, message()))
+            self.waits.append(Wait(job.id, fit.reason, self.explain(job, fit.reason)))
 
     def plan(self) -> Plan:
         """The decision made."""

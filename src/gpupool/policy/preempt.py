@@ -4,7 +4,8 @@ The search for victims among them is `victims.py`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -92,25 +93,47 @@ def victim_order(candidate: Candidate) -> tuple[int, float, float, float, str]:
     return (candidate.cls.value, candidate.cost, -candidate.share, -candidate.running.started_at, candidate.id)
 
 
+LowerBound = tuple[tuple[tuple[float, ...]], float]
+"""A lower bound of what the victims a node needs cost in a search (the ranks and lost work of
+`victims.node_score`): the lowest rank and the lowest lost work of the node's candidates the
+search might take. No set of victims on the node scores better than one victim with both: its
+worst rank is no lower, and at an equal rank alone, its lost work no less."""
+
+
+def lower_bound(
+    here: Sequence[Candidate],
+    limit: int,
+    inclusive: bool,
+    taken_before: Container[JobId],
+    rank_of: Callable[[Candidate], tuple[float, ...]],
+) -> LowerBound | None:
+    """The `LowerBound` of a node for a search of class value `limit` (see `Candidates.bound`
+    for `inclusive`), from its candidates not protected nor `taken_before`; None if there
+    are none."""
+    takeable = [
+        c
+        for c in here
+        if c.protection is None
+        and (c.cls.value < limit or (inclusive and c.cls.value == limit))
+        and c.id not in taken_before
+    ]
+    if not takeable:
+        return None
+    return ((min(rank_of(c) for c in takeable),), min(c.cost for c in takeable))
+
+
 @dataclass(slots=True)
 class Candidates:
     """Preemption candidates of one decision, indexed by node; chosen ones are taken out."""
 
     free: FreeGpus
     shares: TeamShares
-    build: Callable[[], list[list[Candidate]]]
-    """Builds the candidates by node, in `victim_order`, on first use."""
+    on_node: list[list[Candidate]]
+    """Candidates per node index, in `victim_order`."""
     chosen: set[JobId] = field(default_factory=set)
-    _on_node: list[list[Candidate]] | None = None
     _bounds: dict[tuple[int, bool], list[int]] = field(default_factory=dict)
-    _of_team: dict[str, list[Candidate]] | None = None
-
-    @property
-    def on_node(self) -> list[list[Candidate]]:
-        """Candidates per node index, in `victim_order`."""
-        if self._on_node is None:
-            self._on_node = self.build()
-        return self._on_node
+    _cheapest: dict[tuple[int, bool], dict[int, LowerBound | None]] = field(default_factory=dict)
+    _supply: Counter[tuple[str, int]] | None = None
 
     def bound(self, limit: int, inclusive: bool) -> list[int]:
         """Per node, an upper bound of the GPUs preemption could free for a job of class value
@@ -129,16 +152,42 @@ class Candidates:
             ]
         return self._bounds[key]
 
-    def team_gpus_preemptible(self, team: str, below: int) -> int:
-        """GPUs of `team`'s unprotected, not yet chosen jobs of a class below `below`."""
-        if self._of_team is None:
-            of_team: dict[str, dict[JobId, Candidate]] = {}
+    def cheapest(self, limit: int, inclusive: bool) -> dict[int, LowerBound | None]:
+        """Per node, the `LowerBound` of a search whose ranks are the class alone (see
+        `bound` for `limit` and `inclusive`), None where no candidate could be taken. Built
+        once per decision; victims chosen later only raise a node's true bound."""
+        key = (limit, inclusive)
+        if key not in self._cheapest:
+            cheapest = {
+                i: lower_bound(here, limit, inclusive, set(), lambda h: (h.cls.value,))
+                for i, here in enumerate(self.on_node)
+            }
+            self._cheapest[key] = cheapest
+        return self._cheapest[key]
+
+    @property
+    def supply(self) -> Counter[tuple[str, int]]:
+        """GPUs of the unprotected candidates not yet chosen, per (team, class value): what
+        lets a search see at once that no rule could free enough anywhere."""
+        if self._supply is None:
+            supply: Counter[tuple[str, int]] = Counter()
+            seen: set[JobId] = set()
             for here in self.on_node:
                 for c in here:
-                    of_team.setdefault(c.team, {})[c.id] = c
-            self._of_team = {t: list(cs.values()) for t, cs in of_team.items()}
-        return sum(
-            c.gpus
-            for c in self._of_team.get(team, ())
-            if c.protection is None and c.cls.value < below and c.id not in self.chosen
-        )
+                    if c.protection is None and c.id not in seen and c.id not in self.chosen:
+                        seen.add(c.id)
+                        supply[c.team, c.cls.value] += c.gpus
+            self._supply = supply
+        return self._supply
+
+    def choose(self, candidate: Candidate) -> None:
+        """Take `candidate` out: it has been given notice."""
+        if candidate.id in self.chosen:
+            return
+        self.chosen.add(candidate.id)
+        if self._supply is not None and candidate.protection is None:
+            self._supply[candidate.team, candidate.cls.value] -= candidate.gpus
+
+    def team_gpus_preemptible(self, team: str, below: int) -> int:
+        """GPUs of `team`'s unprotected, not yet chosen jobs of a class below `below`."""
+        return sum(gpus for (of, value), gpus in self.supply.items() if of == team and value < below)

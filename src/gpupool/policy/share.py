@@ -21,6 +21,8 @@ class TeamShares:
     teams: Mapping[str, Team]
     gpus: Counter[str] = field(default_factory=Counter)
     """GPUs per team, as the decision has changed them so far."""
+    _weights: dict[str, float] = field(default_factory=dict)
+    _defaults: dict[str, Team] = field(default_factory=dict)
 
     @classmethod
     def of(cls, teams: Mapping[str, Team], running: Iterable[RunningJob]) -> TeamShares:
@@ -33,7 +35,10 @@ class TeamShares:
 
     def team(self, name: str) -> Team:
         """The team named `name` (one not configured has the defaults)."""
-        return self.teams.get(name) or Team(name)
+        found = self.teams.get(name) or self._defaults.get(name)
+        if found is None:
+            found = self._defaults[name] = Team(name)
+        return found
 
     def guarantee(self, team: str) -> int:
         """Its `guaranteed_gpus`."""
@@ -41,7 +46,10 @@ class TeamShares:
 
     def share(self, team: str, change: int = 0) -> float:
         """The team's weighted share: its GPUs (plus `change`) over its weight."""
-        return (self.gpus[team] + change) / max(self.team(team).weight, 1e-9)
+        weight = self._weights.get(team)
+        if weight is None:
+            weight = self._weights[team] = max(self.team(team).weight, 1e-9)
+        return (self.gpus[team] + change) / weight
 
     def above_guarantee(self, team: str) -> bool:
         """Whether it holds more GPUs than its guarantee."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from gpupool.model import JobId, PriorityClass, PriorityScope, Reason
 from gpupool.policy.order import submit_key
 from gpupool.policy.place import FreeGpus, Shape, Slot
-from gpupool.policy.preempt import Candidate, Candidates, victim_order
+from gpupool.policy.preempt import Candidate, Candidates, lower_bound, victim_order
 from gpupool.policy.share import TeamShares
 
 
@@ -164,7 +164,8 @@ def rank(c: Candidate, who: Preemptor, shares: TeamShares) -> tuple[float, ...]:
     """Which candidates go first, before `victim_order`: the lowest class for priority
     preemption; for reclaim, the teams furthest above their guarantee (weighted) first and the
     claimant's own jobs last (first when they must leave for it to stay within its guarantee);
-    for fair share, at one class, the team with the highest weighted share first."""
+    for fair share, at one class, the team with the highest weighted share first. It depends
+    on the candidate's team and class alone."""
     if who.reclaim:
         team = shares.team(c.team)
         above = (shares.gpus[c.team] - team.guaranteed_gpus) / max(team.weight, 1e-9)
@@ -186,33 +187,57 @@ def find_victims(
     better. On a node, candidates are taken in rank order until the member fits, then reprieved
     in reverse while it still fits; once every member has a node, victims are reprieved across
     the gang. Returns None, choosing nobody, when no such set exists.
+
+    Nodes are looked at in the order of a lower bound of their score (`lower_bound`), and the
+    look stops at the first bound no better than the best score found: the choice is the one a
+    look at every node would make, without the cost of one.
     """
     free, shares = candidates.free, candidates.shares
+    if free.total(shape.groups) + could_free(who, shares, candidates.supply) < sum(shape.slots):
+        return None
     bound = candidates.bound(who.cls.value, who.inclusive)
     default_rank = not who.by_team_rule
     strict = replace(who, cross=False) if who.cross else who
-    ranks: dict[JobId, tuple[float, ...]] = {}
+    ranks: dict[tuple[str, int], tuple[float, ...]] = {}
 
     def rank_of(c: Candidate) -> tuple[float, ...]:
-        found = ranks.get(c.id)
+        key = (c.team, c.cls.value)
+        found = ranks.get(key)
         if found is None:
-            found = ranks[c.id] = rank(c, who, shares)
+            found = ranks[key] = rank(c, who, shares)
         return found
 
+    # Ranks by class alone are the same for every search of a decision: so are their bounds.
+    cheapest = candidates.cheapest(who.cls.value, who.inclusive) if default_rank else {}
+    here_of = candidates.on_node
     gone = Leaving()
     freed: Counter[int] = Counter()
     chosen: dict[JobId, Victim] = {}
     used: set[int] = set()
     slots: list[Slot] = []
     for want in shape.slots:
-        best: tuple[tuple[object, ...], int, list[Victim]] | None = None
+        looks: list[tuple[tuple[object, ...], int]] = []
         for i in nodes_of:
             if i in used:
                 continue
             have = len(free.free[i]) + freed[i]
-            picked: list[Victim] = []
-            if have < want and have + bound[i] < want:
+            if have >= want:
+                looks.append(((0, (), 0.0, 0, have, i), i))
                 continue
+            if have + bound[i] < want:
+                continue
+            if i not in cheapest:
+                cheapest[i] = lower_bound(here_of[i], who.cls.value, who.inclusive, candidates.chosen, rank_of)
+            low = cheapest[i]
+            if low is not None:
+                looks.append(((0, low[0], low[1], 1, have, i), i))
+        looks.sort()
+        best: tuple[tuple[object, ...], int, list[Victim]] | None = None
+        for lowest, i in looks:
+            if best is not None and lowest >= best[0]:
+                break
+            have = len(free.free[i]) + freed[i]
+            picked: list[Victim] = []
             if have < want:
                 here = candidates.on_node[i]
                 if not default_rank:
@@ -241,6 +266,29 @@ def find_victims(
             for i, gpus in victim.candidate.slots:
                 freed[i] += len(gpus)
     return slots, reprieve(slots, list(chosen.values()), free)
+
+
+def could_free(who: Preemptor, shares: TeamShares, supply: Mapping[tuple[str, int], int]) -> int:
+    """An upper bound of the GPUs `who`'s search could take, from the GPUs per (team, class)
+    of the candidates left: those of the teams and classes some rule of `eligibility` could
+    take from before any victim leaves (a team is taken from only while it is above its
+    guarantee, except by priority and by its own jobs)."""
+    limit, may_preempt = who.cls.value, who.cls.may_preempt
+    total = 0
+    for (team, value), gpus in supply.items():
+        if gpus <= 0 or value > limit:
+            continue
+        own = team == who.team
+        above = shares.gpus[team] > shares.guarantee(team)
+        lower = value < limit and may_preempt
+        scoped = own or who.scope is PriorityScope.POOL or (who.scope is PriorityScope.ABOVE_GUARANTEE and above)
+        if (
+            (lower and scoped)
+            or (not own and above and (who.reclaim or (who.fair_share and shares.share(team) >= who.final_share)))
+            or (who.senior and (own or above))
+        ):
+            total += gpus
+    return total
 
 
 def node_score(
