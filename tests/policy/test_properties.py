@@ -331,11 +331,10 @@ def test_the_victim_search_shortcuts_change_no_choice(scenario: tuple[Snapshot, 
 
     snapshot, config = scenario
     plan = decide(snapshot, config, NOW)
-    no_bound = (((),), float("-inf"))
+    no_bound = (10**9, (((),), float("-inf")))
     with (
         mock.patch.object(victims, "could_free", return_value=10**9),
-        mock.patch.object(victims, "lower_bound", return_value=no_bound),
-        mock.patch.object(preempt, "lower_bound", return_value=no_bound),
+        mock.patch.object(preempt, "node_reach", return_value=no_bound),
     ):
         assert decide(snapshot, config, NOW) == plan
 

@@ -63,15 +63,17 @@ def test_the_cheapest_victim_is_found_on_a_node_whose_other_jobs_cost_most() -> 
     that also holds the most expensive job must not be passed over for it."""
     from gpupool.model import Allocation
 
-    def low(id: str, node: str, gpu: int, checkpoint: float | None) -> RunningJob:
-        return RunningJob(Job(id, "a", "low", 1, 0.0), (Allocation(node, (gpu,)),), 0.0, checkpoint)
+    def low(id: str, team: str, node: str, gpu: int, checkpoint: float | None) -> RunningJob:
+        return RunningJob(Job(id, team, "low", 1, 0.0), (Allocation(node, (gpu,)),), 0.0, checkpoint)
 
     running = [
-        low("costly", "n0", 0, None),
-        low("cheap", "n0", 1, NOW - 10),
-        low("middle-1", "n1", 0, NOW - 3000),
-        low("middle-2", "n1", 1, NOW - 3000),
+        low("costly-1", "c", "n0", 0, None),
+        low("cheap", "a", "n0", 1, NOW - 10),
+        low("costly-2", "a", "n0", 2, None),
+        low("middle-1", "a", "n1", 0, NOW - 3000),
+        low("middle-2", "c", "n1", 1, NOW - 3000),
+        low("middle-3", "a", "n1", 2, NOW - 3000),
     ]
     urgent = Job("p", "b", "high", 1, NOW)
-    plan = decide(Snapshot([Node("n0", 2), Node("n1", 2)], running, [urgent]), CONFIG, NOW)
+    plan = decide(Snapshot([Node("n0", 3), Node("n1", 3)], running, [urgent]), CONFIG, NOW)
     assert [p.victim for p in plan.preemptions] == ["cheap"]

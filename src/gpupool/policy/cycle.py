@@ -32,7 +32,7 @@ from gpupool.policy.drain import Drains, draining_in, last_deadline, place_on_le
 from gpupool.policy.memo import Memo
 from gpupool.policy.order import queue_order, submit_key
 from gpupool.policy.place import FreeGpus, Group, Shape, Slot, choose_slots
-from gpupool.policy.preempt import Candidate, Candidates, lost_work, protection, victim_order
+from gpupool.policy.preempt import Candidate, Candidates, lost_work, protection
 from gpupool.policy.share import TeamShares
 from gpupool.policy.victims import Leaving, Preemptor, Victim, eligibility, open_to_seniority, refusal
 
@@ -98,7 +98,7 @@ class Decision:
         self.free = FreeGpus(snapshot.nodes, snapshot.running, snapshot.free)
         teams = snapshot.teams if snapshot.teams is not None else self.config.teams
         self.shares = TeamShares.of(teams, snapshot.running)
-        self.memo = Memo(self.free, snapshot.nodes)
+        self.memo = Memo(self.free)
         self.pending = {job.id: job for job in snapshot.pending}
         self.drains = Drains.of(snapshot.running, self.pending)
 
@@ -108,43 +108,40 @@ class Decision:
         never look at victims. (Built here rather than by a callback the candidates hold: that
         would make a reference cycle, and every decision garbage the cyclic collector must find.)"""
         if self._candidates is None:
-            self._candidates = Candidates(self.free, self.shares, self.build_candidates())
+            self._candidates = Candidates.of(self.free, self.shares, self.build_candidates())
         return self._candidates
 
-    def build_candidates(self) -> list[list[Candidate]]:
-        """Running jobs that are not draining, by node, in victim order."""
-        on_node: list[list[Candidate]] = [[] for _ in self.snapshot.nodes]
+    def build_candidates(self) -> list[Candidate]:
+        """Running jobs that are not draining."""
         index = self.free.index
+        now, config = self.now, self.config
         classes: dict[str | None, PriorityClass] = {}
         shares: dict[str, float] = {}
+        built = []
         for running in self.snapshot.running:
             if running.notice is not None:
                 continue
-            if running.priority is not None:
-                cls = classes.get(running.priority) or classes.setdefault(
-                    running.priority, self.config.priority_class(running.priority)
-                )
-            else:
+            cls = classes.get(running.priority) if running.priority is not None else None
+            if cls is None:
                 cls = self.running_class(running)
-            slots = tuple((index[a.node], a.gpus) for a in running.placement)
+                if running.priority is not None:
+                    classes[running.priority] = cls
+            placement = running.placement
+            if len(placement) == 1:
+                slots: tuple[tuple[int, tuple[int, ...]], ...] = ((index[placement[0].node], placement[0].gpus),)
+            else:
+                slots = tuple([(index[a.node], a.gpus) for a in placement])
             candidate = Candidate(running, cls, slots)
-            candidate.protection = guard = protection(running, cls, self.now, self.config)
-            candidate.cost = lost_work(running, self.now)
+            candidate.protection = guard = protection(running, cls, now, config)
+            candidate.cost = lost_work(running, now)
             team = candidate.team
             share = shares.get(team)
             candidate.share = share if share is not None else shares.setdefault(team, self.shares.share(team))
             if guard is not None and guard.until is not None:
                 until = guard.until
                 self.expiring[cls.value] = min(self.expiring.get(cls.value, until), until)
-            if len(slots) == 1:
-                on_node[slots[0][0]].append(candidate)
-            else:
-                for i in {i for i, _ in slots}:
-                    on_node[i].append(candidate)
-        for here in on_node:
-            if len(here) > 1:
-                here.sort(key=victim_order)
-        return on_node
+            built.append(candidate)
+        return built
 
     # --- lookups -------------------------------------------------------------------------
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gpupool.model import Job, Node
+from gpupool.model import Job
 from gpupool.policy.place import FreeGpus, Group, Shape, fits_empty, job_shapes
 
 JobKind = tuple[str, str | None, int, int | None]
@@ -27,7 +26,6 @@ class Memo:
     """
 
     free: FreeGpus
-    nodes: Sequence[Node]
     no_fit: set[Shape] = field(default_factory=set)
     """Shapes that did not fit on free GPUs."""
     no_victims: set[tuple[object, ...]] = field(default_factory=set)
@@ -52,5 +50,5 @@ class Memo:
     def fits_ever(self, shapes: tuple[Shape, ...]) -> bool:
         """Whether one of `shapes` fits its nodes when they are all empty."""
         if shapes not in self._ever_fits:
-            self._ever_fits[shapes] = any(fits_empty(s, self.nodes) for s in shapes)
+            self._ever_fits[shapes] = any(fits_empty(s, self.free) for s in shapes)
         return self._ever_fits[shapes]

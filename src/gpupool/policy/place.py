@@ -39,6 +39,7 @@ class FreeGpus:
         self.sizes: dict[Group, list[int]] = {}
         for node, group in zip(nodes, self.group, strict=True):
             self.sizes.setdefault(group, []).append(node.gpus)
+        self._sizes_in: dict[tuple[Group, ...], list[int]] = {}
         self.capacity = max((node.gpus for node in nodes), default=0)
         self.buckets: dict[Group, list[dict[int, None]]] = {
             group: [{} for _ in range(self.capacity + 1)] for group in self.sizes
@@ -67,6 +68,13 @@ class FreeGpus:
                 raise ValueError(f"node {name} has no GPU {min(held - set(free[i]))}")
             free[i] = tuple(g for g in free[i] if g not in held)
         return free
+
+    def sizes_in(self, groups: tuple[Group, ...]) -> list[int]:
+        """The GPU counts of the nodes of `groups`, largest first."""
+        found = self._sizes_in.get(groups)
+        if found is None:
+            found = self._sizes_in[groups] = sorted((n for g in groups for n in self.sizes.get(g, ())), reverse=True)
+        return found
 
     def node_index(self, name: str) -> int:
         """The index of the node named `name`; a ValueError names an unknown one."""
@@ -165,8 +173,7 @@ def job_shapes(job: Job, free: FreeGpus) -> tuple[Shape, ...]:
         # Only groups that have nodes: a group without any must not block a strict queue.
         groups = tuple(g for g in alternative if g in free.sizes)
         if groups:
-            sizes = sorted((n for g in groups for n in free.sizes[g]), reverse=True)
-            shapes.append(Shape(groups, gang_shapes(job, sizes)))
+            shapes.append(Shape(groups, gang_shapes(job, free.sizes_in(groups))))
     return tuple(shapes)
 
 
@@ -183,9 +190,9 @@ def choose_slots(shape: Shape, free: FreeGpus) -> list[Slot] | None:
     return slots
 
 
-def fits_empty(shape: Shape, nodes: Sequence[Node]) -> bool:
+def fits_empty(shape: Shape, free: FreeGpus) -> bool:
     """Whether the shape fits the nodes of its groups when they are all empty."""
-    sizes = sorted((n.gpus for n in nodes if (n.gpu_type, n.team) in shape.groups), reverse=True)
+    sizes = free.sizes_in(shape.groups)
     if len(sizes) < len(shape.slots):
         return False
     # Members and nodes both sorted largest first: if the k-th largest node cannot hold the
@@ -200,4 +207,5 @@ def can_ever_fit(job: Job, nodes: Sequence[Node]) -> bool:
     than the whole pool is answered without laying out its shapes (a trace may ask for 10^12)."""
     if job.gpus > sum(n.gpus for n in nodes):
         return False
-    return any(fits_empty(shape, nodes) for shape in job_shapes(job, FreeGpus(nodes, ())))
+    empty = FreeGpus(nodes, ())
+    return any(fits_empty(shape, empty) for shape in job_shapes(job, empty))

@@ -5,7 +5,7 @@ The search for victims among them is `victims.py`."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -93,33 +93,36 @@ def victim_order(candidate: Candidate) -> tuple[int, float, float, float, str]:
     return (candidate.cls.value, candidate.cost, -candidate.share, -candidate.running.started_at, candidate.id)
 
 
+Group = tuple[str, int]
+"""(team, class value): the candidates that every rule of one victim search treats alike."""
+
 LowerBound = tuple[tuple[tuple[float, ...]], float]
 """A lower bound of what the victims a node needs cost in a search (the ranks and lost work of
 `victims.node_score`): the lowest rank and the lowest lost work of the node's candidates the
 search might take. No set of victims on the node scores better than one victim with both: its
 worst rank is no lower, and at an equal rank alone, its lost work no less."""
 
+Reach = tuple[int, LowerBound | None]
+"""What a search could get from one node: an upper bound of the GPUs it could free there, and
+the `LowerBound` of what they cost (None if it could take nobody there)."""
 
-def lower_bound(
-    here: Sequence[Candidate],
-    limit: int,
-    inclusive: bool,
-    taken_before: Container[JobId],
-    rank_of: Callable[[Candidate], tuple[float, ...]],
-) -> LowerBound | None:
-    """The `LowerBound` of a node for a search of class value `limit` (see `Candidates.bound`
-    for `inclusive`), from its candidates not protected nor `taken_before`; None if there
-    are none."""
-    takeable = [
-        c
-        for c in here
-        if c.protection is None
-        and (c.cls.value < limit or (inclusive and c.cls.value == limit))
-        and c.id not in taken_before
-    ]
-    if not takeable:
-        return None
-    return ((min(rank_of(c) for c in takeable),), min(c.cost for c in takeable))
+
+def node_reach(groups: Sequence[tuple[Group, int, float]], ranks: Mapping[Group, tuple[float, ...] | None]) -> Reach:
+    """The `Reach` of a node, from its groups of candidates `(group, GPUs on the node, lowest lost
+    work)` and the rank a search gives each group it might take from (None: it takes none)."""
+    gpus = 0
+    lowest: tuple[float, ...] | None = None
+    cost = 0.0
+    for group, held, least in groups:
+        r = ranks[group]
+        if r is None:
+            continue
+        gpus += held
+        if lowest is None:
+            lowest, cost = r, least
+        else:
+            lowest, cost = min(lowest, r), min(cost, least)
+    return gpus, (((lowest,), cost) if lowest is not None else None)
 
 
 @dataclass(slots=True)
@@ -130,63 +133,60 @@ class Candidates:
     shares: TeamShares
     on_node: list[list[Candidate]]
     """Candidates per node index, in `victim_order`."""
+    groups: list[list[tuple[Group, int, float]]]
+    """Per node, the groups of its unprotected candidates: (group, GPUs they hold on the node,
+    their lowest lost work). Chosen candidates stay counted: a bound only loosens."""
+    supply: Counter[Group]
+    """GPUs of the unprotected candidates not yet chosen, per group: what lets a search see at
+    once that no rule could free enough anywhere."""
     chosen: set[JobId] = field(default_factory=set)
-    _bounds: dict[tuple[int, bool], list[int]] = field(default_factory=dict)
-    _cheapest: dict[tuple[int, bool], dict[int, LowerBound | None]] = field(default_factory=dict)
-    _supply: Counter[tuple[str, int]] | None = None
+    _reach: dict[object, list[Reach]] = field(default_factory=dict)
 
-    def bound(self, limit: int, inclusive: bool) -> list[int]:
-        """Per node, an upper bound of the GPUs preemption could free for a job of class value
-        `limit`: the unprotected jobs of a lower class (of an equal one too when `inclusive`:
-        reclaim and fair share). Lets the victim search skip at a glance the nodes that cannot
-        help."""
-        key = (limit, inclusive)
-        if key not in self._bounds:
-            self._bounds[key] = [
-                sum(
-                    h.gpus_on(i)
-                    for h in here
-                    if h.protection is None and (h.cls.value < limit or (inclusive and h.cls.value == limit))
-                )
-                for i, here in enumerate(self.on_node)
-            ]
-        return self._bounds[key]
+    @classmethod
+    def of(cls, free: FreeGpus, shares: TeamShares, candidates: Iterable[Candidate]) -> Candidates:
+        """The candidates indexed by the nodes they hold GPUs on, with their groups and supply."""
+        on_node: list[list[Candidate]] = [[] for _ in free.free]
+        supply: Counter[Group] = Counter()
+        for candidate in candidates:
+            slots = candidate.slots
+            if len(slots) == 1:
+                on_node[slots[0][0]].append(candidate)
+            else:
+                for i in {i for i, _ in slots}:
+                    on_node[i].append(candidate)
+            if candidate.protection is None:
+                supply[candidate.team, candidate.cls.value] += candidate.gpus
+        groups = []
+        for i, here in enumerate(on_node):
+            if len(here) > 1:
+                here.sort(key=victim_order)
+            held: dict[Group, tuple[int, float]] = {}
+            for c in here:  # in victim order: by class, then lost work
+                if c.protection is None:
+                    group = (c.team, c.cls.value)
+                    found = held.get(group)
+                    gpus = c.gpus_on(i)
+                    held[group] = (gpus, c.cost) if found is None else (found[0] + gpus, found[1])
+            groups.append([(group, gpus, least) for group, (gpus, least) in held.items()])
+        return cls(free, shares, on_node, groups, supply)
 
-    def cheapest(self, limit: int, inclusive: bool) -> dict[int, LowerBound | None]:
-        """Per node, the `LowerBound` of a search whose ranks are the class alone (see
-        `bound` for `limit` and `inclusive`), None where no candidate could be taken. Built
-        once per decision; victims chosen later only raise a node's true bound."""
-        key = (limit, inclusive)
-        if key not in self._cheapest:
-            cheapest = {
-                i: lower_bound(here, limit, inclusive, set(), lambda h: (h.cls.value,))
-                for i, here in enumerate(self.on_node)
-            }
-            self._cheapest[key] = cheapest
-        return self._cheapest[key]
-
-    @property
-    def supply(self) -> Counter[tuple[str, int]]:
-        """GPUs of the unprotected candidates not yet chosen, per (team, class value): what
-        lets a search see at once that no rule could free enough anywhere."""
-        if self._supply is None:
-            supply: Counter[tuple[str, int]] = Counter()
-            seen: set[JobId] = set()
-            for here in self.on_node:
-                for c in here:
-                    if c.protection is None and c.id not in seen and c.id not in self.chosen:
-                        seen.add(c.id)
-                        supply[c.team, c.cls.value] += c.gpus
-            self._supply = supply
-        return self._supply
+    def reach(self, ranks: Mapping[Group, tuple[float, ...] | None], key: object = None) -> list[Reach]:
+        """The `node_reach` of every node, for a search that ranks groups as `ranks` does;
+        kept under `key` for the next search of the decision that ranks them alike."""
+        found = self._reach.get(key) if key is not None else None
+        if found is None:
+            found = [node_reach(groups, ranks) for groups in self.groups]
+            if key is not None:
+                self._reach[key] = found
+        return found
 
     def choose(self, candidate: Candidate) -> None:
         """Take `candidate` out: it has been given notice."""
         if candidate.id in self.chosen:
             return
         self.chosen.add(candidate.id)
-        if self._supply is not None and candidate.protection is None:
-            self._supply[candidate.team, candidate.cls.value] -= candidate.gpus
+        if candidate.protection is None:
+            self.supply[candidate.team, candidate.cls.value] -= candidate.gpus
 
     def team_gpus_preemptible(self, team: str, below: int) -> int:
         """GPUs of `team`'s unprotected, not yet chosen jobs of a class below `below`."""

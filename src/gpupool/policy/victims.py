@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from gpupool.model import JobId, PriorityClass, PriorityScope, Reason
 from gpupool.policy.order import submit_key
 from gpupool.policy.place import FreeGpus, Shape, Slot
-from gpupool.policy.preempt import Candidate, Candidates, lower_bound, victim_order
+from gpupool.policy.preempt import Candidate, Candidates, Group, victim_order
 from gpupool.policy.share import TeamShares
 
 
@@ -160,19 +160,43 @@ def takes_back(c: Candidate, who: Preemptor) -> bool:
     return c.gpus > who.gpus and submit_key(c.running.job) < who.place
 
 
-def rank(c: Candidate, who: Preemptor, shares: TeamShares) -> tuple[float, ...]:
-    """Which candidates go first, before `victim_order`: the lowest class for priority
-    preemption; for reclaim, the teams furthest above their guarantee (weighted) first and the
-    claimant's own jobs last (first when they must leave for it to stay within its guarantee);
-    for fair share, at one class, the team with the highest weighted share first. It depends
-    on the candidate's team and class alone."""
+def rank(group: Group, who: Preemptor, shares: TeamShares) -> tuple[float, ...]:
+    """Which candidates go first, before `victim_order`, by their group (team, class value):
+    the lowest class for priority preemption; for reclaim, the teams furthest above their
+    guarantee (weighted) first and the claimant's own jobs last (first when they must leave for
+    it to stay within its guarantee); for fair share, at one class, the team with the highest
+    weighted share first."""
+    team, value = group
     if who.reclaim:
-        team = shares.team(c.team)
-        above = (shares.gpus[c.team] - team.guaranteed_gpus) / max(team.weight, 1e-9)
-        return ((c.team == who.team) is not who.own_first, -above, c.cls.value)
+        above = (shares.gpus[team] - shares.guarantee(team)) / max(shares.team(team).weight, 1e-9)
+        return ((team == who.team) is not who.own_first, -above, value)
     if who.fair_share:
-        return (c.cls.value, -shares.share(c.team))
-    return (c.cls.value,)
+        return (value, -shares.share(team))
+    return (value,)
+
+
+def admits(group: Group, who: Preemptor, shares: TeamShares) -> bool:
+    """Whether some rule of `eligibility` could take a job of `group` (team, class value) for
+    `who` before any victim leaves: a team is taken from only while it is above its guarantee,
+    except by priority and by its own jobs."""
+    team, value = group
+    limit = who.cls.value
+    if value > limit:
+        return False
+    own = team == who.team
+    above = shares.gpus[team] > shares.guarantee(team)
+    scoped = own or who.scope is PriorityScope.POOL or (who.scope is PriorityScope.ABOVE_GUARANTEE and above)
+    if value < limit and who.cls.may_preempt and scoped:
+        return True
+    if not own and above and (who.reclaim or (who.fair_share and shares.share(team) >= who.final_share)):
+        return True
+    return who.senior and (own or above)
+
+
+def could_free(ranks: Mapping[Group, object], supply: Mapping[Group, int]) -> int:
+    """An upper bound of the GPUs a search could take: those of the groups it admits (a rank
+    that is not None)."""
+    return sum(gpus for group, gpus in supply.items() if gpus > 0 and ranks[group] is not None)
 
 
 def find_victims(
@@ -188,28 +212,30 @@ def find_victims(
     in reverse while it still fits; once every member has a node, victims are reprieved across
     the gang. Returns None, choosing nobody, when no such set exists.
 
-    Nodes are looked at in the order of a lower bound of their score (`lower_bound`), and the
+    Nodes are looked at in the order of a lower bound of their score (`node_reach`), and the
     look stops at the first bound no better than the best score found: the choice is the one a
     look at every node would make, without the cost of one.
     """
     free, shares = candidates.free, candidates.shares
-    if free.total(shape.groups) + could_free(who, shares, candidates.supply) < sum(shape.slots):
-        return None
-    bound = candidates.bound(who.cls.value, who.inclusive)
-    default_rank = not who.by_team_rule
-    strict = replace(who, cross=False) if who.cross else who
-    ranks: dict[tuple[str, int], tuple[float, ...]] = {}
+    rank_of_group: dict[Group, tuple[float, ...]] = {}
 
-    def rank_of(c: Candidate) -> tuple[float, ...]:
-        key = (c.team, c.cls.value)
-        found = ranks.get(key)
+    def rank_group(group: Group) -> tuple[float, ...]:
+        found = rank_of_group.get(group)
         if found is None:
-            found = ranks[key] = rank(c, who, shares)
+            found = rank_of_group[group] = rank(group, who, shares)
         return found
 
-    # Ranks by class alone are the same for every search of a decision: so are their bounds.
-    cheapest = candidates.cheapest(who.cls.value, who.inclusive) if default_rank else {}
-    here_of = candidates.on_node
+    def rank_of(c: Candidate) -> tuple[float, ...]:
+        return rank_group((c.team, c.cls.value))
+
+    ranks = {group: rank_group(group) if admits(group, who, shares) else None for group in candidates.supply}
+    if free.total(shape.groups) + could_free(ranks, candidates.supply) < sum(shape.slots):
+        return None
+    # A search by class alone admits and ranks the same groups as every other of its class.
+    by_class = not who.by_team_rule and not who.senior and who.scope is PriorityScope.POOL
+    reach = candidates.reach(ranks, (who.cls.value, who.cls.may_preempt) if by_class else None)
+    default_rank = not who.by_team_rule
+    strict = replace(who, cross=False) if who.cross else who
     gone = Leaving()
     freed: Counter[int] = Counter()
     chosen: dict[JobId, Victim] = {}
@@ -224,13 +250,10 @@ def find_victims(
             if have >= want:
                 looks.append(((0, (), 0.0, 0, have, i), i))
                 continue
-            if have + bound[i] < want:
+            could, low = reach[i]
+            if have + could < want or low is None:
                 continue
-            if i not in cheapest:
-                cheapest[i] = lower_bound(here_of[i], who.cls.value, who.inclusive, candidates.chosen, rank_of)
-            low = cheapest[i]
-            if low is not None:
-                looks.append(((0, low[0], low[1], 1, have, i), i))
+            looks.append(((0, low[0], low[1], 1, have, i), i))
         looks.sort()
         best: tuple[tuple[object, ...], int, list[Victim]] | None = None
         for lowest, i in looks:
@@ -266,29 +289,6 @@ def find_victims(
             for i, gpus in victim.candidate.slots:
                 freed[i] += len(gpus)
     return slots, reprieve(slots, list(chosen.values()), free)
-
-
-def could_free(who: Preemptor, shares: TeamShares, supply: Mapping[tuple[str, int], int]) -> int:
-    """An upper bound of the GPUs `who`'s search could take, from the GPUs per (team, class)
-    of the candidates left: those of the teams and classes some rule of `eligibility` could
-    take from before any victim leaves (a team is taken from only while it is above its
-    guarantee, except by priority and by its own jobs)."""
-    limit, may_preempt = who.cls.value, who.cls.may_preempt
-    total = 0
-    for (team, value), gpus in supply.items():
-        if gpus <= 0 or value > limit:
-            continue
-        own = team == who.team
-        above = shares.gpus[team] > shares.guarantee(team)
-        lower = value < limit and may_preempt
-        scoped = own or who.scope is PriorityScope.POOL or (who.scope is PriorityScope.ABOVE_GUARANTEE and above)
-        if (
-            (lower and scoped)
-            or (not own and above and (who.reclaim or (who.fair_share and shares.share(team) >= who.final_share)))
-            or (who.senior and (own or above))
-        ):
-            total += gpus
-    return total
 
 
 def node_score(
