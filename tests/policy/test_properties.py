@@ -323,8 +323,8 @@ def busy_pools(draw: st.DrawFn) -> tuple[Snapshot, Config]:
 @given(st.one_of(scenarios(), busy_pools()))
 def test_the_victim_search_shortcuts_change_no_choice(scenario: tuple[Snapshot, Config]) -> None:
     """The search skips nodes by a lower bound of their score, and whole searches when no rule
-    could free enough GPUs: with both shortcuts off, every node is looked at, and the plan is
-    the same."""
+    could free enough GPUs: with both shortcuts off (every node bounded by nothing, so looked at
+    until one needs no victim), the plan is the same."""
     from unittest import mock
 
     from gpupool.policy import preempt, victims
@@ -353,3 +353,23 @@ def test_a_decision_leaves_no_garbage_for_the_cycle_collector(scenario: tuple[Sn
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+@given(scenarios())
+def test_the_candidates_supply_is_what_is_left_after_the_choices(scenario: tuple[Snapshot, Config]) -> None:
+    """The GPUs per (team, class) the searches read stay those of the unprotected candidates
+    not chosen yet, however many preemptions the decision made."""
+    from gpupool.policy.cycle import Decision
+
+    snapshot, config = scenario
+    decision = Decision(snapshot, config, NOW)
+    decision.hold_for_drains()
+    decision.place_queue()
+    candidates = decision.candidates
+    left: Counter[tuple[str, int]] = Counter()
+    for c in {c.id: c for here in candidates.on_node for c in here}.values():
+        if c.protection is None and c.id not in candidates.chosen:
+            left[c.team, c.cls.value] += sum(len(gpus) for _, gpus in c.slots)
+    assert +candidates.supply == +left
+    chosen = {p.victim for p in decision.preemptions}
+    assert candidates.chosen == chosen

@@ -77,3 +77,14 @@ def test_the_cheapest_victim_is_found_on_a_node_whose_other_jobs_cost_most() -> 
     urgent = Job("p", "b", "high", 1, NOW)
     plan = decide(Snapshot([Node("n0", 3), Node("n1", 3)], running, [urgent]), CONFIG, NOW)
     assert [p.victim for p in plan.preemptions] == ["cheap"]
+
+
+def test_a_job_that_holds_more_gpus_than_it_asked_for_frees_all_it_holds() -> None:
+    """What a victim frees is its placement: the search's bounds count held GPUs, not the
+    job's request (a driver's snapshot may disagree with it)."""
+    from gpupool.model import Allocation
+
+    running = [RunningJob(Job("r", "a", "low", 1, 0.0), (Allocation("n0", (0, 1)),), 0.0, None)]
+    urgent = Job("p", "b", "high", 2, NOW)
+    plan = decide(Snapshot([Node("n0", 2)], running, [urgent]), CONFIG, NOW)
+    assert [p.victim for p in plan.preemptions] == ["r"]

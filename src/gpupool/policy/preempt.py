@@ -38,6 +38,12 @@ class Candidate:
         self.team = self.running.job.team
         self.gpus = self.running.job.gpus
 
+    @property
+    def held(self) -> int:
+        """GPUs its placement holds (what its leaving frees; a driver's snapshot may disagree
+        with the job's request)."""
+        return sum(len(gpus) for _, gpus in self.slots)
+
     def gpus_on(self, node: int) -> int:
         """GPUs it holds on node `node`."""
         slots = self.slots
@@ -137,8 +143,8 @@ class Candidates:
     """Per node, the groups of its unprotected candidates: (group, GPUs they hold on the node,
     their lowest lost work). Chosen candidates stay counted: a bound only loosens."""
     supply: Counter[Group]
-    """GPUs of the unprotected candidates not yet chosen, per group: what lets a search see at
-    once that no rule could free enough anywhere."""
+    """GPUs held by the unprotected candidates not yet chosen, per group: what lets a search see
+    at once that no rule could free enough anywhere."""
     chosen: set[JobId] = field(default_factory=set)
     _reach: dict[object, list[Reach]] = field(default_factory=dict)
 
@@ -155,7 +161,7 @@ class Candidates:
                 for i in {i for i, _ in slots}:
                     on_node[i].append(candidate)
             if candidate.protection is None:
-                supply[candidate.team, candidate.cls.value] += candidate.gpus
+                supply[candidate.team, candidate.cls.value] += candidate.held
         groups = []
         for i, here in enumerate(on_node):
             if len(here) > 1:
@@ -186,8 +192,8 @@ class Candidates:
             return
         self.chosen.add(candidate.id)
         if candidate.protection is None:
-            self.supply[candidate.team, candidate.cls.value] -= candidate.gpus
+            self.supply[candidate.team, candidate.cls.value] -= candidate.held
 
     def team_gpus_preemptible(self, team: str, below: int) -> int:
-        """GPUs of `team`'s unprotected, not yet chosen jobs of a class below `below`."""
+        """GPUs held by `team`'s unprotected, not yet chosen jobs of a class below `below`."""
         return sum(gpus for (of, value), gpus in self.supply.items() if of == team and value < below)

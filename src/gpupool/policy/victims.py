@@ -178,7 +178,7 @@ def rank(group: Group, who: Preemptor, shares: TeamShares) -> tuple[float, ...]:
 def admits(group: Group, who: Preemptor, shares: TeamShares) -> bool:
     """Whether some rule of `eligibility` could take a job of `group` (team, class value) for
     `who` before any victim leaves: a team is taken from only while it is above its guarantee,
-    except by priority and by its own jobs."""
+    except by its own jobs and by priority preemption at `pool` scope."""
     team, value = group
     limit = who.cls.value
     if value > limit:
