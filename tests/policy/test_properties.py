@@ -328,13 +328,16 @@ def test_the_victim_search_shortcuts_change_no_choice(scenario: tuple[Snapshot, 
     from unittest import mock
 
     from gpupool.policy import preempt, victims
+    from gpupool.policy.bounds import Bounds, GroupsByNode
+
+    def no_bounds(groups: GroupsByNode, _: object) -> Bounds:
+        return Bounds([10**9] * groups.nodes, [0] * groups.nodes, [float("-inf")] * groups.nodes, [()])
 
     snapshot, config = scenario
     plan = decide(snapshot, config, NOW)
-    no_bound = (10**9, (((),), float("-inf")))
     with (
         mock.patch.object(victims, "could_free", return_value=10**9),
-        mock.patch.object(preempt, "node_reach", return_value=no_bound),
+        mock.patch.object(preempt, "bounds_of", side_effect=no_bounds),
     ):
         assert decide(snapshot, config, NOW) == plan
 

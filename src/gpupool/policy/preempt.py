@@ -5,11 +5,12 @@ The search for victims among them is `victims.py`."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
 from gpupool.model import Config, JobId, PriorityClass, RunningJob
+from gpupool.policy.bounds import Bounds, Group, GroupsByNode, Rank, bounds_of
 from gpupool.policy.place import FreeGpus
 from gpupool.policy.share import TeamShares
 
@@ -99,38 +100,6 @@ def victim_order(candidate: Candidate) -> tuple[int, float, float, float, str]:
     return (candidate.cls.value, candidate.cost, -candidate.share, -candidate.running.started_at, candidate.id)
 
 
-Group = tuple[str, int]
-"""(team, class value): the candidates that every rule of one victim search treats alike."""
-
-LowerBound = tuple[tuple[tuple[float, ...]], float]
-"""A lower bound of what the victims a node needs cost in a search (the ranks and lost work of
-`victims.node_score`): the lowest rank and the lowest lost work of the node's candidates the
-search might take. No set of victims on the node scores better than one victim with both: its
-worst rank is no lower, and at an equal rank alone, its lost work no less."""
-
-Reach = tuple[int, LowerBound | None]
-"""What a search could get from one node: an upper bound of the GPUs it could free there, and
-the `LowerBound` of what they cost (None if it could take nobody there)."""
-
-
-def node_reach(groups: Sequence[tuple[Group, int, float]], ranks: Mapping[Group, tuple[float, ...] | None]) -> Reach:
-    """The `Reach` of a node, from its groups of candidates `(group, GPUs on the node, lowest lost
-    work)` and the rank a search gives each group it might take from (None: it takes none)."""
-    gpus = 0
-    lowest: tuple[float, ...] | None = None
-    cost = 0.0
-    for group, held, least in groups:
-        r = ranks[group]
-        if r is None:
-            continue
-        gpus += held
-        if lowest is None:
-            lowest, cost = r, least
-        else:
-            lowest, cost = min(lowest, r), min(cost, least)
-    return gpus, (((lowest,), cost) if lowest is not None else None)
-
-
 @dataclass(slots=True)
 class Candidates:
     """Preemption candidates of one decision, indexed by node; chosen ones are taken out."""
@@ -139,14 +108,12 @@ class Candidates:
     shares: TeamShares
     on_node: list[list[Candidate]]
     """Candidates per node index, in `victim_order`."""
-    groups: list[list[tuple[Group, int, float]]]
-    """Per node, the groups of its unprotected candidates: (group, GPUs they hold on the node,
-    their lowest lost work). Chosen candidates stay counted: a bound only loosens."""
+    groups: GroupsByNode
     supply: Counter[Group]
     """GPUs held by the unprotected candidates not yet chosen, per group: what lets a search see
     at once that no rule could free enough anywhere."""
     chosen: set[JobId] = field(default_factory=set)
-    _reach: dict[object, list[Reach]] = field(default_factory=dict)
+    _bounds: dict[tuple[tuple[Group, Rank | None], ...], Bounds] = field(default_factory=dict)
 
     @classmethod
     def of(cls, free: FreeGpus, shares: TeamShares, candidates: Iterable[Candidate]) -> Candidates:
@@ -162,7 +129,7 @@ class Candidates:
                     on_node[i].append(candidate)
             if candidate.protection is None:
                 supply[candidate.team, candidate.cls.value] += candidate.held
-        groups = []
+        groups = GroupsByNode(len(on_node))
         for i, here in enumerate(on_node):
             if len(here) > 1:
                 here.sort(key=victim_order)
@@ -173,17 +140,18 @@ class Candidates:
                     found = held.get(group)
                     gpus = c.gpus_on(i)
                     held[group] = (gpus, c.cost) if found is None else (found[0] + gpus, found[1])
-            groups.append([(group, gpus, least) for group, (gpus, least) in held.items()])
-        return cls(free, shares, on_node, groups, supply)
+            for group, (gpus, least) in held.items():
+                groups.add(i, group, gpus, least)
+        return cls(free, shares, on_node, groups.freeze(), supply)
 
-    def reach(self, ranks: Mapping[Group, tuple[float, ...] | None], key: object = None) -> list[Reach]:
-        """The `node_reach` of every node, for a search that ranks groups as `ranks` does;
-        kept under `key` for the next search of the decision that ranks them alike."""
-        found = self._reach.get(key) if key is not None else None
+    def bounds(self, ranks: Mapping[Group, Rank | None]) -> Bounds:
+        """The `Bounds` of a search that ranks the groups as `ranks` does. Searches that admit
+        and rank them alike share them (those of one class, of one team's senior jobs): the
+        groups never change within a decision."""
+        key = tuple(ranks.items())
+        found = self._bounds.get(key)
         if found is None:
-            found = [node_reach(groups, ranks) for groups in self.groups]
-            if key is not None:
-                self._reach[key] = found
+            found = self._bounds[key] = bounds_of(self.groups, ranks)
         return found
 
     def choose(self, candidate: Candidate) -> None:

@@ -15,9 +15,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpupool.model import JobId, PriorityClass, PriorityScope, Reason
+from gpupool.policy.bounds import Group
 from gpupool.policy.order import submit_key
 from gpupool.policy.place import FreeGpus, Shape, Slot
-from gpupool.policy.preempt import Candidate, Candidates, Group, victim_order
+from gpupool.policy.preempt import Candidate, Candidates, victim_order
 from gpupool.policy.share import TeamShares
 
 
@@ -212,7 +213,7 @@ def find_victims(
     in reverse while it still fits; once every member has a node, victims are reprieved across
     the gang. Returns None, choosing nobody, when no such set exists.
 
-    Nodes are looked at in the order of a lower bound of their score (`node_reach`), and the
+    Nodes are looked at in the order of a lower bound of their score (`bounds.Bounds`), and the
     look stops at the first bound no better than the best score found: the choice is the one a
     look at every node would make, without the cost of one.
     """
@@ -231,9 +232,7 @@ def find_victims(
     ranks = {group: rank_group(group) if admits(group, who, shares) else None for group in candidates.supply}
     if free.total(shape.groups) + could_free(ranks, candidates.supply) < sum(shape.slots):
         return None
-    # A search by class alone admits and ranks the same groups as every other of its class.
-    by_class = not who.by_team_rule and not who.senior and who.scope is PriorityScope.POOL
-    reach = candidates.reach(ranks, (who.cls.value, who.cls.may_preempt) if by_class else None)
+    bounds = candidates.bounds(ranks)
     default_rank = not who.by_team_rule
     strict = replace(who, cross=False) if who.cross else who
     gone = Leaving()
@@ -250,10 +249,11 @@ def find_victims(
             if have >= want:
                 looks.append(((0, (), 0.0, 0, have, i), i))
                 continue
-            could, low = reach[i]
-            if have + could < want or low is None:
+            rank_index = bounds.lowest[i]
+            if rank_index < 0 or have + bounds.gpus[i] < want:
                 continue
-            looks.append(((0, low[0], low[1], 1, have, i), i))
+            # No set of victims here scores better (see bounds.Bounds).
+            looks.append(((0, (bounds.ranks[rank_index],), bounds.cost[i], 1, have, i), i))
         looks.sort()
         best: tuple[tuple[object, ...], int, list[Victim]] | None = None
         for lowest, i in looks:
