@@ -20,38 +20,35 @@ Group = tuple[str, int]
 Rank = tuple[float, ...]
 
 
+@dataclass(frozen=True, slots=True)
 class GroupsByNode:
     """Per node, the groups of its unprotected candidates, with the GPUs they hold there and
-    their lowest lost work. Chosen candidates stay counted: a bound only loosens."""
+    their lowest lost work, as arrays of one row per (node, group). Chosen candidates stay
+    counted: a bound only loosens."""
 
-    def __init__(self, nodes: int) -> None:
-        self.nodes = nodes
-        self.keys: list[Group] = []
-        self._index: dict[Group, int] = {}
-        self._rows: list[tuple[int, int, int, float]] = []
-        self.node: npt.NDArray[np.intp] = np.zeros(0, dtype=np.intp)
-        self.group: npt.NDArray[np.intp] = np.zeros(0, dtype=np.intp)
-        self.gpus: npt.NDArray[np.float64] = np.zeros(0)
-        self.cost: npt.NDArray[np.float64] = np.zeros(0)
+    nodes: int
+    keys: list[Group]
+    node: npt.NDArray[np.intp]
+    group: npt.NDArray[np.intp]
+    """The index in `keys` of the row's group."""
+    gpus: npt.NDArray[np.float64]
+    cost: npt.NDArray[np.float64]
 
-    def add(self, node: int, group: Group, gpus: int, cost: float) -> None:
-        """The candidates of `group` on `node` hold `gpus` there, the cheapest losing `cost`."""
-        index = self._index.get(group)
-        if index is None:
-            index = self._index[group] = len(self.keys)
-            self.keys.append(group)
-        self._rows.append((node, index, gpus, cost))
-
-    def freeze(self) -> GroupsByNode:
-        """Turn the rows added into the arrays `bounds_of` reads."""
-        if self._rows:
-            node, group, gpus, cost = zip(*self._rows, strict=True)
-            self.node = np.array(node, dtype=np.intp)
-            self.group = np.array(group, dtype=np.intp)
-            self.gpus = np.array(gpus, dtype=np.float64)
-            self.cost = np.array(cost, dtype=np.float64)
-        self._rows = []
-        return self
+    @classmethod
+    def of(cls, nodes: int, held: Mapping[tuple[int, str, int], tuple[int, float]]) -> GroupsByNode:
+        """From (GPUs, lowest lost work) per (node index, team, class value)."""
+        index: dict[Group, int] = {}
+        for _, team, value in held:
+            index.setdefault((team, value), len(index))
+        rows = len(held)
+        return cls(
+            nodes,
+            list(index),
+            np.fromiter((i for i, _, _ in held), dtype=np.intp, count=rows),
+            np.fromiter((index[team, value] for _, team, value in held), dtype=np.intp, count=rows),
+            np.fromiter((gpus for gpus, _ in held.values()), dtype=np.float64, count=rows),
+            np.fromiter((cost for _, cost in held.values()), dtype=np.float64, count=rows),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -277,7 +277,7 @@ class Decision:
         refused: dict[JobId, tuple[str, str, JobId]] = {}
         floored: dict[str, dict[JobId, int]] = {}
         for i in sorted(nodes):
-            for candidate in self.candidates.on_node[i]:
+            for candidate in self.candidates.at(i):
                 if candidate.id in self.candidates.chosen:
                     continue
                 if candidate.protection is not None:

@@ -107,42 +107,48 @@ class Candidates:
     free: FreeGpus
     shares: TeamShares
     on_node: list[list[Candidate]]
-    """Candidates per node index, in `victim_order`."""
+    """Candidates per node index, in no order (`at` gives them in victim order)."""
     groups: GroupsByNode
     supply: Counter[Group]
     """GPUs held by the unprotected candidates not yet chosen, per group: what lets a search see
     at once that no rule could free enough anywhere."""
     chosen: set[JobId] = field(default_factory=set)
     _bounds: dict[tuple[tuple[Group, Rank | None], ...], Bounds] = field(default_factory=dict)
+    _ordered: set[int] = field(default_factory=set)
 
     @classmethod
     def of(cls, free: FreeGpus, shares: TeamShares, candidates: Iterable[Candidate]) -> Candidates:
         """The candidates indexed by the nodes they hold GPUs on, with their groups and supply."""
         on_node: list[list[Candidate]] = [[] for _ in free.free]
         supply: Counter[Group] = Counter()
+        held: dict[tuple[int, str, int], tuple[int, float]] = {}
         for candidate in candidates:
             slots = candidate.slots
             if len(slots) == 1:
-                on_node[slots[0][0]].append(candidate)
+                node, ids = slots[0]
+                on_node[node].append(candidate)
+                layout = [(node, len(ids))]
             else:
-                for i in {i for i, _ in slots}:
+                layout = [(i, candidate.gpus_on(i)) for i in {i for i, _ in slots}]
+                for i, _ in layout:
                     on_node[i].append(candidate)
-            if candidate.protection is None:
-                supply[candidate.team, candidate.cls.value] += candidate.held
-        groups = GroupsByNode(len(on_node))
-        for i, here in enumerate(on_node):
-            if len(here) > 1:
-                here.sort(key=victim_order)
-            held: dict[Group, tuple[int, float]] = {}
-            for c in here:  # in victim order: by class, then lost work
-                if c.protection is None:
-                    group = (c.team, c.cls.value)
-                    found = held.get(group)
-                    gpus = c.gpus_on(i)
-                    held[group] = (gpus, c.cost) if found is None else (found[0] + gpus, found[1])
-            for group, (gpus, least) in held.items():
-                groups.add(i, group, gpus, least)
-        return cls(free, shares, on_node, groups.freeze(), supply)
+            if candidate.protection is not None:
+                continue
+            team, value, cost = candidate.team, candidate.cls.value, candidate.cost
+            for i, gpus in layout:
+                supply[team, value] += gpus
+                found = held.get((i, team, value))
+                held[i, team, value] = (gpus, cost) if found is None else (found[0] + gpus, min(found[1], cost))
+        return cls(free, shares, on_node, GroupsByNode.of(len(on_node), held), supply)
+
+    def at(self, node: int) -> list[Candidate]:
+        """The candidates of node `node`, in `victim_order` (sorted when first asked for: most
+        nodes' never are)."""
+        here = self.on_node[node]
+        if node not in self._ordered:
+            self._ordered.add(node)
+            here.sort(key=victim_order)
+        return here
 
     def bounds(self, ranks: Mapping[Group, Rank | None]) -> Bounds:
         """The `Bounds` of a search that ranks the groups as `ranks` does. Searches that admit

@@ -262,7 +262,7 @@ def find_victims(
             have = len(free.free[i]) + freed[i]
             picked: list[Victim] = []
             if have < want:
-                here = candidates.on_node[i]
+                here = candidates.at(i)
                 if not default_rank:
                     # Stable: equal ranks keep the victim order the list is built in.
                     here = sorted(here, key=rank_of)
