@@ -73,7 +73,7 @@ def bounds_of(groups: GroupsByNode, ranks: Mapping[Group, Rank | None]) -> Bound
     admitted = sorted({r for r in ranks.values() if r is not None})
     place = {r: k for k, r in enumerate(admitted)}
     by_group = np.array([-1 if (r := ranks[g]) is None else place[r] for g in groups.keys], dtype=np.intp)
-    rank = by_group[groups.group] if len(by_group) else np.zeros(0, dtype=np.intp)
+    rank = by_group[groups.group]
     taken = rank >= 0
     nodes = groups.node[taken]
     gpus = np.bincount(nodes, weights=groups.gpus[taken], minlength=groups.nodes)

@@ -107,7 +107,8 @@ class Candidates:
     free: FreeGpus
     shares: TeamShares
     on_node: list[list[Candidate]]
-    """Candidates per node index, in no order (`at` gives them in victim order)."""
+    """Candidates per node index, in snapshot order; `at` sorts a node's list in place into
+    `victim_order` when it is first read."""
     groups: GroupsByNode
     supply: Counter[Group]
     """GPUs held by the unprotected candidates not yet chosen, per group: what lets a search see
