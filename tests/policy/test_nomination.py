@@ -103,6 +103,10 @@ def test_no_job_is_preempted_twice_for_one_preemptor_and_a_preemptor_whose_victi
             # Only a job of a higher class may take what was freed for it (start on it, or hold it).
             mine = budgeted_class(config, state.usage, config.team(pending[job_id].team), pending[job_id].priority)
             assert mine.cls.value < top, f"{job_id} did not start"
+        for job_id in must_start:
+            # The promise is for the decision right after its victims left: once a higher class
+            # took the GPUs, it waits like any other job.
+            del victims_of[job_id]
         for p in plan.preemptions:
             assert (p.victim, p.for_job) not in pairs, f"{p.victim} preempted twice for {p.for_job}"
             pairs.add((p.victim, p.for_job))

@@ -2,8 +2,10 @@
 
 No clock, no I/O, no randomness: the same snapshot, config and time give the same plan.
 The stages are plain modules: `order` (queue order), `place` (where), `preempt` (who could be
-a victim, and what protects it), `victims` (whom: the victim search), `share` (GPUs per team),
-`drain` (GPUs held while victims drain), `budget` (priority budgets), `messages` (the words);
+a victim, and what protects it), `victims` (whom: the victim search), `bounds` (what the search
+could get from each node, to skip those that cannot help), `share` (GPUs per team), `drain`
+(GPUs held while victims drain), `budget` (priority budgets), `explain` (why nobody was given
+notice), `messages` (the words);
 `cycle` holds the working state of one decision and wires the stages together, `memo` what it
 remembers. `reference` is the exhaustive victim search the greedy one is measured against.
 """

@@ -17,7 +17,6 @@ from gpupool.model import (
     Plan,
     Preempt,
     PriorityClass,
-    PriorityScope,
     QueueMode,
     Reason,
     RunningJob,
@@ -29,12 +28,13 @@ from gpupool.policy import messages
 from gpupool.policy import victims as search
 from gpupool.policy.budget import BudgetedClass, budgeted_class
 from gpupool.policy.drain import Drains, draining_in, last_deadline, place_on_lent
+from gpupool.policy.explain import kept_from
 from gpupool.policy.memo import Memo
 from gpupool.policy.order import queue_order, submit_key
 from gpupool.policy.place import FreeGpus, Group, Shape, Slot, choose_slots
 from gpupool.policy.preempt import Candidate, Candidates, lost_work, protection
 from gpupool.policy.share import TeamShares
-from gpupool.policy.victims import Leaving, Preemptor, Victim, eligibility, open_to_seniority, refusal
+from gpupool.policy.victims import Preemptor, Victim, open_to_seniority
 
 
 class Fit(Enum):
@@ -255,58 +255,15 @@ class Decision:
             return messages.never_fits(job, self.snapshot.nodes)
         budgeted = self.budgeted_of(job)
         if reason is Reason.NO_VICTIMS:
-            protected, refused = self.kept_from(job, budgeted.cls)
+            nodes = {i for shape in self.memo.shapes_of(job) for i in self.memo.nodes_in(shape.groups)}
+            searches = self.searches(job, explaining=True)
+            protected, refused = kept_from(job, budgeted.cls, searches, self.candidates, sorted(nodes), self.shares)
             after = self.config.seniority_after
             senior = (self.now - job.waiting_since, after) if after is not None and self.is_senior(job) else None
             text = messages.no_victims(job, budgeted.cls, protected, self.now, refused, senior)
         else:
             text = messages.no_fit(job, self.free, self.memo.shapes_of(job)[0].groups)
         return f"{text}; {budgeted.note}" if budgeted.note else text
-
-    def kept_from(self, job: Job, cls: PriorityClass) -> tuple[list[Candidate], list[tuple[str, str, JobId]]]:
-        """Running jobs on the nodes `job` may use that its class could preempt but a rule
-        protects, and those a team rule keeps it from, as (rule, numbers, job): what a person
-        needs to know of why nobody is given notice."""
-        nodes = {i for shape in self.memo.shapes_of(job) for i in self.memo.nodes_in(shape.groups)}
-        searches = self.searches(job, explaining=True)
-        # Reclaim and fair share may take other teams' jobs of the job's own class too, and
-        # seniority the smaller later ones of any team.
-        by_team = any(who.by_team_rule for who in searches)
-        senior = next((who for who in searches if who.senior), None)
-        protected: dict[JobId, Candidate] = {}
-        refused: dict[JobId, tuple[str, str, JobId]] = {}
-        floored: dict[str, dict[JobId, int]] = {}
-        for i in sorted(nodes):
-            for candidate in self.candidates.at(i):
-                if candidate.id in self.candidates.chosen:
-                    continue
-                if candidate.protection is not None:
-                    equal = candidate.cls.value == cls.value and (
-                        (by_team and candidate.team != job.team)
-                        or (senior is not None and open_to_seniority(candidate, senior, self.shares))
-                    )
-                    if candidate.cls.value < cls.value or equal:
-                        protected.setdefault(candidate.id, candidate)
-                elif searches and (rule := refusal(candidate, searches, self.shares)) is not None:
-                    refused.setdefault(candidate.id, (*rule, candidate.id))
-                elif searches and any(self.takes_to_floor(candidate, who) for who in searches):
-                    floored.setdefault(candidate.team, {})[candidate.id] = candidate.gpus
-        # Each of a team's jobs may be taken alone, but not all that would be needed together.
-        for team, jobs in floored.items():
-            held, floor = self.shares.gpus[team], self.shares.guarantee(team)
-            if sum(jobs.values()) > held - floor:
-                numbers = f"team {team} holds {held} GPUs, {floor} guaranteed: {max(0, held - floor)} may be taken"
-                refused.update((j, ("guarantee floor", numbers, j)) for j in jobs)
-        return list(protected.values()), list(refused.values())
-
-    def takes_to_floor(self, candidate: Candidate, who: Preemptor) -> bool:
-        """Whether `who` may take `candidate` only down to its team's guarantee."""
-        found = eligibility(candidate, replace(who, cross=False), self.shares, Leaving())
-        if found is None:
-            return False
-        other = candidate.team != who.team
-        scoped = who.scope is PriorityScope.ABOVE_GUARANTEE and other
-        return found[0] in (Reason.RECLAIM, Reason.FAIR_SHARE) or (found[0] is Reason.SENIORITY and other) or scoped
 
     def best_fit_slots(self, job: Job, *, lent: bool = False) -> list[Slot] | None:
         """Slots on the first shape that fits; a shape that did not fit on free GPUs is
