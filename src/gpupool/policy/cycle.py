@@ -255,9 +255,9 @@ class Decision:
             return messages.never_fits(job, self.snapshot.nodes)
         budgeted = self.budgeted_of(job)
         if reason is Reason.NO_VICTIMS:
-            nodes = {i for shape in self.memo.shapes_of(job) for i in self.memo.nodes_in(shape.groups)}
+            nodes = self.memo.nodes_of(self.memo.shapes_of(job))
             searches = self.searches(job, explaining=True)
-            protected, refused = kept_from(job, budgeted.cls, searches, self.candidates, sorted(nodes), self.shares)
+            protected, refused = kept_from(job, budgeted.cls, searches, self.candidates, nodes, self.shares)
             after = self.config.seniority_after
             senior = (self.now - job.waiting_since, after) if after is not None and self.is_senior(job) else None
             text = messages.no_victims(job, budgeted.cls, protected, self.now, refused, senior)
@@ -426,10 +426,9 @@ class Decision:
         by_team = who.by_team_rule
         ends = [until for value, until in self.expiring.items() if value < limit or (by_team and value == limit)]
         if who.senior:
-            nodes = {i for shape in shapes for i in self.memo.nodes_in(shape.groups)}
             ends += [
                 until
-                for i in nodes
+                for i in self.memo.nodes_of(shapes)
                 for c in self.candidates.on_node[i]
                 if c.protection is not None
                 and (until := c.protection.until) is not None

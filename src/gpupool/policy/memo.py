@@ -47,6 +47,10 @@ class Memo:
             self._nodes_of[groups] = [i for i, g in enumerate(self.free.group) if g in groups]
         return self._nodes_of[groups]
 
+    def nodes_of(self, shapes: tuple[Shape, ...]) -> list[int]:
+        """Indexes of the nodes any of `shapes` may use, in pool order."""
+        return sorted({i for shape in shapes for i in self.nodes_in(shape.groups)})
+
     def fits_ever(self, shapes: tuple[Shape, ...]) -> bool:
         """Whether one of `shapes` fits its nodes when they are all empty."""
         if shapes not in self._ever_fits:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpupool.model import JobId, PriorityClass, PriorityScope, Reason
-from gpupool.policy.bounds import Group
+from gpupool.policy.bounds import Group, Rank
 from gpupool.policy.order import submit_key
 from gpupool.policy.place import FreeGpus, Shape, Slot
 from gpupool.policy.preempt import Candidate, Candidates, victim_order
@@ -161,7 +161,7 @@ def takes_back(c: Candidate, who: Preemptor) -> bool:
     return c.gpus > who.gpus and submit_key(c.running.job) < who.place
 
 
-def rank(group: Group, who: Preemptor, shares: TeamShares) -> tuple[float, ...]:
+def rank(group: Group, who: Preemptor, shares: TeamShares) -> Rank:
     """Which candidates go first, before `victim_order`, by their group (team, class value):
     the lowest class for priority preemption; for reclaim, the teams furthest above their
     guarantee (weighted) first and the claimant's own jobs last (first when they must leave for
@@ -185,7 +185,7 @@ def admits(group: Group, who: Preemptor, shares: TeamShares) -> bool:
     if value > limit:
         return False
     own = team == who.team
-    above = shares.gpus[team] > shares.guarantee(team)
+    above = shares.above_guarantee(team)
     scoped = own or who.scope is PriorityScope.POOL or (who.scope is PriorityScope.ABOVE_GUARANTEE and above)
     if value < limit and who.cls.may_preempt and scoped:
         return True
@@ -218,15 +218,15 @@ def find_victims(
     look at every node would make, without the cost of one.
     """
     free, shares = candidates.free, candidates.shares
-    rank_of_group: dict[Group, tuple[float, ...]] = {}
+    rank_of_group: dict[Group, Rank] = {}
 
-    def rank_group(group: Group) -> tuple[float, ...]:
+    def rank_group(group: Group) -> Rank:
         found = rank_of_group.get(group)
         if found is None:
             found = rank_of_group[group] = rank(group, who, shares)
         return found
 
-    def rank_of(c: Candidate) -> tuple[float, ...]:
+    def rank_of(c: Candidate) -> Rank:
         return rank_group((c.team, c.cls.value))
 
     ranks = {group: rank_group(group) if admits(group, who, shares) else None for group in candidates.supply}

@@ -71,6 +71,11 @@ TIME_LIMIT = "time-limit"
 """The `Notice.for_job` of an attempt that leaves at its time limit: no job has that id."""
 
 
+def _latest(*times: float | None) -> float | None:
+    """The latest of the times given, None if none is."""
+    return max((t for t in times if t is not None), default=None)
+
+
 def _maybe_int(value: object) -> int | None:
     return None if value is None else int(str(value))
 
@@ -122,7 +127,14 @@ class SchedulingStore(AttemptsStore, HoldsStore):
                 )
             depends = JobRow.dependencies.is_not(None) & JobRow.dependency_met_at.is_(None)
             pending_rows = s.execute(
-                select(*JOB_COLUMNS, depends, JobRow.array_id, JobRow.array_index, JobRow.array_limit)
+                select(
+                    *JOB_COLUMNS,
+                    depends,
+                    JobRow.array_id,
+                    JobRow.array_index,
+                    JobRow.array_limit,
+                    JobRow.dependency_met_at,
+                )
                 .where(JobRow.state == JobState.PENDING.value)
                 .order_by(JobRow.id)
             ).all()
@@ -140,19 +152,22 @@ class SchedulingStore(AttemptsStore, HoldsStore):
             ]
             holds = self._holds(s, special)
             holds.update(self._launch_retries(s, now))
-            queued = self._queued_at(s)
+            ran = self._last_ran(s)
+            # Its present wait in line began when its last attempt that ran ended, or when its
+            # dependency was met, whichever is later (None: at submit).
             pending = [
-                core_job(r[:extra], startup.get(r[0], 0.0), queued.get(r[0])) for r in pending_rows if r[0] not in holds
+                core_job(r[:extra], startup.get(r[0], 0.0), _latest(ran.get(r[0]), r.dependency_met_at))
+                for r in pending_rows
+                if r[0] not in holds
             ]
             snapshot = Snapshot(nodes, running, pending, self._usage(s, now), teams=self._teams(s))
             return snapshot, list(holds.values())
 
     @staticmethod
-    def _queued_at(s: Session) -> dict[int, float]:
-        """Per pending job that ran before or waited on a dependency, when its present wait in
-        line began: the end of its last attempt that ran (one the scheduler failed to launch
-        never ran), or when its dependency was met, whichever is later."""
-        ran = s.execute(
+    def _last_ran(s: Session) -> dict[int, float]:
+        """Per pending job that ran before, when its last attempt that ran ended (one the
+        scheduler failed to launch never ran)."""
+        rows = s.execute(
             select(AttemptRow.job_id, func.max(AttemptRow.ended_at))
             .join(JobRow)
             .where(
@@ -161,16 +176,7 @@ class SchedulingStore(AttemptsStore, HoldsStore):
             )
             .group_by(AttemptRow.job_id)
         )
-        met = s.execute(
-            select(JobRow.id, JobRow.dependency_met_at).where(
-                JobRow.state == JobState.PENDING.value, JobRow.dependency_met_at.is_not(None)
-            )
-        )
-        queued: dict[int, float] = {}
-        for job_id, at in [*ran, *met]:
-            if at is not None:
-                queued[job_id] = max(at, queued.get(job_id, at))
-        return queued
+        return {job_id: ended for job_id, ended in rows if ended is not None}
 
     @staticmethod
     def _launch_retries(s: Session, now: float) -> dict[int, Wait]:
