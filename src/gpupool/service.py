@@ -27,6 +27,7 @@ from gpupool.errors import Conflict, InvalidInput
 from gpupool.executors import Executor, Exit, Key, Launch, Recorded, Started, members_of
 from gpupool.executors.users import JobUser, give, job_user
 from gpupool.model import Config, JobState, Node, Placement, Plan, Reason
+from gpupool.observer import Observer
 from gpupool.policy import decide
 from gpupool.store import Store
 from gpupool.store.attempts import run_time
@@ -93,9 +94,9 @@ class ControlLoop:
     started with, or another scheduler leads), or None."""
     halted: str | None = None
     """The guard's last answer: while it is not None, nothing is decided nor carried out."""
-    on_plan: Callable[[float, Plan], None] | None = None
-    """Called with every plan `decide` returns, before it is recorded and carried out (the
-    simulator's hook of the same name)."""
+    observer: Observer | None = None
+    """Told of every decision (the plan `decide` returns, before it is recorded and carried
+    out, as the simulator's `on_plan`) and of every tick: the telemetry."""
     _intervals: tuple[float, dict[str, float]] | None = None
 
     # --- where an attempt lives on disk -------------------------------------------------------
@@ -170,15 +171,18 @@ class ControlLoop:
         snapshot, holds = self.store.snapshot_with_holds(now)
         if not snapshot.pending and not holds:
             self.retry_at = None
-            return changed
-        plan = decide(snapshot, self.config, now) if snapshot.pending else Plan()
-        if snapshot.pending and self.on_plan is not None:
-            self.on_plan(now, plan)
+            return self.ticked(now, changed)
+        plan = Plan()
+        if snapshot.pending:
+            began = time.perf_counter()
+            plan = decide(snapshot, self.config, now)
+            if self.observer is not None:
+                self.observer.on_decision(now, snapshot, plan, time.perf_counter() - began)
         self.retry_at = plan.retry_at
         # A job's reason to wait is written when it changes, not at every decision.
         waits = tuple(w for w in (*plan.waits, *holds) if self.told.get(w.job) != (w.reason, w.message))
         if not (waits or plan.starts or plan.preemptions):
-            return changed
+            return self.ticked(now, changed)
         tokens = {start.job: secrets.token_urlsafe(24) for start in plan.starts}
         try:
             self.store.record_plan(replace(plan, waits=waits), now, {j: token_hash(t) for j, t in tokens.items()})
@@ -189,7 +193,12 @@ class ControlLoop:
         for start in plan.starts:
             self.told.pop(start.job, None)
         self.carry_out(plan, tokens, now)
-        return changed or bool(plan.starts or plan.preemptions)
+        return self.ticked(now, changed or bool(plan.starts or plan.preemptions))
+
+    def ticked(self, now: float, changed: bool) -> bool:
+        if self.observer is not None:
+            self.observer.on_tick(now, changed)
+        return changed
 
     def guarded(self, now: float) -> bool:
         """Whether the loop may decide: the guard's verdict, said loudly when it changes. On

@@ -35,6 +35,7 @@ from gpupool.model import Config
 from gpupool.service import ControlLoop, token_hash
 from gpupool.store import Store
 from gpupool.store.engine import DATABASE, open_engine, sqlite_url
+from gpupool.telemetry import Telemetry
 from gpupool.units import plural
 
 ADMIN_TOKEN = "admin.token"
@@ -170,6 +171,7 @@ class Running:
     sockets: list[socket.socket] = field(default_factory=list)
     lock: int | None = None
     lease: StoreLease | None = None
+    telemetry_thread: threading.Thread | None = None
 
     def serve(self) -> None:
         """Answer the API until `server.should_exit` (a signal, see `cli_service.up`)."""
@@ -228,13 +230,17 @@ def _start(spec: ConfigSpec, config: Config, data_dir: Path, lock: int) -> Runni
         guard=Guard(data_dir, identity.id, database, lease),
     )
     loop.sync_nodes()
-    app = create_app(Context(store, loop, token_hash(admin_token(data_dir))))
+    telemetry = Telemetry(store)
+    loop.observer = telemetry
+    app = create_app(Context(store, loop, token_hash(admin_token(data_dir)), telemetry=telemetry))
     listening = socket.create_server((service.host, service.port), reuse_port=False)
     server = Server(uvicorn.Config(app, host=service.host, port=service.port, log_level="warning", lifespan="off"))
     stop = threading.Event()
     thread = threading.Thread(target=loop.run, args=(stop,), name="control-loop", daemon=True)
     thread.start()
-    return Running(store, loop, pool, server, stop, thread, [listening], lock, lease)
+    metrics = threading.Thread(target=telemetry.run, args=(stop,), name="telemetry", daemon=True)
+    metrics.start()
+    return Running(store, loop, pool, server, stop, thread, [listening], lock, lease, metrics)
 
 
 def check_executor(store: Store, service: ServiceSpec) -> None:
@@ -292,6 +298,8 @@ def shut_down(running: Running) -> None:
         running.store.close()
         return
     running.loop.executor.close()
+    if running.telemetry_thread is not None:
+        running.telemetry_thread.join(timeout=10)
     if running.lease is not None:
         running.lease.release()
     running.store.close()

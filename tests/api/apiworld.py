@@ -15,6 +15,7 @@ from gpupool.api import Context, create_app
 from gpupool.model import DEFAULT_CLASSES, Config, Node
 from gpupool.service import ControlLoop, token_hash
 from gpupool.store import Store
+from gpupool.telemetry import Telemetry
 from gpupool.testing import FakeExecutor
 
 ADMIN = "admin-secret"
@@ -66,7 +67,9 @@ def make_api(store: Store, tmp_path: Path) -> Api:
     store.set_nodes([Node("gpu0", 4, "virtual")], virtual=True)
     loop = ControlLoop(store, CONFIG, FakeExecutor(store), tmp_path / "data")
     now = [100.0]
-    app = create_app(Context(store, loop, token_hash(ADMIN), clock=lambda: now[0]))
+    telemetry = Telemetry(store, clock=lambda: now[0])
+    loop.observer = telemetry
+    app = create_app(Context(store, loop, token_hash(ADMIN), clock=lambda: now[0], telemetry=telemetry))
     workdir = tmp_path / "work"
     workdir.mkdir(exist_ok=True)
     return Api(app, TestClient(app), store, loop, workdir, now)

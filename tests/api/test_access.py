@@ -33,6 +33,14 @@ def classes(w: World) -> None:
     assert {c["name"] for c in listed.json()} == {"urgent", "high", "normal", "low"}
 
 
+def metrics(w: World) -> None:
+    assert w.api.client.get("/metrics").status_code == 401
+    job_token = w.attempt_tokens[w.job_b]
+    assert w.api.client.get("/metrics", headers=auth(job_token)).status_code == 401
+    for token in (w.tokens["a1"], w.tokens["b"], ADMIN):
+        assert w.api.client.get("/metrics", headers=auth(token)).status_code == 200
+
+
 def pool(w: World) -> None:
     gpus = w.api.client.get("/pool", headers=auth(w.tokens["a"])).json()["nodes"][0]["gpu_states"]
     held = {g["job"]: g for g in gpus if g["job"] is not None}
@@ -199,6 +207,7 @@ CASES: dict[tuple[str, str], Callable[[World], None]] = {
     ("GET", "/jobs/{job_id}/logs"): logs,
     ("GET", "/events"): events,
     ("GET", "/report"): report,
+    ("GET", "/metrics"): metrics,
     ("POST", "/jobs/{job_id}/cancel"): cancel,
     ("POST", "/jobs/{job_id}/attempts/{attempt}/heartbeat"): protocol("heartbeat", {"step": 1}),
     ("POST", "/jobs/{job_id}/attempts/{attempt}/checkpoint"): protocol("checkpoint", {"step": 1}),

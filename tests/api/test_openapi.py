@@ -3,6 +3,7 @@ security scheme and the shape of every answer."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ ERRORS = [
     ("POST", "/jobs/{job_id}/cancel", {401, 403, 404, 409, 422, 503}),
     ("GET", "/events", {401, 403, 404, 422, 503}),
     ("GET", "/report", {401, 422, 503}),
+    ("GET", "/metrics", {401, 404, 503}),
     ("POST", "/jobs/{job_id}/attempts/{attempt}/heartbeat", {400, 401, 403, 404, 409, 413, 422, 503}),
     ("POST", "/jobs/{job_id}/attempts/{attempt}/checkpoint", {400, 401, 403, 404, 409, 413, 422, 503}),
     ("POST", "/jobs/{job_id}/attempts/{attempt}/ack", {401, 403, 404, 409, 422, 503}),
@@ -114,6 +116,20 @@ def test_the_api_is_documented_for_people_at_docs(tmp_path: Path) -> None:
     for api in opened(tmp_path):
         assert api.client.get("/docs").status_code == 200
         assert "Limits" in api.client.get("/openapi.json").json()["info"]["description"]
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+def test_the_documentation_pages_load_nothing_from_outside(tmp_path: Path, page: str) -> None:
+    for api in opened(tmp_path):
+        html = api.client.get(page).text
+        assets = re.findall(r"""(?:src|href)=["']([^"']+)["']|url: ?["']([^"']+)["']""", html)
+        urls = [a or b for a, b in assets]
+        assert urls, html
+        for url in urls:
+            assert url.startswith("/"), f"{page} loads {url}"
+            answer = api.client.get(url)
+            assert answer.status_code == 200, url
+            assert answer.content, url
 
 
 def test_the_brief_field_is_in_every_job_answer(document: dict[str, Any]) -> None:

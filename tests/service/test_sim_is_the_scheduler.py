@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import heapq
 import random
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Node, Plan, PriorityScope, Reason, Team
+from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Node, Plan, PriorityScope, Reason, Snapshot, Team
 from gpupool.service import ControlLoop
 from gpupool.sim.engine import SimJob, Simulation
 from gpupool.sim.jobmodel import Attempt, JobModel, interrupt
@@ -45,6 +46,19 @@ def simulated(jobs: list[SimJob], config: Config, nodes: list[Node] = NODES) -> 
     return log
 
 
+@dataclass
+class Plans:
+    """The loop's observer that keeps every plan, as the simulator's `on_plan` does."""
+
+    log: Log
+
+    def on_decision(self, now: float, snapshot: Snapshot, plan: Plan, seconds: float) -> None:
+        self.log.append((now, plan))
+
+    def on_tick(self, now: float, changed: bool) -> None:
+        pass
+
+
 def served(jobs: list[SimJob], config: Config, folder: Path, nodes: list[Node] = NODES) -> Log:
     """The same jobs through the control loop: submitted at their time, each attempt ending
     when the job model says (at its finish, or after the save its notice asked for)."""
@@ -53,7 +67,7 @@ def served(jobs: list[SimJob], config: Config, folder: Path, nodes: list[Node] =
     store.set_nodes(nodes, virtual=True)
     executor = FakeExecutor(store)
     log: Log = []
-    loop = ControlLoop(store, config, executor, folder / "data", on_plan=lambda now, plan: log.append((now, plan)))
+    loop = ControlLoop(store, config, executor, folder / "data", observer=Plans(log))
     by_id = {job.id: job for job in jobs}
     committed = {job.id: 0.0 for job in jobs}
     attempts: dict[str, tuple[int, Attempt]] = {}

@@ -31,6 +31,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi_offline import FastAPIOffline
 from pydantic import Field, TypeAdapter, ValidationError
 
 from gpupool.accounting import Totals, totals
@@ -39,6 +40,7 @@ from gpupool.api.access import JOB_RULES, Principal, Rule
 from gpupool.api.batching import SubmissionWriter
 from gpupool.api.errors import install, responses
 from gpupool.api.logs import read_part
+from gpupool.api.metering import RequestMetrics
 from gpupool.api.models import (
     AccountOut,
     AttemptOut,
@@ -59,15 +61,21 @@ from gpupool.api.models import (
 )
 from gpupool.api.pool import add_pool_routes
 from gpupool.api.submission import check_fits, check_key, check_paths, parsed
-from gpupool.errors import Conflict, InvalidInput, StoreUnavailable, Unauthorized
+from gpupool.errors import Conflict, InvalidInput, NotFound, StoreUnavailable, Unauthorized
 from gpupool.model import JobState, Node
 from gpupool.service import ControlLoop, token_hash
 from gpupool.slurm import parse_after, parse_array
 from gpupool.store import DEFAULT_TEAM, JobSpec, Store
 from gpupool.store.jobs import DuplicateSubmission
 from gpupool.store.schema import JobRow
+from gpupool.telemetry import Telemetry
 
 __all__ = ["Context", "Principal", "create_app"]
+
+EXPOSITION = "text/plain; version=0.0.4; charset=utf-8"
+"""Prometheus' text format as every Prometheus server reads it (names are plain ASCII here)."""
+DOCS_ASSETS = "/docs-assets"
+"""Where Swagger UI's and ReDoc's files are served from (bundled with fastapi-offline)."""
 
 Id = Annotated[int, Field(ge=0, le=limits.INT32)]
 JobId = Annotated[int, PathParam(ge=0, le=limits.INT32, description="The job's id.")]
@@ -94,6 +102,7 @@ class Context:
     loop: ControlLoop
     admin_hash: str
     clock: Callable[[], float] = time.time
+    telemetry: Telemetry | None = None
     _classes: list[str] | None = None
     _nodes: tuple[float, list[Node]] | None = None
 
@@ -113,8 +122,16 @@ class Context:
 
 
 def create_app(ctx: Context) -> FastAPI:
-    app = FastAPI(title="gpupool", summary="One shared GPU pool, priority as a job attribute.", description=DESCRIPTION)
+    # The documentation pages load Swagger UI and ReDoc from the package, not from a CDN.
+    app = FastAPIOffline(
+        title="gpupool",
+        summary="One shared GPU pool, priority as a job attribute.",
+        description=DESCRIPTION,
+        static_url=DOCS_ASSETS,
+    )
     install(app)
+    if ctx.telemetry is not None:
+        app.add_middleware(RequestMetrics, telemetry=ctx.telemetry)
     writer = SubmissionWriter(ctx.store, ctx.clock, ctx.loop.wakeup.set)
     bearer = HTTPBearer(auto_error=False, description="The admin's, a team's, a user's or an attempt's token.")
 
@@ -391,6 +408,18 @@ def create_app(ctx: Context) -> FastAPI:
         ]
 
     add_pool_routes(app, ctx, authorize)
+
+    @app.get(
+        "/metrics",
+        response_class=PlainTextResponse,
+        responses={200: {"content": {EXPOSITION: {}}}, **responses(401, 404, 503, plain=True)},
+    )
+    def metrics(who: Who) -> Response:
+        """The pool, the queue, teams, interruptions and the scheduler itself in Prometheus'
+        exposition format, as of the last read of the store (at most a second or so old)."""
+        if ctx.telemetry is None:
+            raise NotFound("this service keeps no metrics")
+        return Response(ctx.telemetry.exposition(), media_type=EXPOSITION)
 
     # --- the job protocol ------------------------------------------------------------------------
 

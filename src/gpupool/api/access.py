@@ -82,6 +82,7 @@ ROUTES: Final[dict[tuple[str, str], Rule]] = {
     ("POST", "/jobs/{job_id}/cancel"): Rule.ACT,
     ("GET", "/events"): Rule.EVENTS,
     ("GET", "/report"): Rule.REPORT,
+    ("GET", "/metrics"): Rule.ANY,
     ("POST", "/jobs/{job_id}/attempts/{attempt}/heartbeat"): Rule.ATTEMPT,
     ("POST", "/jobs/{job_id}/attempts/{attempt}/checkpoint"): Rule.ATTEMPT,
     ("POST", "/jobs/{job_id}/attempts/{attempt}/ack"): Rule.ATTEMPT,

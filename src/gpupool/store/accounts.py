@@ -39,6 +39,16 @@ class AccountsStore(StoreBase):
     ) -> list[JobAccount]:
         """The account of each job that held GPUs at or after `since` (counting its attempts
         that ended since then, or run), or of `job_ids`."""
+        return [
+            account(job.id, job.team, job.priority, records, now, job.user or "")
+            for job, records in self.attempt_records(job_ids=job_ids, since=since)
+        ]
+
+    def attempt_records(
+        self, *, job_ids: Sequence[int] | None = None, since: float | None = None
+    ) -> list[tuple[JobRow, list[AttemptRecord]]]:
+        """Each job with attempts (of `job_ids`, or that held GPUs at or after `since`) and
+        what the accounting reads of them, in the order of the jobs' ids."""
         with self.reading() as s:
             attempts = select(AttemptRow)
             if job_ids is not None:
@@ -78,4 +88,4 @@ class AccountsStore(StoreBase):
                     a.last_heartbeat_at is not None or a.productive_at is not None or bool(commits[key]),
                 )
             )
-        return [account(i, jobs[i].team, jobs[i].priority, by_job[i], now, jobs[i].user or "") for i in ids]
+        return [(jobs[i], by_job[i]) for i in ids]

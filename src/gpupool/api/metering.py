@@ -1,0 +1,41 @@
+"""Every request counted and timed by its route's template (`/jobs/{job_id}`, never the path
+itself, so that ids do not become labels), its method and its status code."""
+
+from __future__ import annotations
+
+import time
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gpupool.telemetry import Telemetry
+
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+class RequestMetrics:
+    """Plain ASGI (no `BaseHTTPMiddleware`, which buffers answers): reads the status as the
+    answer starts and the route the router matched, once the answer is sent."""
+
+    def __init__(self, app: ASGIApp, telemetry: Telemetry) -> None:
+        self.app = app
+        self.telemetry = telemetry
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        began = time.perf_counter()
+        status = 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            method = scope["method"] if scope["method"] in METHODS else "other"
+            self.telemetry.on_request(method, route, status, time.perf_counter() - began)

@@ -1,0 +1,131 @@
+"""What the metrics read: the event log and the checkpoint commits after a watermark, and the
+pool's current state as counts. Each read is one query that returns at most a few rows per
+team and class (or per new event), never a row per job: a scrape never reads the store, and the
+telemetry thread reads these at most once a second (gpupool/telemetry)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select
+
+from gpupool.model import ENDED, JobState
+from gpupool.store.base import StoreBase
+from gpupool.store.schema import AttemptRow, CheckpointRow, EventRow, JobRow, PlacementRow
+
+LIVE = tuple(s.value for s in JobState if s not in ENDED)
+
+
+@dataclass(frozen=True, slots=True)
+class Happened:
+    """One event of the log, with the team and class of its job (None for the pool's own)."""
+
+    id: int
+    time: float
+    kind: str
+    job_id: int | None
+    attempt: int | None
+    data: dict[str, Any]
+    team: str | None
+    priority: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """One checkpoint commit a job reported, with its job's team and class."""
+
+    id: int
+    job_id: int
+    seconds: float | None
+    team: str
+    priority: str
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """Pending jobs of one team, class and reason to wait."""
+
+    team: str
+    priority: str
+    reason: str | None
+    jobs: int
+    gpus: int
+    oldest: float
+    """When the longest-waiting of them joined the line (submitted, or requeued)."""
+
+
+class TelemetryStore(StoreBase):
+    def happened(self, after: int, limit: int, also: Sequence[int] = ()) -> list[Happened]:
+        """Events with an id above `after` (at most `limit`, oldest first), and those of `also`
+        (ids skipped earlier, perhaps of a transaction that had not committed yet)."""
+        columns = (
+            EventRow.id,
+            EventRow.time,
+            EventRow.kind,
+            EventRow.job_id,
+            EventRow.attempt,
+            EventRow.data,
+            JobRow.team,
+            JobRow.priority,
+        )
+        base = select(*columns).outerjoin(JobRow, JobRow.id == EventRow.job_id)
+        with self.reading() as s:
+            rows = list(s.execute(base.where(EventRow.id > after).order_by(EventRow.id).limit(limit)))
+            if also:
+                rows += s.execute(base.where(EventRow.id.in_(list(also))))
+        return sorted((Happened(*row) for row in rows), key=lambda h: h.id)
+
+    def committed(self, after: int, limit: int, also: Sequence[int] = ()) -> list[Committed]:
+        """Checkpoint commits with an id above `after` (and those of `also`), oldest first."""
+        columns = (CheckpointRow.id, CheckpointRow.job_id, CheckpointRow.seconds, JobRow.team, JobRow.priority)
+        base = select(*columns).join(JobRow, JobRow.id == CheckpointRow.job_id)
+        with self.reading() as s:
+            rows = list(s.execute(base.where(CheckpointRow.id > after).order_by(CheckpointRow.id).limit(limit)))
+            if also:
+                rows += s.execute(base.where(CheckpointRow.id.in_(list(also))))
+        return sorted((Committed(*row) for row in rows), key=lambda c: c.id)
+
+    def live_counts(self) -> list[tuple[str, str, str, int]]:
+        """(state, team, class, jobs) for every state a job is not done in."""
+        query = (
+            select(JobRow.state, JobRow.team, JobRow.priority, func.count())
+            .where(JobRow.state.in_(LIVE))
+            .group_by(JobRow.state, JobRow.team, JobRow.priority)
+        )
+        with self.reading() as s:
+            return [(state, team, priority, n) for state, team, priority, n in s.execute(query)]
+
+    def waiting(self) -> list[Waiting]:
+        """Pending jobs per team, class and the reason last recorded for them."""
+        last_ended = (
+            select(func.max(AttemptRow.ended_at))
+            .where(AttemptRow.job_id == JobRow.id)
+            .correlate(JobRow)
+            .scalar_subquery()
+        )
+        queued = func.coalesce(last_ended, JobRow.submit_time)
+        query = (
+            select(
+                JobRow.team, JobRow.priority, JobRow.wait_reason, func.count(), func.sum(JobRow.gpus), func.min(queued)
+            )
+            .where(JobRow.state == JobState.PENDING.value)
+            .group_by(JobRow.team, JobRow.priority, JobRow.wait_reason)
+        )
+        with self.reading() as s:
+            return [Waiting(*row) for row in s.execute(query)]
+
+    def allocated(self) -> list[tuple[str, str, int]]:
+        """(team, class, GPUs) held by live attempts, at the class each attempt runs at."""
+        priority = func.coalesce(AttemptRow.priority, JobRow.priority)
+        query = (
+            select(JobRow.team, priority, func.count())
+            .select_from(PlacementRow)
+            .join(JobRow, JobRow.id == PlacementRow.job_id)
+            .join(AttemptRow, (AttemptRow.job_id == PlacementRow.job_id) & (AttemptRow.attempt == PlacementRow.attempt))
+            .where(PlacementRow.held_until.is_(None))
+            .group_by(JobRow.team, priority)
+        )
+        with self.reading() as s:
+            return [(team, cls, n) for team, cls, n in s.execute(query)]

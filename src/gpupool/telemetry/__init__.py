@@ -1,0 +1,269 @@
+"""The scheduler's numbers in Prometheus' exposition format (`GET /metrics`).
+
+Three feeds, one registry:
+
+- the **store**, read by a thread of its own at most once a second (and soon after a tick that
+  changed something): the event log and checkpoint commits into counters and histograms
+  (`ledger`), and the pool's current state into gauges (`gauges`);
+- the **control loop**, through `gpupool.observer.Observer`: how long each decision took, the
+  size of its snapshot, when the loop last ticked;
+- the **API**: requests by route and status, and their latency.
+
+A scrape only formats what is in memory: it never reads the store. Names follow Prometheus'
+conventions (base units, `_total`, `_seconds`, `_timestamp_seconds`) and labels are bounded
+(class, team, node, GPU type, reason), never a job's id: jobs are in the API and the pages.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from importlib.metadata import PackageNotFoundError, version
+
+from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import Counter as CounterMetric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+
+from gpupool.accounting import AttemptRecord
+from gpupool.model import Plan, Snapshot
+from gpupool.store import Store
+from gpupool.telemetry.gauges import gauge, pool_gauges
+from gpupool.telemetry.ledger import BUCKETS, INTERRUPTION_KINDS, USES, Labels, Ledger
+
+__all__ = ["COUNTERS", "Telemetry"]
+
+log = logging.getLogger("gpupool.telemetry")
+
+COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "gpupool_jobs_submitted": ("Jobs submitted (each task of an array is one).", ("class", "team")),
+    "gpupool_jobs_finished": (
+        "Jobs done, by how they ended (succeeded, failed, cancelled, timeout).",
+        ("class", "team", "state"),
+    ),
+    "gpupool_attempts_started": (
+        "Attempts started: a job's first, or one that resumes after an interruption.",
+        ("class", "team", "kind"),
+    ),
+    "gpupool_preemptions": (
+        "Notices given to running jobs, by the victim's class and team and the rule that chose it "
+        "(priority, reclaim, fair_share, seniority).",
+        ("class", "team", "reason"),
+    ),
+    "gpupool_interruptions": (
+        "Attempts cut short (preemption, node_lost, failure that was retried, lost: its process was lost "
+        "while the scheduler was down), counted once their cost is known.",
+        ("class", "team", "kind"),
+    ),
+    "gpupool_lost_gpu_seconds": (
+        "GPU-seconds interruptions cost: work done again (wasted), notice to release (drain), and the next "
+        "attempt's start up to its first productive step (restart).",
+        ("class", "team", "kind", "bucket"),
+    ),
+    "gpupool_allocated_gpu_seconds": (
+        "GPU-seconds of ended attempts by what they went to: productive, startup, checkpoint, drain, wasted, "
+        "unreported (jobs that say nothing of their progress). Goodput is productive over all but unreported.",
+        ("class", "team", "use"),
+    ),
+    "gpupool_checkpoint_commits": ("Checkpoints jobs committed and reported.", ("class", "team")),
+}
+"""Counters from the store (name without `_total`) → help and labels."""
+
+SEEDED: dict[str, list[tuple[str, ...]]] = {
+    "gpupool_jobs_submitted": [()],
+    "gpupool_interruptions": [(kind,) for kind in INTERRUPTION_KINDS.values()],
+    "gpupool_lost_gpu_seconds": [(kind, bucket) for kind in INTERRUPTION_KINDS.values() for bucket in BUCKETS],
+    "gpupool_allocated_gpu_seconds": [(use,) for use in USES],
+}
+"""Counters given as 0 for every class and team (and these further labels) before they move."""
+
+DECISION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+BATCH = 20_000
+"""Events read per query while catching up with the log."""
+
+
+def gpupool_version() -> str:
+    try:
+        return version("gpupool")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class Telemetry:
+    """The observer of the loop and the reader of the store behind `/metrics`."""
+
+    def __init__(self, store: Store, clock: Callable[[], float] = time.time, interval: float = 1.0) -> None:
+        self.store = store
+        self.clock = clock
+        self.interval = interval
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.ledger = Ledger(self.registry)
+        self.poke = threading.Event()
+        self._lock = threading.Lock()
+        self._families: list[Metric] = []
+        self._classes: list[str] | None = None
+        self.caught_up = False
+        self.decisions = Histogram(
+            "gpupool_decision_duration_seconds",
+            "Wall time of each decision of the control loop (decide, from the snapshot to the plan).",
+            buckets=DECISION_BUCKETS,
+            registry=self.registry,
+        )
+        self.snapshot_jobs = Gauge(
+            "gpupool_decision_snapshot_jobs",
+            "Jobs in the last decision's snapshot: pending, or running (holding GPUs).",
+            ["state"],
+            registry=self.registry,
+        )
+        self.snapshot_nodes = Gauge(
+            "gpupool_decision_snapshot_nodes", "Nodes in the last decision's snapshot.", registry=self.registry
+        )
+        self.last_decision = Gauge(
+            "gpupool_last_decision_timestamp_seconds",
+            "When the control loop last decided (it decides when a job is pending).",
+            registry=self.registry,
+        )
+        self.last_tick = Gauge(
+            "gpupool_loop_last_tick_timestamp_seconds",
+            "When the control loop last ran a tick that it was allowed to (at least once per interval).",
+            registry=self.registry,
+        )
+        self.requests = CounterMetric(
+            "gpupool_http_requests",
+            "API requests by method, route template and status code.",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "gpupool_http_request_duration_seconds",
+            "API request latency by method and route template, to the last byte of the answer.",
+            ["method", "route"],
+            buckets=HTTP_BUCKETS,
+            registry=self.registry,
+        )
+        build = Gauge(
+            "gpupool_build_info", "The running gpupool's version.", ["version", "python"], registry=self.registry
+        )
+        build.labels(gpupool_version(), platform.python_version()).set(1)
+        self.registry.register(self)  # its collect() gives the families read from the store
+
+    # --- the observer of the control loop -------------------------------------------------------
+
+    def on_decision(self, now: float, snapshot: Snapshot, plan: Plan, seconds: float) -> None:
+        self.decisions.observe(seconds)
+        self.snapshot_jobs.labels("pending").set(len(snapshot.pending))
+        self.snapshot_jobs.labels("running").set(len(snapshot.running))
+        self.snapshot_nodes.set(len(snapshot.nodes))
+        self.last_decision.set(now)
+
+    def on_tick(self, now: float, changed: bool) -> None:
+        self.last_tick.set(now)
+        if changed:
+            self.poke.set()
+
+    # --- the API ------------------------------------------------------------------------------
+
+    def on_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.requests.labels(method, route, str(status)).inc()
+        self.latency.labels(method, route).observe(seconds)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+    # --- what the store says ------------------------------------------------------------------
+
+    def collect(self) -> Iterable[Metric]:
+        with self._lock:
+            return list(self._families)
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def run(self, stop: threading.Event) -> None:
+        """Refresh from the store until `stop`: after a tick that changed the store, and at least
+        once per interval (gauges such as budget use move with time alone)."""
+        while not stop.is_set():
+            try:
+                self.refresh(self.clock())
+            except Exception:
+                log.exception("could not read the metrics from the store; trying again")
+            self.poke.wait(self.interval)
+            self.poke.clear()
+            stop.wait(0.1)  # a burst of ticks makes one refresh
+
+    def refresh(self, now: float) -> None:
+        """Read what is new in the log, count it, and read the pool's current state."""
+        touched: set[int] = set()
+        while True:
+            mark = self.ledger.events.mark
+            events = self.store.happened(mark, BATCH, sorted(self.ledger.events.gaps))
+            touched |= self.ledger.read_events(events, now)
+            if sum(1 for e in events if e.id > mark) < BATCH:
+                break
+        while True:
+            mark = self.ledger.commits.mark
+            commits = self.store.committed(mark, BATCH, sorted(self.ledger.commits.gaps))
+            self.ledger.read_commits(commits, now)
+            if sum(1 for c in commits if c.id > mark) < BATCH:
+                break
+        self.ledger.settle(touched, self.records_of, now)
+        if self._classes is None:
+            self._classes = [c.name for c in self.store.classes()]
+        families = [*self.counter_families(), *pool_gauges(self.store, now, self._classes)]
+        families.append(gauge("gpupool_telemetry_caught_up", _CAUGHT_UP, [], [((), 1.0)]))
+        families.append(gauge("gpupool_telemetry_refresh_timestamp_seconds", _REFRESHED, [], [((), now)]))
+        with self._lock:
+            self._families = families
+        self.caught_up = True
+
+    def records_of(self, job_ids: Sequence[int]) -> list[tuple[int, str, str, str, list[AttemptRecord]]]:
+        return [
+            (job.id, job.team, job.priority, job.state, records)
+            for job, records in self.store.attempt_records(job_ids=job_ids)
+        ]
+
+    def counter_families(self) -> list[Metric]:
+        teams = [t.name for t in self.store.teams()]
+        known = [(c, t) for c in self._classes or [] for t in teams]
+        families: list[Metric] = []
+        counts = self.ledger.counts
+        for name, (doc, labels) in COUNTERS.items():
+            values: dict[Labels, float] = dict(counts.get(name, {}))
+            for rest in SEEDED.get(name, []):
+                for c, t in known:
+                    values.setdefault((c, t, *rest), 0.0)
+            family = CounterMetricFamily(name, doc, labels=list(labels))
+            for label_values, value in sorted(values.items()):
+                family.add_metric(list(label_values), value)
+            families.append(family)
+        families.append(self.goodput(counts.get("gpupool_allocated_gpu_seconds", {})))
+        return families
+
+    @staticmethod
+    def goodput(allocated: Mapping[Labels, float]) -> Metric:
+        productive: defaultdict[tuple[str, str], float] = defaultdict(float)
+        reported: defaultdict[tuple[str, str], float] = defaultdict(float)
+        for (priority, team, use), value in allocated.items():
+            if use != "unreported":
+                reported[(priority, team)] += value
+            if use == "productive":
+                productive[(priority, team)] += value
+        family = GaugeMetricFamily(
+            "gpupool_goodput_ratio",
+            "Productive over allocated GPU time of ended attempts that reported their progress, by class and "
+            "team, over all time (for a window: the ratio of rate()s of gpupool_allocated_gpu_seconds_total).",
+            labels=["class", "team"],
+        )
+        for key, value in sorted(reported.items()):
+            if value > 0:
+                family.add_metric(list(key), productive[key] / value)
+        return family
+
+
+_CAUGHT_UP = "1 once the counters have read the whole event log (absent before: they are still catching up)."
+_REFRESHED = "When the metrics last read the store."

@@ -1,0 +1,205 @@
+"""Counters and histograms from the store's event log and checkpoint commits, read once each.
+
+The ledger is rebuilt from the whole log when the service starts, so its totals are the
+store's, whatever restarted; after that it reads only what is new. Lost GPU time comes from
+`gpupool.accounting` itself, per job, once the numbers it gives are final:
+
+- an attempt that ended without an interruption counts when it ends;
+- an interrupted attempt, and its interruption, count once the next attempt has reached its
+  first productive step or ended (its restart is then known, and which checkpoint it resumed
+  from, which decides the rework), or once the job has ended.
+
+So every counter only grows, and once the store is quiet each one equals what `gpupool report`
+says of the same jobs.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Histogram
+
+from gpupool.accounting import INTERRUPTED, AttemptRecord, account
+from gpupool.model import ENDED, JobState
+from gpupool.store.telemetry import Committed, Happened
+
+Labels = tuple[str, ...]
+
+INTERRUPTION_KINDS = {"preempted": "preemption", "node_lost": "node_lost", "failed": "failure", "lost": "lost"}
+"""An attempt's outcome → the `kind` label of an interruption (`lost`: its process was lost
+while the scheduler was down)."""
+
+BUCKETS = ("wasted", "drain", "restart")
+USES = ("productive", "startup", "checkpoint", "drain", "wasted", "unreported")
+ENDED_STATES = frozenset(s.value for s in ENDED)
+
+WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400, 259200, 604800)
+BLOCKING_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+@dataclass
+class Tail:
+    """How far a table has been read by id. Ids are handed out when a row is written but become
+    visible when its transaction commits, which on PostgreSQL is not in id order: an id skipped
+    now may still come, so it is asked for again until `patience` seconds have passed (then its
+    transaction was rolled back)."""
+
+    mark: int = 0
+    gaps: dict[int, float] = field(default_factory=dict)
+    patience: float = 60.0
+
+    def fresh(self, ids: Iterable[int], now: float) -> set[int]:
+        """Of the ids just read (above the mark, or among the gaps), those not taken before;
+        moves the mark and notes the ids it passed over."""
+        seen = sorted(ids)
+        new = {i for i in seen if i > self.mark or self.gaps.pop(i, None) is not None}
+        above = [i for i in seen if i > self.mark]
+        if above:
+            for missing in set(range(self.mark + 1, above[-1])) - set(above):
+                self.gaps[missing] = now
+            self.mark = above[-1]
+        for gap, since in list(self.gaps.items()):
+            if now - since > self.patience:
+                del self.gaps[gap]
+        return new
+
+
+RecordsOf = Callable[[Sequence[int]], list[tuple[int, str, str, str, list[AttemptRecord]]]]
+"""Job ids → (job id, team, class, state, attempt records) of each, from the store."""
+
+
+@dataclass
+class Ledger:
+    registry: CollectorRegistry
+    counts: defaultdict[str, defaultdict[Labels, float]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(float))
+    )
+    """Metric name (without `_total`) → labels → value."""
+    counted: dict[int, int] = field(default_factory=dict)
+    """Per job not done with, how many of its attempts (from the first) are counted."""
+    queued_since: dict[int, tuple[float, str]] = field(default_factory=dict)
+    """Per pending job, when it joined the line and whether first or requeued."""
+    warming: set[int] = field(default_factory=set)
+    """Jobs whose oldest uncounted attempt waits on the next attempt's first productive step."""
+    events: Tail = field(default_factory=Tail)
+    commits: Tail = field(default_factory=Tail)
+
+    def __post_init__(self) -> None:
+        self.queue_wait = Histogram(
+            "gpupool_queue_wait_seconds",
+            "Time from joining the line (submitted, or requeued) to the start of an attempt.",
+            ["class", "team", "kind"],
+            buckets=WAIT_BUCKETS,
+            registry=self.registry,
+        )
+        self.blocking = Histogram(
+            "gpupool_checkpoint_blocking_seconds",
+            "How long each committed checkpoint blocked training, as the job reported it.",
+            ["class", "team"],
+            buckets=BLOCKING_BUCKETS,
+            registry=self.registry,
+        )
+
+    def read_events(self, happened: Sequence[Happened], now: float) -> set[int]:
+        """Count what the new events say; returns the jobs whose accounts may have moved."""
+        fresh = self.events.fresh((h.id for h in happened), now)
+        touched: set[int] = set()
+        for h in happened:
+            if h.id not in fresh or h.job_id is None or h.team is None or h.priority is None:
+                continue
+            labels = (h.priority, h.team)
+            if h.kind == "submitted":
+                self.counts["gpupool_jobs_submitted"][labels] += 1
+                self.queued_since[h.job_id] = (h.time, "first")
+            elif h.kind == JobState.STARTING.value:
+                kind = "first" if h.attempt == 0 else "resume"
+                self.counts["gpupool_attempts_started"][(*labels, kind)] += 1
+                since = self.queued_since.pop(h.job_id, None)
+                if since is not None:
+                    self.queue_wait.labels(*labels, since[1]).observe(max(0.0, h.time - since[0]))
+            elif h.kind == JobState.PREEMPTING.value:
+                reason = str(h.data.get("reason") or "unknown")
+                self.counts["gpupool_preemptions"][(*labels, reason)] += 1
+            elif h.kind == JobState.PENDING.value and h.attempt is not None:
+                self.queued_since[h.job_id] = (h.time, "requeued")
+                touched.add(h.job_id)
+            elif h.kind in ENDED_STATES:
+                self.counts["gpupool_jobs_finished"][(*labels, h.kind)] += 1
+                self.queued_since.pop(h.job_id, None)
+                touched.add(h.job_id)
+            elif h.kind in (JobState.RUNNING.value, "restored"):
+                touched.add(h.job_id)
+        return touched
+
+    def read_commits(self, commits: Sequence[Committed], now: float) -> None:
+        fresh = self.commits.fresh((c.id for c in commits), now)
+        for c in commits:
+            if c.id in fresh:
+                self.counts["gpupool_checkpoint_commits"][(c.priority, c.team)] += 1
+                if c.seconds is not None:
+                    self.blocking.labels(c.priority, c.team).observe(c.seconds)
+
+    def settle(self, jobs: Iterable[int], records_of: RecordsOf, now: float, batch: int = 500) -> None:
+        """Count the attempts of `jobs` (and of those warming up) whose cost is now final."""
+        ids = sorted(set(jobs) | self.warming)
+        for start in range(0, len(ids), batch):
+            for job_id, team, priority, state, records in records_of(ids[start : start + batch]):
+                self._settle(job_id, team, priority, state, records, now)
+
+    def _settle(
+        self, job_id: int, team: str, priority: str, state: str, records: list[AttemptRecord], now: float
+    ) -> None:
+        ordered = sorted(records, key=lambda r: r.attempt)
+        done = state in ENDED_STATES
+        first = self.counted.get(job_id, 0)
+        final = first
+        for index in range(first, len(ordered)):
+            record = ordered[index]
+            if record.released_at is None:
+                break
+            following = ordered[index + 1] if index + 1 < len(ordered) else None
+            restarted = following is not None and (following.released_at or following.productive_at) is not None
+            if record.outcome in INTERRUPTED and not done and not restarted:
+                break
+            final = index + 1
+        self.warming.discard(job_id)
+        if not done and final + 1 < len(ordered) and ordered[final + 1].released_at is None:
+            self.warming.add(job_id)  # the next attempt runs, still starting up
+        if final > first:
+            self._count(team, priority, ordered, first, final, now)
+        if done and final == len(ordered):
+            self.counted.pop(job_id, None)
+        else:
+            self.counted[job_id] = final
+
+    def _count(
+        self, team: str, priority: str, ordered: list[AttemptRecord], first: int, final: int, now: float
+    ) -> None:
+        # Only the attempts in [first, final) are counted: they have ended, and the restart
+        # after each interrupted one is over (the next attempt was productive by `now`).
+        whole = account(0, team, priority, ordered, now)
+        labels = (priority, team)
+        allocated = self.counts["gpupool_allocated_gpu_seconds"]
+        for cost in whole.attempts[first:final]:
+            uses = {
+                "productive": cost.productive,
+                "startup": cost.startup,
+                "checkpoint": cost.checkpoint,
+                "drain": cost.drain,
+                "wasted": cost.wasted,
+                "unreported": cost.unreported,
+            }
+            for use, value in uses.items():
+                allocated[(*labels, use)] += value
+        numbers = {r.attempt for r in ordered[first:final]}
+        for interruption in whole.interruptions:
+            if interruption.attempt not in numbers:
+                continue
+            kind = INTERRUPTION_KINDS.get(interruption.cause, interruption.cause)
+            self.counts["gpupool_interruptions"][(*labels, kind)] += 1
+            lost = self.counts["gpupool_lost_gpu_seconds"]
+            lost[(*labels, kind, "wasted")] += interruption.wasted
+            lost[(*labels, kind, "drain")] += interruption.drain
+            lost[(*labels, kind, "restart")] += interruption.restart or 0.0

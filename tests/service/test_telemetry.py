@@ -1,0 +1,157 @@
+"""The metrics against the store: a scripted day with a preemption through the control loop
+(a fake executor, a real store), read the way Prometheus reads them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpupool.accounting import Totals, totals
+from gpupool.model import DEFAULT_CLASSES, Config, Node
+from gpupool.service import ControlLoop
+from gpupool.store import JobSpec, Store
+from gpupool.telemetry import Telemetry
+from gpupool.telemetry.ledger import Tail
+from gpupool.testing import FakeExecutor
+
+CONFIG = Config(DEFAULT_CLASSES)
+
+
+class Day:
+    def __init__(self, store_url: str, tmp_path: Path) -> None:
+        self.store = Store.open(store_url)
+        self.store.sync_config(CONFIG)
+        self.store.set_nodes([Node("n0", 2, "a100")], virtual=True)
+        self.store.set_team("vision", guaranteed_gpus=0)
+        self.store.set_team("nlp", guaranteed_gpus=1)
+        self.executor = FakeExecutor(self.store)
+        self.telemetry = Telemetry(self.store)
+        self.loop = ControlLoop(self.store, CONFIG, self.executor, tmp_path / "data", observer=self.telemetry)
+        self.workdir = str(tmp_path)
+
+    def submit(self, team: str, priority: str, now: float) -> int:
+        return self.store.submit(JobSpec(["true"], team, priority, 2, workdir=self.workdir), now).id
+
+    def value(self, name: str, **labels: str) -> float:
+        found = self.telemetry.registry.get_sample_value(name, labels)
+        assert found is not None, f"no sample {name} {labels}"
+        return found
+
+    def total(self, name: str, **labels: str) -> float:
+        """The sum over the samples of `name` whose labels include `labels`."""
+        families = text_string_to_metric_families(self.telemetry.exposition().decode())
+        return sum(
+            s.value
+            for f in families
+            for s in f.samples
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+        )
+
+
+@pytest.fixture
+def day(store_url: str, tmp_path: Path) -> Day:
+    return Day(store_url, tmp_path)
+
+
+def test_a_preemption_is_counted_as_the_store_accounts_it(day: Day) -> None:
+    low = day.submit("vision", "low", 0.0)
+    day.loop.tick(0.0)
+    day.store.heartbeat(low, 0, 10.0, 1, "train")
+    day.store.commit_checkpoint(low, 0, 50.0, 5, None, 2.0)
+    high = day.submit("nlp", "high", 200.0)
+    day.loop.tick(200.0)
+    day.telemetry.refresh(201.0)
+    assert day.value("gpupool_gpus", gpu_type="a100", state="draining") == 2
+    assert day.value("gpupool_jobs", state="preempting", team="vision", **{"class": "low"}) == 1
+    assert day.value("gpupool_pending_jobs", team="nlp", reason="awaiting_drain", **{"class": "high"}) == 1
+    assert day.value("gpupool_preemptions_total", team="vision", reason="priority", **{"class": "low"}) == 1
+    assert day.value("gpupool_interruptions_total", team="vision", kind="preemption", **{"class": "low"}) == 0
+
+    day.executor.finish(low, 0, 75)
+    day.loop.tick(230.0)
+    day.store.heartbeat(high, 0, 240.0, 1, "train")
+    day.telemetry.refresh(241.0)
+    # The victim is back in line: its interruption's restart is not known yet, so not counted.
+    assert day.value("gpupool_interruptions_total", team="vision", kind="preemption", **{"class": "low"}) == 0
+    assert day.value("gpupool_gpus", gpu_type="a100", state="allocated") == 2
+
+    day.executor.finish(high, 0, 0)
+    day.loop.tick(300.0)
+    day.store.heartbeat(low, 1, 320.0, 6, "train", restored_step=5, restore_seconds=4.0)
+    day.telemetry.refresh(330.0)
+    # The next attempt reached its first productive step: the interruption's cost is final.
+    account = next(a for a in day.store.accounts(330.0) if a.job_id == low)
+    (interruption,) = account.interruptions
+    lost = {
+        bucket: day.value(
+            "gpupool_lost_gpu_seconds_total", team="vision", kind="preemption", bucket=bucket, **{"class": "low"}
+        )
+        for bucket in ("wasted", "drain", "restart")
+    }
+    assert lost == pytest.approx({"wasted": interruption.wasted, "drain": interruption.drain, "restart": 40.0})
+    assert interruption.restart == pytest.approx(40.0)
+    assert day.value("gpupool_interruptions_total", team="vision", kind="preemption", **{"class": "low"}) == 1
+
+    day.executor.finish(low, 1, 0)
+    day.loop.tick(400.0)
+    day.telemetry.refresh(400.0)
+    pool = totals(day.store.accounts(400.0), lambda _: "pool")["pool"]
+    assert_equal_to_store(day, pool)
+    assert day.total("gpupool_jobs_submitted_total") == 2
+    assert day.total("gpupool_jobs_finished_total", state="succeeded") == 2
+    assert day.total("gpupool_attempts_started_total", kind="first") == 2
+    assert day.total("gpupool_attempts_started_total", kind="resume") == 1
+    assert day.total("gpupool_checkpoint_commits_total") == 1
+    assert day.value("gpupool_checkpoint_blocking_seconds_sum", team="vision", **{"class": "low"}) == 2.0
+    # Waits: the low job 0 s, the high one 30 s (notice to drain), the requeued low one 70 s.
+    assert day.value("gpupool_queue_wait_seconds_sum", team="nlp", kind="first", **{"class": "high"}) == 30.0
+    assert day.value("gpupool_queue_wait_seconds_sum", team="vision", kind="requeued", **{"class": "low"}) == 70.0
+    assert day.value("gpupool_gpus", gpu_type="a100", state="idle") == 2
+    assert day.total("gpupool_decision_duration_seconds_count") >= 3
+
+    # A service started again reads the whole log: the same counters.
+    again = Telemetry(day.store)
+    again.refresh(400.0)
+    day.telemetry = again
+    assert_equal_to_store(day, pool)
+    assert day.total("gpupool_attempts_started_total") == 3
+
+
+def assert_equal_to_store(day: Day, pool: Totals) -> None:
+    assert day.total("gpupool_lost_gpu_seconds_total") == pytest.approx(pool.lost)
+    assert day.total("gpupool_interruptions_total") == pool.interruptions
+    uses = {
+        use: day.total("gpupool_allocated_gpu_seconds_total", use=use)
+        for use in ("productive", "startup", "checkpoint", "drain", "wasted", "unreported")
+    }
+    assert sum(uses.values()) == pytest.approx(pool.allocated)
+    assert uses["productive"] == pytest.approx(pool.productive)
+    assert uses["wasted"] == pytest.approx(pool.wasted)
+    assert uses["drain"] == pytest.approx(pool.drain)
+    assert uses["checkpoint"] == pytest.approx(pool.checkpoint)
+
+
+def test_every_class_and_team_is_given_before_anything_happens(day: Day) -> None:
+    day.telemetry.refresh(0.0)
+    for team in ("vision", "nlp", "default"):
+        for cls in ("high", "normal", "low"):
+            assert day.value("gpupool_jobs", state="pending", team=team, **{"class": cls}) == 0
+            assert day.value("gpupool_team_allocated_gpus", team=team, **{"class": cls}) == 0
+            labels = {"team": team, "kind": "preemption", "bucket": "wasted", "class": cls}
+            assert day.value("gpupool_lost_gpu_seconds_total", **labels) == 0
+    assert day.value("gpupool_team_guaranteed_gpus", team="nlp") == 1
+    assert day.value("gpupool_gpus", gpu_type="a100", state="idle") == 2
+    assert day.value("gpupool_telemetry_caught_up") == 1
+
+
+def test_an_id_skipped_by_a_transaction_not_yet_committed_is_read_when_it_comes() -> None:
+    tail = Tail(patience=60.0)
+    assert tail.fresh([1, 2, 4], now=0.0) == {1, 2, 4}
+    assert tail.gaps == {3: 0.0}
+    assert tail.fresh([3, 5], now=1.0) == {3, 5}
+    assert tail.fresh([3], now=2.0) == set()  # read twice: counted once
+    assert tail.fresh([7], now=3.0) == {7}
+    assert tail.fresh([], now=100.0) == set()
+    assert tail.gaps == {}  # rolled back, given up on
