@@ -34,6 +34,7 @@ class Api:
     loop: ControlLoop
     workdir: Path
     now: list[float] = field(default_factory=lambda: [100.0])
+    telemetry: Telemetry | None = None
 
     @property
     def executor(self) -> FakeExecutor:
@@ -72,7 +73,7 @@ def make_api(store: Store, tmp_path: Path) -> Api:
     app = create_app(Context(store, loop, token_hash(ADMIN), clock=lambda: now[0], telemetry=telemetry))
     workdir = tmp_path / "work"
     workdir.mkdir(exist_ok=True)
-    return Api(app, TestClient(app), store, loop, workdir, now)
+    return Api(app, TestClient(app), store, loop, workdir, now, telemetry)
 
 
 def opened(tmp_path: Path) -> Iterator[Api]:

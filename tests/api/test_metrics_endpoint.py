@@ -20,11 +20,13 @@ def world(tmp_path: Path) -> Iterator[World]:
 
 
 def scrape(api: Api, token: str = ADMIN) -> str:
-    api.loop.observer.refresh(api.now[0])  # type: ignore[union-attr]
+    assert api.telemetry is not None
+    api.telemetry.refresh(api.now[0])
     answer = api.client.get("/metrics", headers=auth(token))
     assert answer.status_code == 200, answer.text
     assert answer.headers["content-type"].startswith("text/plain; version=0.0.4")
-    return answer.text
+    text: str = answer.text
+    return text
 
 
 def test_no_token_or_a_jobs_own_token_gets_no_metrics(world: World) -> None:
@@ -50,7 +52,8 @@ def test_requests_are_counted_by_route_template(world: World) -> None:
     api.client.get("/nowhere/123", headers=auth(ADMIN))
     api.client.request("BREW", "/jobs", headers=auth(ADMIN))
     text = scrape(api)
-    registry = api.loop.observer.registry  # type: ignore[union-attr]
+    assert api.telemetry is not None
+    registry = api.telemetry.registry
     by_template = {"method": "GET", "route": "/jobs/{job_id}", "status": "200"}
     assert registry.get_sample_value("gpupool_http_requests_total", by_template) == 2
     assert (
