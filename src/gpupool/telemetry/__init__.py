@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import generate_latest
 
 from gpupool.accounting import AttemptRecord
-from gpupool.model import Plan, Snapshot
+from gpupool.model import Plan, Reason, Snapshot
 from gpupool.store import Store
 from gpupool.telemetry.gauges import gauge, pool_gauges
 from gpupool.telemetry.ledger import BUCKETS, INTERRUPTION_KINDS, USES, Labels, Ledger
@@ -75,6 +75,7 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 SEEDED: dict[str, list[tuple[str, ...]]] = {
     "gpupool_jobs_submitted": [()],
+    "gpupool_preemptions": [(r.value,) for r in (Reason.PRIORITY, Reason.RECLAIM, Reason.FAIR_SHARE, Reason.SENIORITY)],
     "gpupool_interruptions": [(kind,) for kind in INTERRUPTION_KINDS.values()],
     "gpupool_lost_gpu_seconds": [(kind, bucket) for kind in INTERRUPTION_KINDS.values() for bucket in BUCKETS],
     "gpupool_allocated_gpu_seconds": [(use,) for use in USES],
