@@ -15,4 +15,5 @@ class Observer(Protocol):
         recorded and carried out next."""
 
     def on_tick(self, now: float, changed: bool) -> None:
-        """The loop ticked at `now` (it was allowed to decide); `changed`: the store changed."""
+        """The loop ticked at `now` (it was allowed to decide); `changed`: the tick changed the
+        store (an attempt ended or started, a notice, a reason to wait)."""

@@ -193,11 +193,13 @@ class ControlLoop:
         for start in plan.starts:
             self.told.pop(start.job, None)
         self.carry_out(plan, tokens, now)
-        return self.ticked(now, changed or bool(plan.starts or plan.preemptions))
+        return self.ticked(now, changed or bool(plan.starts or plan.preemptions), recorded=True)
 
-    def ticked(self, now: float, changed: bool) -> bool:
+    def ticked(self, now: float, changed: bool, recorded: bool = False) -> bool:
+        """`changed`, after telling the observer of the tick (`recorded`: a plan was written,
+        if only reasons to wait, which change what the store says but not what to do next)."""
         if self.observer is not None:
-            self.observer.on_tick(now, changed)
+            self.observer.on_tick(now, changed or recorded)
         return changed
 
     def guarded(self, now: float) -> bool:

@@ -171,6 +171,7 @@ class Running:
     sockets: list[socket.socket] = field(default_factory=list)
     lock: int | None = None
     lease: StoreLease | None = None
+    telemetry: Telemetry | None = None
     telemetry_thread: threading.Thread | None = None
 
     def serve(self) -> None:
@@ -240,7 +241,7 @@ def _start(spec: ConfigSpec, config: Config, data_dir: Path, lock: int) -> Runni
     thread.start()
     metrics = threading.Thread(target=telemetry.run, args=(stop,), name="telemetry", daemon=True)
     metrics.start()
-    return Running(store, loop, pool, server, stop, thread, [listening], lock, lease, metrics)
+    return Running(store, loop, pool, server, stop, thread, [listening], lock, lease, telemetry, metrics)
 
 
 def check_executor(store: Store, service: ServiceSpec) -> None:
@@ -291,6 +292,8 @@ def shut_down(running: Running) -> None:
     """Stop deciding; running attempts go on and are adopted by the next `gpupool up`."""
     running.stop.set()
     running.loop.wakeup.set()
+    if running.telemetry is not None:
+        running.telemetry.poke.set()
     running.loop_thread.join(timeout=10)
     if running.loop_thread.is_alive():
         # Still acting on a decision: the lock and lease stay held until the process ends.

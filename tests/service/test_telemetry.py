@@ -35,9 +35,10 @@ class Day:
         return self.store.submit(JobSpec(["true"], team, priority, 2, workdir=self.workdir), now).id
 
     def value(self, name: str, **labels: str) -> float:
-        found = self.telemetry.registry.get_sample_value(name, labels)
-        assert found is not None, f"no sample {name} {labels}"
-        return found
+        families = text_string_to_metric_families(self.telemetry.exposition().decode())
+        found = [s.value for f in families for s in f.samples if s.name == name and s.labels == labels]
+        assert len(found) == 1, f"no sample {name} {labels}"
+        return found[0]
 
     def total(self, name: str, **labels: str) -> float:
         """The sum over the samples of `name` whose labels include `labels`."""
@@ -104,10 +105,10 @@ def test_a_preemption_is_counted_as_the_store_accounts_it(day: Day) -> None:
     assert day.total("gpupool_attempts_started_total", kind="first") == 2
     assert day.total("gpupool_attempts_started_total", kind="resume") == 1
     assert day.total("gpupool_checkpoint_commits_total") == 1
-    assert day.value("gpupool_checkpoint_blocking_seconds_sum", team="vision", **{"class": "low"}) == 2.0
+    assert day.value("gpupool_checkpoint_blocking_seconds_sum", **{"class": "low"}) == 2.0
     # Waits: the low job 0 s, the high one 30 s (notice to drain), the requeued low one 70 s.
-    assert day.value("gpupool_queue_wait_seconds_sum", team="nlp", kind="first", **{"class": "high"}) == 30.0
-    assert day.value("gpupool_queue_wait_seconds_sum", team="vision", kind="requeued", **{"class": "low"}) == 70.0
+    assert day.value("gpupool_queue_wait_seconds_sum", kind="first", **{"class": "high"}) == 30.0
+    assert day.value("gpupool_queue_wait_seconds_sum", kind="requeued", **{"class": "low"}) == 70.0
     assert day.value("gpupool_gpus", gpu_type="a100", state="idle") == 2
     assert day.total("gpupool_decision_duration_seconds_count") >= 3
 
@@ -155,3 +156,24 @@ def test_an_id_skipped_by_a_transaction_not_yet_committed_is_read_when_it_comes(
     assert tail.fresh([7], now=3.0) == {7}
     assert tail.fresh([], now=100.0) == set()
     assert tail.gaps == {}  # rolled back, given up on
+
+
+def test_gpus_are_counted_by_state_as_the_pool_shows_them(day: Day) -> None:
+    small = day.store.submit(JobSpec(["true"], "vision", "low", 1, workdir=day.workdir), 0.0).id
+    day.loop.tick(0.0)
+    day.submit("nlp", "high", 300.0)
+    day.loop.tick(300.0)
+    day.telemetry.refresh(300.0)
+    _, gpus = day.store.pool_view()
+    assert sorted(g.state for g in gpus) == ["draining", "held"]
+    for state in ("draining", "held"):
+        assert day.value("gpupool_gpus", gpu_type="a100", state=state) == 1
+        assert day.value("gpupool_node_gpus", node="n0", gpu_type="a100", state=state) == 1
+    assert day.value("gpupool_gpus", gpu_type="a100", state="idle") == 0
+    day.executor.finish(small, 0, 75)
+    day.loop.tick(310.0)
+    day.store.sync_nodes([])  # the node leaves the pool
+    day.telemetry.refresh(311.0)
+    assert day.value("gpupool_gpus", gpu_type="a100", state="down") == 2
+    assert day.value("gpupool_nodes", gpu_type="a100", state="down") == 1
+    assert day.value("gpupool_nodes", gpu_type="a100", state="up") == 0

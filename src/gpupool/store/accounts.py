@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from sqlalchemy import select
 
@@ -46,46 +47,91 @@ class AccountsStore(StoreBase):
 
     def attempt_records(
         self, *, job_ids: Sequence[int] | None = None, since: float | None = None
-    ) -> list[tuple[JobRow, list[AttemptRecord]]]:
+    ) -> list[tuple[AccountedJob, list[AttemptRecord]]]:
         """Each job with attempts (of `job_ids`, or that held GPUs at or after `since`) and
-        what the accounting reads of them, in the order of the jobs' ids."""
+        what the accounting reads of them, in the order of the jobs' ids. Plain columns, no
+        ORM objects, and the jobs chosen by a subquery, not a list of ids: a report over a
+        year of jobs is a few reads, whatever their number."""
+        which = select(AttemptRow.job_id)
+        if job_ids is not None:
+            which = which.where(AttemptRow.job_id.in_(list(job_ids)))
+        if since is not None:
+            which = which.where((AttemptRow.ended_at.is_(None)) | (AttemptRow.ended_at >= since))
+        chosen = which.distinct()
+        attempts = select(*ATTEMPT_COLUMNS).where(AttemptRow.job_id.in_(chosen))
+        if since is not None:
+            attempts = attempts.where((AttemptRow.ended_at.is_(None)) | (AttemptRow.ended_at >= since))
         with self.reading() as s:
-            attempts = select(AttemptRow)
-            if job_ids is not None:
-                attempts = attempts.where(AttemptRow.job_id.in_(list(job_ids)))
-            if since is not None:
-                attempts = attempts.where((AttemptRow.ended_at.is_(None)) | (AttemptRow.ended_at >= since))
-            rows = list(s.scalars(attempts))
-            ids = sorted({r.job_id for r in rows})
-            jobs = {j.id: j for j in s.scalars(select(JobRow).where(JobRow.id.in_(ids)))}
+            rows = list(s.execute(attempts))
+            jobs = {
+                row[0]: AccountedJob(*row)
+                for row in s.execute(
+                    select(JobRow.id, JobRow.team, JobRow.priority, JobRow.gpus, JobRow.user, JobRow.state).where(
+                        JobRow.id.in_(chosen)
+                    )
+                )
+            }
             commits: dict[tuple[int, int], list[Commit]] = defaultdict(list)
-            for c in s.scalars(select(CheckpointRow).where(CheckpointRow.job_id.in_(ids)).order_by(CheckpointRow.id)):
-                commits[(c.job_id, c.attempt)].append(Commit(c.time, c.step, c.seconds or 0.0))
-            ends = select(EventRow).where(
-                EventRow.job_id.in_(ids), EventRow.kind.in_(["preempting", "pending", "failed"])
+            saves = select(
+                CheckpointRow.job_id,
+                CheckpointRow.attempt,
+                CheckpointRow.time,
+                CheckpointRow.step,
+                CheckpointRow.seconds,
+            ).where(CheckpointRow.job_id.in_(chosen))
+            for job_id, attempt, time, step, seconds in s.execute(saves.order_by(CheckpointRow.id)):
+                commits[(job_id, attempt)].append(Commit(time, step, seconds or 0.0))
+            ends = select(EventRow.job_id, EventRow.attempt, EventRow.message).where(
+                EventRow.job_id.in_(chosen), EventRow.kind.in_(["preempting", "pending", "failed"])
             )
             reasons: dict[tuple[int, int], str] = {}
-            for e in s.scalars(ends.order_by(EventRow.id)):
-                if e.attempt is not None:
+            for of_job, cut, message in s.execute(ends.order_by(EventRow.id)):
+                if cut is not None:
                     # The notice's reason wins over the requeue that follows it.
-                    reasons.setdefault((e.job_id or 0, e.attempt), e.message)
+                    reasons.setdefault((of_job or 0, cut), message)
         by_job: dict[int, list[AttemptRecord]] = defaultdict(list)
-        for a in rows:
-            key = (a.job_id, a.attempt)
-            by_job[a.job_id].append(
+        for job_id, number, started, ended, productive, notice, restored, restore, outcome, heartbeat in rows:
+            key = (job_id, number)
+            by_job[job_id].append(
                 AttemptRecord(
-                    a.attempt,
-                    jobs[a.job_id].gpus,
-                    a.started_at,
-                    a.ended_at,
-                    a.productive_at,
-                    a.notice_at,
-                    a.restored_step,
-                    a.restore_seconds or 0.0,
+                    number,
+                    jobs[job_id].gpus,
+                    started,
+                    ended,
+                    productive,
+                    notice,
+                    restored,
+                    restore or 0.0,
                     tuple(commits[key]),
-                    a.outcome,
+                    outcome,
                     reasons.get(key, ""),
-                    a.last_heartbeat_at is not None or a.productive_at is not None or bool(commits[key]),
+                    heartbeat is not None or productive is not None or bool(commits[key]),
                 )
             )
-        return [(jobs[i], by_job[i]) for i in ids]
+        return [(jobs[i], by_job[i]) for i in sorted(by_job)]
+
+
+ATTEMPT_COLUMNS = (
+    AttemptRow.job_id,
+    AttemptRow.attempt,
+    AttemptRow.started_at,
+    AttemptRow.ended_at,
+    AttemptRow.productive_at,
+    AttemptRow.notice_at,
+    AttemptRow.restored_step,
+    AttemptRow.restore_seconds,
+    AttemptRow.outcome,
+    AttemptRow.last_heartbeat_at,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AccountedJob:
+    """What the accounting needs of a job besides its attempts."""
+
+    id: int
+    team: str
+    priority: str
+    gpus: int
+    user: str | None
+    state: str

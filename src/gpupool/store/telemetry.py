@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import func, select
 
 from gpupool.model import ENDED, JobState
 from gpupool.store.base import StoreBase
-from gpupool.store.schema import AttemptRow, CheckpointRow, EventRow, JobRow, PlacementRow
+from gpupool.store.schema import AttemptRow, CheckpointRow, EventRow, JobRow, NodeRow, PlacementRow
 
 LIVE = tuple(s.value for s in JobState if s not in ENDED)
 
@@ -27,7 +26,8 @@ class Happened:
     kind: str
     job_id: int | None
     attempt: int | None
-    data: dict[str, Any]
+    reason: str | None
+    """The rule that chose a preemption's victim (`preempting` events)."""
     team: str | None
     priority: str | None
 
@@ -56,6 +56,17 @@ class Waiting:
     """When the longest-waiting of them joined the line (submitted, or requeued)."""
 
 
+@dataclass(frozen=True, slots=True)
+class NodeGpus:
+    """A node the pool has known, and how many of its GPUs are in each state but idle."""
+
+    name: str
+    gpus: int
+    gpu_type: str
+    up: bool
+    states: dict[str, int]
+
+
 class TelemetryStore(StoreBase):
     def happened(self, after: int, limit: int, also: Sequence[int] = ()) -> list[Happened]:
         """Events with an id above `after` (at most `limit`, oldest first), and those of `also`
@@ -66,7 +77,7 @@ class TelemetryStore(StoreBase):
             EventRow.kind,
             EventRow.job_id,
             EventRow.attempt,
-            EventRow.data,
+            EventRow.data["reason"].as_string(),
             JobRow.team,
             JobRow.priority,
         )
@@ -129,3 +140,43 @@ class TelemetryStore(StoreBase):
         )
         with self.reading() as s:
             return [(team, cls, n) for team, cls, n in s.execute(query)]
+
+    def node_gpus(self) -> list[NodeGpus]:
+        """Every node with its GPUs counted by state, as `pool_view` names them: allocated,
+        draining (its attempt has notice or reached its time limit), held (free, kept for a
+        preemptor); the rest of an up node's GPUs are idle."""
+        leaving = (AttemptRow.notice_for.is_not(None)) | (AttemptRow.timeout_at.is_not(None))
+        placed = (
+            select(PlacementRow.node, leaving, func.count())
+            .join(AttemptRow, (AttemptRow.job_id == PlacementRow.job_id) & (AttemptRow.attempt == PlacementRow.attempt))
+            .where(PlacementRow.held_until.is_(None))
+            .group_by(PlacementRow.node, leaving)
+        )
+        with self.reading() as s:
+            nodes = list(
+                s.execute(select(NodeRow.name, NodeRow.gpus, NodeRow.gpu_type, NodeRow.up).order_by(NodeRow.name))
+            )
+            states: dict[str, dict[str, int]] = {name: {} for name, *_ in nodes}
+            for node, draining, count in s.execute(placed):
+                state = "draining" if draining else "allocated"
+                states.setdefault(node, {})[state] = states.get(node, {}).get(state, 0) + count
+            kept = [
+                held
+                for (held,) in s.execute(
+                    select(JobRow.held_gpus).where(
+                        JobRow.state == JobState.PENDING.value, JobRow.held_gpus.is_not(None)
+                    )
+                )
+            ]
+            if kept:
+                # Few nodes have GPUs kept for a preemptor: only there is a GPU looked at one by one.
+                where = sorted({node for held in kept for node in held or {}})
+                live = select(PlacementRow.node, PlacementRow.gpu).where(
+                    PlacementRow.held_until.is_(None), PlacementRow.node.in_(where)
+                )
+                taken = {(node, gpu) for node, gpu in s.execute(live)}
+                for held in kept:
+                    for node, gpus in (held or {}).items():
+                        free = sum(1 for gpu in gpus if (node, int(gpu)) not in taken)
+                        states.setdefault(node, {})["held"] = states.get(node, {}).get("held", 0) + free
+        return [NodeGpus(name, gpus, gpu_type, bool(up), states.get(name, {})) for name, gpus, gpu_type, up in nodes]

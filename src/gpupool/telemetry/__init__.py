@@ -98,15 +98,26 @@ def gpupool_version() -> str:
 class Telemetry:
     """The observer of the loop and the reader of the store behind `/metrics`."""
 
-    def __init__(self, store: Store, clock: Callable[[], float] = time.time, interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Callable[[], float] = time.time,
+        interval: float = 2.0,
+        idle_interval: float = 15.0,
+    ) -> None:
         self.store = store
         self.clock = clock
         self.interval = interval
+        self.idle_interval = idle_interval
         self.registry = CollectorRegistry(auto_describe=False)
-        self.ledger = Ledger(self.registry)
+        """What the loop and the API feed: formatted at each scrape (a few hundred samples)."""
+        self.stored = CollectorRegistry(auto_describe=False)
+        """What the store feeds: formatted once per refresh, and that text served until the next."""
+        self.ledger = Ledger(self.stored)
         self.poke = threading.Event()
         self._lock = threading.Lock()
         self._families: list[Metric] = []
+        self._rendered = b""
         self._classes: list[str] | None = None
         self.caught_up = False
         self.decisions = Histogram(
@@ -151,7 +162,7 @@ class Telemetry:
             "gpupool_build_info", "The running gpupool's version.", ["version", "python"], registry=self.registry
         )
         build.labels(gpupool_version(), platform.python_version()).set(1)
-        self.registry.register(self)  # its collect() gives the families read from the store
+        self.stored.register(self)  # its collect() gives the families read from the store
 
     # --- the observer of the control loop -------------------------------------------------------
 
@@ -174,7 +185,9 @@ class Telemetry:
         self.latency.labels(method, route).observe(seconds)
 
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        with self._lock:
+            rendered = self._rendered
+        return generate_latest(self.registry) + rendered
 
     # --- what the store says ------------------------------------------------------------------
 
@@ -186,16 +199,19 @@ class Telemetry:
         return []
 
     def run(self, stop: threading.Event) -> None:
-        """Refresh from the store until `stop`: after a tick that changed the store, and at least
-        once per interval (gauges such as budget use move with time alone)."""
+        """Refresh from the store until `stop`: at once (reading the whole log), then after a
+        tick that changed the store, at most once per `interval`, and at least once per
+        `idle_interval` (budget use moves with time alone). A quiet pool costs nothing."""
         while not stop.is_set():
+            began = time.monotonic()
             try:
                 self.refresh(self.clock())
             except Exception:
                 log.exception("could not read the metrics from the store; trying again")
-            self.poke.wait(self.interval)
+            if stop.wait(max(0.0, self.interval - (time.monotonic() - began))):
+                return
+            self.poke.wait(self.idle_interval)
             self.poke.clear()
-            stop.wait(0.1)  # a burst of ticks makes one refresh
 
     def refresh(self, now: float) -> None:
         """Read what is new in the log, count it, and read the pool's current state."""
@@ -220,6 +236,9 @@ class Telemetry:
         families.append(gauge("gpupool_telemetry_refresh_timestamp_seconds", _REFRESHED, [], [((), now)]))
         with self._lock:
             self._families = families
+        rendered = generate_latest(self.stored)
+        with self._lock:
+            self._rendered = rendered
         self.caught_up = True
 
     def records_of(self, job_ids: Sequence[int]) -> list[tuple[int, str, str, str, list[AttemptRecord]]]:

@@ -38,29 +38,22 @@ def pool_gauges(store: Store, now: float, classes: Sequence[str]) -> list[Metric
 
 
 def gpu_gauges(store: Store) -> list[Metric]:
-    nodes, gpus = store.pool_view()
-    types = {n.name: n.gpu_type for n in nodes}
     per_node: Counter[tuple[str, str, str]] = Counter()
-    for n in nodes:
-        for state in GPU_STATES[:-1]:
-            per_node[(n.name, n.gpu_type, state)] += 0
-    for g in gpus:
-        per_node[(g.node, types[g.node], g.state)] += 1
-    down = [n for n in store.nodes(every=True) if not n.up]
-    node_states: Counter[tuple[str, str]] = Counter()
-    for n in nodes:
-        node_states[(n.gpu_type, "up")] += 1
-    for n in down:
-        node_states[(n.gpu_type, "down")] += 1
-        per_node[(n.name, n.gpu_type, "down")] += n.gpus
     by_type: Counter[tuple[str, str]] = Counter()
-    for gpu_type in {*types.values(), *(n.gpu_type for n in down)}:
-        for state in GPU_STATES:
-            by_type[(gpu_type, state)] += 0
-        node_states[(gpu_type, "up")] += 0
-        node_states[(gpu_type, "down")] += 0
-    for (_, gpu_type, state), count in per_node.items():
-        by_type[(gpu_type, state)] += count
+    node_states: Counter[tuple[str, str]] = Counter()
+    for n in store.node_gpus():
+        node_states[(n.gpu_type, "up")] += 0
+        node_states[(n.gpu_type, "down")] += 1 if not n.up else 0
+        node_states[(n.gpu_type, "up")] += 1 if n.up else 0
+        counts = dict.fromkeys(GPU_STATES, 0)
+        if n.up:
+            counts.update(n.states)
+            counts["idle"] = n.gpus - sum(n.states.values())
+        else:
+            counts["down"] = n.gpus
+        for state, count in counts.items():
+            per_node[(n.name, n.gpu_type, state)] = count
+            by_type[(n.gpu_type, state)] += count
     return [
         gauge(
             "gpupool_gpus",

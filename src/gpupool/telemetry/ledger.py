@@ -89,15 +89,16 @@ class Ledger:
     def __post_init__(self) -> None:
         self.queue_wait = Histogram(
             "gpupool_queue_wait_seconds",
-            "Time from joining the line (submitted, or requeued) to the start of an attempt.",
-            ["class", "team", "kind"],
+            "Time from joining the line (submitted, or requeued) to the start of an attempt, by class and whether "
+            "the job was submitted (first) or requeued after an interruption.",
+            ["class", "kind"],
             buckets=WAIT_BUCKETS,
             registry=self.registry,
         )
         self.blocking = Histogram(
             "gpupool_checkpoint_blocking_seconds",
             "How long each committed checkpoint blocked training, as the job reported it.",
-            ["class", "team"],
+            ["class"],
             buckets=BLOCKING_BUCKETS,
             registry=self.registry,
         )
@@ -118,9 +119,9 @@ class Ledger:
                 self.counts["gpupool_attempts_started"][(*labels, kind)] += 1
                 since = self.queued_since.pop(h.job_id, None)
                 if since is not None:
-                    self.queue_wait.labels(*labels, since[1]).observe(max(0.0, h.time - since[0]))
+                    self.queue_wait.labels(h.priority, since[1]).observe(max(0.0, h.time - since[0]))
             elif h.kind == JobState.PREEMPTING.value:
-                reason = str(h.data.get("reason") or "unknown")
+                reason = h.reason or "unknown"
                 self.counts["gpupool_preemptions"][(*labels, reason)] += 1
             elif h.kind == JobState.PENDING.value and h.attempt is not None:
                 self.queued_since[h.job_id] = (h.time, "requeued")
@@ -139,7 +140,7 @@ class Ledger:
             if c.id in fresh:
                 self.counts["gpupool_checkpoint_commits"][(c.priority, c.team)] += 1
                 if c.seconds is not None:
-                    self.blocking.labels(c.priority, c.team).observe(c.seconds)
+                    self.blocking.labels(c.priority).observe(c.seconds)
 
     def settle(self, jobs: Iterable[int], records_of: RecordsOf, now: float, batch: int = 500) -> None:
         """Count the attempts of `jobs` (and of those warming up) whose cost is now final."""
