@@ -4,9 +4,11 @@ run on the loop's thread, between a decision and the next."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from gpupool.model import Plan, Snapshot
+from gpupool.model import Plan, Reason, Snapshot
 
 
 class Observer(Protocol):
@@ -17,3 +19,37 @@ class Observer(Protocol):
     def on_tick(self, now: float, changed: bool) -> None:
         """The loop ticked at `now` (it was allowed to decide); `changed`: the tick changed the
         store (an attempt ended or started, a notice, a reason to wait)."""
+
+
+@dataclass
+class Lineup:
+    """Each pending job's place in line at the last decision (1: next), from the order the core
+    went through the queue: what the queue page shows. Jobs held by the driver (dependencies,
+    array limits, launch back-offs) are in no line."""
+
+    places: dict[int, int] = field(default_factory=dict)
+    decided_at: float | None = None
+
+    def on_decision(self, now: float, snapshot: Snapshot, plan: Plan, seconds: float) -> None:
+        held = {Reason.DEPENDENCY, Reason.ARRAY_LIMIT, Reason.LAUNCH_RETRY}
+        waiting = [int(w.job) for w in plan.waits if w.reason not in held]
+        self.places = {job: place for place, job in enumerate(dict.fromkeys(waiting), start=1)}
+        self.decided_at = now
+
+    def on_tick(self, now: float, changed: bool) -> None:
+        pass
+
+
+@dataclass
+class Observers:
+    """Several observers as one, told in order."""
+
+    each: Sequence[Observer]
+
+    def on_decision(self, now: float, snapshot: Snapshot, plan: Plan, seconds: float) -> None:
+        for observer in self.each:
+            observer.on_decision(now, snapshot, plan, seconds)
+
+    def on_tick(self, now: float, changed: bool) -> None:
+        for observer in self.each:
+            observer.on_tick(now, changed)

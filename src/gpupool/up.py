@@ -32,6 +32,7 @@ from gpupool.executors.local import LocalExecutor
 from gpupool.executors.users import can_switch_users
 from gpupool.leader import IDENTITY, Guard, NotLeader, StoreLease, claim_data_dir, lock_data_dir
 from gpupool.model import Config
+from gpupool.observer import Lineup, Observers
 from gpupool.service import ControlLoop, token_hash
 from gpupool.store import Store
 from gpupool.store.engine import DATABASE, open_engine, sqlite_url
@@ -231,9 +232,9 @@ def _start(spec: ConfigSpec, config: Config, data_dir: Path, lock: int) -> Runni
         guard=Guard(data_dir, identity.id, database, lease),
     )
     loop.sync_nodes()
-    telemetry = Telemetry(store)
-    loop.observer = telemetry
-    app = create_app(Context(store, loop, token_hash(admin_token(data_dir)), telemetry=telemetry))
+    telemetry, lineup = Telemetry(store), Lineup()
+    loop.observer = Observers([telemetry, lineup])
+    app = create_app(Context(store, loop, token_hash(admin_token(data_dir)), telemetry=telemetry, lineup=lineup))
     listening = socket.create_server((service.host, service.port), reuse_port=False)
     server = Server(uvicorn.Config(app, host=service.host, port=service.port, log_level="warning", lifespan="off"))
     stop = threading.Event()

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 
 from gpupool.api import Context, create_app
 from gpupool.model import DEFAULT_CLASSES, Config, Node
+from gpupool.observer import Lineup, Observers
 from gpupool.service import ControlLoop, token_hash
 from gpupool.store import Store
 from gpupool.telemetry import Telemetry
@@ -35,6 +36,7 @@ class Api:
     workdir: Path
     now: list[float] = field(default_factory=lambda: [100.0])
     telemetry: Telemetry | None = None
+    lineup: Lineup | None = None
 
     @property
     def executor(self) -> FakeExecutor:
@@ -68,12 +70,13 @@ def make_api(store: Store, tmp_path: Path) -> Api:
     store.set_nodes([Node("gpu0", 4, "virtual")], virtual=True)
     loop = ControlLoop(store, CONFIG, FakeExecutor(store), tmp_path / "data")
     now = [100.0]
-    telemetry = Telemetry(store, clock=lambda: now[0])
-    loop.observer = telemetry
-    app = create_app(Context(store, loop, token_hash(ADMIN), clock=lambda: now[0], telemetry=telemetry))
+    telemetry, lineup = Telemetry(store, clock=lambda: now[0]), Lineup()
+    loop.observer = Observers([telemetry, lineup])
+    context = Context(store, loop, token_hash(ADMIN), clock=lambda: now[0], telemetry=telemetry, lineup=lineup)
+    app = create_app(context)
     workdir = tmp_path / "work"
     workdir.mkdir(exist_ok=True)
-    return Api(app, TestClient(app), store, loop, workdir, now, telemetry)
+    return Api(app, TestClient(app), store, loop, workdir, now, telemetry, lineup)
 
 
 def opened(tmp_path: Path) -> Iterator[Api]:

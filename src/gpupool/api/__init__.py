@@ -38,6 +38,7 @@ from gpupool.accounting import Totals, totals
 from gpupool.api import access, limits
 from gpupool.api.access import JOB_RULES, Principal, Rule
 from gpupool.api.batching import SubmissionWriter
+from gpupool.api.dashboard import PAGE_ROUTES, add_dashboard
 from gpupool.api.errors import install, responses
 from gpupool.api.logs import read_part
 from gpupool.api.metering import RequestMetrics
@@ -63,6 +64,7 @@ from gpupool.api.pool import add_pool_routes
 from gpupool.api.submission import check_fits, check_key, check_paths, parsed
 from gpupool.errors import Conflict, InvalidInput, NotFound, StoreUnavailable, Unauthorized
 from gpupool.model import JobState, Node
+from gpupool.observer import Lineup
 from gpupool.service import ControlLoop, token_hash
 from gpupool.slurm import parse_after, parse_array
 from gpupool.store import DEFAULT_TEAM, JobSpec, Store
@@ -103,6 +105,7 @@ class Context:
     admin_hash: str
     clock: Callable[[], float] = time.time
     telemetry: Telemetry | None = None
+    lineup: Lineup | None = None
     _classes: list[str] | None = None
     _nodes: tuple[float, list[Node]] | None = None
 
@@ -459,8 +462,14 @@ def create_app(ctx: Context) -> FastAPI:
     def complete(job_id: JobId, attempt: AttemptNo, who: Who) -> None:
         ctx.store.report_completed(job_id, attempt, ctx.clock())
 
+    add_dashboard(app, ctx, identify)
     access.check_routes(
-        (method, getattr(route, "path", "")) for route in app.routes for method in getattr(route, "methods", None) or ()
+        (
+            (method, getattr(route, "path", ""))
+            for route in app.routes
+            for method in getattr(route, "methods", None) or ()
+        ),
+        pages=PAGE_ROUTES,
     )
     return app
 

@@ -1,4 +1,4 @@
-"""What the metrics read: the event log and the checkpoint commits after a watermark, and the
+"""What the metrics and the dashboard read: the event log and the checkpoint commits after a watermark, and the
 pool's current state as counts. Each read is one query that returns at most a few rows per
 team and class (or per new event), never a row per job: a scrape never reads the store, and the
 telemetry thread reads these at most once a second (gpupool/telemetry)."""
@@ -8,11 +8,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from sqlalchemy import func, select
 
 from gpupool.model import ENDED, JobState
 from gpupool.store.base import StoreBase
-from gpupool.store.schema import AttemptRow, CheckpointRow, EventRow, JobRow, NodeRow, PlacementRow
+from gpupool.store.schema import AttemptRow, CheckpointRow, EventRow, JobRow, NodeRow, PlacementRow, TeamRow
 
 LIVE = tuple(s.value for s in JobState if s not in ENDED)
 
@@ -180,3 +181,34 @@ class TelemetryStore(StoreBase):
                         free = sum(1 for gpu in gpus if (node, int(gpu)) not in taken)
                         states.setdefault(node, {})["held"] = states.get(node, {}).get("held", 0) + free
         return [NodeGpus(name, gpus, gpu_type, bool(up), states.get(name, {})) for name, gpus, gpu_type, up in nodes]
+
+    def team_gpus_over_time(self, since: float, until: float, points: int) -> dict[str, list[tuple[float, float]]]:
+        """Per team, the GPUs its attempts held at `points` evenly spaced times in [since, until]."""
+        query = (
+            select(JobRow.team, AttemptRow.started_at, AttemptRow.ended_at, JobRow.gpus)
+            .join(JobRow, JobRow.id == AttemptRow.job_id)
+            .where(AttemptRow.started_at <= until, (AttemptRow.ended_at.is_(None)) | (AttemptRow.ended_at >= since))
+        )
+        with self.reading() as s:
+            rows = list(s.execute(query))
+            teams = [name for (name,) in s.execute(select(TeamRow.name).order_by(TeamRow.name))]
+        times = np.linspace(since, until, points)
+        held: dict[str, list[tuple[float, float]]] = {}
+        for team in teams:
+            mine = [
+                (start, end if end is not None else np.inf, gpus) for name, start, end, gpus in rows if name == team
+            ]
+            values = np.zeros(points)
+            if mine:
+                start, end, gpus = (np.array(column, dtype=float) for column in zip(*mine, strict=True))
+                inside = (start[None, :] <= times[:, None]) & (times[:, None] < end[None, :])
+                values = inside.astype(float) @ gpus
+            held[team] = list(zip(times.tolist(), values.tolist(), strict=True))
+        return held
+
+    def checkpoints(self, job_id: int) -> list[CheckpointRow]:
+        """The checkpoints a job committed, oldest first."""
+        with self.reading() as s:
+            return list(
+                s.scalars(select(CheckpointRow).where(CheckpointRow.job_id == job_id).order_by(CheckpointRow.id))
+            )

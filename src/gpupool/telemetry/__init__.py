@@ -23,6 +23,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client import Counter as CounterMetric
@@ -36,6 +37,8 @@ from gpupool.telemetry.gauges import gauge, pool_gauges
 from gpupool.telemetry.ledger import BUCKETS, INTERRUPTION_KINDS, USES, Labels, Ledger
 
 __all__ = ["COUNTERS", "Telemetry"]
+
+K = TypeVar("K")
 
 log = logging.getLogger("gpupool.telemetry")
 
@@ -264,25 +267,33 @@ class Telemetry:
         families.append(self.goodput(counts.get("gpupool_allocated_gpu_seconds", {})))
         return families
 
+    def goodput_by_team(self) -> dict[str, float]:
+        """Each team's goodput over all time, from the counters (ended attempts)."""
+        return goodput_of(self.ledger.counts.get("gpupool_allocated_gpu_seconds", {}), lambda labels: labels[1])
+
     @staticmethod
     def goodput(allocated: Mapping[Labels, float]) -> Metric:
-        productive: defaultdict[tuple[str, str], float] = defaultdict(float)
-        reported: defaultdict[tuple[str, str], float] = defaultdict(float)
-        for (priority, team, use), value in allocated.items():
-            if use != "unreported":
-                reported[(priority, team)] += value
-            if use == "productive":
-                productive[(priority, team)] += value
         family = GaugeMetricFamily(
             "gpupool_goodput_ratio",
             "Productive over allocated GPU time of ended attempts that reported their progress, by class and "
             "team, over all time (for a window: the ratio of rate()s of gpupool_allocated_gpu_seconds_total).",
             labels=["class", "team"],
         )
-        for key, value in sorted(reported.items()):
-            if value > 0:
-                family.add_metric(list(key), productive[key] / value)
+        for (priority, team), value in sorted(goodput_of(allocated, lambda labels: (labels[0], labels[1])).items()):
+            family.add_metric([priority, team], value)
         return family
+
+
+def goodput_of(allocated: Mapping[Labels, float], key: Callable[[Labels], K]) -> dict[K, float]:
+    """Productive over all but unreported GPU time, grouped by `key` of (class, team, use)."""
+    productive: defaultdict[K, float] = defaultdict(float)
+    reported: defaultdict[K, float] = defaultdict(float)
+    for labels, value in list(allocated.items()):
+        if labels[2] != "unreported":
+            reported[key(labels)] += value
+        if labels[2] == "productive":
+            productive[key(labels)] += value
+    return {k: productive[k] / value for k, value in reported.items() if value > 0}
 
 
 _CAUGHT_UP = "1 once the counters have read the whole event log (absent before: they are still catching up)."

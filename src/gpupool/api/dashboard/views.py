@@ -1,0 +1,260 @@
+"""What each page shows, read from the store and cut to what the token may see (`access`): plain
+values for the templates. Another team's jobs appear by id, team, class, state and GPUs only, as
+in the API's listings; its users, names, commands, reasons and logs never."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpupool.accounting import Interruption, totals
+from gpupool.api import access
+from gpupool.api.access import Principal
+from gpupool.api.dashboard import svg
+from gpupool.errors import Forbidden
+from gpupool.model import JobState
+from gpupool.units import gpu_time, human_seconds
+
+GPU_STATES = ("idle", "allocated", "draining", "held", "down")
+LIVE = (JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING)
+
+
+def when(timestamp: float | None, now: float) -> str:
+    """`14:03:07 (42 s ago)`, in the server's local time."""
+    if timestamp is None:
+        return "—"
+    clock = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
+    ago = now - timestamp
+    return f"{clock} ({human_seconds(ago)} ago)" if ago >= 0 else f"{clock} (in {human_seconds(-ago)})"
+
+
+@dataclass
+class Cell:
+    gpu: int
+    state: str
+    job: int | None = None
+    team: str | None = None
+    user: str | None = None
+    for_job: int | None = None
+    task: str | None = None
+    visible: bool = False
+    """Whether the token sees the holder's job in full (a link to its page)."""
+
+
+@dataclass
+class NodeView:
+    name: str
+    gpu_type: str
+    up: bool
+    cells: list[Cell] = field(default_factory=list)
+
+
+def pool(ctx: Any, who: Principal) -> dict[str, Any]:
+    nodes, gpus = ctx.store.pool_view()
+    by_node: dict[str, list[Cell]] = defaultdict(list)
+    for g in gpus:
+        shown = access.gpu_view(who, g)
+        visible = g.team is not None and access.sees_in_full(who, g.team)
+        by_node[g.node].append(Cell(g.gpu, g.state, g.job, g.team, shown.user, g.for_job, g.task, visible))
+    views = [NodeView(n.name, n.gpu_type, True, by_node[n.name]) for n in nodes]
+    down = [n for n in ctx.store.nodes(every=True) if not n.up]
+    views += [NodeView(n.name, n.gpu_type, False, [Cell(i, "down") for i in range(n.gpus)]) for n in down]
+    counts = Counter(c.state for v in views for c in v.cells)
+    return {"nodes": views, "counts": [(s, counts.get(s, 0)) for s in GPU_STATES], "total": sum(counts.values())}
+
+
+@dataclass
+class JobLine:
+    id: int
+    team: str
+    priority: str
+    state: str
+    gpus: int
+    visible: bool
+    name: str = ""
+    user: str = ""
+    reason: str | None = None
+    message: str | None = None
+    place: int | None = None
+    waited: str = ""
+    where: str = ""
+    since: str = ""
+
+
+def queue(ctx: Any, who: Principal, now: float, team: str | None, cls: str | None) -> dict[str, Any]:
+    held = placements(ctx)
+    started = {a.job_id: a.started_at for a in ctx.store.live_attempts()}
+    places: dict[int, int] = ctx.lineup.places if ctx.lineup is not None else {}
+
+    def line(row: Any) -> JobLine:
+        visible = access.sees_in_full(who, row.team)
+        shown = JobLine(row.id, row.team, row.priority, row.state, row.gpus, visible, place=places.get(row.id))
+        if row.state == JobState.PENDING.value:
+            shown.waited = human_seconds(now - row.submit_time)
+        else:
+            shown.where = " ".join(f"{n}[{','.join(map(str, g))}]" for n, g in sorted(held.get(row.id, {}).items()))
+            shown.since = human_seconds(now - started[row.id]) if row.id in started else ""
+        if visible:
+            shown.name, shown.user = row.name, row.user or ""
+            shown.reason, shown.message = row.wait_reason, row.wait_message
+        return shown
+
+    def chosen(rows: list[Any]) -> list[JobLine]:
+        return [line(r) for r in rows if (team is None or r.team == team) and (cls is None or r.priority == cls)]
+
+    running = chosen(ctx.store.jobs(states=list(LIVE)))
+    pending = chosen(ctx.store.jobs(states=[JobState.PENDING]))
+    pending.sort(key=lambda j: (j.place is None, j.place or 0, j.id))
+    return {"running": running, "pending": pending, "team": team, "cls": cls, "decided_at": ctx.lineup}
+
+
+def placements(ctx: Any) -> dict[int, dict[str, list[int]]]:
+    held: dict[int, dict[str, list[int]]] = {}
+    for p in sorted(ctx.store.held(), key=lambda p: (p.node, p.gpu)):
+        held.setdefault(p.job_id, {}).setdefault(p.node, []).append(p.gpu)
+    return held
+
+
+def teams(ctx: Any, now: float, window: float = 86400.0) -> dict[str, Any]:
+    """Every team's policy, use and budgets, and its GPUs held over the last `window` (pool
+    aggregates: open to every token, as `/teams` and the report's team totals are)."""
+    using, pending = ctx.store.team_use()
+    budgets, spent = ctx.store.budget_use(now)
+    goodput = ctx.telemetry.goodput_by_team() if ctx.telemetry is not None else {}
+    rows = []
+    for t in ctx.store.teams():
+        mine = [b for b in budgets if b.team == t.name]
+        rows.append(
+            {
+                "name": t.name,
+                "weight": t.weight,
+                "guaranteed": t.guaranteed_gpus,
+                "using": using[t.name],
+                "pending": pending[t.name],
+                "goodput": goodput.get(t.name),
+                "budgets": [
+                    {
+                        "priority": b.priority,
+                        "limit": b.gpu_hours,
+                        "used": spent.get((b.team, b.priority), 0.0) / 3600,
+                        "window": human_seconds(b.window),
+                    }
+                    for b in mine
+                ],
+            }
+        )
+    series = ctx.store.team_gpus_over_time(now - window, now, points=48)
+    guarantees = {t["name"]: t["guaranteed"] for t in rows}
+    charts = [
+        svg.lines(
+            f"GPUs held by team {name} over the last {human_seconds(window)} (dashed: its guarantee)",
+            [("held", values)],
+            start=now - window,
+            end=now,
+            guide=guarantees.get(name, 0),
+        )
+        for name, values in sorted(series.items())
+    ]
+    return {"teams": rows, "charts": charts}
+
+
+@dataclass
+class Cut:
+    job: int
+    team: str
+    priority: str
+    cut: Interruption
+    at: str
+    lost: str
+    next_attempt: str
+
+
+def interruptions(ctx: Any, who: Principal, now: float, since: float) -> dict[str, Any]:
+    """Each interruption since `since` with its cost, newest first (the token's own team's,
+    as in the report), totals by kind, and lost GPU-hours over time."""
+    accounts = ctx.store.accounts(now, since=since)
+    team = access.own_team(who)
+    own = [a for a in accounts if team is None or a.team == team]
+    cuts = sorted(
+        (
+            Cut(
+                a.job_id,
+                a.team,
+                a.priority,
+                i,
+                when(i.at, now),
+                gpu_time(i.lost),
+                "waiting" if i.delay is None else f"after {human_seconds(i.delay)} in line",
+            )
+            for a in own
+            for i in a.interruptions
+        ),
+        key=lambda c: -c.cut.at,
+    )
+    by_kind: Counter[str] = Counter()
+    lost_by_kind: defaultdict[str, float] = defaultdict(float)
+    for c in cuts:
+        by_kind[c.cut.cause] += 1
+        lost_by_kind[c.cut.cause] += c.cut.lost
+    hours = max(1, round((now - since) / 3600))
+    step = (now - since) / min(hours, 48)
+    bins = [0.0] * min(hours, 48)
+    for c in cuts:
+        index = min(len(bins) - 1, max(0, int((c.cut.at - since) / step)))
+        bins[index] += c.cut.lost / 3600
+    chart = svg.bars(f"GPU-hours lost to interruptions, per {human_seconds(step)}", bins, start=since, end=now)
+    pool_totals = totals(own, lambda _: "all").get("all")
+    return {
+        "cuts": cuts[:500],
+        "more": max(0, len(cuts) - 500),
+        "kinds": [(k, by_kind[k], gpu_time(lost_by_kind[k])) for k in sorted(by_kind)],
+        "chart": chart,
+        "lost": gpu_time(pool_totals.lost) if pool_totals else gpu_time(0.0),
+        "since": human_seconds(now - since),
+        "scope": "every team" if team is None else f"team {team}",
+    }
+
+
+def job(ctx: Any, who: Principal, job_id: int, now: float) -> dict[str, Any]:
+    row = ctx.store.job(job_id)
+    if not access.sees_in_full(who, row.team):
+        raise Forbidden(f"{who} may not see job {job_id} of team {row.team}")
+    attempts = ctx.store.attempts(job_id)
+    accounts = ctx.store.accounts(now, job_ids=[job_id])
+    account = accounts[0] if accounts else None
+    commits = ctx.store.checkpoints(job_id)
+    events = ctx.store.events(job_id=job_id, limit=500)
+    log = ""
+    if row.attempts:
+        reader = None
+        try:
+            reader = ctx.loop.open_log(row, row.attempts - 1, "stdout")
+        except Exception as exc:  # another user's -o file: said, not opened
+            log = str(exc)
+        if reader is not None:
+            with reader:
+                reader.seek(0, 2)
+                size = reader.tell()
+                reader.seek(max(0, size - 8192))
+                log = reader.read().decode(errors="replace")
+    return {
+        "job": row,
+        "attempts": [
+            {
+                "row": a,
+                "started": when(a.started_at, now),
+                "ended": when(a.ended_at, now) if a.ended_at else "running",
+                "cost": account.attempts[i] if account and i < len(account.attempts) else None,
+                "commits": [c for c in commits if c.attempt == a.attempt],
+            }
+            for i, a in enumerate(attempts)
+        ],
+        "account": account,
+        "goodput": None if account is None else account.goodput,
+        "events": [{"at": when(e.time, now), "kind": e.kind, "message": e.message} for e in events],
+        "placement": placements(ctx).get(job_id, {}),
+        "log": log,
+        "gpu_time": gpu_time,
+    }

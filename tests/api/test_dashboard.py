@@ -1,0 +1,116 @@
+"""The dashboard's pages as HTML (the test client, no browser): no token no data, a team's token
+sees the pool and its own team's jobs, nothing is loaded from elsewhere, the sign-in cannot be
+driven from another site, and the API never takes the page's cookie."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from apiworld import ADMIN, World, auth, opened, populated
+from fastapi.testclient import TestClient
+
+PAGES = ["/ui/pool", "/ui/queue", "/ui/teams", "/ui/interruptions", "/ui/jobs/1"]
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    for api in opened(tmp_path):
+        yield populated(api)
+
+
+def signed_in(world: World, token: str) -> TestClient:
+    client = TestClient(world.api.app)
+    answer = client.post("/ui/signin", data={"token": token, "next": "/ui/queue"}, follow_redirects=False)
+    assert answer.status_code == 303, answer.text
+    assert answer.headers["location"] == "/ui/queue"
+    cookie = answer.headers["set-cookie"]
+    assert "HttpOnly" in cookie
+    assert "SameSite=strict" in cookie
+    assert "Path=/ui" in cookie
+    return client
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_no_token_no_data(world: World, page: str) -> None:
+    client = TestClient(world.api.app)
+    answer = client.get(page, follow_redirects=False)
+    assert answer.status_code == 303
+    assert answer.headers["location"] == f"/ui/signin?next={page}"
+    assert client.get(page + "?fragment=1").status_code == 401
+    client.cookies.set("gpupool_token", "not-a-token")
+    assert client.get(page, follow_redirects=False).status_code == 303
+
+
+def test_a_wrong_token_or_a_jobs_token_does_not_sign_in(world: World) -> None:
+    client = TestClient(world.api.app)
+    wrong = client.post("/ui/signin", data={"token": "guess"})
+    assert wrong.status_code == 401
+    assert "not the admin" in wrong.text
+    job = client.post("/ui/signin", data={"token": world.attempt_tokens[world.job_a]})
+    assert job.status_code == 401
+    assert "set-cookie" not in job.headers
+
+
+def test_a_team_sees_the_pool_and_its_own_jobs_and_others_only_briefly(world: World) -> None:
+    team_a = signed_in(world, world.tokens["a"])
+    pool = team_a.get("/ui/pool").text
+    assert f'href="/ui/jobs/{world.job_a}"' in pool
+    assert f'href="/ui/jobs/{world.job_b}"' not in pool  # another team's job: named, not linked
+    assert "b1" not in pool  # nor its user
+    queue = team_a.get("/ui/queue").text
+    assert "a-job" in queue
+    assert "b-secret" not in queue
+    theirs = team_a.get(f"/ui/jobs/{world.job_b}")
+    assert theirs.status_code == 403
+    assert f"may not see job {world.job_b} of team b" in theirs.text
+    assert "b-secret" not in theirs.text
+    assert "stdout of job" not in theirs.text  # its log neither
+    mine = team_a.get(f"/ui/jobs/{world.job_a}")
+    assert mine.status_code == 200
+    assert f"stdout of job {world.job_a}" in mine.text
+    admin = signed_in(world, ADMIN)
+    assert "b-secret" in admin.get(f"/ui/jobs/{world.job_b}").text
+    assert "b1" in admin.get("/ui/pool").text
+
+
+def test_pages_load_only_their_own_files(world: World) -> None:
+    client = signed_in(world, ADMIN)
+    for page in [*PAGES, "/ui/signin"]:
+        html = client.get(page).text
+        for url in re.findall(r"""(?:src|href|action)=["']([^"']+)["']""", html):
+            assert url.startswith("/"), f"{page} refers to {url}"
+            assert not url.startswith("//"), f"{page} refers to {url}"
+        for asset in re.findall(r"""(?:src|href)=["'](/ui/static/[^"']+)["']""", html):
+            assert client.get(asset).status_code == 200, asset
+
+
+def test_sign_in_from_another_site_is_refused_and_goes_nowhere_else(world: World) -> None:
+    client = TestClient(world.api.app)
+    evil = client.post("/ui/signin", data={"token": world.tokens["a"]}, headers={"Origin": "https://evil.example"})
+    assert evil.status_code == 403
+    for target in ("https://evil.example/", "//evil.example/", "/\\evil.example", "/jobs"):
+        answer = client.post("/ui/signin", data={"token": ADMIN, "next": target}, follow_redirects=False)
+        assert answer.headers["location"] == "/ui/pool", target
+
+
+def test_the_api_never_takes_the_pages_cookie(world: World) -> None:
+    client = signed_in(world, ADMIN)
+    assert client.get("/jobs").status_code == 401
+    assert client.post("/jobs", json={"command": ["true"]}).status_code == 401
+    assert client.get("/jobs", headers=auth(ADMIN)).status_code == 200
+
+
+def test_the_queue_shows_each_pending_jobs_place_in_line_and_why(world: World) -> None:
+    api = world.api
+    first = api.submit(world.tokens["a"], name="waits-first", gpus=4)
+    second = api.submit(world.tokens["a"], name="waits-second", gpus=4)
+    api.loop.tick(400.0)
+    assert api.lineup is not None
+    assert api.lineup.places == {first["id"]: 1, second["id"]: 2}
+    html = signed_in(world, world.tokens["a"]).get("/ui/queue").text
+    rows = re.findall(r'<tr data-job="(\d+)">\s*<td>(\d+|—)</td>', html)
+    assert rows[:2] == [(str(first["id"]), "1"), (str(second["id"]), "2")]
+    assert "<code>" in html  # each with its reason's code and words
