@@ -11,6 +11,7 @@ from typing import Any
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.remote.webdriver import WebDriver
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -37,10 +38,11 @@ def browser(size: tuple[int, int] = DESKTOP) -> webdriver.Chrome:
     return driver
 
 
-def requested(driver: webdriver.Chrome) -> list[str]:
+def requested(driver: WebDriver) -> list[str]:
     """The URLs the browser requested since the last call (from its DevTools log)."""
     urls = []
-    for entry in driver.get_log("performance"):
+    entries: list[dict[str, Any]] = driver.get_log("performance")  # type: ignore[no-untyped-call]
+    for entry in entries:
         message: dict[str, Any] = json.loads(entry["message"])["message"]
         if message.get("method") == "Network.requestWillBeSent":
             urls.append(str(message["params"]["request"]["url"]))
