@@ -41,7 +41,7 @@ def browser(size: tuple[int, int] = DESKTOP) -> webdriver.Chrome:
 def requested(driver: WebDriver) -> list[str]:
     """The URLs the browser requested since the last call (from its DevTools log)."""
     urls = []
-    entries: list[dict[str, Any]] = driver.get_log("performance")  # type: ignore[no-untyped-call]
+    entries: list[dict[str, Any]] = driver.get_log("performance")  # type: ignore[attr-defined]
     for entry in entries:
         message: dict[str, Any] = json.loads(entry["message"])["message"]
         if message.get("method") == "Network.requestWillBeSent":
