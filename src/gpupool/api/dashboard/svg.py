@@ -10,8 +10,8 @@ from html import escape
 WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 640, 160, 44, 22, 10
 
 
-def _clock(t: float) -> str:
-    return time.strftime("%H:%M", time.localtime(t))
+def _clock(t: float, span: float) -> str:
+    return time.strftime("%H:%M" if span < 20 * 3600 else "%m-%d %H:%M", time.localtime(t))
 
 
 def _frame(title: str, top: float, start: float, end: float, body: str, summary: str) -> str:
@@ -21,12 +21,12 @@ def _frame(title: str, top: float, start: float, end: float, body: str, summary:
         f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{TOP + plot_h}" class="axis"/>'
         f'<text x="{LEFT - 4}" y="{TOP + 8}" text-anchor="end">{top:g}</text>'
         f'<text x="{LEFT - 4}" y="{TOP + plot_h}" text-anchor="end">0</text>'
-        f'<text x="{LEFT}" y="{HEIGHT - 4}">{_clock(start)}</text>'
-        f'<text x="{WIDTH}" y="{HEIGHT - 4}" text-anchor="end">{_clock(end)}</text>'
+        f'<text x="{LEFT}" y="{HEIGHT - 4}">{_clock(start, end - start)}</text>'
+        f'<text x="{WIDTH}" y="{HEIGHT - 4}" text-anchor="end">{_clock(end, end - start)}</text>'
     )
     return (
         f'<figure class="chart"><svg viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}" '
-        f'preserveAspectRatio="none"><title>{escape(title)}</title><desc>{escape(summary)}</desc>{axis}{body}</svg>'
+        f"><title>{escape(title)}</title><desc>{escape(summary)}</desc>{axis}{body}</svg>"
         f"<figcaption>{escape(title)}</figcaption></figure>"
     )
 

@@ -19,6 +19,8 @@ from gpupool.units import gpu_time, human_seconds
 
 GPU_STATES = ("idle", "allocated", "draining", "held", "down")
 LIVE = (JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING)
+LOG_LINES = 40
+"""How much of a job's output its page shows (`gpupool logs` has all of it)."""
 
 
 def when(timestamp: float | None, now: float) -> str:
@@ -238,7 +240,7 @@ def job(ctx: Any, who: Principal, job_id: int, now: float) -> dict[str, Any]:
                 reader.seek(0, 2)
                 size = reader.tell()
                 reader.seek(max(0, size - 8192))
-                log = reader.read().decode(errors="replace")
+                log = "\n".join(reader.read().decode(errors="replace").splitlines()[-LOG_LINES:])
     return {
         "job": row,
         "attempts": [

@@ -1,4 +1,4 @@
-"""What the metrics cost, on a store the size of a busy lab's year.
+"""What seeing the pool costs (metrics and dashboard), on a store the size of a busy lab's year.
 
 A SQLite store with 1,000 nodes × 8 GPUs and 100,000 jobs: 92,000 done (one in ten was
 preempted once and resumed; every attempt with a checkpoint), 6,000 running on every GPU, 2,000
@@ -8,13 +8,15 @@ pending; about 560,000 events. Prints:
   refresh    a read of what is new plus the current state, as every second after;
   scrape     GET /metrics through the app (token check, formatting), p50/p99 of 200: the
              issue's ceiling is 50 ms;
+  pages      each dashboard page rendered by the app (server side, signed in as the admin),
+             p50/p99 of 20: the issue's ceiling is 300 ms;
   decisions  the control loop's ticks on this store (each one reads the snapshot and decides
              for the 2,000 pending jobs), with metrics on (the telemetry thread refreshing as
              `gpupool up` runs it, told after every tick that the store changed: as often as
              it may) and off, in alternating blocks of the same run: decide's own time and the
              whole tick's, p50 of each, and on / off.
 
-Run: .venv/bin/python benchmarks/metrics_scrape.py [--jobs 100000] [--nodes 1000]
+Run: .venv/bin/python benchmarks/observability.py [--jobs 100000] [--nodes 1000]
 """
 
 from __future__ import annotations
@@ -187,6 +189,22 @@ def decisions(store: Store, folder: Path, telemetry: Telemetry, blocks: int, tic
         print(f"{name:>9}  p50 off {a:7.1f} ms   on {b:7.1f} ms   on/off {b / a:5.3f}   ({len(on)} ticks each)")
 
 
+def pages(client: TestClient, jobs: int) -> None:
+    signed = client.post("/ui/signin", data={"token": ADMIN}, follow_redirects=False)
+    assert signed.status_code == 303, signed.text
+    for page in ("/ui/pool", "/ui/queue", "/ui/teams", "/ui/interruptions", f"/ui/jobs/{jobs}", "/ui/pool?fragment=1"):
+        times = []
+        for _ in range(20):
+            began = time.perf_counter()
+            answer = client.get(page)
+            times.append(time.perf_counter() - began)
+            assert answer.status_code == 200, (page, answer.status_code)
+        print(
+            f"{page:>22}  p50 {statistics.median(times) * 1000:7.1f} ms   p99 {quantile(times, 0.99) * 1000:7.1f} ms"
+            f"   ({len(answer.content) / 1024:.0f} KiB)   ceiling 300 ms"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100_000)
@@ -222,6 +240,7 @@ def main() -> None:
             f"   scrape  p50 {statistics.median(scrapes) * 1000:7.1f} ms   p99 {quantile(scrapes, 0.99) * 1000:7.1f} ms"
             f"   ({size / 1024:.0f} KiB)   ceiling 50 ms"
         )
+        pages(client, args.jobs)
         decisions(store, folder, telemetry, args.blocks, args.ticks)
         store.close()
 
