@@ -12,6 +12,8 @@ import pytest
 from apiworld import ADMIN, Api, World, auth, opened, populated
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpupool.errors import StoreUnavailable
+
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
@@ -70,3 +72,29 @@ def test_the_exposition_passes_promtool(world: World) -> None:
     text = scrape(world.api)
     linted = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False)
     assert linted.returncode == 0, linted.stdout + linted.stderr
+
+
+def test_a_request_refused_before_routing_is_counted_under_its_route(world: World) -> None:
+    api = world.api
+    body = b"x" * (9 * 1024 * 1024)
+    answer = api.client.post("/jobs", content=body, headers={**auth(ADMIN), "Content-Type": "application/json"})
+    assert answer.status_code == 413
+    scrape(api)
+    assert api.telemetry is not None
+    labels = {"method": "POST", "route": "/jobs", "status": "413"}
+    assert api.telemetry.registry.get_sample_value("gpupool_http_requests_total", labels) == 1
+
+
+def test_a_scrape_answers_while_the_store_does_not_confirm_tokens(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = world.api
+    scrape(api, world.tokens["b"])
+
+    def down(_: str) -> None:
+        raise StoreUnavailable("the store does not answer")
+
+    monkeypatch.setattr(api.store, "holder_of", down)
+    assert api.client.get("/metrics", headers=auth(world.tokens["b"])).status_code == 200
+    assert api.client.get("/metrics", headers=auth("never-seen")).status_code == 503
+    assert api.client.get("/metrics").status_code == 401

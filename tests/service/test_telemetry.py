@@ -177,3 +177,73 @@ def test_gpus_are_counted_by_state_as_the_pool_shows_them(day: Day) -> None:
     assert day.value("gpupool_gpus", gpu_type="a100", state="down") == 2
     assert day.value("gpupool_nodes", gpu_type="a100", state="down") == 1
     assert day.value("gpupool_nodes", gpu_type="a100", state="up") == 0
+
+
+# --- review findings ----------------------------------------------------------------------------
+
+
+def test_a_refresh_that_fails_midway_loses_nothing(day: Day, monkeypatch: pytest.MonkeyPatch) -> None:
+    job = day.submit("vision", "low", 0.0)
+    day.loop.tick(0.0)
+    day.executor.finish(job, 0, 0)
+    day.loop.tick(100.0)
+    real = day.store.attempt_records
+
+    def broken(**_: object) -> object:
+        raise OSError("database is locked")
+
+    monkeypatch.setattr(day.store, "attempt_records", broken)
+    with pytest.raises(OSError, match="locked"):
+        day.telemetry.refresh(101.0)
+    monkeypatch.setattr(day.store, "attempt_records", real)
+    day.telemetry.refresh(102.0)
+    day.telemetry.refresh(103.0)
+    assert day.total("gpupool_allocated_gpu_seconds_total") == pytest.approx(200.0)
+    assert day.total("gpupool_jobs_finished_total") == 1
+
+
+def test_a_jobs_wait_starts_when_its_dependency_is_met(day: Day) -> None:
+    first = day.submit("vision", "low", 0.0)
+    day.loop.tick(0.0)
+    spec = JobSpec(["true"], "nlp", "high", 2, workdir=day.workdir, dependencies=[("ok", first)])
+    after = day.store.submit(spec, 10.0).id
+    day.loop.tick(10.0)
+    day.telemetry.refresh(3000.0)
+    # Waiting on its dependency is not waiting for GPUs: no oldest-pending time for it yet.
+    assert day.total("gpupool_oldest_pending_queued_timestamp_seconds", **{"class": "high"}) == 0
+    day.executor.finish(first, 0, 0)
+    day.loop.tick(3600.0)
+    day.loop.tick(3601.0)
+    assert day.store.job(after).state == "running"
+    day.telemetry.refresh(3602.0)
+    assert day.value("gpupool_queue_wait_seconds_sum", kind="first", **{"class": "high"}) <= 1.0
+
+
+def test_a_launch_the_scheduler_retries_is_neither_a_resume_nor_a_new_wait(day: Day) -> None:
+    day.executor.gang_waits = True  # a launch that has not reported running yet
+    job = day.submit("nlp", "high", 0.0)
+    day.loop.tick(0.0)
+    day.store.retry_launch(job, 0, 1.0, "no space left on device")  # as carry_out does on an OSError
+    day.telemetry.refresh(100.0)
+    assert day.value("gpupool_oldest_pending_queued_timestamp_seconds", team="nlp", **{"class": "high"}) == 0.0
+    day.loop.tick(200.0)
+    day.executor.run(job, 1)
+    day.loop.tick(200.0)
+    assert day.store.job(job).state == "running"
+    day.telemetry.refresh(201.0)
+    assert day.total("gpupool_attempts_started_total", kind="resume") == 0
+    assert day.total("gpupool_attempts_started_total", kind="first") == 1
+    assert day.value("gpupool_queue_wait_seconds_count", kind="first", **{"class": "high"}) == 1
+    assert day.value("gpupool_queue_wait_seconds_sum", kind="first", **{"class": "high"}) == 200.0
+    assert day.total("gpupool_queue_wait_seconds_count", kind="requeued") == 0
+
+
+def test_a_node_that_came_back_smaller_has_no_negative_idle_gpus(day: Day) -> None:
+    day.submit("vision", "low", 0.0)
+    day.loop.tick(0.0)
+    day.store.sync_nodes([(Node("n0", 1, "a100"), True)])
+    day.telemetry.refresh(1.0)
+    _, gpus = day.store.pool_view()
+    assert [g.state for g in gpus] == ["allocated"]
+    assert day.value("gpupool_node_gpus", node="n0", gpu_type="a100", state="allocated") == 1
+    assert day.value("gpupool_node_gpus", node="n0", gpu_type="a100", state="idle") == 0

@@ -22,7 +22,7 @@ A submission may carry an `Idempotency-Key`: retried with it, it is the same job
 import hmac
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
@@ -106,6 +106,8 @@ class Context:
     clock: Callable[[], float] = time.time
     telemetry: Telemetry | None = None
     lineup: Lineup | None = None
+    scrapers: dict[str, tuple[float, Principal]] = field(default_factory=dict)
+    """Tokens that scraped /metrics: when the store last confirmed them, and whose they are."""
     _classes: list[str] | None = None
     _nodes: tuple[float, list[Node]] | None = None
 
@@ -134,7 +136,7 @@ def create_app(ctx: Context) -> FastAPI:
     )
     install(app)
     if ctx.telemetry is not None:
-        app.add_middleware(RequestMetrics, telemetry=ctx.telemetry)
+        app.add_middleware(RequestMetrics, telemetry=ctx.telemetry, routes=app.router.routes)
     writer = SubmissionWriter(ctx.store, ctx.clock, ctx.loop.wakeup.set)
     bearer = HTTPBearer(auto_error=False, description="The admin's, a team's, a user's or an attempt's token.")
 
@@ -417,12 +419,30 @@ def create_app(ctx: Context) -> FastAPI:
         response_class=PlainTextResponse,
         responses={200: {"content": {EXPOSITION: {}}}, **responses(401, 404, 503, plain=True)},
     )
-    def metrics(who: Who) -> Response:
+    def metrics(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Response:
         """The pool, the queue, teams, interruptions and the scheduler itself in Prometheus'
-        exposition format, as of the last read of the store (at most a second or so old)."""
+        exposition format, as of the last read of the store (at most a few seconds old). Any
+        token but a job's; a token is checked against the store at most once a minute, so a
+        scrape still answers while the store does not."""
+        scraper(credentials.credentials if credentials is not None else None)
         if ctx.telemetry is None:
             raise NotFound("this service keeps no metrics")
         return Response(ctx.telemetry.exposition(), media_type=EXPOSITION)
+
+    def scraper(token: str | None) -> Principal:
+        digest = token_hash(token or "")
+        now = time.monotonic()
+        known = ctx.scrapers.get(digest)
+        if known is not None and now - known[0] < 60:
+            return known[1]
+        try:
+            who = identify(token)
+        except StoreUnavailable:
+            if known is not None and now - known[0] < 600:
+                return known[1]
+            raise
+        ctx.scrapers[digest] = (now, who)
+        return who
 
     # --- the job protocol ------------------------------------------------------------------------
 

@@ -4,7 +4,9 @@ itself, so that ids do not become labels), its method and its status code."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpupool.telemetry import Telemetry
@@ -16,9 +18,12 @@ class RequestMetrics:
     """Plain ASGI (no `BaseHTTPMiddleware`, which buffers answers): reads the status as the
     answer starts and the route the router matched, once the answer is sent."""
 
-    def __init__(self, app: ASGIApp, telemetry: Telemetry) -> None:
+    def __init__(self, app: ASGIApp, telemetry: Telemetry, routes: Sequence[BaseRoute] = ()) -> None:
         self.app = app
         self.telemetry = telemetry
+        self.routes = routes
+        """The app's routes: a request answered before the router saw it (a body too large)
+        is counted under the route it was for."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -36,6 +41,14 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, sending)
         finally:
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            route = getattr(scope.get("route"), "path", None) or self.route_of(scope)
             method = scope["method"] if scope["method"] in METHODS else "other"
             self.telemetry.on_request(method, route, status, time.perf_counter() - began)
+
+    def route_of(self, scope: Scope) -> str:
+        matches = [(r.matches(scope)[0], getattr(r, "path", "")) for r in self.routes]
+        for wanted in (Match.FULL, Match.PARTIAL):
+            found = [path for match, path in matches if match is wanted and path]
+            if found:
+                return found[0]
+        return "unmatched"

@@ -17,6 +17,9 @@ from gpupool.store.base import StoreBase
 from gpupool.store.schema import AttemptRow, CheckpointRow, EventRow, JobRow, PlacementRow
 from gpupool.units import human_seconds
 
+LAUNCH_RETRY = "launch_retry"
+"""The `reason` of the event of an attempt the scheduler could not launch (it never ran)."""
+
 
 def run_time(attempt: AttemptRow, now: float) -> float:
     """Seconds an attempt ran, as a time limit counts it: from its start to its end, or to the
@@ -335,7 +338,7 @@ class AttemptsStore(StoreBase):
             job.launch_error = why[:500]
             wait = human_seconds(job.retry_after - now)
             message = f"the scheduler could not launch it ({why}); it is tried again in {wait}"
-            self.move(s, job, JobState.PENDING, now, message[:2000], attempt=attempt)
+            self.move(s, job, JobState.PENDING, now, message[:2000], attempt=attempt, reason=LAUNCH_RETRY)
             return job.retry_after
 
     def reach_time_limit(self, job_id: int, attempt: int, deadline: float, now: float) -> bool:

@@ -9,9 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy import func, select
+from sqlalchemy import case, func, select
 
 from gpupool.model import ENDED, JobState
+from gpupool.settle import AttemptOutcome
 from gpupool.store.base import StoreBase
 from gpupool.store.schema import AttemptRow, CheckpointRow, EventRow, JobRow, NodeRow, PlacementRow, TeamRow
 
@@ -53,8 +54,9 @@ class Waiting:
     reason: str | None
     jobs: int
     gpus: int
-    oldest: float
-    """When the longest-waiting of them joined the line (submitted, or requeued)."""
+    oldest: float | None
+    """When the longest-waiting of them joined the line (submitted, requeued, or its
+    dependencies met); None if all of them wait for other jobs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,17 +113,25 @@ class TelemetryStore(StoreBase):
 
     def waiting(self) -> list[Waiting]:
         """Pending jobs per team, class and the reason last recorded for them."""
-        last_ended = (
+        # As the scheduler counts a wait (`_last_ran`, `_latest`): from the end of the last
+        # attempt that ran (one the scheduler could not launch never did), or from the meeting
+        # of its dependencies, or from its submission; a job whose dependencies are not met
+        # yet waits for another job, not in line.
+        last_ran = (
             select(func.max(AttemptRow.ended_at))
-            .where(AttemptRow.job_id == JobRow.id)
+            .where(
+                AttemptRow.job_id == JobRow.id, AttemptRow.outcome.is_distinct_from(AttemptOutcome.NOT_LAUNCHED.value)
+            )
             .correlate(JobRow)
             .scalar_subquery()
         )
-        queued = func.coalesce(last_ended, JobRow.submit_time)
+        ran_or_submitted = func.coalesce(last_ran, JobRow.submit_time)
+        met = JobRow.dependency_met_at
+        queued = case((met.is_not(None) & (met > ran_or_submitted), met), else_=ran_or_submitted)
+        in_line = JobRow.dependencies.is_(None) | met.is_not(None)
+        oldest = func.min(case((in_line, queued), else_=None))
         query = (
-            select(
-                JobRow.team, JobRow.priority, JobRow.wait_reason, func.count(), func.sum(JobRow.gpus), func.min(queued)
-            )
+            select(JobRow.team, JobRow.priority, JobRow.wait_reason, func.count(), func.sum(JobRow.gpus), oldest)
             .where(JobRow.state == JobState.PENDING.value)
             .group_by(JobRow.team, JobRow.priority, JobRow.wait_reason)
         )
@@ -147,10 +157,13 @@ class TelemetryStore(StoreBase):
         draining (its attempt has notice or reached its time limit), held (free, kept for a
         preemptor); the rest of an up node's GPUs are idle."""
         leaving = (AttemptRow.notice_for.is_not(None)) | (AttemptRow.timeout_at.is_not(None))
+        # Only the GPUs a node has now: one that came back smaller still has placements on
+        # GPUs it no longer has (pool_view shows only those it has).
         placed = (
             select(PlacementRow.node, leaving, func.count())
             .join(AttemptRow, (AttemptRow.job_id == PlacementRow.job_id) & (AttemptRow.attempt == PlacementRow.attempt))
-            .where(PlacementRow.held_until.is_(None))
+            .join(NodeRow, NodeRow.name == PlacementRow.node)
+            .where(PlacementRow.held_until.is_(None), PlacementRow.gpu < NodeRow.gpus)
             .group_by(PlacementRow.node, leaving)
         )
         with self.reading() as s:
@@ -176,10 +189,11 @@ class TelemetryStore(StoreBase):
                     PlacementRow.held_until.is_(None), PlacementRow.node.in_(where)
                 )
                 taken = {(node, gpu) for node, gpu in s.execute(live)}
-                for held in kept:
-                    for node, gpus in (held or {}).items():
-                        free = sum(1 for gpu in gpus if (node, int(gpu)) not in taken)
-                        states.setdefault(node, {})["held"] = states.get(node, {}).get("held", 0) + free
+                size = {name: gpus for name, gpus, *_ in nodes}
+                kept_gpus = {(node, int(gpu)) for held in kept for node, gpus in (held or {}).items() for gpu in gpus}
+                for node, gpu in kept_gpus - taken:
+                    if gpu < size.get(node, 0):
+                        states.setdefault(node, {})["held"] = states.get(node, {}).get("held", 0) + 1
         return [NodeGpus(name, gpus, gpu_type, bool(up), states.get(name, {})) for name, gpus, gpu_type, up in nodes]
 
     def team_gpus_over_time(self, since: float, until: float, points: int) -> dict[str, list[tuple[float, float]]]:

@@ -218,11 +218,10 @@ class Telemetry:
 
     def refresh(self, now: float) -> None:
         """Read what is new in the log, count it, and read the pool's current state."""
-        touched: set[int] = set()
         while True:
             mark = self.ledger.events.mark
             events = self.store.happened(mark, BATCH, sorted(self.ledger.events.gaps))
-            touched |= self.ledger.read_events(events, now)
+            self.ledger.read_events(events, now)
             if sum(1 for e in events if e.id > mark) < BATCH:
                 break
         while True:
@@ -231,7 +230,7 @@ class Telemetry:
             self.ledger.read_commits(commits, now)
             if sum(1 for c in commits if c.id > mark) < BATCH:
                 break
-        self.ledger.settle(touched, self.records_of, now)
+        self.ledger.settle(self.records_of, now)
         if self._classes is None:
             self._classes = [c.name for c in self.store.classes()]
         families = [*self.counter_families(), *pool_gauges(self.store, now, self._classes)]

@@ -88,7 +88,8 @@ def job_gauges(store: Store, known: Sequence[tuple[str, str]]) -> list[Metric]:
         pending[(w.priority, w.team, w.reason or "undecided")] += w.jobs
         pending_gpus[(w.priority, w.team)] += w.gpus or 0
         key = (w.priority, w.team)
-        oldest[key] = min(oldest.get(key, w.oldest), w.oldest)
+        if w.oldest is not None:
+            oldest[key] = min(oldest.get(key, w.oldest), w.oldest)
     return [
         gauge(
             "gpupool_jobs",

@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, Histogram
 
 from gpupool.accounting import INTERRUPTED, AttemptRecord, account
 from gpupool.model import ENDED, JobState
+from gpupool.store.attempts import LAUNCH_RETRY
 from gpupool.store.telemetry import Committed, Happened
 
 Labels = tuple[str, ...]
@@ -81,6 +82,14 @@ class Ledger:
     """Per job not done with, how many of its attempts (from the first) are counted."""
     queued_since: dict[int, tuple[float, str]] = field(default_factory=dict)
     """Per pending job, when it joined the line and whether first or requeued."""
+    starting: dict[int, tuple[float, float, str]] = field(default_factory=dict)
+    """Per job whose attempt is starting: when, and since when it waited (and its kind). The
+    start and the wait are counted at the attempt's next event, unless that is a launch the
+    scheduler retries: the attempt never ran, and the job waits on from where it stood."""
+    ran: dict[int, int] = field(default_factory=dict)
+    """Per job not done, how many of its attempts really started (a later one resumes)."""
+    unsettled: set[int] = field(default_factory=set)
+    """Jobs whose accounts may have moved since the last `settle`."""
     warming: set[int] = field(default_factory=set)
     """Jobs whose oldest uncounted attempt waits on the next attempt's first productive step."""
     events: Tail = field(default_factory=Tail)
@@ -103,36 +112,48 @@ class Ledger:
             registry=self.registry,
         )
 
-    def read_events(self, happened: Sequence[Happened], now: float) -> set[int]:
-        """Count what the new events say; returns the jobs whose accounts may have moved."""
+    def read_events(self, happened: Sequence[Happened], now: float) -> None:
+        """Count what the new events say; the jobs whose accounts may have moved are kept in
+        `unsettled` until `settle` has read them (a refresh that fails midway loses none)."""
         fresh = self.events.fresh((h.id for h in happened), now)
-        touched: set[int] = set()
         for h in happened:
-            if h.id not in fresh or h.job_id is None or h.team is None or h.priority is None:
-                continue
-            labels = (h.priority, h.team)
-            if h.kind == "submitted":
-                self.counts["gpupool_jobs_submitted"][labels] += 1
-                self.queued_since[h.job_id] = (h.time, "first")
-            elif h.kind == JobState.STARTING.value:
-                kind = "first" if h.attempt == 0 else "resume"
-                self.counts["gpupool_attempts_started"][(*labels, kind)] += 1
-                since = self.queued_since.pop(h.job_id, None)
-                if since is not None:
-                    self.queue_wait.labels(h.priority, since[1]).observe(max(0.0, h.time - since[0]))
-            elif h.kind == JobState.PREEMPTING.value:
-                reason = h.reason or "unknown"
-                self.counts["gpupool_preemptions"][(*labels, reason)] += 1
-            elif h.kind == JobState.PENDING.value and h.attempt is not None:
-                self.queued_since[h.job_id] = (h.time, "requeued")
-                touched.add(h.job_id)
-            elif h.kind in ENDED_STATES:
-                self.counts["gpupool_jobs_finished"][(*labels, h.kind)] += 1
-                self.queued_since.pop(h.job_id, None)
-                touched.add(h.job_id)
-            elif h.kind in (JobState.RUNNING.value, "restored"):
-                touched.add(h.job_id)
-        return touched
+            if h.id in fresh and h.job_id is not None and h.team is not None and h.priority is not None:
+                self._read(h, h.job_id, (h.priority, h.team))
+
+    def _read(self, h: Happened, job: int, labels: tuple[str, str]) -> None:
+        launch_failed = h.kind == JobState.PENDING.value and h.reason == LAUNCH_RETRY
+        if h.kind != JobState.STARTING.value and job in self.starting:
+            began, since, kind = self.starting.pop(job)
+            if launch_failed:
+                self.queued_since[job] = (since, kind)  # it never ran: it waits on from where it stood
+            else:
+                # The attempt started (its next event is not a launch the scheduler retries).
+                self.queue_wait.labels(labels[0], kind).observe(max(0.0, began - since))
+                started = "resume" if self.ran.get(job, 0) else "first"
+                self.counts["gpupool_attempts_started"][(*labels, started)] += 1
+                self.ran[job] = self.ran.get(job, 0) + 1
+        if h.kind == "submitted":
+            self.counts["gpupool_jobs_submitted"][labels] += 1
+            self.queued_since[job] = (h.time, "first")
+        elif h.kind == "dependency_met" and job in self.queued_since:
+            since, kind = self.queued_since[job]
+            self.queued_since[job] = (max(h.time, since), kind)
+        elif h.kind == JobState.STARTING.value:
+            since, kind = self.queued_since.pop(job, (h.time, "first"))
+            self.starting[job] = (h.time, since, kind)
+        elif h.kind == JobState.PREEMPTING.value:
+            self.counts["gpupool_preemptions"][(*labels, h.reason or "unknown")] += 1
+        elif h.kind == JobState.PENDING.value and h.attempt is not None:
+            if not launch_failed:
+                self.queued_since[job] = (h.time, "requeued")
+            self.unsettled.add(job)
+        elif h.kind in ENDED_STATES:
+            self.counts["gpupool_jobs_finished"][(*labels, h.kind)] += 1
+            self.queued_since.pop(job, None)
+            self.ran.pop(job, None)
+            self.unsettled.add(job)
+        elif h.kind in (JobState.RUNNING.value, "restored"):
+            self.unsettled.add(job)
 
     def read_commits(self, commits: Sequence[Committed], now: float) -> None:
         fresh = self.commits.fresh((c.id for c in commits), now)
@@ -142,12 +163,15 @@ class Ledger:
                 if c.seconds is not None:
                     self.blocking.labels(c.priority).observe(c.seconds)
 
-    def settle(self, jobs: Iterable[int], records_of: RecordsOf, now: float, batch: int = 500) -> None:
-        """Count the attempts of `jobs` (and of those warming up) whose cost is now final."""
-        ids = sorted(set(jobs) | self.warming)
+    def settle(self, records_of: RecordsOf, now: float, batch: int = 500) -> None:
+        """Count the attempts of the unsettled jobs (and of those warming up) whose cost is
+        now final; a job leaves `unsettled` once read."""
+        ids = sorted(self.unsettled | self.warming)
         for start in range(0, len(ids), batch):
-            for job_id, team, priority, state, records in records_of(ids[start : start + batch]):
+            chunk = ids[start : start + batch]
+            for job_id, team, priority, state, records in records_of(chunk):
                 self._settle(job_id, team, priority, state, records, now)
+            self.unsettled.difference_update(chunk)
 
     def _settle(
         self, job_id: int, team: str, priority: str, state: str, records: list[AttemptRecord], now: float
