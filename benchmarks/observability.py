@@ -58,7 +58,7 @@ def populate(store: Store, jobs: int, nodes: int, rng: random.Random) -> None:
     done = jobs - running - pending
     rows: dict[str, list[dict[str, Any]]] = {"jobs": [], "attempts": [], "placements": [], "events": [], "ckpt": []}
     free = [(f"node{i:04d}", g) for i in range(nodes) for g in range(8)]
-    t = 0.0
+    t = time.time() - 30.0 * jobs - 7200  # the newest jobs are of the last hours
     for job_id in range(1, jobs + 1):
         kind = "done" if job_id <= done else ("running" if job_id <= done + running else "pending")
         # The pending are low: they wait for free GPUs, so every tick decides the same again.

@@ -114,3 +114,23 @@ def test_the_queue_shows_each_pending_jobs_place_in_line_and_why(world: World) -
     rows = re.findall(r'<tr data-job="(\d+)">\s*<td>(\d+|—)</td>', html)
     assert rows[:2] == [(str(first["id"]), "1"), (str(second["id"]), "2")]
     assert "<code>" in html  # each with its reason's code and words
+
+
+def test_interruptions_are_the_teams_own_with_their_cost(world: World) -> None:
+    team_a = signed_in(world, world.tokens["a"]).get("/ui/interruptions").text
+    rows = re.findall(r'<tr data-job="(\d+)">', team_a)
+    assert rows == [str(world.job_a)]  # each job failed once and was retried: only a's is a's to see
+    assert "of team a" in team_a
+    admin = signed_in(world, ADMIN).get("/ui/interruptions").text
+    assert sorted(re.findall(r'<tr data-job="(\d+)">', admin)) == sorted([str(world.job_a), str(world.job_b)])
+    assert "<svg" in admin
+
+
+def test_the_pool_counts_every_gpu_and_shows_the_nodes_asked_for(world: World) -> None:
+    client = signed_in(world, ADMIN)
+    everything = client.get("/ui/pool").text
+    assert re.findall(r"<b>(\d+)</b> (idle|allocated)", everything) == [("2", "idle"), ("2", "allocated")]
+    assert 'aria-label="node gpu0"' in everything
+    assert 'aria-label="node gpu0"' in client.get("/ui/pool?state=allocated").text
+    assert 'aria-label="node gpu0"' not in client.get("/ui/pool?state=draining").text
+    assert client.get("/ui/pool?state=nonsense").status_code == 422

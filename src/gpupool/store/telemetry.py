@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 from sqlalchemy import case, func, select
 
+from gpupool.accounting import INTERRUPTED
 from gpupool.model import ENDED, JobState
 from gpupool.settle import AttemptOutcome
 from gpupool.store.base import StoreBase
@@ -57,6 +58,22 @@ class Waiting:
     oldest: float | None
     """When the longest-waiting of them joined the line (submitted, requeued, or its
     dependencies met); None if all of them wait for other jobs."""
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """A job as the queue page lists it."""
+
+    id: int
+    name: str
+    team: str
+    priority: str
+    state: str
+    gpus: int
+    user: str | None
+    wait_reason: str | None
+    wait_message: str | None
+    submit_time: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,3 +243,44 @@ class TelemetryStore(StoreBase):
             return list(
                 s.scalars(select(CheckpointRow).where(CheckpointRow.job_id == job_id).order_by(CheckpointRow.id))
             )
+
+    def listing(self, states: Sequence[str], team: str | None, priority: str | None) -> list[Listed]:
+        """The jobs in `states` (of `team`, of class `priority`), oldest first, as the queue page
+        lists them: plain columns, none of a job's command, environment or script."""
+        query = select(*(getattr(JobRow, f) for f in Listed.__slots__)).where(JobRow.state.in_(list(states)))
+        if team is not None:
+            query = query.where(JobRow.team == team)
+        if priority is not None:
+            query = query.where(JobRow.priority == priority)
+        with self.reading() as s:
+            return [Listed(*row) for row in s.execute(query.order_by(JobRow.id))]
+
+    def holding(self, job_ids: Sequence[int]) -> dict[int, tuple[float, dict[str, list[int]]]]:
+        """For each of `job_ids` with a live attempt: when it started, and its GPUs by node."""
+        query = (
+            select(AttemptRow.job_id, AttemptRow.started_at, PlacementRow.node, PlacementRow.gpu)
+            .join(
+                PlacementRow, (AttemptRow.job_id == PlacementRow.job_id) & (AttemptRow.attempt == PlacementRow.attempt)
+            )
+            .where(
+                AttemptRow.job_id.in_(list(job_ids)), AttemptRow.ended_at.is_(None), PlacementRow.held_until.is_(None)
+            )
+            .order_by(PlacementRow.node, PlacementRow.gpu)
+        )
+        held: dict[int, tuple[float, dict[str, list[int]]]] = {}
+        with self.reading() as s:
+            for job_id, started, node, gpu in s.execute(query):
+                held.setdefault(job_id, (started, {}))[1].setdefault(node, []).append(gpu)
+        return held
+
+    def interrupted(self, since: float, team: str | None, limit: int) -> tuple[list[int], int]:
+        """The jobs (of `team`) with an attempt interrupted since `since`, most recent first, at
+        most `limit` of them, and how many attempts were interrupted in all."""
+        cut = AttemptRow.outcome.in_([o.value for o in INTERRUPTED]) & (AttemptRow.ended_at >= since)
+        query = select(AttemptRow.job_id, func.max(AttemptRow.ended_at)).join(JobRow).where(cut)
+        count = select(func.count()).select_from(AttemptRow).join(JobRow).where(cut)
+        if team is not None:
+            query, count = query.where(JobRow.team == team), count.where(JobRow.team == team)
+        query = query.group_by(AttemptRow.job_id).order_by(func.max(AttemptRow.ended_at).desc()).limit(limit)
+        with self.reading() as s:
+            return [job_id for job_id, _ in s.execute(query)], int(s.execute(count).scalar_one())

@@ -58,8 +58,9 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("class", "team", "reason"),
     ),
     "gpupool_interruptions": (
-        "Attempts cut short (preemption, node_lost, failure that was retried, lost: its process was lost "
-        "while the scheduler was down), counted once their cost is known.",
+        "Attempts cut short, as gpupool report counts them: preemption, node_lost, failure (the attempt "
+        "failed, retried or not), lost (its process was lost while the scheduler was down); counted once "
+        "their cost is known.",
         ("class", "team", "kind"),
     ),
     "gpupool_lost_gpu_seconds": (

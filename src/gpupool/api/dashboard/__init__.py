@@ -14,7 +14,7 @@ and replace it when it differs; without JavaScript the page reloads itself every
 # No `from __future__ import annotations`: FastAPI reads the parameters from the signatures.
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs, quote
 
 from fastapi import FastAPI, Query, Request
@@ -104,8 +104,12 @@ def add_dashboard(app: FastAPI, ctx: Any, identify: Identify) -> None:
         return answer
 
     @app.get("/ui/pool", include_in_schema=False)
-    def pool(request: Request) -> Response:
-        return page(request, "pool", lambda who: views.pool(ctx, who))
+    def pool(
+        request: Request,
+        number: Annotated[int, Query(alias="page", ge=1, le=limits.INT32)] = 1,
+        state: Annotated[Literal["idle", "allocated", "draining", "held", "down"] | None, Query()] = None,
+    ) -> Response:
+        return page(request, "pool", lambda who: views.pool(ctx, who, number, state))
 
     @app.get("/ui/queue", include_in_schema=False)
     def queue(

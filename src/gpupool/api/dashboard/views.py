@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpupool.accounting import Interruption, totals
+from gpupool.accounting import Interruption
 from gpupool.api import access
 from gpupool.api.access import Principal
 from gpupool.api.dashboard import svg
@@ -53,18 +53,44 @@ class NodeView:
     cells: list[Cell] = field(default_factory=list)
 
 
-def pool(ctx: Any, who: Principal) -> dict[str, Any]:
+NODES_SHOWN = 64
+"""Nodes per page of the pool (its counts are of every node)."""
+
+
+def pool(ctx: Any, who: Principal, page: int = 1, state: str | None = None) -> dict[str, Any]:
+    """Every GPU's state counted, and a page of nodes (those with a GPU in `state`, if given)."""
     nodes, gpus = ctx.store.pool_view()
-    by_node: dict[str, list[Cell]] = defaultdict(list)
+    by_node: dict[str, list[Any]] = defaultdict(list)
     for g in gpus:
-        shown = access.gpu_view(who, g)
-        visible = g.team is not None and access.sees_in_full(who, g.team)
-        by_node[g.node].append(Cell(g.gpu, g.state, g.job, g.team, shown.user, g.for_job, g.task, visible))
-    views = [NodeView(n.name, n.gpu_type, True, by_node[n.name]) for n in nodes]
+        by_node[g.node].append(g)
     down = [n for n in ctx.store.nodes(every=True) if not n.up]
-    views += [NodeView(n.name, n.gpu_type, False, [Cell(i, "down") for i in range(n.gpus)]) for n in down]
-    counts = Counter(c.state for v in views for c in v.cells)
-    return {"nodes": views, "counts": [(s, counts.get(s, 0)) for s in GPU_STATES], "total": sum(counts.values())}
+    counts = Counter(g.state for g in gpus)
+    counts["down"] = sum(n.gpus for n in down)
+    chosen = [n for n in nodes if state is None or any(g.state == state for g in by_node[n.name])]
+    if state in (None, "down"):
+        chosen += down
+    pages = max(1, -(-len(chosen) // NODES_SHOWN))
+    page = min(max(1, page), pages)
+    views = []
+    for n in chosen[(page - 1) * NODES_SHOWN : page * NODES_SHOWN]:
+        if not n.up:
+            views.append(NodeView(n.name, n.gpu_type, False, [Cell(i, "down") for i in range(n.gpus)]))
+            continue
+        cells = []
+        for g in by_node[n.name]:
+            # As access.gpu_view: another team's holder by team and job, never by user.
+            visible = g.team is not None and access.sees_in_full(who, g.team)
+            cells.append(Cell(g.gpu, g.state, g.job, g.team, g.user if visible else None, g.for_job, g.task, visible))
+        views.append(NodeView(n.name, n.gpu_type, True, cells))
+    return {
+        "nodes": views,
+        "counts": [(s, counts.get(s, 0)) for s in GPU_STATES],
+        "total": sum(counts.values()),
+        "page": page,
+        "pages": pages,
+        "state": state,
+        "matching": len(chosen),
+    }
 
 
 @dataclass
@@ -85,38 +111,41 @@ class JobLine:
     since: str = ""
 
 
+SHOWN = 200
+"""Rows of each table of the queue page at most (filters narrow it; the API lists all)."""
+
+
 def queue(ctx: Any, who: Principal, now: float, team: str | None, cls: str | None) -> dict[str, Any]:
-    held = placements(ctx)
-    started = {a.job_id: a.started_at for a in ctx.store.live_attempts()}
     places: dict[int, int] = ctx.lineup.places if ctx.lineup is not None else {}
+    live = [s.value for s in LIVE]
+    running = ctx.store.listing(live, team, cls)
+    pending = ctx.store.listing([JobState.PENDING.value], team, cls)
+    pending.sort(key=lambda j: (places.get(j.id) is None, places.get(j.id, 0), j.id))
+    shown_running = running[-SHOWN:]  # the newest
+    held = ctx.store.holding([j.id for j in shown_running])
 
     def line(row: Any) -> JobLine:
         visible = access.sees_in_full(who, row.team)
         shown = JobLine(row.id, row.team, row.priority, row.state, row.gpus, visible, place=places.get(row.id))
         if row.state == JobState.PENDING.value:
             shown.waited = human_seconds(now - row.submit_time)
-        else:
-            shown.where = " ".join(f"{n}[{','.join(map(str, g))}]" for n, g in sorted(held.get(row.id, {}).items()))
-            shown.since = human_seconds(now - started[row.id]) if row.id in started else ""
+        elif row.id in held:
+            started, gpus = held[row.id]
+            shown.where = " ".join(f"{n}[{','.join(map(str, g))}]" for n, g in sorted(gpus.items()))
+            shown.since = human_seconds(now - started)
         if visible:
             shown.name, shown.user = row.name, row.user or ""
             shown.reason, shown.message = row.wait_reason, row.wait_message
         return shown
 
-    def chosen(rows: list[Any]) -> list[JobLine]:
-        return [line(r) for r in rows if (team is None or r.team == team) and (cls is None or r.priority == cls)]
-
-    running = chosen(ctx.store.jobs(states=list(LIVE)))
-    pending = chosen(ctx.store.jobs(states=[JobState.PENDING]))
-    pending.sort(key=lambda j: (j.place is None, j.place or 0, j.id))
-    return {"running": running, "pending": pending, "team": team, "cls": cls, "decided_at": ctx.lineup}
-
-
-def placements(ctx: Any) -> dict[int, dict[str, list[int]]]:
-    held: dict[int, dict[str, list[int]]] = {}
-    for p in sorted(ctx.store.held(), key=lambda p: (p.node, p.gpu)):
-        held.setdefault(p.job_id, {}).setdefault(p.node, []).append(p.gpu)
-    return held
+    return {
+        "running": [line(r) for r in reversed(shown_running)],
+        "pending": [line(r) for r in pending[:SHOWN]],
+        "running_total": len(running),
+        "pending_total": len(pending),
+        "team": team,
+        "cls": cls,
+    }
 
 
 def teams(ctx: Any, now: float, window: float = 86400.0) -> dict[str, Any]:
@@ -173,12 +202,13 @@ class Cut:
     next_attempt: str
 
 
-def interruptions(ctx: Any, who: Principal, now: float, since: float) -> dict[str, Any]:
-    """Each interruption since `since` with its cost, newest first (the token's own team's,
-    as in the report), totals by kind, and lost GPU-hours over time."""
-    accounts = ctx.store.accounts(now, since=since)
+def interruptions(ctx: Any, who: Principal, now: float, since: float, shown: int = 200) -> dict[str, Any]:
+    """The interruptions since `since` of the jobs most recently interrupted (the token's own
+    team's, as in the report), each with its cost, newest first; totals by kind, and lost
+    GPU-hours over time, of those."""
     team = access.own_team(who)
-    own = [a for a in accounts if team is None or a.team == team]
+    job_ids, count = ctx.store.interrupted(since, team, shown)
+    accounts = ctx.store.accounts(now, job_ids=job_ids) if job_ids else []
     cuts = sorted(
         (
             Cut(
@@ -190,8 +220,9 @@ def interruptions(ctx: Any, who: Principal, now: float, since: float) -> dict[st
                 gpu_time(i.lost),
                 "waiting" if i.delay is None else f"after {human_seconds(i.delay)} in line",
             )
-            for a in own
+            for a in accounts
             for i in a.interruptions
+            if i.at >= since
         ),
         key=lambda c: -c.cut.at,
     )
@@ -200,20 +231,18 @@ def interruptions(ctx: Any, who: Principal, now: float, since: float) -> dict[st
     for c in cuts:
         by_kind[c.cut.cause] += 1
         lost_by_kind[c.cut.cause] += c.cut.lost
-    hours = max(1, round((now - since) / 3600))
-    step = (now - since) / min(hours, 48)
-    bins = [0.0] * min(hours, 48)
+    bins = [0.0] * max(1, min(48, round((now - since) / 3600)))
+    step = (now - since) / len(bins)
     for c in cuts:
-        index = min(len(bins) - 1, max(0, int((c.cut.at - since) / step)))
-        bins[index] += c.cut.lost / 3600
+        bins[min(len(bins) - 1, max(0, int((c.cut.at - since) / step)))] += c.cut.lost / 3600
     chart = svg.bars(f"GPU-hours lost to interruptions, per {human_seconds(step)}", bins, start=since, end=now)
-    pool_totals = totals(own, lambda _: "all").get("all")
     return {
-        "cuts": cuts[:500],
-        "more": max(0, len(cuts) - 500),
+        "cuts": cuts,
+        "count": count,
+        "partial": len(job_ids) == shown,
         "kinds": [(k, by_kind[k], gpu_time(lost_by_kind[k])) for k in sorted(by_kind)],
         "chart": chart,
-        "lost": gpu_time(pool_totals.lost) if pool_totals else gpu_time(0.0),
+        "lost": gpu_time(sum(c.cut.lost for c in cuts)),
         "since": human_seconds(now - since),
         "scope": "every team" if team is None else f"team {team}",
     }
@@ -256,7 +285,7 @@ def job(ctx: Any, who: Principal, job_id: int, now: float) -> dict[str, Any]:
         "account": account,
         "goodput": None if account is None else account.goodput,
         "events": [{"at": when(e.time, now), "kind": e.kind, "message": e.message} for e in events],
-        "placement": placements(ctx).get(job_id, {}),
+        "placement": ctx.store.holding([job_id]).get(job_id, (0.0, {}))[1],
         "log": log,
         "gpu_time": gpu_time,
     }
