@@ -246,4 +246,5 @@ def test_a_node_that_came_back_smaller_has_no_negative_idle_gpus(day: Day) -> No
     _, gpus = day.store.pool_view()
     assert [g.state for g in gpus] == ["allocated"]
     assert day.value("gpupool_node_gpus", node="n0", gpu_type="a100", state="allocated") == 1
-    assert day.value("gpupool_node_gpus", node="n0", gpu_type="a100", state="idle") == 0
+    assert day.total("gpupool_node_gpus", node="n0", state="idle") == 0
+    assert day.value("gpupool_gpus", gpu_type="a100", state="idle") == 0

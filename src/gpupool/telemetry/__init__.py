@@ -106,7 +106,7 @@ class Telemetry:
         self,
         store: Store,
         clock: Callable[[], float] = time.time,
-        interval: float = 2.0,
+        interval: float = 5.0,
         idle_interval: float = 15.0,
     ) -> None:
         self.store = store

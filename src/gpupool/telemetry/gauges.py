@@ -52,7 +52,8 @@ def gpu_gauges(store: Store) -> list[Metric]:
         else:
             counts["down"] = n.gpus
         for state, count in counts.items():
-            per_node[(n.name, n.gpu_type, state)] = count
+            if count:  # per node only the states it has: a node is mostly in one or two
+                per_node[(n.name, n.gpu_type, state)] = count
             by_type[(n.gpu_type, state)] += count
     return [
         gauge(
@@ -64,7 +65,7 @@ def gpu_gauges(store: Store) -> list[Metric]:
         ),
         gauge(
             "gpupool_node_gpus",
-            "GPUs of each node by state (as gpupool_gpus).",
+            "GPUs of each node by state (as gpupool_gpus; a state the node has no GPU in is left out).",
             ["node", "gpu_type", "state"],
             sorted(per_node.items()),
         ),
