@@ -28,16 +28,20 @@ class Lineup:
     array limits, launch back-offs) are in no line."""
 
     places: dict[int, int] = field(default_factory=dict)
-    decided_at: float | None = None
+    decided: bool = False
+    """Whether the tick under way decided: a tick that did not (nothing was pending in line)
+    leaves no place."""
 
     def on_decision(self, now: float, snapshot: Snapshot, plan: Plan, seconds: float) -> None:
         held = {Reason.DEPENDENCY, Reason.ARRAY_LIMIT, Reason.LAUNCH_RETRY}
         waiting = [int(w.job) for w in plan.waits if w.reason not in held]
         self.places = {job: place for place, job in enumerate(dict.fromkeys(waiting), start=1)}
-        self.decided_at = now
+        self.decided = True
 
     def on_tick(self, now: float, changed: bool) -> None:
-        pass
+        if not self.decided:
+            self.places = {}
+        self.decided = False
 
 
 @dataclass

@@ -37,6 +37,7 @@ class Api:
     now: list[float] = field(default_factory=lambda: [100.0])
     telemetry: Telemetry | None = None
     lineup: Lineup | None = None
+    context: Context | None = None
 
     @property
     def executor(self) -> FakeExecutor:
@@ -76,7 +77,7 @@ def make_api(store: Store, tmp_path: Path) -> Api:
     app = create_app(context)
     workdir = tmp_path / "work"
     workdir.mkdir(exist_ok=True)
-    return Api(app, TestClient(app), store, loop, workdir, now, telemetry, lineup)
+    return Api(app, TestClient(app), store, loop, workdir, now, telemetry, lineup, context)
 
 
 def opened(tmp_path: Path) -> Iterator[Api]:

@@ -133,4 +133,88 @@ def test_the_pool_counts_every_gpu_and_shows_the_nodes_asked_for(world: World) -
     assert 'aria-label="node gpu0"' in everything
     assert 'aria-label="node gpu0"' in client.get("/ui/pool?state=allocated").text
     assert 'aria-label="node gpu0"' not in client.get("/ui/pool?state=draining").text
-    assert client.get("/ui/pool?state=nonsense").status_code == 422
+    assert client.get("/ui/pool?state=nonsense").status_code == 400
+
+
+# --- review findings ----------------------------------------------------------------------------
+
+
+def test_a_job_whose_output_is_endless_shows_its_last_part(world: World) -> None:
+    api = world.api
+    job = api.submit(world.tokens["a"], name="zeros", output="/dev/zero")
+    api.loop.tick(500.0)
+    page = signed_in(world, world.tokens["a"]).get(f"/ui/jobs/{job['id']}")
+    assert page.status_code == 200
+    assert len(page.content) < 200_000
+
+
+def test_another_teams_jobs_show_no_times_nor_places(world: World) -> None:
+    html = signed_in(world, world.tokens["a"]).get("/ui/queue").text
+    theirs = re.search(rf'<tr data-job="{world.job_b}">(.*?)</tr>', html, re.S)
+    assert theirs is not None
+    cells = re.findall(r"<td>(.*?)</td>", theirs.group(1), re.S)
+    assert "gpu0" not in theirs.group(1)
+    assert not any(re.search(r"\d+ (s|min|h|d)\b", c) for c in cells), cells
+
+
+@pytest.mark.parametrize(
+    "page",
+    ["/ui/pool?page=0", "/ui/pool?state=bogus", "/ui/jobs/abc", "/ui/jobs/99999999999", "/ui/interruptions?days=0",
+     "/ui/interruptions?days=nan", "/ui/queue?team=" + "x" * 300],
+)  # fmt: skip
+def test_a_bad_address_gets_a_page_that_says_what_is_wrong(world: World, page: str) -> None:
+    answer = signed_in(world, ADMIN).get(page)
+    assert answer.status_code in (400, 404, 422)
+    assert answer.headers["content-type"].startswith("text/html")
+    assert 'role="alert"' in answer.text
+
+
+def test_a_store_that_does_not_answer_gets_a_page_not_a_traceback(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlalchemy.exc import OperationalError
+
+    client = signed_in(world, ADMIN)
+
+    def locked(*_: object, **__: object) -> None:
+        raise OperationalError("SELECT", {}, Exception("database is locked"))
+
+    monkeypatch.setattr(world.api.store, "listing", locked)
+    answer = client.get("/ui/queue")
+    assert answer.status_code == 503
+    assert answer.headers["content-type"].startswith("text/html")
+    monkeypatch.setattr(world.api.store, "holder_of", locked)
+    team = TestClient(world.api.app)
+    team.cookies.set("gpupool_token", world.tokens["a"])
+    for attempt in (team.get("/ui/pool"), team.post("/ui/signin", data={"token": world.tokens["a"]})):
+        assert attempt.status_code == 503
+        assert attempt.headers["content-type"].startswith("text/html")
+
+
+def test_signing_in_keeps_the_filters_asked_for(world: World) -> None:
+    client = TestClient(world.api.app)
+    answer = client.get("/ui/queue?team=b&class=low", follow_redirects=False)
+    assert answer.headers["location"] == "/ui/signin?next=/ui/queue%3Fteam%3Db%26class%3Dlow"
+    signin = client.get(answer.headers["location"]).text
+    assert 'value="/ui/queue?team=b&amp;class=low"' in signin
+    assert "http-equiv" not in signin  # no reload while a token is typed
+
+
+def test_the_live_part_is_fetched_from_the_same_page(world: World) -> None:
+    html = signed_in(world, ADMIN).get("/ui/pool?%23=1&state=allocated").text
+    live = re.search(r'data-live="([^"]+)"', html)
+    assert live is not None
+    assert "#" not in live.group(1)
+    assert live.group(1).startswith("/ui/pool?")
+    assert live.group(1).endswith("fragment=1")
+
+
+def test_no_place_in_line_is_shown_once_no_decision_is_made(world: World) -> None:
+    api = world.api
+    first = api.submit(world.tokens["a"], name="waits", gpus=4)
+    api.loop.tick(400.0)
+    assert api.lineup is not None
+    assert api.lineup.places == {first["id"]: 1}
+    api.store.cancel(int(str(first["id"])), 401.0)
+    api.loop.tick(402.0)
+    assert api.lineup.places == {}

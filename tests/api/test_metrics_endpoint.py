@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -98,3 +99,19 @@ def test_a_scrape_answers_while_the_store_does_not_confirm_tokens(
     assert api.client.get("/metrics", headers=auth(world.tokens["b"])).status_code == 200
     assert api.client.get("/metrics", headers=auth("never-seen")).status_code == 503
     assert api.client.get("/metrics").status_code == 401
+
+
+def test_a_scrape_answers_while_the_database_itself_is_down(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sqlalchemy.exc import OperationalError
+
+    api = world.api
+    scrape(api, world.tokens["b"])
+    assert api.context is not None
+    for digest, (_, who) in list(api.context.scrapers.items()):
+        api.context.scrapers[digest] = (time.monotonic() - 120, who)  # confirmed two minutes ago
+
+    def refused(_: str) -> None:
+        raise OperationalError("SELECT", {}, Exception("connection refused"))
+
+    monkeypatch.setattr(api.store, "holder_of", refused)
+    assert api.client.get("/metrics", headers=auth(world.tokens["b"])).status_code == 200

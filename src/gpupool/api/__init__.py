@@ -33,6 +33,8 @@ from fastapi.responses import PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi_offline import FastAPIOffline
 from pydantic import Field, TypeAdapter, ValidationError
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from gpupool.accounting import Totals, totals
 from gpupool.api import access, limits
@@ -437,7 +439,7 @@ def create_app(ctx: Context) -> FastAPI:
             return known[1]
         try:
             who = identify(token)
-        except StoreUnavailable:
+        except (StoreUnavailable, DBAPIError, PoolTimeout):
             if known is not None and now - known[0] < 600:
                 return known[1]
             raise

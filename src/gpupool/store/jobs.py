@@ -442,18 +442,26 @@ class JobsStore(StoreBase):
             return job
 
     def events(
-        self, *, job_id: int | None = None, after: int = 0, limit: int = 1000, team: str | None = None
+        self,
+        *,
+        job_id: int | None = None,
+        after: int = 0,
+        limit: int = 1000,
+        team: str | None = None,
+        newest: bool = False,
     ) -> list[EventRow]:
         """Events after the id `after`, oldest first: of one job, or of `team`'s jobs (and of
-        no job), or all."""
-        query = select(EventRow).where(EventRow.id > after).order_by(EventRow.id).limit(limit)
+        no job), or all; the first `limit` of them, or with `newest` the last."""
+        order = EventRow.id.desc() if newest else EventRow.id
+        query = select(EventRow).where(EventRow.id > after).order_by(order).limit(limit)
         if job_id is not None:
             query = query.where(EventRow.job_id == job_id)
         if team is not None:
             theirs = select(JobRow.id).where(JobRow.team == team)
             query = query.where(EventRow.job_id.is_(None) | EventRow.job_id.in_(theirs))
         with self.reading() as s:
-            return list(s.scalars(query))
+            found = list(s.scalars(query))
+        return found[::-1] if newest else found
 
     def teams(self) -> list[TeamRow]:
         with self.reading() as s:

@@ -276,11 +276,12 @@ class TelemetryStore(StoreBase):
     def interrupted(self, since: float, team: str | None, limit: int) -> tuple[list[int], int]:
         """The jobs (of `team`) with an attempt interrupted since `since`, most recent first, at
         most `limit` of them, and how many attempts were interrupted in all."""
-        cut = AttemptRow.outcome.in_([o.value for o in INTERRUPTED]) & (AttemptRow.ended_at >= since)
-        query = select(AttemptRow.job_id, func.max(AttemptRow.ended_at)).join(JobRow).where(cut)
+        at = func.coalesce(AttemptRow.notice_at, AttemptRow.ended_at)  # as Interruption.at
+        cut = AttemptRow.outcome.in_([o.value for o in INTERRUPTED]) & (at >= since)
+        query = select(AttemptRow.job_id, func.max(at)).join(JobRow).where(cut)
         count = select(func.count()).select_from(AttemptRow).join(JobRow).where(cut)
         if team is not None:
             query, count = query.where(JobRow.team == team), count.where(JobRow.team == team)
-        query = query.group_by(AttemptRow.job_id).order_by(func.max(AttemptRow.ended_at).desc()).limit(limit)
+        query = query.group_by(AttemptRow.job_id).order_by(func.max(at).desc()).limit(limit)
         with self.reading() as s:
             return [job_id for job_id, _ in s.execute(query)], int(s.execute(count).scalar_one())

@@ -4,9 +4,10 @@ of the pool against its guarantee and budgets. Reads only."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import select, true
 
 from gpupool.model import JobState
 from gpupool.store.base import StoreBase
@@ -30,10 +31,13 @@ class GpuView:
 
 
 class ViewsStore(StoreBase):
-    def pool_view(self) -> tuple[list[NodeRow], list[GpuView]]:
-        """Every node that is up and every GPU on it, in order, in one read."""
+    def pool_view(self, names: Sequence[str] | None = None) -> tuple[list[NodeRow], list[GpuView]]:
+        """Every node that is up (of `names`, if given) and every GPU on it, in order, in one read."""
         with self.reading() as s:
-            nodes = list(s.scalars(select(NodeRow).where(NodeRow.up).order_by(NodeRow.name)))
+            chosen = select(NodeRow).where(NodeRow.up)
+            if names is not None:
+                chosen = chosen.where(NodeRow.name.in_(list(names)))
+            nodes = list(s.scalars(chosen.order_by(NodeRow.name)))
             holders = s.execute(
                 select(
                     PlacementRow.node,
@@ -52,6 +56,7 @@ class ViewsStore(StoreBase):
                     (AttemptRow.job_id == PlacementRow.job_id) & (AttemptRow.attempt == PlacementRow.attempt),
                 )
                 .where(PlacementRow.held_until.is_(None))
+                .where(PlacementRow.node.in_([n.name for n in nodes]) if names is not None else true())
             )
             held = {
                 (node, gpu): (job, team, user, notice_for, timeout_at, array, index)

@@ -14,21 +14,23 @@ and replace it when it differs; without JavaScript the page reloads itself every
 # No `from __future__ import annotations`: FastAPI reads the parameters from the signatures.
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
-from urllib.parse import parse_qs, quote
+from typing import Any
+from urllib.parse import parse_qs, quote, urlencode
 
-from fastapi import FastAPI, Query, Request
-from fastapi import Path as PathParam
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from gpupool.api import limits
 from gpupool.api.access import Principal
 from gpupool.api.dashboard import views
-from gpupool.errors import GpupoolError, Unauthorized
+from gpupool.errors import GpupoolError, InvalidInput, Unauthorized
 from gpupool.units import human_seconds
 
 HERE = Path(__file__).parent
@@ -36,7 +38,7 @@ COOKIE = "gpupool_token"
 STATIC = "/ui/static"
 templates = Jinja2Templates(directory=HERE / "templates")
 templates.env.globals["human_seconds"] = human_seconds
-STATUS = {"Unauthorized": 401, "Forbidden": 403, "NotFound": 404}
+STATUS = {"InvalidInput": 400, "Unauthorized": 401, "Forbidden": 403, "NotFound": 404, "StoreUnavailable": 503}
 FRESH = 0.25
 """Seconds a rendered fragment is served again to the same token (half a poll)."""
 
@@ -45,6 +47,8 @@ Identify = Callable[[str | None], Principal]
 
 def add_dashboard(app: FastAPI, ctx: Any, identify: Identify) -> None:
     app.mount(STATIC, StaticFiles(directory=HERE / "static"), name="dashboard-static")
+    recent: dict[tuple[str, str, Principal], tuple[float, Response]] = {}
+    drawn = threading.Lock()
 
     def principal(request: Request) -> Principal | None:
         try:
@@ -55,32 +59,34 @@ def add_dashboard(app: FastAPI, ctx: Any, identify: Identify) -> None:
     def render(request: Request, name: str, who: Principal | None, status: int = 200, **data: Any) -> Response:
         fragment = request.query_params.get("fragment") == "1"
         template = f"_{name}.html" if fragment else f"{name}.html"
-        query = "&".join(f"{k}={quote(v)}" for k, v in request.query_params.items() if k != "fragment")
+        query = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "fragment"])
         context = {"who": who, "page": name, "status": status, "query": query, **data}
         return templates.TemplateResponse(request, template, context, status_code=status)
 
-    recent: dict[tuple[str, str, Principal], tuple[float, Response]] = {}
-    drawn = threading.Lock()
-
     def page(request: Request, name: str, build: Callable[[Principal], dict[str, Any]]) -> Response:
         """A page for the signed-in token; to sign in first if there is none (a fragment: 401).
-        A fragment is rendered at most once per `FRESH` seconds for each token's view of it:
-        every open tab polls it, and a pool of 1,000 nodes takes a fifth of a second to draw."""
-        who = principal(request)
+        Whatever goes wrong is a page that says so, never JSON. A fragment is drawn at most
+        once per `FRESH` seconds for each token's view of it: every open tab polls it, and a
+        pool of 1,000 nodes takes a fifth of a second to draw."""
         fragment = request.query_params.get("fragment") == "1"
-        if who is None:
-            if fragment:
-                return PlainTextResponse("sign in again", status_code=401)
-            return RedirectResponse(f"/ui/signin?next={quote(request.url.path)}", status_code=303)
-        key = (request.url.path, request.url.query, who)
-        now = time.monotonic()
-        if fragment and key in recent and now - recent[key][0] < FRESH:
-            return recent[key][1]
+        who: Principal | None = None
         try:
+            who = principal(request)
+            if who is None:
+                if fragment:
+                    return PlainTextResponse("sign in again", status_code=401)
+                here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                return RedirectResponse(f"/ui/signin?next={quote(here, safe='/')}", status_code=303)
+            key = (request.url.path, request.url.query, who)
+            now = time.monotonic()
+            with drawn:
+                cached = recent.get(key)
+            if fragment and cached is not None and now - cached[0] < FRESH:
+                return cached[1]
             answer = render(request, name, who, **build(who))
-        except GpupoolError as exc:
-            status = STATUS.get(type(exc).__name__, 409)
-            answer = render(request, "error", who, status=status, message=str(exc))
+        except (GpupoolError, DBAPIError, PoolTimeout) as exc:
+            status, message = problem(exc)
+            return render(request, "error", who, status=status, message=message)
         if fragment:
             with drawn:
                 for stale in [k for k, (at, _) in list(recent.items()) if now - at >= FRESH]:
@@ -94,7 +100,7 @@ def add_dashboard(app: FastAPI, ctx: Any, identify: Identify) -> None:
 
     @app.get("/ui/signin", include_in_schema=False)
     def signin_page(request: Request) -> Response:
-        return render(request, "signin", principal(request), next=safe_next(request.query_params.get("next")))
+        return render(request, "signin", None, next=safe_next(request.query_params.get("next")))
 
     @app.post("/ui/signin", include_in_schema=False)
     async def signin(request: Request) -> Response:
@@ -104,9 +110,12 @@ def add_dashboard(app: FastAPI, ctx: Any, identify: Identify) -> None:
         token = (form.get("token") or [""])[0].strip()
         target = safe_next((form.get("next") or [""])[0])
         try:
-            who = identify(token)
+            who = await run_in_threadpool(identify, token)
         except Unauthorized as exc:
             return render(request, "signin", None, status=401, next=target, message=str(exc))
+        except (GpupoolError, DBAPIError, PoolTimeout) as exc:
+            status, message = problem(exc)
+            return render(request, "signin", None, status=status, next=target, message=message)
         if who.attempt is not None:
             return render(request, "signin", None, status=401, next=target, message="a job's token cannot sign in")
         answer = RedirectResponse(target, status_code=303)
@@ -123,37 +132,79 @@ def add_dashboard(app: FastAPI, ctx: Any, identify: Identify) -> None:
         answer.delete_cookie(COOKIE, path="/ui")
         return answer
 
+    # The pages read their parameters themselves: a bad one is a page that says so (400).
+
     @app.get("/ui/pool", include_in_schema=False)
-    def pool(
-        request: Request,
-        number: Annotated[int, Query(alias="page", ge=1, le=limits.INT32)] = 1,
-        state: Annotated[Literal["idle", "allocated", "draining", "held", "down"] | None, Query()] = None,
-    ) -> Response:
-        return page(request, "pool", lambda who: views.pool(ctx, who, number, state))
+    def pool(request: Request) -> Response:
+        def build(who: Principal) -> dict[str, Any]:
+            state = choice(request, "state", views.GPU_STATES)
+            return views.pool(ctx, who, number(request, "page", 1, 1, limits.INT32), state)
+
+        return page(request, "pool", build)
 
     @app.get("/ui/queue", include_in_schema=False)
-    def queue(
-        request: Request,
-        team: Annotated[str | None, Query(max_length=200)] = None,
-        cls: Annotated[str | None, Query(alias="class", max_length=100)] = None,
-    ) -> Response:
-        return page(request, "queue", lambda who: views.queue(ctx, who, ctx.clock(), team or None, cls or None))
+    def queue(request: Request) -> Response:
+        def build(who: Principal) -> dict[str, Any]:
+            team, cls = text(request, "team"), text(request, "class")
+            return views.queue(ctx, who, ctx.clock(), team, cls)
+
+        return page(request, "queue", build)
 
     @app.get("/ui/teams", include_in_schema=False)
     def teams(request: Request) -> Response:
         return page(request, "teams", lambda who: views.teams(ctx, ctx.clock()))
 
     @app.get("/ui/interruptions", include_in_schema=False)
-    def interruptions(
-        request: Request,
-        days: Annotated[float, Query(gt=0, le=3650, allow_inf_nan=False, description="How far back.")] = 7.0,
-    ) -> Response:
-        now = ctx.clock()
-        return page(request, "interruptions", lambda who: views.interruptions(ctx, who, now, now - days * 86400))
+    def interruptions(request: Request) -> Response:
+        def build(who: Principal) -> dict[str, Any]:
+            days = number(request, "days", 7, 1, 3650)
+            now = ctx.clock()
+            return views.interruptions(ctx, who, now, now - days * 86400)
+
+        return page(request, "interruptions", build)
 
     @app.get("/ui/jobs/{job_id}", include_in_schema=False)
-    def job(request: Request, job_id: Annotated[int, PathParam(ge=0, le=limits.INT32)]) -> Response:
-        return page(request, "job", lambda who: views.job(ctx, who, job_id, ctx.clock()))
+    def job(request: Request, job_id: str) -> Response:
+        def build(who: Principal) -> dict[str, Any]:
+            return views.job(ctx, who, whole("job", job_id, 0, limits.INT32), ctx.clock())
+
+        return page(request, "job", build)
+
+
+def problem(exc: Exception) -> tuple[int, str]:
+    """The status and the words of what went wrong, as the API would say them."""
+    if isinstance(exc, GpupoolError):
+        return STATUS.get(type(exc).__name__, 409), str(exc)
+    return 503, "the store does not answer now; this page tries again"
+
+
+def whole(name: str, raw: str, least: int, most: int) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidInput(f"{name}: {raw[:50]!r} is not a whole number") from None
+    if not least <= value <= most:
+        raise InvalidInput(f"{name}: {value} is not between {least} and {most}")
+    return value
+
+
+def number(request: Request, name: str, default: int, least: int, most: int) -> int:
+    raw = request.query_params.get(name)
+    return default if raw is None or raw == "" else whole(name, raw, least, most)
+
+
+def choice(request: Request, name: str, allowed: Sequence[str]) -> str | None:
+    raw = request.query_params.get(name) or None
+    if raw is not None and raw not in allowed:
+        raise InvalidInput(f"{name}: {raw[:50]!r} is none of {', '.join(allowed)}")
+    return raw
+
+
+def text(request: Request, name: str, most: int = 200) -> str | None:
+    raw = request.query_params.get(name) or None
+    if raw is not None and len(raw) > most:
+        raise InvalidInput(f"{name}: at most {most} characters")
+    return raw
 
 
 def safe_next(target: str | None) -> str:

@@ -4,6 +4,7 @@ in the API's listings; its users, names, commands, reasons and logs never."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -13,14 +14,15 @@ from gpupool.accounting import Interruption
 from gpupool.api import access
 from gpupool.api.access import Principal
 from gpupool.api.dashboard import svg
-from gpupool.errors import Forbidden
+from gpupool.api.logs import read_part
+from gpupool.errors import Forbidden, GpupoolError
 from gpupool.model import JobState
 from gpupool.units import gpu_time, human_seconds
 
 GPU_STATES = ("idle", "allocated", "draining", "held", "down")
 LIVE = (JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING)
-LOG_LINES = 40
-"""How much of a job's output its page shows (`gpupool logs` has all of it)."""
+LOG_LINES, LOG_BYTES, EVENTS = 40, 16384, 500
+"""How much of a job's output and events its page shows (`gpupool logs`, `events` have all)."""
 
 
 def when(timestamp: float | None, now: float) -> str:
@@ -58,30 +60,35 @@ NODES_SHOWN = 64
 
 
 def pool(ctx: Any, who: Principal, page: int = 1, state: str | None = None) -> dict[str, Any]:
-    """Every GPU's state counted, and a page of nodes (those with a GPU in `state`, if given)."""
-    nodes, gpus = ctx.store.pool_view()
-    by_node: dict[str, list[Any]] = defaultdict(list)
-    for g in gpus:
-        by_node[g.node].append(g)
-    down = [n for n in ctx.store.nodes(every=True) if not n.up]
-    counts = Counter(g.state for g in gpus)
-    counts["down"] = sum(n.gpus for n in down)
-    chosen = [n for n in nodes if state is None or any(g.state == state for g in by_node[n.name])]
-    if state in (None, "down"):
-        chosen += down
+    """Every GPU's state counted (grouped in the store), and a page of nodes in full (those
+    with a GPU in `state`, if given)."""
+    every = ctx.store.node_gpus()
+    counts: Counter[str] = Counter()
+    states: dict[str, Counter[str]] = {}
+    for n in every:
+        mine = Counter({"down": n.gpus}) if not n.up else Counter(n.states)
+        if n.up:
+            mine["idle"] = max(0, n.gpus - sum(n.states.values()))
+        states[n.name] = mine
+        counts.update(mine)
+    chosen = [n for n in every if state is None or states[n.name][state] > 0]
     pages = max(1, -(-len(chosen) // NODES_SHOWN))
     page = min(max(1, page), pages)
-    views = []
-    for n in chosen[(page - 1) * NODES_SHOWN : page * NODES_SHOWN]:
-        if not n.up:
-            views.append(NodeView(n.name, n.gpu_type, False, [Cell(i, "down") for i in range(n.gpus)]))
-            continue
-        cells = []
-        for g in by_node[n.name]:
-            # As access.gpu_view: another team's holder by team and job, never by user.
-            visible = g.team is not None and access.sees_in_full(who, g.team)
-            cells.append(Cell(g.gpu, g.state, g.job, g.team, g.user if visible else None, g.for_job, g.task, visible))
-        views.append(NodeView(n.name, n.gpu_type, True, cells))
+    shown = chosen[(page - 1) * NODES_SHOWN : page * NODES_SHOWN]
+    _, gpus = ctx.store.pool_view([n.name for n in shown if n.up])
+    by_node: dict[str, list[Cell]] = defaultdict(list)
+    for g in gpus:
+        # As access.gpu_view: another team's holder by team and job, never by user.
+        visible = g.team is not None and access.sees_in_full(who, g.team)
+        by_node[g.node].append(
+            Cell(g.gpu, g.state, g.job, g.team, g.user if visible else None, g.for_job, g.task, visible)
+        )
+    views = [
+        NodeView(n.name, n.gpu_type, True, by_node[n.name])
+        if n.up
+        else NodeView(n.name, n.gpu_type, False, [Cell(i, "down") for i in range(n.gpus)])
+        for n in shown
+    ]
     return {
         "nodes": views,
         "counts": [(s, counts.get(s, 0)) for s in GPU_STATES],
@@ -127,15 +134,16 @@ def queue(ctx: Any, who: Principal, now: float, team: str | None, cls: str | Non
     def line(row: Any) -> JobLine:
         visible = access.sees_in_full(who, row.team)
         shown = JobLine(row.id, row.team, row.priority, row.state, row.gpus, visible, place=places.get(row.id))
+        if not visible:
+            return shown  # as JobBriefOut: id, team, class, state, GPUs (and its place in line)
+        shown.name, shown.user = row.name, row.user or ""
+        shown.reason, shown.message = row.wait_reason, row.wait_message
         if row.state == JobState.PENDING.value:
             shown.waited = human_seconds(now - row.submit_time)
         elif row.id in held:
             started, gpus = held[row.id]
             shown.where = " ".join(f"{n}[{','.join(map(str, g))}]" for n, g in sorted(gpus.items()))
             shown.since = human_seconds(now - started)
-        if visible:
-            shown.name, shown.user = row.name, row.user or ""
-            shown.reason, shown.message = row.wait_reason, row.wait_message
         return shown
 
     return {
@@ -207,7 +215,9 @@ def interruptions(ctx: Any, who: Principal, now: float, since: float, shown: int
     team's, as in the report), each with its cost, newest first; totals by kind, and lost
     GPU-hours over time, of those."""
     team = access.own_team(who)
-    job_ids, count = ctx.store.interrupted(since, team, shown)
+    job_ids, count = ctx.store.interrupted(since, team, shown + 1)
+    partial = len(job_ids) > shown
+    job_ids = job_ids[:shown]
     accounts = ctx.store.accounts(now, job_ids=job_ids) if job_ids else []
     cuts = sorted(
         (
@@ -239,7 +249,7 @@ def interruptions(ctx: Any, who: Principal, now: float, since: float, shown: int
     return {
         "cuts": cuts,
         "count": count,
-        "partial": len(job_ids) == shown,
+        "partial": partial,
         "kinds": [(k, by_kind[k], gpu_time(lost_by_kind[k])) for k in sorted(by_kind)],
         "chart": chart,
         "lost": gpu_time(sum(c.cut.lost for c in cuts)),
@@ -256,20 +266,20 @@ def job(ctx: Any, who: Principal, job_id: int, now: float) -> dict[str, Any]:
     accounts = ctx.store.accounts(now, job_ids=[job_id])
     account = accounts[0] if accounts else None
     commits = ctx.store.checkpoints(job_id)
-    events = ctx.store.events(job_id=job_id, limit=500)
+    events = ctx.store.events(job_id=job_id, limit=EVENTS, newest=True)
     log = ""
     if row.attempts:
-        reader = None
         try:
             reader = ctx.loop.open_log(row, row.attempts - 1, "stdout")
-        except Exception as exc:  # another user's -o file: said, not opened
+            if reader is not None:
+                with reader:
+                    size = os.fstat(reader.fileno()).st_size  # not read to its end: it may have none
+                    text, _, _ = read_part(reader, max(0, size - LOG_BYTES), LOG_BYTES)
+                log = "\n".join(text.splitlines()[-LOG_LINES:])
+        except GpupoolError as exc:  # another user's -o file: said, not opened
             log = str(exc)
-        if reader is not None:
-            with reader:
-                reader.seek(0, 2)
-                size = reader.tell()
-                reader.seek(max(0, size - 8192))
-                log = "\n".join(reader.read().decode(errors="replace").splitlines()[-LOG_LINES:])
+        except OSError as exc:
+            log = f"its output cannot be read now ({exc.strerror})"
     return {
         "job": row,
         "attempts": [

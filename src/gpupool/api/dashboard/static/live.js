@@ -1,5 +1,6 @@
 // Live parts: every element with data-live is replaced by a fresh copy of itself, fetched from
-// its own page twice a second, when it changed. Signed out meanwhile: back to the sign-in page.
+// its own page twice a second, when it changed (not while the reader selects text). Signed out
+// meanwhile: back to the sign-in page; any other failure: tried again at the next poll.
 "use strict";
 for (const part of document.querySelectorAll("[data-live]")) {
   let busy = false;
@@ -9,12 +10,16 @@ for (const part of document.querySelectorAll("[data-live]")) {
     try {
       const answer = await fetch(part.dataset.live, { credentials: "same-origin", cache: "no-store" });
       if (answer.status === 401) {
-        location.assign("/ui/signin?next=" + encodeURIComponent(location.pathname));
+        location.assign("/ui/signin?next=" + encodeURIComponent(location.pathname + location.search));
       } else if (answer.ok) {
         const html = await answer.text();
-        if (html !== part.dataset.shown) {
+        const selecting = String(window.getSelection() || "") !== "";
+        if (html !== part.dataset.shown && !selecting) {
+          // Scrolled boxes (a job's output) keep where the reader was.
+          const scrolled = [...part.querySelectorAll("pre")].map((box) => box.scrollTop);
           part.innerHTML = html;
           part.dataset.shown = html;
+          part.querySelectorAll("pre").forEach((box, i) => { box.scrollTop = scrolled[i] ?? box.scrollHeight; });
         }
       }
     } catch (_) {
