@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from sqlalchemy import case, func, select
@@ -102,21 +103,21 @@ class TelemetryStore(StoreBase):
             JobRow.priority,
         )
         base = select(*columns).outerjoin(JobRow, JobRow.id == EventRow.job_id)
-        with self.reading() as s:
-            rows = list(s.execute(base.where(EventRow.id > after).order_by(EventRow.id).limit(limit)))
-            if also:
-                rows += s.execute(base.where(EventRow.id.in_(list(also))))
-        return sorted((Happened(*row) for row in rows), key=lambda h: h.id)
+        return [Happened(*row) for row in self._after(base, EventRow.id, after, limit, also)]
 
     def committed(self, after: int, limit: int, also: Sequence[int] = ()) -> list[Committed]:
         """Checkpoint commits with an id above `after` (and those of `also`), oldest first."""
         columns = (CheckpointRow.id, CheckpointRow.job_id, CheckpointRow.seconds, JobRow.team, JobRow.priority)
         base = select(*columns).join(JobRow, JobRow.id == CheckpointRow.job_id)
+        return [Committed(*row) for row in self._after(base, CheckpointRow.id, after, limit, also)]
+
+    def _after(self, base: Any, key: Any, after: int, limit: int, also: Sequence[int]) -> list[Any]:
+        """The rows of `base` whose `key` is above `after` (at most `limit`) or among `also`, by key."""
         with self.reading() as s:
-            rows = list(s.execute(base.where(CheckpointRow.id > after).order_by(CheckpointRow.id).limit(limit)))
+            rows = list(s.execute(base.where(key > after).order_by(key).limit(limit)))
             if also:
-                rows += s.execute(base.where(CheckpointRow.id.in_(list(also))))
-        return sorted((Committed(*row) for row in rows), key=lambda c: c.id)
+                rows += s.execute(base.where(key.in_(list(also))))
+        return sorted(rows, key=lambda row: row[0])
 
     def live_counts(self) -> list[tuple[str, str, str, int]]:
         """(state, team, class, jobs) for every state a job is not done in."""

@@ -33,8 +33,9 @@ from prometheus_client.exposition import generate_latest
 from gpupool.accounting import AttemptRecord
 from gpupool.model import Plan, Reason, Snapshot
 from gpupool.store import Store
+from gpupool.store.telemetry import Committed, Happened
 from gpupool.telemetry.gauges import gauge, pool_gauges
-from gpupool.telemetry.ledger import BUCKETS, INTERRUPTION_KINDS, USES, Labels, Ledger
+from gpupool.telemetry.ledger import BUCKETS, INTERRUPTION_KINDS, USES, Labels, Ledger, Tail
 
 __all__ = ["COUNTERS", "Telemetry"]
 
@@ -219,18 +220,8 @@ class Telemetry:
 
     def refresh(self, now: float) -> None:
         """Read what is new in the log, count it, and read the pool's current state."""
-        while True:
-            mark = self.ledger.events.mark
-            events = self.store.happened(mark, BATCH, sorted(self.ledger.events.gaps))
-            self.ledger.read_events(events, now)
-            if sum(1 for e in events if e.id > mark) < BATCH:
-                break
-        while True:
-            mark = self.ledger.commits.mark
-            commits = self.store.committed(mark, BATCH, sorted(self.ledger.commits.gaps))
-            self.ledger.read_commits(commits, now)
-            if sum(1 for c in commits if c.id > mark) < BATCH:
-                break
+        follow(self.store.happened, self.ledger.events, self.ledger.read_events, now)
+        follow(self.store.committed, self.ledger.commits, self.ledger.read_commits, now)
         self.ledger.settle(self.records_of, now)
         if self._classes is None:
             self._classes = [c.name for c in self.store.classes()]
@@ -282,6 +273,24 @@ class Telemetry:
         for (priority, team), value in sorted(goodput_of(allocated, lambda labels: (labels[0], labels[1])).items()):
             family.add_metric([priority, team], value)
         return family
+
+
+R = TypeVar("R", Happened, Committed)
+
+
+def follow(
+    read: Callable[[int, int, Sequence[int]], list[R]],
+    tail: Tail,
+    take: Callable[[Sequence[R], float], None],
+    now: float,
+) -> None:
+    """Read a table past its tail's mark (and its gaps) in batches until what is new is read."""
+    while True:
+        mark = tail.mark
+        rows = read(mark, BATCH, sorted(tail.gaps))
+        take(rows, now)
+        if sum(1 for row in rows if row.id > mark) < BATCH:
+            return
 
 
 def goodput_of(allocated: Mapping[Labels, float], key: Callable[[Labels], K]) -> dict[K, float]:
