@@ -80,6 +80,7 @@ def up(
         raise fail(str(exc)) from None
     label = "[yellow]virtual[/]" if running.gpus.virtual else "[green]real[/]"
     console.print(f"gpupool listening on [bold]{spec.service.url}[/] (API docs: {spec.service.url}/docs)")
+    console.print(f"dashboard: {spec.service.url}/ (sign in with a token); metrics: {spec.service.url}/metrics")
     console.print(f"GPUs: {escape(running.gpus.detail)} ({label}); data: {escape(str(spec.service.data_path))}")
     console.print(f"jobs run as: {spec.service.run_as}", markup=False)
     console.print(f"admin token: {spec.service.data_path / 'admin.token'}", markup=False)
