@@ -30,7 +30,7 @@ from prometheus_client import Counter as CounterMetric
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 
-from gpupool.accounting import AttemptRecord
+from gpupool.accounting import AttemptRecord, goodput
 from gpupool.model import Plan, Reason, Snapshot
 from gpupool.store import Store
 from gpupool.store.telemetry import Committed, Happened
@@ -124,7 +124,6 @@ class Telemetry:
         self._families: list[Metric] = []
         self._rendered = b""
         self._classes: list[str] | None = None
-        self.caught_up = False
         self.decisions = Histogram(
             "gpupool_decision_duration_seconds",
             "Wall time of each decision of the control loop (decide, from the snapshot to the plan).",
@@ -225,7 +224,9 @@ class Telemetry:
         self.ledger.settle(self.records_of, now)
         if self._classes is None:
             self._classes = [c.name for c in self.store.classes()]
-        families = [*self.counter_families(), *pool_gauges(self.store, now, self._classes)]
+        teams = self.store.teams()
+        known = [(c, t.name) for c in self._classes for t in teams]
+        families = [*self.counter_families(known), *pool_gauges(self.store, now, teams, known)]
         families.append(gauge("gpupool_telemetry_caught_up", _CAUGHT_UP, [], [((), 1.0)]))
         families.append(gauge("gpupool_telemetry_refresh_timestamp_seconds", _REFRESHED, [], [((), now)]))
         with self._lock:
@@ -233,7 +234,6 @@ class Telemetry:
         rendered = generate_latest(self.stored)
         with self._lock:
             self._rendered = rendered
-        self.caught_up = True
 
     def records_of(self, job_ids: Sequence[int]) -> list[tuple[int, str, str, str, list[AttemptRecord]]]:
         return [
@@ -241,9 +241,8 @@ class Telemetry:
             for job, records in self.store.attempt_records(job_ids=job_ids)
         ]
 
-    def counter_families(self) -> list[Metric]:
-        teams = [t.name for t in self.store.teams()]
-        known = [(c, t) for c in self._classes or [] for t in teams]
+    def counter_families(self, known: Sequence[tuple[str, str]]) -> list[Metric]:
+        """The counters, each (class, team) pair of `known` given as 0 before it moves."""
         families: list[Metric] = []
         counts = self.ledger.counts
         for name, (doc, labels) in COUNTERS.items():
@@ -255,7 +254,7 @@ class Telemetry:
             for label_values, value in sorted(values.items()):
                 family.add_metric(list(label_values), value)
             families.append(family)
-        families.append(self.goodput(counts.get("gpupool_allocated_gpu_seconds", {})))
+        families.append(self.goodput_family(counts.get("gpupool_allocated_gpu_seconds", {})))
         return families
 
     def goodput_by_team(self) -> dict[str, float]:
@@ -263,7 +262,7 @@ class Telemetry:
         return goodput_of(self.ledger.counts.get("gpupool_allocated_gpu_seconds", {}), lambda labels: labels[1])
 
     @staticmethod
-    def goodput(allocated: Mapping[Labels, float]) -> Metric:
+    def goodput_family(allocated: Mapping[Labels, float]) -> Metric:
         family = GaugeMetricFamily(
             "gpupool_goodput_ratio",
             "Productive over allocated GPU time of ended attempts that reported their progress, by class and "
@@ -294,15 +293,12 @@ def follow(
 
 
 def goodput_of(allocated: Mapping[Labels, float], key: Callable[[Labels], K]) -> dict[K, float]:
-    """Productive over all but unreported GPU time, grouped by `key` of (class, team, use)."""
-    productive: defaultdict[K, float] = defaultdict(float)
-    reported: defaultdict[K, float] = defaultdict(float)
+    """`accounting.goodput` of the GPU-seconds by (class, team, use), grouped by `key`."""
+    uses: defaultdict[K, defaultdict[str, float]] = defaultdict(lambda: defaultdict(float))
     for labels, value in list(allocated.items()):
-        if labels[2] != "unreported":
-            reported[key(labels)] += value
-        if labels[2] == "productive":
-            productive[key(labels)] += value
-    return {k: productive[k] / value for k, value in reported.items() if value > 0}
+        uses[key(labels)][labels[2]] += value
+    ratios = {k: goodput(u["productive"], sum(u.values()), u["unreported"]) for k, u in uses.items()}
+    return {k: ratio for k, ratio in ratios.items() if ratio is not None}
 
 
 _CAUGHT_UP = "1 once the counters have read the whole event log (absent before: they are still catching up)."

@@ -25,11 +25,9 @@ def gauge(name: str, doc: str, labels: Sequence[str], values: Iterable[tuple[Seq
     return family
 
 
-def pool_gauges(store: Store, now: float, classes: Sequence[str]) -> list[Metric]:
-    """Every gauge of the pool's current state, from one read of each kind."""
-    teams = store.teams()
-    names = [t.name for t in teams]
-    known = [(c, t) for c in classes for t in names]
+def pool_gauges(store: Store, now: float, teams: Sequence[TeamRow], known: Sequence[tuple[str, str]]) -> list[Metric]:
+    """Every gauge of the pool's current state, from one read of each kind (`known`: every
+    (class, team) pair, given as 0 where nothing is)."""
     return [
         *gpu_gauges(store),
         *job_gauges(store, known),
