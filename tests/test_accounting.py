@@ -69,6 +69,27 @@ def test_a_victim_killed_at_its_deadline_redoes_the_work_since_its_last_checkpoi
     assert job.attempts[1].allocated == 4 * 60  # running: accounted up to now
 
 
+def test_a_background_save_blocks_only_its_staging_and_work_after_the_staging_is_what_is_redone() -> None:
+    # Step 50 staged from 59 to 60 (blocking), written while training went on, committed at 70.
+    first = AttemptRecord(
+        0,
+        2,
+        0,
+        released_at=130,
+        productive_at=10,
+        notice_at=100,
+        commits=(Commit(70, step=50, seconds=1, background=10),),
+        outcome="preempted",
+    )
+    second = AttemptRecord(1, 2, 140, productive_at=150, restored_step=50)
+    job = account(1, "nlp", "low", [first, second], now=200)
+    a = job.attempts[0]
+    assert (a.checkpoint, a.background) == (2 * 1, 2 * 10), "the write is overlap, apart from the blocking"
+    (cut,) = job.interruptions
+    assert cut.wasted == 2 * (100 - 60), "from the end of the staging, not from the commit"
+    assert a.productive == 2 * (130 - 10 - 1 - 30 - 40)
+
+
 def test_a_failure_without_notice_wastes_up_to_its_end_and_older_checkpoints_waste_it_all() -> None:
     failed = AttemptRecord(0, 1, 0, released_at=100, productive_at=10, commits=(Commit(40, step=30),), outcome="failed")
     retry = AttemptRecord(1, 1, 100, released_at=150, productive_at=110, restored_step=30, outcome="lost")
@@ -102,19 +123,21 @@ def test_a_notice_during_startup_is_counted_once() -> None:
 @given(
     allocated=st.floats(0, 100),
     lengths=st.lists(st.floats(0, 100), min_size=4, max_size=4),
-    commits=st.lists(st.tuples(st.floats(0, 400), st.floats(0, 5)), max_size=4),
+    commits=st.lists(st.tuples(st.floats(0, 400), st.floats(0, 5), st.floats(0, 50)), max_size=4),
     noticed=st.booleans(),
     productive=st.booleans(),
 )
 def test_the_buckets_of_an_attempt_always_add_up_to_its_allocation(
-    allocated: float, lengths: list[float], commits: list[tuple[float, float]], noticed: bool, productive: bool
+    allocated: float, lengths: list[float], commits: list[tuple[float, float, float]], noticed: bool, productive: bool
 ) -> None:
     productive_at = allocated + lengths[0]
     notice_at = productive_at + lengths[1] - lengths[2] if noticed else None
     released_at = max(productive_at, notice_at or 0) + lengths[3]
     record = AttemptRecord(
         0, 2, allocated, released_at, productive_at if productive else None, notice_at,
-        commits=tuple(Commit(allocated + t, seconds=d) for t, d in commits if allocated + t <= released_at),
+        commits=tuple(
+            Commit(allocated + t, seconds=d, background=b) for t, d, b in commits if allocated + t <= released_at
+        ),
         outcome="preempted" if noticed else "failed",
     )  # fmt: skip
     (cost,) = account(1, "t", "low", [record], now=released_at).attempts

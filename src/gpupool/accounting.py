@@ -5,7 +5,7 @@ For an attempt holding G GPUs from allocation to release:
 
     allocated   G × (release − allocation)
     startup     G × (first productive step − allocation); restore is the part the job reported
-    checkpoint  G × the time saves blocked training
+    checkpoint  G × the time saves blocked training (of a background save, its staging only)
     drain       G × (release − notice), from the first productive step if the notice came before
     wasted      G × (stop − the point the next attempt resumed from): work done again
     productive  allocated − startup − checkpoint − drain − wasted
@@ -16,8 +16,11 @@ For an attempt holding G GPUs from allocation to release:
                 only its drain (notice to release) is charged when it is interrupted.
 
 "Stop" is the notice (work after it is drain) or, without one, the release. "The point the next
-attempt resumed from" is the commit, in this attempt, of the checkpoint the next attempt
-restored; if that checkpoint is older than this attempt, all of its productive work was wasted.
+attempt resumed from" is where training went on past the checkpoint the next attempt restored:
+its commit, for a save in line; the end of its staging, for a save written in the background
+(the job reports how long the write took after it). If that checkpoint is older than this
+attempt, all of its productive work was wasted. The time background writes overlapped training
+is shown apart (`background`): it is in the buckets above already, productive or wasted.
 A job that does not say which checkpoint it restored is taken to resume from its newest one.
 
 An interruption (an attempt ended by a preemption, a failure that was retried, or a process lost
@@ -42,6 +45,13 @@ class Commit:
     step: int | None = None
     seconds: float = 0.0
     """How long the save blocked training."""
+    background: float = 0.0
+    """How long it was written, after the blocking part, while training went on."""
+
+    @property
+    def resumed_at(self) -> float:
+        """When training went on past the state this checkpoint holds."""
+        return self.time - self.background
 
 
 @dataclass(frozen=True)
@@ -78,6 +88,8 @@ class AttemptCost:
     wasted: float
     productive: float
     unreported: float = 0.0
+    background: float = 0.0
+    """GPU-seconds that background saves were written while training went on (overlap)."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +156,7 @@ class Totals:
     drain: float = 0.0
     wasted: float = 0.0
     unreported: float = 0.0
+    background: float = 0.0
     interruptions: int = 0
     lost: float = 0.0
     causes: dict[str, int] = field(default_factory=dict)
@@ -162,6 +175,7 @@ class Totals:
             self.drain += a.drain
             self.wasted += a.wasted
             self.unreported += a.unreported
+            self.background += a.background
         for i in account.interruptions:
             self.interruptions += 1
             self.lost += i.lost
@@ -235,6 +249,7 @@ def _cost(
         g * drain,
         g * wasted,
         g * productive,
+        background=g * sum(c.background for c in record.commits),
     )
 
 
@@ -245,8 +260,8 @@ def _drain(record: AttemptRecord, now: float) -> float:
 
 
 def _blocked(commits: Sequence[Commit], after: float, until: float) -> float:
-    """Seconds that saves committed in (after, until] blocked training, within that span."""
-    total = sum(min(c.seconds, c.time - after) for c in commits if after < c.time <= until)
+    """Seconds that saves whose blocking ended in (after, until] blocked training, within that span."""
+    total = sum(min(c.seconds, c.resumed_at - after) for c in commits if after < c.resumed_at <= until)
     return min(total, max(0.0, until - after))
 
 
@@ -256,12 +271,12 @@ def _resumed_from(
     """When, in `record`, training stood at the checkpoint the next attempt resumed from; None
     if that checkpoint is not one of this attempt's (all its work was wasted)."""
     if following is not None and following.restored_step is not None:
-        matches = [c.time for c in record.commits if c.step == following.restored_step]
+        matches = [c.resumed_at for c in record.commits if c.step == following.restored_step]
         return max(matches) if matches else None
     # Not told (or not restarted yet): the newest checkpoint, if this attempt made it.
     newest = max((c for a in so_far for c in a.commits), key=lambda c: c.time, default=None)
     if newest is not None and newest in record.commits:
-        return newest.time
+        return newest.resumed_at
     return None
 
 

@@ -251,6 +251,11 @@ def show(
         highlight=False,
         markup=False,
     )
+    blocked = sum(a["checkpoint"] for a in account["attempts"])
+    background = sum(a["background"] for a in account["attempts"])
+    if blocked or background:
+        overlap = f", then written in the background for {gpu_time(background)}" if background else ""
+        console.print(f"  checkpoints: saves blocked {gpu_time(blocked)}{overlap}", highlight=False, markup=False)
     if account["interruptions"]:
         console.print(interruptions_table(account["interruptions"], width=console.width, ended=ended(job)))
 

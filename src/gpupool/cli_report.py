@@ -23,7 +23,7 @@ from gpupool.cli_common import (
 )
 from gpupool.cli_jobs import interruptions_table
 from gpupool.cli_table import Column, table
-from gpupool.units import gpu_unit, parse_duration
+from gpupool.units import gpu_time, gpu_unit, parse_duration
 
 BUCKETS = ("startup", "checkpoint", "drain", "wasted", "unreported")
 
@@ -68,6 +68,9 @@ def report(
         groups = (("pool", {"pool": data["pool"]}), ("team", data["teams"]), ("user", data["users"]))
         for title, rows in (*groups, ("class", data["classes"])):
             console.print(totals_table(title, rows))
+            if title == "pool" and data["pool"]["background"] > 0:
+                overlap = gpu_time(data["pool"]["background"])
+                console.print(f"checkpoints written in the background overlapped {overlap} of training (not lost)")
         costly = sorted(data["interruptions"], key=lambda i: i["lost"], reverse=True)[:20]
         if costly:
             cuts = interruptions_table(costly, width=console.width, jobs=True)

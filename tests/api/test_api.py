@@ -135,6 +135,30 @@ def test_the_job_protocol_heartbeat_carries_the_notice(setup: tuple[TestClient, 
     assert client.post(f"/jobs/{job['id']}/attempts/1/heartbeat", json={}, headers=auth(token)).status_code == 409
 
 
+def test_a_background_save_is_of_the_state_before_its_write_and_its_write_is_shown_apart(
+    setup: tuple[TestClient, Store, ControlLoop],
+) -> None:
+    client, store, loop = setup  # the API's clock says 100
+    job = client.post("/jobs", json={"command": ["x"], "gpus": 2}, headers=auth(ADMIN)).json()
+    loop.tick(50.0)
+    assert isinstance(loop.executor, FakeExecutor)
+    token = loop.executor.started[0].env["GPUPOOL_TOKEN"]
+    base = f"/jobs/{job['id']}/attempts/0"
+    client.post(f"{base}/heartbeat", json={"step": 0, "phase": "train"}, headers=auth(token))
+    body = {"step": 50, "path": "/c/50", "seconds": 0.5, "background_seconds": 12.0}
+    assert client.post(f"{base}/checkpoint", json=body, headers=auth(token)).status_code == 204
+    [attempt] = client.get(f"/jobs/{job['id']}", headers=auth(ADMIN)).json()["history"]
+    at = attempt["last_checkpoint_at"]
+    [commit] = store.checkpoints(job["id"])
+    assert at == pytest.approx(commit.time - 12.0), "a crash now loses the work since the staging"
+    assert commit.background_seconds == 12.0
+    [event] = [e for e in store.events() if e.kind == "checkpoint"]
+    assert "blocked training 0.5 s, then written in the background in 12 s" in event.message
+    account = client.get(f"/jobs/{job['id']}", headers=auth(ADMIN)).json()["account"]
+    assert account["attempts"][0]["background"] == 2 * 12.0
+    assert account["attempts"][0]["checkpoint"] == 2 * 0.5
+
+
 def test_a_job_that_fits_a_node_away_for_now_is_accepted(setup: tuple[TestClient, Store, ControlLoop]) -> None:
     client, store, _ = setup
     store.set_nodes([Node("big", 8, "virtual")], virtual=True)

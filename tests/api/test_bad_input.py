@@ -96,6 +96,8 @@ def test_a_log_offset_may_be_any_64_bit_position_but_not_past_it(api: Api, runni
         ("heartbeat", {"restore_seconds": math.inf}),
         ("heartbeat", {"since_commit": math.nan}),
         ("checkpoint", {"seconds": math.inf}),
+        ("checkpoint", {"background_seconds": math.inf}),
+        ("checkpoint", {"background_seconds": -1}),
         ("checkpoint", {"path": "x" * 5000}),
     ],
 )

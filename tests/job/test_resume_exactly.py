@@ -1,6 +1,7 @@
-"""Real job processes with `gpupool.job`: killed at every phase of a save (SIGKILL from a failpoint),
-or given notice by SIGTERM, they resume from the newest committed checkpoint, never from step 0
-while one exists, and print the very same per-step loss bits as an uninterrupted run."""
+"""Real job processes with `gpupool.job`: killed at every phase of a save, in line or in the
+background (SIGKILL from a failpoint), or given notice by SIGTERM, they resume from the newest
+committed checkpoint, never from step 0 while one exists, and print the very same per-step loss
+bits as an uninterrupted run."""
 
 from __future__ import annotations
 
@@ -17,12 +18,14 @@ STEPS = 20
 TRAINER = [sys.executable, "-m", "gpupool.examples.trainer", "--steps", str(STEPS), "--save-every", "5"]
 
 
-def run(checkpoints: Path, *, failpoint: str | None = None, step_seconds: float = 0.0) -> tuple[int, str]:
+def run(
+    checkpoints: Path, *, failpoint: str | None = None, step_seconds: float = 0.0, in_line: bool = False
+) -> tuple[int, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPOOL_")}
     env["GPUPOOL_CHECKPOINT_DIR"] = str(checkpoints)
     if failpoint:
         env["GPUPOOL_FAILPOINT"] = failpoint
-    command = [*TRAINER, "--step-seconds", str(step_seconds)]
+    command = [*TRAINER, "--step-seconds", str(step_seconds), *(["--save-in-line"] if in_line else [])]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
     return done.returncode, done.stdout
 
@@ -45,22 +48,28 @@ def golden(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[int, str], st
     return losses(output), output.strip().splitlines()[-1]
 
 
+PHASES = [
+    ("save:staging@2", 5),
+    ("save:between-files@2", 5),
+    ("save:before-manifest@2", 5),
+    ("save:before-rename@2", 5),
+    # Renamed into place is committed: LATEST is for people, resume checks every manifest.
+    ("save:before-latest@2", 10),
+    # The third save (step 15) is committed, then dies pruning step 5.
+    ("save:during-prune", 15),
+]
+"""Where a save is killed, and the step the next attempt resumes from."""
+
+
 @pytest.mark.parametrize(
-    ("failpoint", "resumes_from"),
-    [
-        ("save:between-files@2", 5),
-        ("save:before-manifest@2", 5),
-        ("save:before-rename@2", 5),
-        # Renamed into place is committed: LATEST is for people, resume checks every manifest.
-        ("save:before-latest@2", 10),
-        # The third save (step 15) is committed, then dies pruning step 5.
-        ("save:during-prune", 15),
-    ],
+    ("failpoint", "resumes_from", "in_line"),
+    [pytest.param(*phase, False, id=f"background-{phase[0]}") for phase in PHASES]
+    + [pytest.param(*phase, True, id=f"in-line-{phase[0]}") for phase in PHASES if "staging" not in phase[0]],
 )
 def test_a_kill_at_any_phase_of_a_save_resumes_from_the_newest_committed_checkpoint_bit_identical(
-    tmp_path: Path, golden: tuple[dict[int, str], str], failpoint: str, resumes_from: int
+    tmp_path: Path, golden: tuple[dict[int, str], str], failpoint: str, resumes_from: int, in_line: bool
 ) -> None:
-    code, first = run(tmp_path, failpoint=failpoint)
+    code, first = run(tmp_path, failpoint=failpoint, in_line=in_line)
     assert code == -signal.SIGKILL, first
     code, second = run(tmp_path)
     assert code == 0, second

@@ -33,7 +33,7 @@ def attempt(
     must exit 0 when it finished, 75 when it left on a notice."""
     command = [*TRAINER, "--step-seconds", "0.05" if notice_after else "0"]
     for key, value in options.items():
-        command += [f"--{key.replace('_', '-')}", value]
+        command += [f"--{key.replace('_', '-')}", *([value] if value else [])]
     process = subprocess.Popen(command, env=environment(checkpoints, failpoint), stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
     seen = []
@@ -89,8 +89,11 @@ def test_preempted_at_awkward_points_the_run_is_bit_identical(tmp_path: Path, go
     assert final(outputs[-1]) == final(golden)
 
 
-def test_a_notice_during_a_save_leaves_at_the_next_boundary_without_saving_again(tmp_path: Path, golden: str) -> None:
-    first = attempt(tmp_path, None, failpoint="save:before-manifest=SIGTERM", save_every="10", leaves=True)
+def test_a_notice_during_a_save_in_line_leaves_at_the_next_boundary_without_saving_again(
+    tmp_path: Path, golden: str
+) -> None:
+    options = {"save_every": "10", "save_in_line": ""}
+    first = attempt(tmp_path, None, failpoint="save:before-manifest=SIGTERM", leaves=True, **options)
     assert max(losses(first)) == 9, "it left right after the save of step 10 committed"
     assert [p.name for p in sorted(tmp_path.glob("step-*"))] == ["step-000000010"]
     second = attempt(tmp_path, None)
@@ -99,9 +102,25 @@ def test_a_notice_during_a_save_leaves_at_the_next_boundary_without_saving_again
     assert final(second) == final(golden)
 
 
+def test_a_notice_during_a_background_save_lets_it_commit_then_saves_the_steps_since(
+    tmp_path: Path, golden: str
+) -> None:
+    first = attempt(tmp_path, None, failpoint="save:before-manifest=SIGTERM", save_every="10", leaves=True)
+    left_after = max(losses(first))
+    assert left_after >= 9, "training went on while step 10 was written"
+    names = [p.name for p in sorted(tmp_path.glob("step-*"))]
+    assert names[0] == "step-000000010", "the save in flight committed"
+    assert names[-1] == f"step-{left_after + 1:09d}", "and the steps run since were saved on leaving"
+    second = attempt(tmp_path, None)
+    assert f"from step {left_after + 1}" in second
+    assert {**losses(first), **losses(second)} == losses(golden)
+    assert final(second) == final(golden)
+
+
 @pytest.mark.parametrize(
     ("failpoint", "resumes_from"),
     [
+        ("save:staging@2", 10),
         ("save:between-files@2", 10),
         ("save:before-manifest@2", 10),
         ("save:before-rename@2", 10),

@@ -1,5 +1,6 @@
 """Two ranks on gloo: a notice that only rank 1 sees stops both at the same step, one checkpoint
-holds both ranks' state, and the resumed run is bit-identical to an uninterrupted one."""
+holds both ranks' state, and the resumed run is bit-identical to an uninterrupted one; a rank
+killed while it writes its part of a background save leaves the previous checkpoint in force."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ SCRIPT = Path(__file__).with_name("two_ranks.py")
 STEPS = 30
 
 
-def run(checkpoints: Path, *extra: str, code: int = 0) -> str:
+def run(checkpoints: Path, *extra: str, code: int = 0, failpoint: str | None = None) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPOOL_")}
     env["GPUPOOL_CHECKPOINT_DIR"] = str(checkpoints)
+    if failpoint:
+        env["GPUPOOL_FAILPOINT"] = failpoint
     command = [sys.executable, str(SCRIPT), "--steps", str(STEPS), "--port", str(free_port()), *extra]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180, check=False)
     assert done.returncode == code, done.stdout + done.stderr
@@ -57,3 +60,17 @@ def test_a_notice_to_one_rank_stops_both_at_one_step_and_the_resume_is_bit_ident
     for rank in (0, 1):
         assert {**losses(first, rank), **losses(second, rank), **losses(third, rank)} == losses(golden, rank)
     assert third.strip().splitlines()[-1] == golden.strip().splitlines()[-1]
+
+
+def test_one_rank_killed_while_writing_a_background_save_leaves_the_previous_checkpoint_in_force(
+    tmp_path: Path, golden: str
+) -> None:
+    saves = ("--save-every", "10")
+    run(tmp_path, *saves, "--failpoint-rank", "1", failpoint="save:between-files@2", code=128 + 9)
+    assert [p.name for p in tmp_path.glob("step-*") if ".tmp-" not in p.name] == ["step-000000010"]
+    resumed = run(tmp_path, *saves)
+    assert "rank 0 from step 10" in resumed and "rank 1 from step 10" in resumed
+    for rank in (0, 1):
+        assert all(losses(golden, rank)[s] == bits for s, bits in losses(resumed, rank).items())
+        assert sorted(losses(resumed, rank)) == list(range(10, STEPS))
+    assert resumed.strip().splitlines()[-1] == golden.strip().splitlines()[-1]

@@ -1,6 +1,6 @@
 """A two-rank torch.distributed (gloo, CPU) training job with `gpupool.job`, for the tests.
 
-    python two_ranks.py --steps 30 --port 29555 [--notice-rank1-at 5]
+    python two_ranks.py --steps 30 --port 29555 [--notice-rank1-at 5] [--save-every 10 --failpoint-rank 1]
 
 With --notice-rank1-at K, rank 1 alone sends itself SIGTERM after step K: both ranks must still
 stop at the same step and save one checkpoint together.
@@ -30,7 +30,10 @@ def worker(rank: int, args: argparse.Namespace) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank, world_size=2)
     model, optimizer, batches, loader = build(rank, 2, samples=256)
     # Steps of about 20 ms, ranks agreeing about every 0.1 s: every 5 steps or so.
-    job = Job(model=model, optimizer=optimizer, data=batches, save_every=None, agree_every=0.1)
+    if rank != args.failpoint_rank:
+        os.environ.pop("GPUPOOL_FAILPOINT", None)
+    save_every = int(args.save_every) if args.save_every else None
+    job = Job(model=model, optimizer=optimizer, data=batches, save_every=save_every, agree_every=0.1)
     say(f"rank {rank} from step {job.step}")
 
     def notice_rank1(step: int) -> None:
@@ -49,7 +52,10 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--notice-rank1-at", type=int, default=-1)
+    parser.add_argument("--save-every", default="", help="steps between periodic saves (none by default)")
+    parser.add_argument("--failpoint-rank", type=int, default=-1, help="the rank GPUPOOL_FAILPOINT applies to")
     try:
         mp.spawn(worker, args=(parser.parse_args(),), nprocs=2)  # type: ignore[attr-defined,no-untyped-call]
     except mp.ProcessExitedException as exc:  # type: ignore[attr-defined]
-        sys.exit(exc.exit_code)  # 75 when the ranks left on notice
+        # 75 when the ranks left on notice; 128 + N when a rank was killed by signal N.
+        sys.exit(exc.exit_code if exc.exit_code >= 0 else 128 - exc.exit_code)

@@ -474,7 +474,9 @@ def create_app(ctx: Context) -> FastAPI:
 
     @app.post(f"{protocol}/checkpoint", status_code=204, responses=with_body)
     def checkpoint(job_id: JobId, attempt: AttemptNo, body: CheckpointIn, who: Who) -> None:
-        ctx.store.commit_checkpoint(job_id, attempt, ctx.clock(), body.step, body.path, body.seconds)
+        ctx.store.commit_checkpoint(
+            job_id, attempt, ctx.clock(), body.step, body.path, body.seconds, body.background_seconds
+        )
 
     @app.post(f"{protocol}/ack", status_code=204, responses=without_body)
     def ack(job_id: JobId, attempt: AttemptNo, who: Who) -> None:

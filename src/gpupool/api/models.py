@@ -206,6 +206,8 @@ class TotalsOut(BaseModel):
     wasted: float
     unreported: float
     """GPU-seconds of jobs that never reported their progress: neither productive nor wasted."""
+    background: float
+    """GPU-seconds that background checkpoint writes overlapped training (not lost)."""
     interruptions: int
     lost: float
     causes: dict[str, int]
@@ -431,6 +433,9 @@ class CheckpointIn(_In):
     step: Step | None = None
     path: str | None = Field(default=None, max_length=limits.PATH_MAX)
     seconds: float | None = Field(default=None, ge=0, description="how long the save blocked training")
+    background_seconds: float | None = Field(
+        default=None, ge=0, description="how long a background save was written after training went on"
+    )
 
     @field_validator("path")
     @classmethod

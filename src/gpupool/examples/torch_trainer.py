@@ -52,6 +52,12 @@ def main() -> int:
     parser.add_argument("--step-seconds", type=float, default=0.0, help="extra time per step, to watch it")
     parser.add_argument("--save-every", default="auto", help="steps, a duration like 30s, or auto")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--save-in-line",
+        dest="background",
+        action="store_false",
+        help="periodic saves block training (not in the background)",
+    )
     args = parser.parse_args()
     torch.manual_seed(args.seed)
     torch.use_deterministic_algorithms(True)
@@ -65,7 +71,14 @@ def main() -> int:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=50, gamma=0.5)
     save_every = int(args.save_every) if args.save_every.isdigit() else args.save_every
-    job = Job(model=model, optimizer=optimizer, scheduler=scheduler, data=batches, save_every=save_every)
+    job = Job(
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        data=batches,
+        save_every=save_every,
+        save_in_background=args.background,
+    )
     gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     print(f"attempt {job.link.attempt} on {device} [{gpus}]: from step {job.step}", flush=True)
     stream = iter(loader)

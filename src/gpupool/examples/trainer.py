@@ -50,12 +50,19 @@ def main() -> int:
     parser.add_argument("--step-seconds", type=float, default=0.2)
     parser.add_argument("--save-every", default="5", help="steps, a duration like 30s, or auto")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--save-in-line",
+        dest="background",
+        action="store_false",
+        help="periodic saves block training (not in the background)",
+    )
     args = parser.parse_args()
     random.seed(args.seed)
     numpy.random.seed(args.seed)
     model = Line()
     save_every = int(args.save_every) if args.save_every.isdigit() else args.save_every
-    job = Job(model=model, save_every=save_every, heartbeat_every=min(2.0, args.step_seconds * 5))
+    heartbeat_every = min(2.0, args.step_seconds * 5)
+    job = Job(model=model, save_every=save_every, heartbeat_every=heartbeat_every, save_in_background=args.background)
     gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     print(f"attempt {job.link.attempt} on GPUs [{gpus}]: from step {job.step}", flush=True)
     for step in job.steps(args.steps):

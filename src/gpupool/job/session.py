@@ -7,9 +7,10 @@
 
 `Job(...)` resumes every registered object (anything with `state_dict()`/`load_state_dict()`)
 from the newest whole checkpoint; `steps()` yields step numbers from there. Between two steps
-it heartbeats, saves when a periodic checkpoint is due, and on notice saves (when the save fits
-before the deadline), acknowledges and ends the process: gpupool requeues the job and the next
-attempt resumes. Random number generators are restored last, when the first step begins.
+it heartbeats, saves when a periodic checkpoint is due (in the background: see `saves`), and on
+notice saves (when the save fits before the deadline), acknowledges and ends the process:
+gpupool requeues the job and the next attempt resumes. Random number generators are restored
+last, when the first step begins.
 
 In a torch.distributed job every rank makes its `Job` (after `init_process_group`); the ranks
 agree every second or so (one small all-reduce on a CPU group of their own) on whether to stop
@@ -29,15 +30,17 @@ from typing import Any, NoReturn
 
 from gpupool.job import state
 from gpupool.job.checkpoints import Checkpoint, CheckpointDir, CheckpointError, Restored
-from gpupool.job.failpoints import failpoint
-from gpupool.job.link import SchedulerLink
+from gpupool.job.link import Notice, SchedulerLink
 from gpupool.job.ranks import Ranks
+from gpupool.job.saves import Saved, Saves
 from gpupool.units import parse_duration
 
 log = logging.getLogger("gpupool.job")
 
 LEAVE_CODE = 75
 """EX_TEMPFAIL: the job stopped early, saved, and wants to go on."""
+EXIT_SECONDS = 1.0
+"""Of a notice's time, what leaving takes after the last save (acknowledge, exit)."""
 FIRST_AUTO_SAVE = 300.0
 """With `save_every="auto"`, seconds before the first save, which measures what a save costs."""
 
@@ -53,12 +56,16 @@ class Job:
         agree_every: float = 1.0,
         directory: str | Path | None = None,
         link: SchedulerLink | None = None,
+        save_in_background: bool = True,
         **objects: state.Stateful,
     ) -> None:
         """`save_every`: a number of steps, a duration ("10m"), "auto" (the Young/Daly interval
         from the measured save time and the interruption interval the scheduler passes), or
         None (only on notice and at the end). `data` is saved per rank, the others by rank 0.
-        `agree_every`: about how many seconds apart the ranks agree on stopping and saving."""
+        `agree_every`: about how many seconds apart the ranks agree on stopping and saving.
+        `save_in_background`: periodic saves copy the state to CPU memory (which stays held
+        between saves: as much as the checkpoint) and are written while training goes on;
+        False writes them in line. Saves on notice and at the end are always in line."""
         self.link = link or SchedulerLink()
         self.ranks = Ranks()
         self.objects = objects
@@ -68,10 +75,15 @@ class Job:
         self.agree_every = agree_every
         root = Path(directory) if directory is not None else self.link.checkpoint_dir
         self.checkpoints = CheckpointDir(root, keep=keep, attempt=self.link.attempt)
+        self.saves = Saves(self.checkpoints, self.ranks, self.link, background=save_in_background)
         self.step = 0
         self.saved_step: int | None = None
+        self.last_checkpoint: Checkpoint | None = None
+        """The newest committed by this attempt (on rank 0)."""
         self.save_seconds: float | None = None
         """How long the last save blocked training."""
+        self.whole_save_seconds: float | None = None
+        """How long the last save took from the step boundary to its commit."""
         self.last_commit = time.monotonic()
         self.last_heartbeat = -math.inf
         self.phase = "startup"
@@ -107,13 +119,17 @@ class Job:
     def step_done(self) -> None:
         """A step completed: the data moves on, a heartbeat and a periodic save when due."""
         self._begin()
+        self._collect()
         self.step += 1
         if self.data is not None and hasattr(self.data, "advance"):
             self.data.advance()
         if time.monotonic() - self.last_heartbeat >= self.heartbeat_every:
             self.heartbeat()
         if self._save_due():
-            self.save()
+            if self.saves.background:
+                self._save_in_background()
+            else:
+                self.save()
 
     def heartbeat(self) -> None:
         self.last_heartbeat = time.monotonic()
@@ -121,13 +137,15 @@ class Job:
             self.link.heartbeat(self.step, self.phase, time.monotonic() - self.last_commit)
 
     def leave(self) -> NoReturn:
-        """On notice: save if the save fits before the deadline, acknowledge, end the process
-        with LEAVE_CODE (gpupool requeues a job it gave notice whatever the exit code; a SIGTERM
-        from anyone else must not read as success)."""
+        """On notice: let a background save in flight commit if it can before the deadline,
+        save in line if the save fits, acknowledge, end the process with LEAVE_CODE (gpupool
+        requeues a job it gave notice whatever the exit code; a SIGTERM from anyone else must
+        not read as success)."""
         self._begin()
         notice = self.link.notice()
-        margin = 1.5 * (self.save_seconds or 0.0) + 1.0
-        short = notice is not None and self.link.seconds_left(notice) <= margin
+        unfinished = self._finish_in_flight(notice)
+        margin = 1.5 * (self.whole_save_seconds or 0.0) + 1.0
+        short = unfinished or (notice is not None and self.link.seconds_left(notice) <= margin)
         (no_time,) = self.ranks.agree([float(short)])
         if self.saved_step != self.step:
             if no_time:
@@ -142,6 +160,7 @@ class Job:
     def finish(self) -> None:
         """The work is done: a last checkpoint, then tell gpupool (the job succeeds)."""
         self._begin()
+        self._collect(wait=True)
         if self.saved_step != self.step:
             self.save()
         self.checkpoints.wait_for_digests()
@@ -152,30 +171,77 @@ class Job:
     # --- checkpoints ----------------------------------------------------------------------------
 
     def save(self) -> Checkpoint | None:
-        """Checkpoint the current step boundary now (blocking; on every rank at the same step),
-        and report the commit. Returns the checkpoint on rank 0."""
+        """Checkpoint the current step boundary now, in line (on every rank at the same step;
+        after the background save in flight, if any), and report the commit. Returns the
+        checkpoint on rank 0."""
         self._begin()
+        self._collect(wait=True)
+        if self.saved_step == self.step:  # the save in flight was of this very step
+            return self.last_checkpoint
         self._set_phase("save")
-        began = time.monotonic()
-        folder = Path(self.ranks.share(str(self.checkpoints.begin(self.step)) if self.ranks.first else None))
-        if self.ranks.first:
-            state.write(folder / "objects.pt", {name: obj.state_dict() for name, obj in self.objects.items()})
-        failpoint("save:between-files")
-        rank = {"rng": state.capture_rng(), "data": self.data.state_dict() if self.data is not None else None}
-        state.write(folder / f"rank-{self.ranks.rank}.pt", rank)
-        self.ranks.barrier()
-        checkpoint = None
-        if self.ranks.first:
-            checkpoint = self.checkpoints.commit(folder, self.step, {"world": self.ranks.world})
-        self.ranks.barrier()
-        self.save_seconds = time.monotonic() - began
-        self.last_commit = time.monotonic()
-        self.saved_step = self.step
-        if checkpoint is not None:
-            body = {"step": self.step, "path": str(checkpoint.path), "seconds": self.save_seconds}
-            self.link.report("checkpoint", body)
+        saved = self.saves.in_line(self.step, self._files())
+        if saved is not None:
+            self._saved(saved)
         self._set_phase("train")
-        return checkpoint
+        return saved.checkpoint if saved is not None else None
+
+    def _save_in_background(self) -> None:
+        self._collect(wait=True)  # at most one save in flight
+        if self.saved_step == self.step:
+            return
+        self._set_phase("save")
+        self.saves.start(self.step, self._files())
+        self._set_phase("train")
+
+    def _files(self) -> dict[str, Any]:
+        """The checkpoint's files at this step boundary: rank 0's objects, every rank's RNG and data."""
+        files: dict[str, Any] = {}
+        if self.ranks.first:
+            files["objects.pt"] = {name: obj.state_dict() for name, obj in self.objects.items()}
+        files[f"rank-{self.ranks.rank}.pt"] = {
+            "rng": state.capture_rng(),
+            "data": self.data.state_dict() if self.data is not None else None,
+        }
+        return files
+
+    def _collect(self, *, wait: bool = False) -> None:
+        """Take in the background save that ended (waiting for it with `wait`); a save that
+        failed raises here, at a step boundary, as it would have in line."""
+        if wait:
+            self.saves.wait()
+        flight = self.saves.ended()
+        if flight is None:
+            return
+        if flight.error is not None:
+            raise flight.error
+        if flight.saved is not None:
+            self._saved(flight.saved)
+
+    def _finish_in_flight(self, notice: Notice | None) -> bool:
+        """On notice, with a background save in flight: wait for its commit while the deadline
+        allows (less a second to leave); otherwise it must not commit. Whether it was abandoned."""
+        flight = self.saves.in_flight
+        if flight is None:
+            return False
+        left = self.link.seconds_left(notice) if notice is not None else math.inf
+        finished = self.saves.wait(None if math.isinf(left) else max(0.0, left - EXIT_SECONDS))
+        (unfinished,) = self.ranks.agree([float(not finished)])
+        if unfinished:
+            flight.abandoned.set()
+            log.warning("the save of step %s could not end before the deadline; abandoned", flight.step)
+            return True
+        try:
+            self._collect()
+        except Exception as exc:  # the emergency save in line may still succeed
+            log.warning("the background save of step %s failed: %s", flight.step, exc)
+        return False
+
+    def _saved(self, saved: Saved) -> None:
+        self.saved_step = saved.step
+        self.save_seconds, self.whole_save_seconds = saved.blocked, saved.whole
+        self.last_commit = saved.began + saved.blocked  # work from here on is at risk
+        if saved.checkpoint is not None:
+            self.last_checkpoint = saved.checkpoint
 
     def _restore(self) -> None:
         """Rank 0 picks the newest whole checkpoint; every rank loads that one."""
@@ -231,10 +297,15 @@ class Job:
         interval = self.every_seconds
         if interval is None:
             return False
+        if self.saves.in_flight is not None:
+            return False
         if math.isnan(interval):  # auto
             interval = FIRST_AUTO_SAVE
-            if self.save_seconds is not None:
-                interval = math.sqrt(2 * self.save_seconds * self.link.interruption_interval)
+            if self.save_seconds is not None and self.whole_save_seconds is not None:
+                # Young/Daly on what a save blocks, but never sooner than a save takes whole:
+                # the next would wait for the one in flight.
+                young = math.sqrt(2 * self.save_seconds * self.link.interruption_interval)
+                interval = max(young, self.whole_save_seconds)
         return time.monotonic() - self.last_commit >= interval
 
     def _agreement(self) -> tuple[bool, bool]:

@@ -78,9 +78,10 @@ class AccountsStore(StoreBase):
                 CheckpointRow.time,
                 CheckpointRow.step,
                 CheckpointRow.seconds,
+                CheckpointRow.background_seconds,
             ).where(CheckpointRow.job_id.in_(chosen))
-            for job_id, attempt, time, step, seconds in s.execute(saves.order_by(CheckpointRow.id)):
-                commits[(job_id, attempt)].append(Commit(time, step, seconds or 0.0))
+            for job_id, attempt, time, step, seconds, background in s.execute(saves.order_by(CheckpointRow.id)):
+                commits[(job_id, attempt)].append(Commit(time, step, seconds or 0.0, background or 0.0))
             ends = select(EventRow.job_id, EventRow.attempt, EventRow.message).where(
                 EventRow.job_id.in_(chosen), EventRow.kind.in_(["preempting", "pending", "failed"])
             )

@@ -180,17 +180,38 @@ class AttemptsStore(StoreBase):
             return row
 
     def commit_checkpoint(
-        self, job_id: int, attempt: int, now: float, step: int | None, path: str | None, seconds: float | None = None
+        self,
+        job_id: int,
+        attempt: int,
+        now: float,
+        step: int | None,
+        path: str | None,
+        seconds: float | None = None,
+        background_seconds: float | None = None,
     ) -> None:
+        """A commit the job reported. A background save's state is of the step boundary its
+        write began after: the work since then is what a crash now would lose."""
+        background = background_seconds or 0.0
         with self.transaction() as s:
             row = self.live_attempt(s, job_id, attempt)
-            row.last_checkpoint_at = now
-            s.add(CheckpointRow(job_id=job_id, attempt=attempt, time=now, step=step, path=path, seconds=seconds))
+            row.last_checkpoint_at = max(row.started_at, now - background)
             s.add(
-                EventRow(
-                    time=now, kind="checkpoint", job_id=job_id, attempt=attempt, message=f"checkpoint at step {step}"
+                CheckpointRow(
+                    job_id=job_id,
+                    attempt=attempt,
+                    time=now,
+                    step=step,
+                    path=path,
+                    seconds=seconds,
+                    background_seconds=background_seconds,
                 )
             )
+            message = f"checkpoint at step {step}"
+            if seconds is not None:
+                message += f", blocked training {seconds:.3g} s"
+            if background_seconds:
+                message += f", then written in the background in {background_seconds:.3g} s"
+            s.add(EventRow(time=now, kind="checkpoint", job_id=job_id, attempt=attempt, message=message))
 
     def acknowledge(self, job_id: int, attempt: int, now: float) -> None:
         with self.transaction() as s:

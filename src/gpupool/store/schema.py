@@ -251,3 +251,5 @@ class CheckpointRow(Base):
     path: Mapped[str | None] = mapped_column(String(4096), default=None)
     seconds: Mapped[float | None] = mapped_column(Float, default=None)
     """How long the save blocked training."""
+    background_seconds: Mapped[float | None] = mapped_column(Float, default=None)
+    """How long it was written after training went on (a background save)."""

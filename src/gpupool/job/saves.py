@@ -1,0 +1,162 @@
+"""How a job's checkpoints are written: in line (training waits), or in the background.
+
+A background save has two phases, as `torch.distributed.checkpoint.async_save` does. Staging
+copies the state to CPU memory at the step boundary (`staging.Stager`); only that blocks
+training, and only that is the checkpoint's cost in the accounting. Persisting writes the copy,
+fsyncs and commits it (manifest last, rename, LATEST, the report to gpupool, prune: the very
+protocol of an in-line save) while training goes on; gpupool is told how long that took, as
+overlap, apart.
+
+Persisting runs in a thread, not in a process (DCP's `AsyncCheckpointerType.PROCESS`):
+- the time goes to `torch.save`'s writer and to fsync, which do not hold the GIL for long:
+  measured, training steps kept their time during a background write (benchmarks/async_saves.py);
+- a thread dies with the job. A writer process left running after a SIGKILL of the job could
+  commit into the checkpoint directory while the next attempt already resumes from it;
+- no second copy of the state through shared memory.
+
+At most one save is in flight: the next save, in line or not, waits for it first. In a
+torch.distributed job the ranks' background threads agree on a gloo group of their own, never
+on the group the training loop's agreement uses (two threads' collectives on one group
+interleave and deadlock). The commit happens only once every rank has written its files.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpupool.job import state
+from gpupool.job.checkpoints import Checkpoint, CheckpointDir, CheckpointError
+from gpupool.job.failpoints import failpoint
+from gpupool.job.link import SchedulerLink
+from gpupool.job.ranks import Ranks
+from gpupool.job.staging import Stager
+
+log = logging.getLogger("gpupool.job")
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A committed save."""
+
+    step: int
+    began: float
+    """`time.monotonic()` at the step boundary the state is of."""
+    blocked: float
+    """Seconds training waited for it (staging only, for a background save)."""
+    background: float
+    """Seconds it was written and committed after training went on (0 in line)."""
+    checkpoint: Checkpoint | None
+    """On rank 0."""
+
+    @property
+    def whole(self) -> float:
+        return self.blocked + self.background
+
+
+class InFlight:
+    """A background save under way."""
+
+    def __init__(self, step: int, began: float, blocked: float) -> None:
+        self.step, self.began, self.blocked = step, began, blocked
+        self.done = threading.Event()
+        self.abandoned = threading.Event()
+        """Set by a job leaving before the save could end: it must not commit after that."""
+        self.saved: Saved | None = None
+        self.error: BaseException | None = None
+
+
+class Saves:
+    def __init__(self, checkpoints: CheckpointDir, ranks: Ranks, link: SchedulerLink, *, background: bool) -> None:
+        self.checkpoints, self.ranks, self.link, self.background = checkpoints, ranks, link, background
+        # Made by every rank alike, as a new group must be.
+        self._writers = Ranks() if background else ranks
+        self._stager = Stager()
+        self.in_flight: InFlight | None = None
+
+    def in_line(self, step: int, files: dict[str, Any]) -> Saved | None:
+        """Write and commit `files` now (after the save in flight, if any); None if a rank could
+        not write."""
+        self.wait()
+        began = time.monotonic()
+        folder = Path(self.ranks.share(str(self.checkpoints.begin(step)) if self.ranks.first else None))
+        checkpoint, committed = self._write_and_commit(self.ranks, folder, step, files, None)
+        saved = Saved(step, began, time.monotonic() - began, 0.0, checkpoint) if committed else None
+        self._report(saved)
+        return saved
+
+    def start(self, step: int, files: dict[str, Any]) -> InFlight:
+        """Stage `files` and write them in the background (after the save in flight, if any)."""
+        self.wait()
+        began = time.monotonic()
+        folder = Path(self.ranks.share(str(self.checkpoints.begin(step)) if self.ranks.first else None))
+        failpoint("save:staging")
+        staged = self._stager.stage(files)
+        flight = InFlight(step, began, time.monotonic() - began)
+        thread = threading.Thread(target=self._persist, args=(flight, folder, staged), name="gpupool-save", daemon=True)
+        self.in_flight = flight
+        thread.start()
+        return flight
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the save in flight (at most `timeout` seconds); whether none is left."""
+        return self.in_flight is None or self.in_flight.done.wait(timeout)
+
+    def ended(self) -> InFlight | None:
+        """The background save that ended since the last call, if one did."""
+        flight = self.in_flight
+        if flight is None or not flight.done.is_set():
+            return None
+        self.in_flight = None
+        return flight
+
+    def _persist(self, flight: InFlight, folder: Path, staged: dict[str, Any]) -> None:
+        try:
+            checkpoint, committed = self._write_and_commit(self._writers, folder, flight.step, staged, flight)
+            if committed:
+                finished = time.monotonic()
+                background = finished - flight.began - flight.blocked
+                flight.saved = Saved(flight.step, flight.began, flight.blocked, background, checkpoint)
+                self._report(flight.saved)
+        except BaseException as exc:  # the trainer's thread raises it at its next step boundary
+            flight.error = exc
+        finally:
+            flight.done.set()
+
+    def _write_and_commit(
+        self, ranks: Ranks, folder: Path, step: int, files: dict[str, Any], flight: InFlight | None
+    ) -> tuple[Checkpoint | None, bool]:
+        """Every rank writes its files; rank 0 commits once all have. (checkpoint on rank 0,
+        whether it was committed, on every rank)."""
+        error: BaseException | None = None
+        try:
+            for name, value in files.items():
+                if name.startswith("rank-"):
+                    failpoint("save:between-files")
+                state.write(folder / name, value)
+        except Exception as exc:
+            error = exc
+        (failed,) = ranks.agree([float(error is not None)])
+        if failed and error is None:
+            error = CheckpointError(f"another rank could not write its part of checkpoint step {step}")
+        checkpoint = None
+        if ranks.first and not failed and not (flight is not None and flight.abandoned.is_set()):
+            try:
+                checkpoint = self.checkpoints.commit(folder, step, {"world": ranks.world})
+            except Exception as exc:
+                error = exc
+        committed = bool(ranks.share(checkpoint is not None))
+        if error is not None:
+            raise error
+        return checkpoint, committed
+
+    def _report(self, saved: Saved | None) -> None:
+        if saved is None or saved.checkpoint is None:
+            return
+        path = str(saved.checkpoint.path)
+        body = {"step": saved.step, "path": path, "seconds": saved.blocked, "background_seconds": saved.background}
+        self.link.report("checkpoint", body)
