@@ -144,7 +144,7 @@ def test_a_background_save_is_of_the_state_before_its_write_and_its_write_is_sho
     assert isinstance(loop.executor, FakeExecutor)
     token = loop.executor.started[0].env["GPUPOOL_TOKEN"]
     base = f"/jobs/{job['id']}/attempts/0"
-    client.post(f"{base}/heartbeat", json={"step": 0, "phase": "train"}, headers=auth(token))
+    store.heartbeat(job["id"], 0, 60.0, 0, "train")  # training from 60; the API's reports come at 100
     body = {"step": 50, "path": "/c/50", "seconds": 0.5, "background_seconds": 12.0}
     assert client.post(f"{base}/checkpoint", json=body, headers=auth(token)).status_code == 204
     [attempt] = client.get(f"/jobs/{job['id']}", headers=auth(ADMIN)).json()["history"]
