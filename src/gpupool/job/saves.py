@@ -9,7 +9,9 @@ overlap, apart.
 
 Persisting runs in a thread, not in a process (DCP's `AsyncCheckpointerType.PROCESS`):
 - the time goes to `torch.save`'s writer and to fsync, which do not hold the GIL for long:
-  measured, training steps kept their time during a background write (benchmarks/async_saves.py);
+  measured, training steps kept their time during a background write
+  (benchmarks/checkpoint_overhead.py); the thread runs at the lowest CPU priority
+  (`in_idle_time`), so that it competes with a CPU-bound training loop for idle cores only;
 - a thread dies with the job. A writer process left running after a SIGKILL of the job could
   commit into the checkpoint directory while the next attempt already resumes from it;
 - no second copy of the state through shared memory.
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.job import state
-from gpupool.job.checkpoints import Checkpoint, CheckpointDir, CheckpointError
+from gpupool.job.checkpoints import Checkpoint, CheckpointDir, CheckpointError, in_idle_time
 from gpupool.job.failpoints import failpoint
 from gpupool.job.link import SchedulerLink
 from gpupool.job.ranks import Ranks
@@ -115,6 +117,7 @@ class Saves:
         return flight
 
     def _persist(self, flight: InFlight, folder: Path, staged: dict[str, Any]) -> None:
+        in_idle_time()
         try:
             checkpoint, committed = self._write_and_commit(self._writers, folder, flight.step, staged, flight)
             if committed:
