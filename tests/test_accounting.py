@@ -90,6 +90,31 @@ def test_a_background_save_blocks_only_its_staging_and_work_after_the_staging_is
     assert a.productive == 2 * (130 - 10 - 1 - 30 - 40)
 
 
+def test_a_restart_is_broken_down_by_the_phases_the_job_reported_and_they_add_up_to_its_cost() -> None:
+    first = AttemptRecord(0, 2, 0, released_at=100, productive_at=10, notice_at=90, outcome="preempted")
+    # Allocated at 200, process started at 201.5; 4 s of imports, 2 of restore, 1 of data; the
+    # first train heartbeat came at 209 (0.5 s the phases do not cover: other).
+    phases = (("imports", 4.0), ("restore", 2.0), ("data position", 1.0))
+    second = AttemptRecord(1, 2, 200, productive_at=209, process_started_at=201.5, phases=phases)
+    job = account(1, "nlp", "low", [first, second], now=300)
+    (cut,) = job.interruptions
+    assert cut.restart == 2 * 9
+    assert cut.restart_phases == {
+        "launch": 2 * 1.5,
+        "imports": 2 * 4.0,
+        "restore": 2 * 2.0,
+        "data position": 2 * 1.0,
+        "other": 2 * 0.5,
+    }
+    assert list(cut.restart_phases) == ["launch", "imports", "restore", "data position", "other"], "in order"
+    assert totals([job], key=lambda a: "pool")["pool"].restart_phases == cut.restart_phases
+    # A job whose clock runs ahead of the scheduler's says more than the startup: cut to it.
+    ahead = AttemptRecord(1, 1, 200, productive_at=203, process_started_at=202.0, phases=(("imports", 5.0),))
+    (_, late) = account(2, "nlp", "low", [first, ahead], now=300).attempts
+    assert late.phases == {"launch": 2.0, "imports": 1.0}
+    assert sum(late.phases.values()) == late.startup
+
+
 def test_a_failure_without_notice_wastes_up_to_its_end_and_older_checkpoints_waste_it_all() -> None:
     failed = AttemptRecord(0, 1, 0, released_at=100, productive_at=10, commits=(Commit(40, step=30),), outcome="failed")
     retry = AttemptRecord(1, 1, 100, released_at=150, productive_at=110, restored_step=30, outcome="lost")

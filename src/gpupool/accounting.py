@@ -4,7 +4,10 @@ service and the simulator both hand it attempt records and read the same numbers
 For an attempt holding G GPUs from allocation to release:
 
     allocated   G × (release − allocation)
-    startup     G × (first productive step − allocation); restore is the part the job reported
+    startup     G × (first productive step − allocation); restore is the part the job reported,
+                and `phases` breaks it down where the job reported its start-up's phases
+                (launch: allocation to the process's start; then the job's own, such as
+                imports, model build, restore, data position; other: what they leave)
     checkpoint  G × the time saves blocked training (of a background save, its staging only)
     drain       G × (release − notice), from the first productive step if the notice came before
     wasted      G × (stop − the point the next attempt resumed from): work done again
@@ -73,6 +76,10 @@ class AttemptRecord:
     """Why it ended, for people: the preemption's message, the exit code."""
     reported: bool = True
     """Whether the job said anything of its progress (a heartbeat, a phase, a checkpoint)."""
+    process_started_at: float | None = None
+    """When its process started, as the job reported it."""
+    phases: tuple[tuple[str, float], ...] = ()
+    """Seconds of each phase of its start-up after the process's start, as the job reported them."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,9 @@ class AttemptCost:
     unreported: float = 0.0
     background: float = 0.0
     """GPU-seconds that background saves were written while training went on (overlap)."""
+    phases: dict[str, float] = field(default_factory=dict)
+    """GPU-seconds of startup by phase, in order; they add up to `startup`. Empty when the job
+    did not report its phases."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,8 @@ class Interruption:
     while it starts up); None while the job waits for its next attempt."""
     delay: float | None
     """Seconds in line before the next attempt (None while still waiting)."""
+    restart_phases: dict[str, float] = field(default_factory=dict)
+    """`restart` by phase, where the next attempt reported them."""
 
     @property
     def lost(self) -> float:
@@ -160,6 +172,8 @@ class Totals:
     interruptions: int = 0
     lost: float = 0.0
     causes: dict[str, int] = field(default_factory=dict)
+    restart_phases: dict[str, float] = field(default_factory=dict)
+    """GPU-seconds of restarts after interruptions, by phase, where the jobs reported them."""
 
     @property
     def goodput(self) -> float | None:
@@ -180,6 +194,8 @@ class Totals:
             self.interruptions += 1
             self.lost += i.lost
             self.causes[i.cause] = self.causes.get(i.cause, 0) + 1
+            for phase, gpu_seconds in i.restart_phases.items():
+                self.restart_phases[phase] = self.restart_phases.get(phase, 0.0) + gpu_seconds
 
 
 def account(
@@ -198,8 +214,10 @@ def account(
         following = ordered[index + 1] if index + 1 < len(ordered) else None
         restart = None
         delay = None
+        phases: dict[str, float] = {}
         if following is not None:
             restart = costs[index + 1].startup
+            phases = costs[index + 1].phases
             delay = following.allocated_at - (record.released_at or following.allocated_at)
         interruptions.append(
             Interruption(
@@ -211,6 +229,7 @@ def account(
                 costs[index].drain if record.reported else _drain(record, now),
                 restart,
                 delay,
+                phases,
             )
         )
     return JobAccount(job_id, team, priority, tuple(costs), tuple(interruptions), user)
@@ -250,7 +269,27 @@ def _cost(
         g * wasted,
         g * productive,
         background=g * sum(c.background for c in record.commits),
+        phases={name: g * seconds for name, seconds in _startup_phases(record, startup).items()},
     )
+
+
+def _startup_phases(record: AttemptRecord, startup: float) -> dict[str, float]:
+    """Seconds of `startup` by phase, in order: launch, the job's own, other. Each is cut to what
+    the startup leaves (the job's clock is not the scheduler's), so that they add up to it."""
+    if record.process_started_at is None and not record.phases:
+        return {}
+    said = list(record.phases)
+    if record.process_started_at is not None:
+        said.insert(0, ("launch", record.process_started_at - record.allocated_at))
+    out: dict[str, float] = {}
+    left = startup
+    for name, seconds in said:
+        part = min(max(0.0, seconds), left)
+        left -= part
+        out[name] = out.get(name, 0.0) + part
+    if left > 1e-9:
+        out["other"] = out.get("other", 0.0) + left
+    return out
 
 
 def _drain(record: AttemptRecord, now: float) -> float:

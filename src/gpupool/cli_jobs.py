@@ -34,7 +34,7 @@ from gpupool.cli_common import (
 from gpupool.cli_table import Column, table
 from gpupool.client import Client
 from gpupool.errors import GpupoolError, InvalidInput, NotFound
-from gpupool.units import clock_time, gpu_time, gpu_unit, human_seconds, plural
+from gpupool.units import brief_seconds, clock_time, gpu_time, gpu_unit, human_seconds, plural
 
 LIVE = "pending,starting,running,preempting"
 
@@ -251,6 +251,9 @@ def show(
         highlight=False,
         markup=False,
     )
+    for cost in account["attempts"]:
+        if cost["phases"]:
+            console.print(f"  {restart_line(cost, job)}", highlight=False, markup=False, soft_wrap=True)
     blocked = sum(a["checkpoint"] for a in account["attempts"])
     background = sum(a["background"] for a in account["attempts"])
     if blocked or background:
@@ -258,6 +261,19 @@ def show(
         console.print(f"  checkpoints: saves blocked {gpu_time(blocked)}{overlap}", highlight=False, markup=False)
     if account["interruptions"]:
         console.print(interruptions_table(account["interruptions"], width=console.width, ended=ended(job)))
+
+
+def restart_line(cost: dict[str, Any], job: dict[str, Any]) -> str:
+    """Where an attempt's start-up went, in seconds (the account's GPU-seconds over its GPUs)."""
+    gpus = max(1, job["gpus"])
+    parts = ", ".join(f"{name} {brief_seconds(gpu_seconds / gpus)}" for name, gpu_seconds in cost["phases"].items())
+    line = f"attempt {cost['attempt']} started up in {brief_seconds(cost['startup'] / gpus)}: {parts}"
+    said = next((a.get("restart") or {} for a in job["history"] if a["attempt"] == cost["attempt"]), {})
+    if said.get("first_step") is not None:
+        line += f"; first step {brief_seconds(said['first_step'])}"
+        if said.get("steady_step") is not None:
+            line += f" (then {brief_seconds(said['steady_step'])} a step)"
+    return line
 
 
 def interruptions_table(

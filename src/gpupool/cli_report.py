@@ -68,9 +68,8 @@ def report(
         groups = (("pool", {"pool": data["pool"]}), ("team", data["teams"]), ("user", data["users"]))
         for title, rows in (*groups, ("class", data["classes"])):
             console.print(totals_table(title, rows))
-            if title == "pool" and data["pool"]["background"] > 0:
-                overlap = gpu_time(data["pool"]["background"])
-                console.print(f"checkpoints written in the background overlapped {overlap} of training (not lost)")
+            if title == "pool":
+                pool_notes(data["pool"])
         costly = sorted(data["interruptions"], key=lambda i: i["lost"], reverse=True)[:20]
         if costly:
             cuts = interruptions_table(costly, width=console.width, jobs=True)
@@ -81,6 +80,20 @@ def report(
 
         for path in plot_report(data, plots):
             errors.print(f"wrote {path}", highlight=False, markup=False)
+
+
+def pool_notes(pool: Mapping[str, Any]) -> None:
+    """What the pool's table leaves out: the restarts' phases, the background writes."""
+    if pool["restart_phases"]:
+        parts = ", ".join(f"{name} {gpu_time(seconds)}" for name, seconds in pool["restart_phases"].items())
+        console.print(f"restarts after interruptions, by phase: {parts}", highlight=False, markup=False)
+    if pool["background"] > 0:
+        overlap = gpu_time(pool["background"])
+        console.print(
+            f"checkpoints written in the background overlapped {overlap} of training (not lost)",
+            highlight=False,
+            markup=False,
+        )
 
 
 def totals_table(title: str, rows: Mapping[str, Mapping[str, Any]]) -> Any:

@@ -61,6 +61,13 @@ def parse_time_limit(value: str) -> float:
     return seconds
 
 
+def brief_seconds(seconds: float) -> str:
+    """`human_seconds` with three significant digits under a minute: "0.342 s", "12.3 s"."""
+    if 0 <= seconds < 59.95:
+        return f"{seconds:.3g} s"
+    return human_seconds(seconds)
+
+
 def human_seconds(seconds: float) -> str:
     """A duration in the largest unit that keeps it readable: "42 s", "3.5 min", "2.1 h", "1.3 d"."""
     if math.isnan(seconds):

@@ -63,3 +63,17 @@ def test_a_pytorch_job_preempted_twice_by_the_scheduler_is_bit_identical(service
     assert merged == losses(golden)
     assert outputs[-1].strip().splitlines()[-1] == golden.strip().splitlines()[-1]
     assert all(i["wasted"] == 0 for i in job["account"]["interruptions"]), "each victim saved at its notice"
+    # Each restart, phase by phase: what the job said adds up to what the accounting charges,
+    # within a heartbeat (the first step's heartbeat reaches the scheduler a moment after).
+    costs = {cost["attempt"]: cost for cost in job["account"]["attempts"]}
+    for cut in job["account"]["interruptions"]:
+        phases = cut["restart_phases"]
+        assert list(phases)[:4] == ["launch", "imports", "model build", "restore"], phases
+        assert sum(phases.values()) == pytest.approx(cut["restart"])
+        following = job["history"][cut["attempt"] + 1]
+        said = following["restart"]
+        launch = said["process_started_at"] - following["started_at"]
+        startup = costs[following["attempt"]]["startup"] / job["gpus"]
+        assert 0 <= launch + sum(said["phases"].values()) <= startup + 0.01
+        assert startup - (launch + sum(said["phases"].values())) < 2.0, "within a heartbeat"
+        assert said["first_step"] > 0 and said["steady_step"] > 0

@@ -465,6 +465,7 @@ def create_app(ctx: Context) -> FastAPI:
             restore_seconds=body.restore_seconds,
             restore_skipped=body.restore_skipped,
             since_commit=body.since_commit,
+            restart=body.restart(),
         )
         if row.notice_deadline is None:
             return HeartbeatOut(notice=None)

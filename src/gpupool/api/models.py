@@ -23,6 +23,8 @@ MANY = 1_000_000
 
 Step = Annotated[int, Field(ge=0, le=limits.INT32)]
 Text = Annotated[str, Field(max_length=200)]
+Seconds = Annotated[float, Field(ge=0, le=1e9)]
+PhaseName = Annotated[str, Field(min_length=1, max_length=40)]
 
 
 def no_nul(value: str | None) -> str | None:
@@ -147,6 +149,11 @@ class AttemptOut(BaseModel):
     notice_at: float | None
     notice_deadline: float | None
     notice_for: int | None
+    restart: dict[str, Any] | None = Field(
+        default=None,
+        description="Where its start-up went, as the job reported it: process_started_at (Unix time), "
+        "phases ({name: seconds}, in order), first_step and steady_step (seconds).",
+    )
 
     @classmethod
     def of(cls, row: AttemptRow) -> AttemptOut:
@@ -166,6 +173,9 @@ class InterruptionOut(BaseModel):
     lost: float
     delay: float | None
     """Seconds in line before the next attempt (not GPU time); None while it still waits."""
+    restart_phases: dict[str, float] = Field(
+        default_factory=dict, description="`restart` by phase (GPU-seconds), where the job reported them"
+    )
 
     @classmethod
     def of(cls, cut: Interruption) -> InterruptionOut:
@@ -211,6 +221,8 @@ class TotalsOut(BaseModel):
     interruptions: int
     lost: float
     causes: dict[str, int]
+    restart_phases: dict[str, float]
+    """GPU-seconds of restarts after interruptions, by phase, where the jobs reported them."""
 
     @classmethod
     def of(cls, totals: Totals) -> TotalsOut:
@@ -418,6 +430,22 @@ class HeartbeatIn(_In):
     restore_skipped: list[Annotated[str, Field(max_length=1000)]] = Field(
         default_factory=list, max_length=20, description="newer checkpoints it could not use, and why"
     )
+    process_started_at: float | None = Field(default=None, ge=0, description="Unix time the job's process started")
+    restart_phases: dict[PhaseName, Seconds] | None = Field(
+        default=None, max_length=12, description="seconds of each phase of its start-up, in order, up to the first step"
+    )
+    first_step_seconds: Seconds | None = Field(default=None, description="how long its first step took")
+    steady_step_seconds: Seconds | None = Field(default=None, description="how long the steps after it took, each")
+
+    def restart(self) -> dict[str, Any]:
+        """What it said of its start-up, as the store keeps it."""
+        said = {
+            "process_started_at": self.process_started_at,
+            "phases": self.restart_phases,
+            "first_step": self.first_step_seconds,
+            "steady_step": self.steady_step_seconds,
+        }
+        return {key: value for key, value in said.items() if value is not None}
 
 
 class NoticeOut(BaseModel):

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from gpupool.job import Batches, Job
+from gpupool.job import Batches, Job, mark
 
 
 def state_hash(*objects: Any) -> str:
@@ -59,6 +59,7 @@ def main() -> int:
         help="periodic saves block training (not in the background)",
     )
     args = parser.parse_args()
+    mark("imports")
     torch.manual_seed(args.seed)
     torch.use_deterministic_algorithms(True)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -70,6 +71,7 @@ def main() -> int:
     model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Dropout(0.2), nn.Linear(64, 1)).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=50, gamma=0.5)
+    mark("model build")
     save_every = int(args.save_every) if args.save_every.isdigit() else args.save_every
     job = Job(
         model=model,

@@ -14,6 +14,17 @@ It speaks gpupool's job protocol (docs/job-protocol.md); run outside gpupool, it
 from gpupool.job.checkpoints import Checkpoint, CheckpointDir, CheckpointError, Restored
 from gpupool.job.data import Batches
 from gpupool.job.link import Notice, SchedulerLink
+from gpupool.job.restart import mark
 from gpupool.job.session import Job
 
-__all__ = ["Batches", "Checkpoint", "CheckpointDir", "CheckpointError", "Job", "Notice", "Restored", "SchedulerLink"]
+__all__ = [
+    "Batches",
+    "Checkpoint",
+    "CheckpointDir",
+    "CheckpointError",
+    "Job",
+    "Notice",
+    "Restored",
+    "SchedulerLink",
+    "mark",
+]

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
-from gpupool.job import state
+from gpupool.job import restart, state
 from gpupool.job.checkpoints import Checkpoint, CheckpointDir, CheckpointError, Restored
 from gpupool.job.link import Notice, SchedulerLink
 from gpupool.job.ranks import Ranks
@@ -66,6 +66,7 @@ class Job:
         `save_in_background`: periodic saves copy the state to CPU memory (which stays held
         between saves: as much as the checkpoint) and are written while training goes on;
         False writes them in line. Saves on notice and at the end are always in line."""
+        entered = time.time()
         self.link = link or SchedulerLink()
         self.ranks = Ranks()
         self.objects = objects
@@ -97,6 +98,9 @@ class Job:
         began = time.monotonic()
         self._restore()
         self.restore_seconds = time.monotonic() - began
+        self._startup = (entered, time.time())
+        """When `Job()` began and ended: its restore, between the set-up and the data position."""
+        self._first_steps: restart.FirstSteps | None = None
 
     # --- the loop -------------------------------------------------------------------------------
 
@@ -123,6 +127,9 @@ class Job:
         self.step += 1
         if self.data is not None and hasattr(self.data, "advance"):
             self.data.advance()
+        timed = self._first_steps.step_done(time.monotonic()) if self._first_steps is not None else None
+        if timed is not None and self.ranks.first:
+            self.link.heartbeat(self.step, self.phase, time.monotonic() - self.last_commit, **timed)
         if time.monotonic() - self.last_heartbeat >= self.heartbeat_every:
             self.heartbeat()
         if self._save_due():
@@ -337,13 +344,23 @@ class Job:
             # Productive work starts now; tell gpupool which checkpoint it starts from.
             self.last_heartbeat = time.monotonic()
             self._last_agreed = (self.last_heartbeat, self.step)
+            self._first_steps = restart.FirstSteps(self.last_heartbeat)
             if self.ranks.first:
-                restored: dict[str, object] = {}
+                said: dict[str, object] = self._startup_phases()
                 if self.restored is not None:
                     skipped = [reason[:400] for reason in self.restored.skipped[:20]]
-                    restored = {"restored_step": self.step, "restore_seconds": self.restore_seconds}
-                    restored["restore_skipped"] = skipped
-                self.link.heartbeat(self.step, self.phase, time.monotonic() - self.last_commit, **restored)
+                    said |= {"restored_step": self.step, "restore_seconds": self.restore_seconds}
+                    said["restore_skipped"] = skipped
+                self.link.heartbeat(self.step, self.phase, time.monotonic() - self.last_commit, **said)
+
+    def _startup_phases(self) -> dict[str, object]:
+        entered, restored = self._startup
+        ends = (("set-up", entered), ("restore", restored), ("data position", time.time()))
+        started = restart.process_started_at()
+        said: dict[str, object] = {"restart_phases": restart.phases(started, *ends)}
+        if started is not None:
+            said["process_started_at"] = started
+        return said
 
     def _set_phase(self, phase: str) -> None:
         if phase != self.phase:

@@ -91,8 +91,9 @@ class AccountsStore(StoreBase):
                     # The notice's reason wins over the requeue that follows it.
                     reasons.setdefault((of_job or 0, cut), message)
         by_job: dict[int, list[AttemptRecord]] = defaultdict(list)
-        for job_id, number, started, ended, productive, notice, restored, restore, outcome, heartbeat in rows:
+        for job_id, number, started, ended, productive, notice, restored, restore, outcome, heartbeat, said in rows:
             key = (job_id, number)
+            restart = said or {}
             by_job[job_id].append(
                 AttemptRecord(
                     number,
@@ -107,6 +108,8 @@ class AccountsStore(StoreBase):
                     outcome,
                     reasons.get(key, ""),
                     heartbeat is not None or productive is not None or bool(commits[key]),
+                    restart.get("process_started_at"),
+                    tuple((restart.get("phases") or {}).items()),
                 )
             )
         return [(jobs[i], by_job[i]) for i in sorted(by_job)]
@@ -123,6 +126,7 @@ ATTEMPT_COLUMNS = (
     AttemptRow.restore_seconds,
     AttemptRow.outcome,
     AttemptRow.last_heartbeat_at,
+    AttemptRow.restart,
 )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hmac
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import select, update
@@ -163,6 +163,7 @@ class AttemptsStore(StoreBase):
         restore_seconds: float | None = None,
         restore_skipped: Sequence[str] = (),
         since_commit: float | None = None,
+        restart: Mapping[str, Any] | None = None,
     ) -> AttemptRow:
         """Note that the attempt is alive (and productive from its first `train` phase, which
         may say which checkpoint it restored); returns the attempt, whose notice fields tell the
@@ -172,6 +173,9 @@ class AttemptsStore(StoreBase):
             row.last_heartbeat_at, row.step, row.phase, row.since_commit = now, step, phase, since_commit
             if phase == "train" and row.productive_at is None:
                 row.productive_at = now
+            if restart:
+                # Merged, each key once: the phases come with the first step, the step times later.
+                row.restart = {**restart, **(row.restart or {})}
             if restored_step is not None and row.restored_step is None:
                 row.restored_step, row.restore_seconds = restored_step, restore_seconds
                 skipped = f"; skipped {'; '.join(restore_skipped)}" if restore_skipped else ""

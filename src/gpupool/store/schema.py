@@ -182,6 +182,9 @@ class AttemptRow(Base):
     restored_step: Mapped[int | None] = mapped_column(Integer, default=None)
     """The checkpoint step this attempt resumed from, as the job reported it."""
     restore_seconds: Mapped[float | None] = mapped_column(Float, default=None)
+    restart: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    """Where its start-up went, as the job reported it: `process_started_at` (Unix time),
+    `phases` ({name: seconds}, in order), `first_step` and `steady_step` (seconds)."""
     since_commit: Mapped[float | None] = mapped_column(Float, default=None)
     """Seconds of work since its last checkpoint commit, as of its last heartbeat."""
     notice_at: Mapped[float | None] = mapped_column(Float, default=None)
