@@ -169,6 +169,7 @@ def test_the_buckets_of_an_attempt_always_add_up_to_its_allocation(
     parts = (cost.startup, cost.checkpoint, cost.drain, cost.wasted, cost.productive)
     assert all(p >= 0 for p in parts)
     assert sum(parts) == pytest.approx(cost.allocated)
+    assert 0 <= cost.background <= cost.allocated - cost.startup - cost.drain + 1e-9
 
 
 def test_totals_give_goodput_per_team_and_for_the_pool() -> None:

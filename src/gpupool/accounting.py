@@ -268,9 +268,14 @@ def _cost(
         g * drain,
         g * wasted,
         g * productive,
-        background=g * sum(c.background for c in record.commits),
+        background=g * _overlap(record.commits, productive_from, stop),
         phases={name: g * seconds for name, seconds in _startup_phases(record, startup).items()},
     )
+
+
+def _overlap(commits: Sequence[Commit], after: float, until: float) -> float:
+    """Seconds background writes went on beside training, within (after, until]."""
+    return sum(max(0.0, min(c.time, until) - max(c.resumed_at, after)) for c in commits)
 
 
 def _startup_phases(record: AttemptRecord, startup: float) -> dict[str, float]:

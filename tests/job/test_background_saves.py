@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import pytest
 import torch
 
-from gpupool.job import Job, state
+from gpupool.job import Job, checkpoints, state
 from gpupool.job.checkpoints import CheckpointDir
 from gpupool.job.link import SchedulerLink
 from gpupool.job.session import LEAVE_CODE
@@ -128,11 +128,51 @@ def test_a_notice_whose_deadline_the_save_in_flight_cannot_meet_abandons_it_and_
     assert leaving.value.code == LEAVE_CODE
     [(flight, noticed)] = given
     assert left - noticed < 1.5, "it left before the deadline"
-    assert flight is not None and flight.abandoned.is_set()
+    assert flight is not None and flight.abandoned
     released.set()  # the slow disk is done at last: the abandoned save must not commit now
     assert flight.done.wait(10)
     assert committed(tmp_path) == []
     assert flight.saved is None
+
+
+def test_a_save_abandoned_while_its_commit_fsyncs_never_commits_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    released = threading.Event()
+    fsync = checkpoints.fsync_path
+
+    def slow_fsync(path: Path) -> None:
+        if "step-000000002.tmp" in str(path):
+            released.wait(30)  # a slow disk, inside the commit: past the check before the rename
+        fsync(path)
+
+    monkeypatch.setattr(checkpoints, "fsync_path", slow_fsync)
+    job = Job(weights=Weights(), save_every=2, link=link(tmp_path))
+    given = []
+
+    def noticed_briefly() -> None:
+        given.append(job.saves.in_flight)
+        notice(tmp_path, 1.5)
+
+    with pytest.raises(SystemExit):
+        train(job, noticed_briefly)
+    [flight] = given
+    assert flight is not None and flight.abandoned
+    released.set()
+    assert flight.done.wait(10)
+    assert committed(tmp_path) == [], "the rename that would commit it did not happen"
+    assert not list((tmp_path / "ckpt").glob("step-000000002.tmp-*")), "its files are gone"
+
+
+def test_a_save_right_after_a_resume_returns_the_checkpoint_it_resumed_from(tmp_path: Path) -> None:
+    job = Job(weights=Weights(), save_every=None, link=link(tmp_path))
+    for _ in job.steps(3):
+        pass
+    job.finish()
+    resumed = Job(weights=Weights(), save_every=None, link=link(tmp_path))
+    checkpoint = resumed.save()
+    assert checkpoint is not None and checkpoint.step == 3
+    resumed.link.restore_signals()
 
 
 def test_a_background_write_that_fails_raises_at_the_next_step_boundary(

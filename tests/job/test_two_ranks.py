@@ -74,3 +74,17 @@ def test_one_rank_killed_while_writing_a_background_save_leaves_the_previous_che
         assert all(losses(golden, rank)[s] == bits for s, bits in losses(resumed, rank).items())
         assert sorted(losses(resumed, rank)) == list(range(10, STEPS))
     assert resumed.strip().splitlines()[-1] == golden.strip().splitlines()[-1]
+
+
+def test_a_notice_to_one_rank_with_background_saves_stops_both_and_the_resume_is_bit_identical(
+    tmp_path: Path, golden: str
+) -> None:
+    saves = ("--save-every", "4")
+    first = run(tmp_path, *saves, "--notice-rank1-at", "9", code=75)
+    last = {rank: max(losses(first, rank)) for rank in (0, 1)}
+    assert last[0] == last[1] >= 9
+    resumed = run(tmp_path, *saves)
+    assert f"rank 1 from step {last[0] + 1}" in resumed, "the steps since the last background save were saved"
+    for rank in (0, 1):
+        assert {**losses(first, rank), **losses(resumed, rank)} == losses(golden, rank)
+    assert resumed.strip().splitlines()[-1] == golden.strip().splitlines()[-1]

@@ -9,14 +9,16 @@ overlap, apart.
 
 Persisting runs in a thread, not in a process (DCP's `AsyncCheckpointerType.PROCESS`):
 - the time goes to `torch.save`'s writer and to fsync, which do not hold the GIL for long:
-  measured, training steps kept their time during a background write
-  (benchmarks/checkpoint_overhead.py); the thread runs at the lowest CPU priority
-  (`in_idle_time`), so that it competes with a CPU-bound training loop for idle cores only;
+  measured (benchmarks/checkpoint_overhead.py), a step that leaves the CPU idle, as on a GPU,
+  kept its time during a background write; the thread runs at the lowest CPU priority
+  (`in_idle_time`), so that a CPU-bound step on two cores was 11 % slower beside it, not 40 %;
 - a thread dies with the job. A writer process left running after a SIGKILL of the job could
   commit into the checkpoint directory while the next attempt already resumes from it;
 - no second copy of the state through shared memory.
 
-At most one save is in flight: the next save, in line or not, waits for it first. In a
+At most one save is in flight: the next save, in line or not, waits for it first. A save
+abandoned (the job leaves before it could end) never commits after that: the rename that commits
+it and the abandoning exclude each other (`InFlight.gate`). In a
 torch.distributed job the ranks' background threads agree on a gloo group of their own, never
 on the group the training loop's agreement uses (two threads' collectives on one group
 interleave and deadlock). The commit happens only once every rank has written its files.
@@ -24,9 +26,11 @@ interleave and deadlock). The commit happens only once every rank has written it
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,10 +70,31 @@ class InFlight:
     def __init__(self, step: int, began: float, blocked: float) -> None:
         self.step, self.began, self.blocked = step, began, blocked
         self.done = threading.Event()
-        self.abandoned = threading.Event()
-        """Set by a job leaving before the save could end: it must not commit after that."""
         self.saved: Saved | None = None
         self.error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._abandoned = self._renamed = False
+
+    def abandon(self) -> bool:
+        """A job leaving before the save could end: it must not commit after this. False if it
+        was committed already (renamed into place; its report may still be on its way)."""
+        with self._lock:
+            self._abandoned = True
+            return not self._renamed
+
+    @property
+    def abandoned(self) -> bool:
+        return self._abandoned
+
+    @contextlib.contextmanager
+    def gate(self) -> Iterator[bool]:
+        """Around the rename that commits it: whether it may (not once abandoned)."""
+        with self._lock:
+            if self._abandoned:
+                yield False
+                return
+            yield True
+            self._renamed = True
 
 
 class Saves:
@@ -80,14 +105,14 @@ class Saves:
         self._stager = Stager()
         self.in_flight: InFlight | None = None
 
-    def in_line(self, step: int, files: dict[str, Any]) -> Saved | None:
-        """Write and commit `files` now (after the save in flight, if any); None if a rank could
-        not write."""
+    def in_line(self, step: int, files: dict[str, Any]) -> Saved:
+        """Write and commit `files` now (after the save in flight, if any); raises on every rank
+        when one could not."""
         self.wait()
         began = time.monotonic()
         folder = Path(self.ranks.share(str(self.checkpoints.begin(step)) if self.ranks.first else None))
-        checkpoint, committed = self._write_and_commit(self.ranks, folder, step, files, None)
-        saved = Saved(step, began, time.monotonic() - began, 0.0, checkpoint) if committed else None
+        checkpoint, _ = self._write_and_commit(self.ranks, folder, step, files, None)
+        saved = Saved(step, began, time.monotonic() - began, 0.0, checkpoint)
         self._report(saved)
         return saved
 
@@ -97,7 +122,12 @@ class Saves:
         began = time.monotonic()
         folder = Path(self.ranks.share(str(self.checkpoints.begin(step)) if self.ranks.first else None))
         failpoint("save:staging")
-        staged = self._stager.stage(files)
+        error: Exception | None = None
+        try:
+            staged = self._stager.stage(files)
+        except Exception as exc:  # out of (pinned) memory, a value that cannot be copied
+            error = exc
+        self._agreed(self.ranks, step, error, "stage")
         flight = InFlight(step, began, time.monotonic() - began)
         thread = threading.Thread(target=self._persist, args=(flight, folder, staged), name="gpupool-save", daemon=True)
         self.in_flight = flight
@@ -135,7 +165,7 @@ class Saves:
     ) -> tuple[Checkpoint | None, bool]:
         """Every rank writes its files; rank 0 commits once all have. (checkpoint on rank 0,
         whether it was committed, on every rank)."""
-        error: BaseException | None = None
+        error: Exception | None = None
         try:
             for name, value in files.items():
                 if name.startswith("rank-"):
@@ -143,22 +173,32 @@ class Saves:
                 state.write(folder / name, value)
         except Exception as exc:
             error = exc
-        (failed,) = ranks.agree([float(error is not None)])
-        if failed and error is None:
-            error = CheckpointError(f"another rank could not write its part of checkpoint step {step}")
+        self._agreed(ranks, step, error, "write")
         checkpoint = None
-        if ranks.first and not failed and not (flight is not None and flight.abandoned.is_set()):
+        if ranks.first:
             try:
-                checkpoint = self.checkpoints.commit(folder, step, {"world": ranks.world})
+                gate = flight.gate if flight is not None else None
+                checkpoint = self.checkpoints.commit(folder, step, {"world": ranks.world}, gate)
             except Exception as exc:
                 error = exc
-        committed = bool(ranks.share(checkpoint is not None))
+        committed, trouble = ranks.share((checkpoint is not None, None if error is None else str(error)))
         if error is not None:
             raise error
-        return checkpoint, committed
+        if trouble is not None:
+            raise CheckpointError(f"rank 0 could not commit checkpoint step {step}: {trouble}")
+        return checkpoint, bool(committed)
 
-    def _report(self, saved: Saved | None) -> None:
-        if saved is None or saved.checkpoint is None:
+    @staticmethod
+    def _agreed(ranks: Ranks, step: int, error: Exception | None, what: str) -> None:
+        """Raise on every rank when one could not `what` its part of checkpoint `step`."""
+        (failed,) = ranks.agree([float(error is not None)])
+        if error is not None:
+            raise error
+        if failed:
+            raise CheckpointError(f"another rank could not {what} its part of checkpoint step {step}")
+
+    def _report(self, saved: Saved) -> None:
+        if saved.checkpoint is None:
             return
         path = str(saved.checkpoint.path)
         body = {"step": saved.step, "path": path, "seconds": saved.blocked, "background_seconds": saved.background}

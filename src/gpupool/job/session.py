@@ -85,6 +85,10 @@ class Job:
         """How long the last save blocked training."""
         self.whole_save_seconds: float | None = None
         """How long the last save took from the step boundary to its commit."""
+        self.in_line_seconds: float | None = None
+        """How long the last save in line took: what an emergency save on notice will take. Until
+        there was one, the last background save's whole time stands for it (more, as a rule: a
+        background write shares the CPU with training, at the lowest priority)."""
         self.last_commit = time.monotonic()
         self.last_heartbeat = -math.inf
         self.phase = "startup"
@@ -151,7 +155,7 @@ class Job:
         self._begin()
         notice = self.link.notice()
         unfinished = self._finish_in_flight(notice)
-        margin = 1.5 * (self.whole_save_seconds or 0.0) + 1.0
+        margin = 1.5 * (self.in_line_seconds or self.whole_save_seconds or 0.0) + 1.0
         short = unfinished or (notice is not None and self.link.seconds_left(notice) <= margin)
         (no_time,) = self.ranks.agree([float(short)])
         if self.saved_step != self.step:
@@ -183,14 +187,16 @@ class Job:
         checkpoint on rank 0."""
         self._begin()
         self._collect(wait=True)
-        if self.saved_step == self.step:  # the save in flight was of this very step
+        if self.saved_step == self.step:  # the save in flight, or the one resumed, was of this step
+            if self.last_checkpoint is None and self.restored is not None:
+                return self.restored.checkpoint if self.ranks.first else None
             return self.last_checkpoint
         self._set_phase("save")
         saved = self.saves.in_line(self.step, self._files())
-        if saved is not None:
-            self._saved(saved)
+        self._saved(saved)
+        self.in_line_seconds = saved.whole
         self._set_phase("train")
-        return saved.checkpoint if saved is not None else None
+        return saved.checkpoint
 
     def _save_in_background(self) -> None:
         self._collect(wait=True)  # at most one save in flight
@@ -226,21 +232,22 @@ class Job:
 
     def _finish_in_flight(self, notice: Notice | None) -> bool:
         """On notice, with a background save in flight: wait for its commit while the deadline
-        allows (less a second to leave); otherwise it must not commit. Whether it was abandoned."""
+        allows (less a second to leave); otherwise it must not commit. Whether one was abandoned
+        (on any rank: every rank takes part, in flight or not, and they all answer alike)."""
         flight = self.saves.in_flight
-        if flight is None:
-            return False
-        left = self.link.seconds_left(notice) if notice is not None else math.inf
-        finished = self.saves.wait(None if math.isinf(left) else max(0.0, left - EXIT_SECONDS))
+        finished = True
+        if flight is not None:
+            left = self.link.seconds_left(notice) if notice is not None else math.inf
+            finished = self.saves.wait(None if math.isinf(left) else max(0.0, left - EXIT_SECONDS))
         (unfinished,) = self.ranks.agree([float(not finished)])
         if unfinished:
-            flight.abandoned.set()
-            log.warning("the save of step %s could not end before the deadline; abandoned", flight.step)
+            if flight is not None and not flight.done.is_set() and flight.abandon():
+                log.warning("the save of step %s could not end before the deadline; abandoned", flight.step)
             return True
         try:
             self._collect()
         except Exception as exc:  # the emergency save in line may still succeed
-            log.warning("the background save of step %s failed: %s", flight.step, exc)
+            log.warning("the background save of step %s failed: %s", flight.step if flight else "?", exc)
         return False
 
     def _saved(self, saved: Saved) -> None:

@@ -22,7 +22,7 @@ class Stager:
     def __init__(self) -> None:
         self._buffers: dict[KeyPath, Any] = {}
         self._used: dict[KeyPath, Any] = {}
-        self._on_gpu = False
+        self._devices: set[Any] = set()
 
     @property
     def held_bytes(self) -> int:
@@ -31,10 +31,10 @@ class Stager:
 
     def stage(self, value: Any) -> Any:
         """A copy of `value` that shares nothing with it."""
-        self._used, self._on_gpu = {}, False
+        self._used, self._devices = {}, set()
         staged = self._copy(value, ())
-        if self._on_gpu:
-            sys.modules["torch"].cuda.synchronize()  # the non-blocking copies have landed
+        for device in self._devices:  # the non-blocking copies have landed, from every GPU
+            sys.modules["torch"].cuda.synchronize(device)
         self._buffers = self._used  # buffers of keys gone from the state are let go
         return staged
 
@@ -65,6 +65,7 @@ class Stager:
             pinned = source.is_cuda and torch.cuda.is_available()
             buffer = torch.empty(source.shape, dtype=source.dtype, device="cpu", pin_memory=pinned)
         buffer.copy_(source, non_blocking=source.is_cuda)
-        self._on_gpu = self._on_gpu or source.is_cuda
+        if source.is_cuda:
+            self._devices.add(source.device)
         self._used[path] = buffer
         return buffer
