@@ -334,20 +334,25 @@ class ControlLoop:
         attempt_dir = self.attempt_dir(job.id, attempt)
         user = self.user_of(job)
         checkpoints = self.job_dir(job.id) / "checkpoints"
-        checkpoints.mkdir(parents=True, exist_ok=True)
+        cache = self.job_dir(job.id) / "cache"
+        for folder in (checkpoints, cache):
+            folder.mkdir(parents=True, exist_ok=True)
         # Nobody but the scheduler lists its folders; a job's user reaches its own by name.
         for folder in (self.data_dir / "jobs", self.job_dir(job.id)):
             give(folder, None, 0o711 if user is not None else 0o700)
-        give(checkpoints, user, 0o700)
+        for folder in (checkpoints, cache):
+            give(folder, user, 0o700)
         command = list(job.command)
         if job.script is not None:
             command[0] = str(self.script_file(job, user))
         env = {
+            **compile_caches(cache),  # the job's own settings win
             **{k: str(v) for k, v in job.env.items()},
             **({"USER": user.name, "LOGNAME": user.name, "HOME": user.home} if user is not None else {}),
             "GPUPOOL_JOB_ID": str(job.id),
             "GPUPOOL_ATTEMPT": str(attempt),
             "GPUPOOL_CHECKPOINT_DIR": str(checkpoints),
+            "GPUPOOL_CACHE_DIR": str(cache),
             "GPUPOOL_NOTICE_FILE": str(attempt_dir / "notice"),
             "GPUPOOL_API": self.api_url,
             "GPUPOOL_TOKEN": token,
@@ -450,3 +455,15 @@ class ControlLoop:
                 # the time.
                 time.sleep(max(self.settle, 2 * spent))
             self.wakeup.clear()
+
+
+def compile_caches(cache: Path) -> dict[str, str]:
+    """Where compilers keep what they made, in the job's folder that outlives its attempts: a
+    resumed attempt (on any node, where the folder is shared) finds the kernels and graphs the
+    earlier ones compiled, instead of compiling them again (PyTorch Inductor's FX graph and
+    AOTAutograd caches, Triton's kernels, CUDA's JIT cache)."""
+    return {
+        "TORCHINDUCTOR_CACHE_DIR": str(cache / "torchinductor"),
+        "TRITON_CACHE_DIR": str(cache / "triton"),
+        "CUDA_CACHE_PATH": str(cache / "cuda"),
+    }

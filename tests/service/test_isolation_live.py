@@ -63,12 +63,15 @@ ATTACK = textwrap.dedent(
     attempt("list the data directory", lambda: list(data.iterdir()))
     attempt("list the job folders", lambda: list((data / "jobs").iterdir()))
     attempt("read the victim's checkpoints", lambda: list((victim_dir / "checkpoints").iterdir()))
+    attempt("read the victim's compile cache", lambda: list((victim_dir / "cache").iterdir()))
     attempt("read the victim's log", lambda: (victim_dir / "attempt-0" / "stdout.log").read_text())
     attempt("read the victim's environment", lambda: Path(f"/proc/{victim_pid}/environ").read_bytes())
     attempt("signal the victim", lambda: os.kill(victim_pid, 0))
     own_attempt = checkpoints.parent / "attempt-0"
     attempt("forge its own exit record", lambda: (own_attempt / "exit.json").write_text('{"exit_code": 0}'))
     attempt("write its own checkpoints", lambda: (checkpoints / "mine").write_text("ok"))
+    cache = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]).parent
+    attempt("write its own compile cache", lambda: (cache / "mine").write_text("ok"))
     tokens = []
     for environ in Path("/proc").glob("[0-9]*/environ"):
         try:
@@ -142,6 +145,7 @@ def test_a_job_of_one_team_reaches_nothing_of_the_scheduler_nor_of_another_team(
 
     assert seen.pop("whoami") == pwd.getpwnam("gpupool-nlp").pw_uid, "the job runs as its team's OS user"
     assert seen.pop("write its own checkpoints") == "done", "its own folder is its own"
+    assert seen.pop("write its own compile cache") == "done"
     assert seen.pop("tokens seen") == 1, "no other attempt's token can be read"
     assert seen.pop("complete the victim") in (401, 403), "its token speaks for its own attempt only"
     assert seen.pop("grant itself classes") in (401, 403)

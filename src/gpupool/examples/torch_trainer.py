@@ -52,6 +52,7 @@ def main() -> int:
     parser.add_argument("--step-seconds", type=float, default=0.0, help="extra time per step, to watch it")
     parser.add_argument("--save-every", default="auto", help="steps, a duration like 30s, or auto")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument(
         "--save-in-line",
         dest="background",
@@ -71,6 +72,7 @@ def main() -> int:
     model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Dropout(0.2), nn.Linear(64, 1)).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=50, gamma=0.5)
+    forward = torch.compile(model) if args.compile else model  # compiles at the first step
     mark("model build")
     save_every = int(args.save_every) if args.save_every.isdigit() else args.save_every
     job = Job(
@@ -86,7 +88,7 @@ def main() -> int:
     stream = iter(loader)
     for step in job.steps(args.steps):
         x, y = (t.to(device) for t in next(stream))
-        loss = nn.functional.mse_loss(model(x), y)
+        loss = nn.functional.mse_loss(forward(x), y)
         optimizer.zero_grad()
         loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()

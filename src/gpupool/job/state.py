@@ -59,13 +59,17 @@ def write(path: Path, value: Any) -> None:
             pickle.dump(value, stream, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def read(path: Path) -> Any:
-    """A file `write` made. Checkpoints are the job's own files, written by the job itself."""
+def read(path: Path, *, mmap: bool = True) -> Any:
+    """A file `write` made. Checkpoints are the job's own files, written by the job itself.
+
+    PyTorch's tensors are mapped from the file (copy-on-write), not read into memory first:
+    `load_state_dict` then copies them once, into the model's own. A checkpoint pruned later is
+    unlinked, and a mapping outlives that."""
     with path.open("rb") as stream:
         is_zip = stream.read(4) == b"PK\x03\x04"
     if is_zip:
         import torch
 
-        return torch.load(path, weights_only=False, map_location="cpu")
+        return torch.load(path, weights_only=False, map_location="cpu", mmap=mmap)
     with path.open("rb") as stream:
         return pickle.load(stream)
