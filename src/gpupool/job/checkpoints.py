@@ -239,7 +239,10 @@ class CheckpointDir:
             digests = json.loads((checkpoint.path / DIGESTS).read_text())
         except (OSError, ValueError):
             digests = {}
-        for name, expected in checkpoint.manifest.get("files", {}).items():
+        files = checkpoint.manifest.get("files", {})
+        if checkpoint.manifest.get("sharded") and "sharded/.metadata" not in files:
+            raise CheckpointError(f"{checkpoint.path} has no sharded/.metadata: its shards were never all written")
+        for name, expected in files.items():
             path = checkpoint.path / name
             if not path.is_file():
                 raise CheckpointError(f"{path} is missing")

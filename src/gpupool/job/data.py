@@ -58,6 +58,15 @@ class Batches:
         if self.position == self.per_epoch:
             self.epoch, self.position = self.epoch + 1, 0
 
+    def resharded(self, state: dict[str, Any]) -> dict[str, Any]:
+        """The saved position of a rank of another world size, for this rank: the same epoch,
+        and as many of its items used in all, rounded down to whole batches of this world
+        (a few items may be seen twice; which rank sees which item differs from an
+        uninterrupted run, so the run is not bit-identical)."""
+        used = state["position"] * state["batch_size"] * state["world"]
+        position = min(used // (self.batch_size * self.world), self.per_epoch - 1)
+        return {**state, "rank": self.rank, "world": self.world, "position": position}
+
     def _setup(self) -> dict[str, Any]:
         keys = ("seed", "size", "batch_size", "shuffle", "rank", "world")
         return {k: getattr(self, k) for k in keys}

@@ -24,6 +24,11 @@ class Ranks:
             self._group = dist.new_group(backend="gloo")  # collective: every rank makes it
 
     @property
+    def group(self) -> Any:
+        """The gloo group (None alone)."""
+        return self._group
+
+    @property
     def first(self) -> bool:
         return self.rank == 0
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpupool.job import state
+from gpupool.job import sharded, state
 from gpupool.job.checkpoints import Checkpoint, CheckpointDir, CheckpointError, in_idle_time
 from gpupool.job.failpoints import failpoint
 from gpupool.job.link import SchedulerLink
@@ -170,7 +170,11 @@ class Saves:
             for name, value in files.items():
                 if name.startswith("rank-"):
                     failpoint("save:between-files")
-                state.write(folder / name, value)
+                if name == sharded.FOLDER:
+                    failpoint("save:shards")
+                    sharded.write(folder, value, ranks.group)
+                else:
+                    state.write(folder / name, value)
         except Exception as exc:
             error = exc
         self._agreed(ranks, step, error, "write")
@@ -178,7 +182,12 @@ class Saves:
         if ranks.first:
             try:
                 gate = flight.gate if flight is not None else None
-                checkpoint = self.checkpoints.commit(folder, step, {"world": ranks.world}, gate)
+                meta = {
+                    "world": ranks.world,
+                    "sharded": sharded.FOLDER in files,
+                    "trained": sorted(files.get(sharded.FOLDER, ())),
+                }
+                checkpoint = self.checkpoints.commit(folder, step, meta, gate)
             except Exception as exc:
                 error = exc
         committed, trouble = ranks.share((checkpoint is not None, None if error is None else str(error)))

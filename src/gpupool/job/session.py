@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
-from gpupool.job import restart, state
+from gpupool.job import restart, sharded, state
 from gpupool.job.checkpoints import Checkpoint, CheckpointDir, CheckpointError, Restored
+from gpupool.job.data import Batches
 from gpupool.job.link import Notice, SchedulerLink
 from gpupool.job.ranks import Ranks
 from gpupool.job.saves import Saved, Saves
@@ -70,6 +72,8 @@ class Job:
         self.link = link or SchedulerLink()
         self.ranks = Ranks()
         self.objects = objects
+        self.trained, self.plain = sharded.split(objects) if "torch" in sys.modules else ({}, dict(objects))
+        """The sharded modules with their optimizers (saved by every rank, through DCP), and the rest."""
         self.data = data
         self.every_steps, self.every_seconds = _interval(save_every)
         self.heartbeat_every = heartbeat_every
@@ -210,7 +214,9 @@ class Job:
         """The checkpoint's files at this step boundary: rank 0's objects, every rank's RNG and data."""
         files: dict[str, Any] = {}
         if self.ranks.first:
-            files["objects.pt"] = {name: obj.state_dict() for name, obj in self.objects.items()}
+            files["objects.pt"] = {name: obj.state_dict() for name, obj in self.plain.items()}
+        if self.trained:
+            files[sharded.FOLDER] = {name: trained.state_dict() for name, trained in self.trained.items()}
         files[f"rank-{self.ranks.rank}.pt"] = {
             "rng": state.capture_rng(),
             "data": self.data.state_dict() if self.data is not None else None,
@@ -258,11 +264,12 @@ class Job:
             self.last_checkpoint = saved.checkpoint
 
     def _restore(self) -> None:
-        """Rank 0 picks the newest whole checkpoint; every rank loads that one."""
+        """Rank 0 picks the newest whole checkpoint; every rank loads that one. (A sharded
+        job's load is collective: rank 0 picks the newest whole one without loading it.)"""
         chosen: Any = None
         if self.ranks.first:
             try:
-                found = self.checkpoints.restore(self._load)
+                found = self.checkpoints.restore(self._load if not self.trained else lambda _: None)
             except CheckpointError as exc:
                 chosen = exc
             else:
@@ -274,7 +281,7 @@ class Job:
             raise chosen
         if chosen is None:
             return
-        if not self.ranks.first:
+        if not self.ranks.first or self.trained:
             self.restored, self._rng = chosen, self._load(chosen.checkpoint)
         self.step = self.saved_step = chosen.checkpoint.step
         skipped = f" (skipped: {'; '.join(chosen.skipped)})" if chosen.skipped else ""
@@ -282,19 +289,30 @@ class Job:
 
     def _load(self, checkpoint: Checkpoint) -> dict[str, Any]:
         world = checkpoint.manifest.get("world", 1)
-        if world != self.ranks.world:
+        resharded = world != self.ranks.world
+        if resharded and not (self.trained and checkpoint.manifest.get("sharded")):
             raise CheckpointError(
                 f"{checkpoint.path.name} was written by {world} ranks; this run has {self.ranks.world}"
             )
         objects = state.read(checkpoint.path / "objects.pt")
-        rank = state.read(checkpoint.path / f"rank-{self.ranks.rank}.pt")
-        missing = set(self.objects) - set(objects)
+        # Resharded, a rank takes the random state and data position of a rank that was.
+        rank = state.read(checkpoint.path / f"rank-{self.ranks.rank % world}.pt")
+        missing = (set(self.plain) | set(self.trained)) - set(objects) - set(checkpoint.manifest.get("trained", ()))
         if missing:
             raise ValueError(f"the checkpoint has no state for {', '.join(sorted(missing))}")
-        for name, obj in self.objects.items():
+        if self.trained:
+            sharded.read(checkpoint.path, self.trained, self.ranks.group)
+        for name, obj in self.plain.items():
             obj.load_state_dict(objects[name])
         if self.data is not None:
-            self.data.load_state_dict(rank["data"])
+            saved = rank["data"]
+            if resharded and isinstance(self.data, Batches):
+                saved = self.data.resharded(saved)
+            self.data.load_state_dict(saved)
+        if resharded:
+            log.warning(
+                "%s resharded from %s ranks to %s: not bit-identical", checkpoint.path.name, world, self.ranks.world
+            )
         rng: dict[str, Any] = rank["rng"]
         return rng
 
