@@ -108,6 +108,10 @@ def test_a_restart_is_broken_down_by_the_phases_the_job_reported_and_they_add_up
     }
     assert list(cut.restart_phases) == ["launch", "imports", "restore", "data position", "other"], "in order"
     assert totals([job], key=lambda a: "pool")["pool"].restart_phases == cut.restart_phases
+    # Over many jobs, a job's own phase names fold into other: no team reads another's names.
+    own = AttemptRecord(1, 1, 200, productive_at=203, phases=(("load s3://secret", 2.0),))
+    pooled = totals([account(3, "cv", "low", [first, own], now=300)], key=lambda a: "pool")["pool"]
+    assert pooled.restart_phases == {"other": 3.0}
     # A job whose clock runs ahead of the scheduler's says more than the startup: cut to it.
     ahead = AttemptRecord(1, 1, 200, productive_at=203, process_started_at=202.0, phases=(("imports", 5.0),))
     (_, late) = account(2, "nlp", "low", [first, ahead], now=300).attempts

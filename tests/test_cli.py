@@ -196,3 +196,15 @@ def test_simulate_compare_reads_at_80_columns_when_piped(traces_dir: Path, tmp_p
     assert all(len(line) <= 80 for line in lines)
     assert not any("…" in line for line in lines), "a cell was cut"
     assert any("p95 wait urgent" in line for line in lines)
+
+
+def test_a_job_submitted_from_inside_a_job_does_not_take_its_compile_caches() -> None:
+    from gpupool.cli_submit import job_environment
+
+    inside = {
+        "GPUPOOL_CACHE_DIR": "/data/jobs/s-7/cache",
+        "TORCHINDUCTOR_CACHE_DIR": "/data/jobs/s-7/cache/torchinductor",
+        "HF_HOME": "/home/me/hf",
+    }
+    env = job_environment("ALL", [], inside)
+    assert env == {"HF_HOME": "/home/me/hf"}, "the parent's cache is its own; the child gets one of its own"

@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 
 from gpupool.settle import AttemptOutcome
 
+SUMMED_PHASES = ("launch", "set-up", "imports", "model build", "restore", "data position", "other")
+"""Restart phases that totals keep by name (a job's own marks are its own business)."""
 INTERRUPTED = (AttemptOutcome.PREEMPTED, AttemptOutcome.FAILED, AttemptOutcome.LOST, AttemptOutcome.NODE_LOST)
 
 
@@ -195,7 +197,9 @@ class Totals:
             self.lost += i.lost
             self.causes[i.cause] = self.causes.get(i.cause, 0) + 1
             for phase, gpu_seconds in i.restart_phases.items():
-                self.restart_phases[phase] = self.restart_phases.get(phase, 0.0) + gpu_seconds
+                # Over many jobs (and teams), the phases gpupool.job names; a job's own are other.
+                known = phase if phase in SUMMED_PHASES else "other"
+                self.restart_phases[known] = self.restart_phases.get(known, 0.0) + gpu_seconds
 
 
 def account(
@@ -292,7 +296,7 @@ def _startup_phases(record: AttemptRecord, startup: float) -> dict[str, float]:
         part = min(max(0.0, seconds), left)
         left -= part
         out[name] = out.get(name, 0.0) + part
-    if left > 1e-9:
+    if left >= 0.001:
         out["other"] = out.get("other", 0.0) + left
     return out
 

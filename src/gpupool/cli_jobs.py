@@ -253,7 +253,7 @@ def show(
     )
     for cost in account["attempts"]:
         if cost["phases"]:
-            console.print(f"  {restart_line(cost, job)}", highlight=False, markup=False, soft_wrap=True)
+            console.print(f"  {restart_line(cost, job)}", highlight=False, markup=False)
     blocked = sum(a["checkpoint"] for a in account["attempts"])
     background = sum(a["background"] for a in account["attempts"])
     if blocked or background:

@@ -47,6 +47,10 @@ def job_environment(export: str, extra: list[str], environ: Mapping[str, str]) -
         elif name in environ:
             chosen[name] = environ[name]
     chosen = {k: v for k, v in chosen.items() if not k.startswith(PROTOCOL_PREFIX)}
+    # Submitted from inside a job: its compile caches are its own, not the new job's.
+    cache = environ.get("GPUPOOL_CACHE_DIR")
+    if cache:
+        chosen = {k: v for k, v in chosen.items() if not v.startswith(cache.rstrip("/") + "/") and v != cache}
     for item in extra:
         name, sep, value = item.partition("=")
         if not sep or not name.isidentifier():

@@ -63,7 +63,9 @@ def parse_time_limit(value: str) -> float:
 
 def brief_seconds(seconds: float) -> str:
     """`human_seconds` with three significant digits under a minute: "0.342 s", "12.3 s"."""
-    if 0 <= seconds < 59.95:
+    if 0 <= seconds < 0.001:
+        return "0 s"
+    if seconds < 59.95:
         return f"{seconds:.3g} s"
     return human_seconds(seconds)
 

@@ -98,6 +98,11 @@ def test_a_log_offset_may_be_any_64_bit_position_but_not_past_it(api: Api, runni
         ("checkpoint", {"seconds": math.inf}),
         ("checkpoint", {"background_seconds": math.inf}),
         ("checkpoint", {"background_seconds": -1}),
+        ("heartbeat", {"restart_phases": {"\x1b[31mred": 1.0}}),
+        ("heartbeat", {"restart_phases": {"x" * 41: 1.0}}),
+        ("heartbeat", {"restart_phases": {f"p{i}": 1.0 for i in range(13)}}),
+        ("heartbeat", {"restart_phases": {"imports": -1.0}}),
+        ("heartbeat", {"first_step_seconds": math.inf}),
         ("checkpoint", {"path": "x" * 5000}),
     ],
 )

@@ -216,3 +216,33 @@ def test_staging_copies_every_kind_of_value_and_keeps_its_buffers_between_saves(
     weights["w"] = torch.zeros(8)
     grown = stager.stage(value)
     assert grown["model"]["w"].shape == (8,) and stager.held_bytes == 8 * 4 + 8 + 2 * 4
+
+
+def test_a_resumed_optimizer_does_not_keep_the_checkpoint_file_mapped(tmp_path: Path) -> None:
+    model = torch.nn.Linear(64, 64)
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.randn(2, 64)).sum().backward()
+    optimizer.step()
+    job = Job(model=model, optimizer=optimizer, save_every=None, link=link(tmp_path))
+    job.save()
+    job.link.restore_signals()
+    again = torch.nn.Linear(64, 64)
+    resumed_optimizer = torch.optim.Adam(again.parameters())
+    resumed = Job(model=again, optimizer=resumed_optimizer, save_every=None, link=link(tmp_path))
+    resumed.link.restore_signals()
+    assert torch.equal(again.weight, model.weight)
+    assert torch.equal(
+        resumed_optimizer.state_dict()["state"][0]["exp_avg"], optimizer.state_dict()["state"][0]["exp_avg"]
+    )
+    maps = Path("/proc/self/maps").read_text()
+    assert str(tmp_path / "ckpt") not in maps, "the file is no longer mapped: pruning it frees its space"
+
+
+def test_batches_resharded_keep_the_epoch_and_the_items_used_at_another_world_and_batch_size() -> None:
+    from gpupool.job import Batches
+
+    before = Batches(512, batch_size=8, seed=3, rank=1, world=2)
+    before.epoch, before.position = 2, 10  # 10 batches of 8 on each of 2 ranks: 160 items
+    after = Batches(512, batch_size=4, seed=3, rank=3, world=4)
+    after.load_state_dict(after.resharded(before.state_dict()))
+    assert (after.epoch, after.position) == (2, 10), "160 items: 10 batches of 4 on each of 4 ranks"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpupool.job import Job
+from gpupool.job import Job, mark
 from gpupool.job.link import SchedulerLink
 from gpupool.job.session import LEAVE_CODE
 from gpupool.testing import wait_for
@@ -67,6 +67,22 @@ def test_leaving_on_notice_saves_and_exits_with_ex_tempfail(tmp_path: Path) -> N
         job.leave()
     assert left.value.code == LEAVE_CODE == 75
     assert [c.step for c in job.checkpoints.committed()] == [1]
+
+
+def test_a_notice_before_any_step_leaves_without_saving_the_untrained_state(tmp_path: Path) -> None:
+    (tmp_path / "notice").write_text('{"deadline": 4102444800}')
+    env = {"GPUPOOL_CHECKPOINT_DIR": str(tmp_path / "ckpt"), "GPUPOOL_NOTICE_FILE": str(tmp_path / "notice")}
+    job = Job(counter=Counter(), save_every=None, link=SchedulerLink(env))
+    with pytest.raises(SystemExit) as left:
+        job.leave()
+    assert left.value.code == LEAVE_CODE
+    assert job.checkpoints.committed() == [], "a fresh start is the same state"
+
+
+def test_restart_marks_are_named_printably_and_not_as_gpupool_names_its_own() -> None:
+    for bad in ("", "x" * 41, "imports\n", "\x1b[31mred", "launch", "other"):
+        with pytest.raises(ValueError, match="phase"):
+            mark(bad)
 
 
 class Recording(SchedulerLink):

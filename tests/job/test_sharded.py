@@ -104,3 +104,16 @@ def test_a_damaged_shard_sets_its_checkpoint_aside_and_the_one_before_is_used(
     names = sorted(p.name for p in tmp_path.glob("step-*"))
     assert names == ["step-000000016", "step-000000024"], "set aside at the resume, pruned after the next commit"
     assert_continues(golden[2], 2, first, resumed)
+
+
+def test_a_shard_that_does_not_load_on_its_rank_makes_every_rank_resume_from_the_one_before(
+    tmp_path: Path, golden: dict[int, str]
+) -> None:
+    first = run(tmp_path, 2, "--save-every", "8", "--steps", "20")
+    newest = tmp_path / "step-000000020"
+    (newest / "DIGESTS.json").unlink()  # as if the job died before hashing: sizes alone say it is whole
+    shard = newest / "sharded" / "__1_0.distcp"
+    shard.write_bytes(bytes(shard.stat().st_size))  # the same size, nothing readable in it
+    resumed = run(tmp_path, 2, "--save-every", "8")
+    assert "rank 0 from step 16" in resumed and "rank 1 from step 16" in resumed, "one choice, on every rank"
+    assert_continues(golden[2], 2, first, resumed)

@@ -68,7 +68,8 @@ def test_a_pytorch_job_preempted_twice_by_the_scheduler_is_bit_identical(service
     costs = {cost["attempt"]: cost for cost in job["account"]["attempts"]}
     for cut in job["account"]["interruptions"]:
         phases = cut["restart_phases"]
-        assert list(phases)[:4] == ["launch", "imports", "model build", "restore"], phases
+        named = [p for p in phases if p in ("launch", "imports", "model build", "restore")]
+        assert named == ["launch", "imports", "model build", "restore"], phases
         assert sum(phases.values()) == pytest.approx(cut["restart"])
         following = job["history"][cut["attempt"] + 1]
         said = following["restart"]

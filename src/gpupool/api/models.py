@@ -24,7 +24,7 @@ MANY = 1_000_000
 Step = Annotated[int, Field(ge=0, le=limits.INT32)]
 Text = Annotated[str, Field(max_length=200)]
 Seconds = Annotated[float, Field(ge=0, le=1e9)]
-PhaseName = Annotated[str, Field(min_length=1, max_length=40)]
+PhaseName = Annotated[str, Field(min_length=1, max_length=40, pattern=r"^[^\x00-\x1f\x7f]+$")]
 
 
 def no_nul(value: str | None) -> str | None:

@@ -1,6 +1,6 @@
 """A sharded PyTorch job: FSDP2 (`fully_shard`) over gloo, made preemption-safe with
 `gpupool.job`, whose checkpoints are then sharded (`torch.distributed.checkpoint`: every rank
-writes its own shards). Needs `pip install gpupool[torch]`; runs on CPUs, and on GPUs as it is.
+writes its own shards). Needs `pip install gpupool[torch]`; runs on CPUs, and on GPUs (NCCL; untested here).
 
     gpupool submit --gpus 4 --gpus-per-node 2 -- python -m gpupool.examples.fsdp_trainer --steps 60
     torchrun --nproc-per-node 2 -m gpupool.examples.fsdp_trainer --steps 60    # outside gpupool
@@ -71,7 +71,9 @@ def main() -> int:
     parser.add_argument("--step-seconds", type=float, default=0.0, help="extra time per step, to watch it")
     parser.add_argument("--save-every", default="auto", help="steps, a duration like 30s, or auto")
     args = parser.parse_args()
-    dist.init_process_group("gloo", init_method="env://")
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group("cpu:gloo,cuda:nccl", init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
     model, optimizer, batches, loader = build(rank, world)
     save_every = int(args.save_every) if args.save_every.isdigit() else args.save_every

@@ -65,7 +65,7 @@ class Batches:
         uninterrupted run, so the run is not bit-identical)."""
         used = state["position"] * state["batch_size"] * state["world"]
         position = min(used // (self.batch_size * self.world), self.per_epoch - 1)
-        return {**state, "rank": self.rank, "world": self.world, "position": position}
+        return {**state, "rank": self.rank, "world": self.world, "batch_size": self.batch_size, "position": position}
 
     def _setup(self) -> dict[str, Any]:
         keys = ("seed", "size", "batch_size", "shuffle", "rank", "world")

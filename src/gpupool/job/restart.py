@@ -27,6 +27,8 @@ import time
 MAX_PHASES = 12
 """Marks beyond these are merged into the last phase (gpupool takes at most this many)."""
 
+RESERVED = ("launch", "other")
+"""Phases gpupool names itself (from its own records)."""
 _marks: list[tuple[str, float]] = []
 
 
@@ -47,8 +49,10 @@ def process_started_at() -> float | None:
 
 def mark(phase: str) -> None:
     """End the phase named `phase` now (it began at the previous mark, or at the process's start)."""
-    if not phase or len(phase) > 40:
-        raise ValueError(f"phase {phase!r}: give a name of 1 to 40 characters")
+    if not phase or len(phase) > 40 or not phase.isprintable():
+        raise ValueError(f"phase {phase!r}: give a name of 1 to 40 printable characters")
+    if phase in RESERVED:
+        raise ValueError(f"phase {phase!r} is gpupool's: give your phase another name")
     _marks.append((phase, time.time()))
 
 

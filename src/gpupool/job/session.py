@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from gpupool.job import restart, sharded, state
-from gpupool.job.checkpoints import Checkpoint, CheckpointDir, CheckpointError, Restored
-from gpupool.job.data import Batches
+from gpupool.job.checkpoints import Checkpoint, CheckpointDir, Restored
 from gpupool.job.link import Notice, SchedulerLink
 from gpupool.job.ranks import Ranks
+from gpupool.job.resume import Loader, resume
 from gpupool.job.saves import Saved, Saves
 from gpupool.units import parse_duration
 
@@ -162,7 +162,9 @@ class Job:
         margin = 1.5 * (self.in_line_seconds or self.whole_save_seconds or 0.0) + 1.0
         short = unfinished or (notice is not None and self.link.seconds_left(notice) <= margin)
         (no_time,) = self.ranks.agree([float(short)])
-        if self.saved_step != self.step:
+        if self.step == 0 and self.restored is None:
+            pass  # nothing trained yet: a fresh start is this state (and saving it may change it)
+        elif self.saved_step != self.step:
             if no_time:
                 log.warning("no time to save step %s before the deadline; resuming from %s", self.step, self.saved_step)
             else:
@@ -213,10 +215,10 @@ class Job:
     def _files(self) -> dict[str, Any]:
         """The checkpoint's files at this step boundary: rank 0's objects, every rank's RNG and data."""
         files: dict[str, Any] = {}
+        if self.trained:  # first: a collective, which every rank must reach whatever fails after
+            files[sharded.FOLDER] = {name: trained.state_dict() for name, trained in self.trained.items()}
         if self.ranks.first:
             files["objects.pt"] = {name: obj.state_dict() for name, obj in self.plain.items()}
-        if self.trained:
-            files[sharded.FOLDER] = {name: trained.state_dict() for name, trained in self.trained.items()}
         files[f"rank-{self.ranks.rank}.pt"] = {
             "rng": state.capture_rng(),
             "data": self.data.state_dict() if self.data is not None else None,
@@ -264,57 +266,13 @@ class Job:
             self.last_checkpoint = saved.checkpoint
 
     def _restore(self) -> None:
-        """Rank 0 picks the newest whole checkpoint; every rank loads that one. (A sharded
-        job's load is collective: rank 0 picks the newest whole one without loading it.)"""
-        chosen: Any = None
-        if self.ranks.first:
-            try:
-                found = self.checkpoints.restore(self._load if not self.trained else lambda _: None)
-            except CheckpointError as exc:
-                chosen = exc
-            else:
-                if found is not None:
-                    self.restored, self._rng = found
-                    chosen = self.restored
-        chosen = self.ranks.share(chosen)
-        if isinstance(chosen, CheckpointError):
-            raise chosen
-        if chosen is None:
+        found = resume(self.checkpoints, self.ranks, Loader(self.ranks, self.plain, self.trained, self.data))
+        if found is None:
             return
-        if not self.ranks.first or self.trained:
-            self.restored, self._rng = chosen, self._load(chosen.checkpoint)
-        self.step = self.saved_step = chosen.checkpoint.step
-        skipped = f" (skipped: {'; '.join(chosen.skipped)})" if chosen.skipped else ""
+        self.restored, self._rng = found
+        self.step = self.saved_step = self.restored.checkpoint.step
+        skipped = f" (skipped: {'; '.join(self.restored.skipped)})" if self.restored.skipped else ""
         log.warning("attempt %s resumes from step %s%s", self.link.attempt, self.step, skipped)
-
-    def _load(self, checkpoint: Checkpoint) -> dict[str, Any]:
-        world = checkpoint.manifest.get("world", 1)
-        resharded = world != self.ranks.world
-        if resharded and not (self.trained and checkpoint.manifest.get("sharded")):
-            raise CheckpointError(
-                f"{checkpoint.path.name} was written by {world} ranks; this run has {self.ranks.world}"
-            )
-        objects = state.read(checkpoint.path / "objects.pt")
-        # Resharded, a rank takes the random state and data position of a rank that was.
-        rank = state.read(checkpoint.path / f"rank-{self.ranks.rank % world}.pt")
-        missing = (set(self.plain) | set(self.trained)) - set(objects) - set(checkpoint.manifest.get("trained", ()))
-        if missing:
-            raise ValueError(f"the checkpoint has no state for {', '.join(sorted(missing))}")
-        if self.trained:
-            sharded.read(checkpoint.path, self.trained, self.ranks.group)
-        for name, obj in self.plain.items():
-            obj.load_state_dict(objects[name])
-        if self.data is not None:
-            saved = rank["data"]
-            if resharded and isinstance(self.data, Batches):
-                saved = self.data.resharded(saved)
-            self.data.load_state_dict(saved)
-        if resharded:
-            log.warning(
-                "%s resharded from %s ranks to %s: not bit-identical", checkpoint.path.name, world, self.ranks.world
-            )
-        rng: dict[str, Any] = rank["rng"]
-        return rng
 
     def _save_due(self) -> bool:
         if self.every_steps is not None:

@@ -19,13 +19,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from gpupool.job.checkpoints import CheckpointError
+
 FOLDER = "sharded"
 
 
 def is_sharded(module: Any) -> bool:
-    """Whether `module` is a torch module with a DTensor among its parameters."""
+    """Whether `module` is a torch module with a DTensor among its parameters (PyTorch 2.5 and
+    later have DTensor in public: sharded checkpoints need it)."""
     from torch import nn
-    from torch.distributed.tensor import DTensor
+
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # an older PyTorch, or one built without torch.distributed
+        return False
 
     return isinstance(module, nn.Module) and any(isinstance(p, DTensor) for p in module.parameters())
 
@@ -77,18 +84,27 @@ def split(objects: dict[str, Any]) -> tuple[dict[str, Trained], dict[str, Any]]:
 def write(folder: Path, state: dict[str, Any], group: Any) -> None:
     """Every rank writes its shards of `state` into `folder/sharded` (fsynced); then DCP's
     coordinator writes the metadata. A collective on `group`."""
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.filesystem import FileSystemWriter
     from torch.distributed.checkpoint.state_dict_saver import save
 
-    save(state, storage_writer=FileSystemWriter(folder / FOLDER, sync_files=True, overwrite=False), process_group=group)
+    writer = FileSystemWriter(folder / FOLDER, sync_files=True, overwrite=False)
+    try:
+        save(state, storage_writer=writer, process_group=group)
+    except CheckpointException as exc:  # a BaseException: it would pass every `except Exception`
+        raise CheckpointError(f"the sharded save failed: {exc}") from exc
 
 
 def read(folder: Path, trained: dict[str, Trained], group: Any) -> None:
     """Load the shards into the modules and optimizers, resharded to this run's layout."""
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.filesystem import FileSystemReader
     from torch.distributed.checkpoint.state_dict_loader import load
 
-    load(dict(trained), storage_reader=FileSystemReader(folder / FOLDER), process_group=group)
+    try:
+        load(dict(trained), storage_reader=FileSystemReader(folder / FOLDER), process_group=group)
+    except CheckpointException as exc:  # on every rank alike: DCP gathers the ranks' failures
+        raise CheckpointError(f"its shards do not load: {exc}") from exc
 
 
 def whole(files: dict[str, Any]) -> bool:
