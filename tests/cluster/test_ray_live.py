@@ -234,7 +234,8 @@ def test_a_gang_whose_node_does_not_answer_in_time_is_given_back_whole(
         os.environ.pop("RAY_ADDRESS", None)
 
 
-DDP = [sys.executable, "-m", "gpupool.examples.ddp_trainer", "--steps", "40"]
+DDP = [sys.executable, "-m", "gpupool.examples.ddp_trainer", "--steps", "100"]
+"""Long enough (10 s at 0.1 s a step) that the preemption comes before the end on a loaded machine."""
 
 
 def losses(output: str) -> dict[int, str]:
@@ -256,9 +257,7 @@ def test_a_two_node_job_preempted_through_ray_resumes_bit_identical(cluster: Loo
     service = RayService(tmp_path / "pool", cluster.address, grace="20s")
     service.up()
     try:
-        job_id = service.submit(
-            "--gpus", "4", "--gpus-per-node", "2", "--", *DDP[:-2], "--steps", "40", "--step-seconds", "0.1"
-        )
+        job_id = service.submit("--gpus", "4", "--gpus-per-node", "2", "--", *DDP, "--step-seconds", "0.1")
         wait_for(lambda: "step 12 " in service.cli("logs", str(job_id), "--rank", "1").stdout, timeout=120)
         urgent = service.run_cli(
             service.env,
@@ -509,7 +508,7 @@ WHO = textwrap.dedent(
         token = "read"
     except OSError as exc:
         token = "refused: " + type(exc).__name__
-    protocol = {"API", "ARRAY_ID", "ARRAY_INDEX", "ATTEMPT", "CHECKPOINT_DIR", "GPUS_ON_NODE",
+    protocol = {"API", "ARRAY_ID", "ARRAY_INDEX", "ATTEMPT", "CACHE_DIR", "CHECKPOINT_DIR", "GPUS_ON_NODE",
                 "INTERRUPTION_INTERVAL", "JOB_ID", "NODE", "NODE_ADDRESS", "NOTICE_FILE", "TOKEN"}
     # Ray's variables, and any of gpupool's that the job protocol does not give a job.
     ray = sorted(k for k in os.environ if k.startswith("RAY_")
