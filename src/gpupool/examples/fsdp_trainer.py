@@ -71,9 +71,11 @@ def main() -> int:
     parser.add_argument("--step-seconds", type=float, default=0.0, help="extra time per step, to watch it")
     parser.add_argument("--save-every", default="auto", help="steps, a duration like 30s, or auto")
     args = parser.parse_args()
-    if torch.cuda.is_available():
+    backend = "gloo"
+    if torch.cuda.is_available():  # a CPU build has no NCCL to name
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group("cpu:gloo,cuda:nccl", init_method="env://")
+        backend = "cpu:gloo,cuda:nccl"
+    dist.init_process_group(backend, init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
     model, optimizer, batches, loader = build(rank, world)
     save_every = int(args.save_every) if args.save_every.isdigit() else args.save_every

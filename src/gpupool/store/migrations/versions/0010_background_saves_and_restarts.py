@@ -22,7 +22,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("checkpoint_commits") as batch:
-        batch.drop_column("background_seconds")
-    with op.batch_alter_table("attempts") as batch:
-        batch.drop_column("restart")
+    # Dropped in place (SQLite 3.35+ can): copying a table that others reference would cascade.
+    op.drop_column("attempts", "restart")
+    op.drop_column("checkpoint_commits", "background_seconds")
