@@ -87,7 +87,7 @@ def in_idle_time() -> None:
     """Run the calling thread at the lowest CPU priority (Linux: nice 19 for this thread alone),
     so that the work it does in the background takes the cores training leaves idle. Measured
     on a CPU-bound training step (benchmarks/checkpoint_overhead.py): a background write at
-    normal priority slowed the step by about 40 % on two cores; at nice 19 by 11 %, the write
+    normal priority slowed the step by 40-70 % on two cores; at nice 19 by 11 %, the write
     taking longer instead."""
     if sys.platform == "linux":  # elsewhere PRIO_PROCESS would take the thread id for a process id
         with contextlib.suppress(OSError):
@@ -240,7 +240,7 @@ class CheckpointDir:
         except (OSError, ValueError):
             digests = {}
         files = checkpoint.manifest.get("files", {})
-        if checkpoint.manifest.get("sharded") and "sharded/.metadata" not in files:
+        if checkpoint.manifest.get("sharded") and "sharded/.metadata" not in files:  # DCP's, written last
             raise CheckpointError(f"{checkpoint.path} has no sharded/.metadata: its shards were never all written")
         for name, expected in files.items():
             path = checkpoint.path / name

@@ -51,9 +51,3 @@ class Ranks:
         box = [value]
         torch.distributed.broadcast_object_list(box, src=0, group=self._group)
         return box[0]
-
-    def barrier(self) -> None:
-        if self._group is not None:
-            import torch
-
-            torch.distributed.barrier(group=self._group)

@@ -96,8 +96,3 @@ class FirstSteps:
             return None
         self._done = True
         return {"first_step_seconds": self.first, "steady_step_seconds": (now - self._since) / self._count}
-
-
-def forget() -> None:
-    """Drop the marks (for a second `Job` in one process, and for tests)."""
-    _marks.clear()

@@ -11,7 +11,7 @@ Persisting runs in a thread, not in a process (DCP's `AsyncCheckpointerType.PROC
 - the time goes to `torch.save`'s writer and to fsync, which do not hold the GIL for long:
   measured (benchmarks/checkpoint_overhead.py), a step that leaves the CPU idle, as on a GPU,
   kept its time during a background write; the thread runs at the lowest CPU priority
-  (`in_idle_time`), so that a CPU-bound step on two cores was 11 % slower beside it, not 40 %;
+  (`in_idle_time`), so that a CPU-bound step on two cores was 11 % slower beside it, not 40-70 %;
 - a thread dies with the job. A writer process left running after a SIGKILL of the job could
   commit into the checkpoint directory while the next attempt already resumes from it;
 - no second copy of the state through shared memory.
@@ -110,7 +110,7 @@ class Saves:
         when one could not."""
         self.wait()
         began = time.monotonic()
-        folder = Path(self.ranks.share(str(self.checkpoints.begin(step)) if self.ranks.first else None))
+        folder = self._folder(step)
         checkpoint, _ = self._write_and_commit(self.ranks, folder, step, files, None)
         saved = Saved(step, began, time.monotonic() - began, 0.0, checkpoint)
         self._report(saved)
@@ -120,7 +120,7 @@ class Saves:
         """Stage `files` and write them in the background (after the save in flight, if any)."""
         self.wait()
         began = time.monotonic()
-        folder = Path(self.ranks.share(str(self.checkpoints.begin(step)) if self.ranks.first else None))
+        folder = self._folder(step)
         failpoint("save:staging")
         error: Exception | None = None
         try:
@@ -133,6 +133,10 @@ class Saves:
         self.in_flight = flight
         thread.start()
         return flight
+
+    def _folder(self, step: int) -> Path:
+        """Rank 0's fresh folder for checkpoint `step`, on every rank."""
+        return Path(self.ranks.share(str(self.checkpoints.begin(step)) if self.ranks.first else None))
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for the save in flight (at most `timeout` seconds); whether none is left."""

@@ -105,8 +105,3 @@ def read(folder: Path, trained: dict[str, Trained], group: Any) -> None:
         load(dict(trained), storage_reader=FileSystemReader(folder / FOLDER), process_group=group)
     except CheckpointException as exc:  # on every rank alike: DCP gathers the ranks' failures
         raise CheckpointError(f"its shards do not load: {exc}") from exc
-
-
-def whole(files: dict[str, Any]) -> bool:
-    """Whether a manifest's files hold DCP's metadata (written last by DCP)."""
-    return f"{FOLDER}/.metadata" in files
