@@ -105,8 +105,10 @@ class SchedulerLink:
     # --- notice ---------------------------------------------------------------------------------
 
     def install_signals(self) -> None:
+        """Take the notice signals; again, when a framework has put its own handler in since
+        (restore_signals puts back what there was before the first time)."""
         for signum in NOTICE_SIGNALS:
-            self._previous[signum] = signal.signal(signum, self._on_signal)
+            self._previous.setdefault(signum, signal.signal(signum, self._on_signal))
 
     def restore_signals(self) -> None:
         for signum, handler in self._previous.items():

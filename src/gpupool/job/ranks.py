@@ -13,10 +13,11 @@ from typing import Any
 
 
 class Ranks:
-    def __init__(self) -> None:
+    def __init__(self, *, alone: bool = False) -> None:
+        """The ranks of torch.distributed's default group, or this process `alone`."""
         self.rank, self.world, self._group = 0, 1, None
         torch = sys.modules.get("torch")
-        if torch is None:
+        if torch is None or alone:
             return
         dist = torch.distributed
         if dist.is_available() and dist.is_initialized():

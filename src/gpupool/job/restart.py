@@ -73,6 +73,17 @@ def phases(started: float | None, *ends: tuple[str, float]) -> dict[str, float]:
     return out
 
 
+def startup(entered: float, restored: float) -> dict[str, object]:
+    """The start-up's phases, for the first step's heartbeat: from the process's start (or the
+    first mark) to `entered` ("set-up"), to `restored` ("restore"), to now ("data position")."""
+    ends = (("set-up", entered), ("restore", restored), ("data position", time.time()))
+    started = process_started_at()
+    said: dict[str, object] = {"restart_phases": phases(started, *ends)}
+    if started is not None:
+        said["process_started_at"] = started
+    return said
+
+
 class FirstSteps:
     """Times the first step, then the steps after it (STEADY of them, or STEADY_SECONDS)."""
 

@@ -75,7 +75,7 @@ class Job:
         self.trained, self.plain = sharded.split(objects) if "torch" in sys.modules else ({}, dict(objects))
         """The sharded modules with their optimizers (saved by every rank, through DCP), and the rest."""
         self.data = data
-        self.every_steps, self.every_seconds = _interval(save_every)
+        self.every_steps, self.every_seconds = save_interval(save_every)
         self.heartbeat_every = heartbeat_every
         self.agree_every = agree_every
         root = Path(directory) if directory is not None else self.link.checkpoint_dir
@@ -159,8 +159,9 @@ class Job:
         self._begin()
         notice = self.link.notice()
         unfinished = self._finish_in_flight(notice)
-        margin = 1.5 * (self.in_line_seconds or self.whole_save_seconds or 0.0) + 1.0
-        short = unfinished or (notice is not None and self.link.seconds_left(notice) <= margin)
+        short = unfinished or (
+            notice is not None and too_late(self.link, notice, self.in_line_seconds or self.whole_save_seconds)
+        )
         (no_time,) = self.ranks.agree([float(short)])
         if self.step == 0 and self.restored is None:
             pass  # nothing trained yet: a fresh start is this state (and saving it may change it)
@@ -289,13 +290,8 @@ class Job:
             return False
         if self.saves.in_flight is not None:
             return False
-        if math.isnan(interval):  # auto
-            interval = FIRST_AUTO_SAVE
-            if self.save_seconds is not None and self.whole_save_seconds is not None:
-                # Young/Daly on what a save blocks, but never sooner than a save takes whole:
-                # the next would wait for the one in flight.
-                young = math.sqrt(2 * self.save_seconds * self.link.interruption_interval)
-                interval = max(young, self.whole_save_seconds)
+        if math.isnan(interval):
+            interval = auto_interval(self.save_seconds, self.whole_save_seconds, self.link.interruption_interval)
         return time.monotonic() - self.last_commit >= interval
 
     def _agreement(self) -> tuple[bool, bool]:
@@ -329,21 +325,13 @@ class Job:
             self._last_agreed = (self.last_heartbeat, self.step)
             self._first_steps = restart.FirstSteps(self.last_heartbeat)
             if self.ranks.first:
-                said: dict[str, object] = self._startup_phases()
+                entered, restored = self._startup
+                said: dict[str, object] = restart.startup(entered, restored)
                 if self.restored is not None:
                     skipped = [reason[:400] for reason in self.restored.skipped[:20]]
                     said |= {"restored_step": self.step, "restore_seconds": self.restore_seconds}
                     said["restore_skipped"] = skipped
                 self.link.heartbeat(self.step, self.phase, time.monotonic() - self.last_commit, **said)
-
-    def _startup_phases(self) -> dict[str, object]:
-        entered, restored = self._startup
-        ends = (("set-up", entered), ("restore", restored), ("data position", time.time()))
-        started = restart.process_started_at()
-        said: dict[str, object] = {"restart_phases": restart.phases(started, *ends)}
-        if started is not None:
-            said["process_started_at"] = started
-        return said
 
     def _set_phase(self, phase: str) -> None:
         if phase != self.phase:
@@ -351,7 +339,22 @@ class Job:
             self.heartbeat()
 
 
-def _interval(save_every: int | str | None) -> tuple[int | None, float | None]:
+def too_late(link: SchedulerLink, notice: Notice, save_seconds: float | None) -> bool:
+    """Whether a save of `save_seconds` (as the last one took) no longer fits before the notice's
+    deadline, with a margin: better the previous checkpoint than a save cut short."""
+    return link.seconds_left(notice) <= 1.5 * (save_seconds or 0.0) + EXIT_SECONDS
+
+
+def auto_interval(save_seconds: float | None, whole_seconds: float | None, interruption_interval: float) -> float:
+    """Seconds between saves with `save_every="auto"`: FIRST_AUTO_SAVE until a save was measured,
+    then Young/Daly on what a save blocks, but never sooner than a save takes whole (the next
+    would wait for the one in flight)."""
+    if save_seconds is None or whole_seconds is None:
+        return FIRST_AUTO_SAVE
+    return max(math.sqrt(2 * save_seconds * interruption_interval), whole_seconds)
+
+
+def save_interval(save_every: int | str | None) -> tuple[int | None, float | None]:
     """(every N steps, every S seconds); NaN seconds stands for "auto"."""
     if save_every is None:
         return None, None

@@ -1,0 +1,94 @@
+"""Hugging Face `transformers.Trainer` under gpupool (`pip install gpupool[huggingface]`).
+
+    gpupool = GpupoolTrainerCallback()
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=[gpupool])
+    trainer.train(resume_from_checkpoint=gpupool.resume_from)
+
+On notice the callback has the Trainer save (its own `checkpoint-N` folder: model, optimizer,
+scheduler, RNG states, trainer state), moves that folder into one gpupool commits, acknowledges
+and ends the process with exit code 75; `resume_from` is the newest whole checkpoint (None on a
+first attempt), and the Trainer resumes from it, skipping the batches already trained on
+(accelerate's `skip_first_batches`). It saves periodically too (`save_every`), and every save the
+Trainer makes by its own `save_strategy` is committed the same way; heartbeats and the restart's
+phases go to gpupool.
+
+Checkpoints move out of `args.output_dir` into gpupool's folder (a rename when both are on one
+filesystem), so the Trainer's `load_best_model_at_end`, which looks for them there, is refused.
+Multi-process training on one node works through the same rank agreement as `gpupool.job`
+(tested here in one process only).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from gpupool.integrations.checkpointing import Checkpointing
+from gpupool.job.link import SchedulerLink
+
+FOLDER = "trainer"
+"""The Trainer's checkpoint folder, inside gpupool's."""
+
+
+class GpupoolTrainerCallback(TrainerCallback):
+    def __init__(
+        self,
+        *,
+        save_every: int | str | None = "auto",
+        keep: int = 2,
+        heartbeat_every: float = 2.0,
+        directory: str | Path | None = None,
+        link: SchedulerLink | None = None,
+    ) -> None:
+        """`save_every`: optimizer steps, a duration ("10m"), "auto" or None (see `gpupool.job.Job`)."""
+        self.gpupool = Checkpointing(
+            save_every=save_every, keep=keep, heartbeat_every=heartbeat_every, directory=directory, link=link
+        )
+        self._step_ended = time.monotonic()
+        self._leaving = False
+
+    @property
+    def resume_from(self) -> str | None:
+        """For `trainer.train(resume_from_checkpoint=...)`: the newest whole checkpoint, or None."""
+        path = self.gpupool.resume_from(FOLDER)
+        return None if path is None else str(path)
+
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
+        if args.load_best_model_at_end:
+            raise ValueError(
+                "load_best_model_at_end: the Trainer looks for its best checkpoint in output_dir, and"
+                " GpupoolTrainerCallback moves every checkpoint into gpupool's folder; leave it False"
+            )
+        self.gpupool.training_started()
+
+    def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
+        self.gpupool.first_step(state.global_step)
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
+        step = state.global_step
+        self._step_ended = time.monotonic()
+        stop, save = self.gpupool.step_done(step)
+        if stop:
+            if not self.gpupool.time_to_save(step):
+                self.gpupool.leave()
+            self._leaving = True
+        if stop or save:
+            control.should_save = True
+
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
+        step = state.global_step
+        folder = self.gpupool.begin(step)
+        self.gpupool.ranks.agree([0.0])  # every rank has written its part of checkpoint-N
+        if self.gpupool.ranks.first:
+            shutil.move(Path(str(args.output_dir)) / f"{PREFIX_CHECKPOINT_DIR}-{step}", folder / FOLDER)
+        self.gpupool.commit(folder, step, self._step_ended, framework="transformers")
+        if self._leaving:
+            self.gpupool.leave()
+
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
+        self.gpupool.complete()
