@@ -1,0 +1,88 @@
+"""A Lightning job and a Hugging Face Trainer job, each preempted twice through the live
+scheduler: the attempts together print the loss bits of a run that nobody interrupted, each
+victim saves at its notice (nothing wasted), and the restart's phases add up to its cost."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from test_up import Service, running, state
+
+from gpupool.testing import wait_for
+
+pytest.importorskip("lightning", reason="needs gpupool[lightning]")
+pytest.importorskip("transformers", reason="needs gpupool[huggingface]")
+
+
+def losses(output: str) -> dict[str, str]:
+    return dict(re.findall(r"^(step \d+(?: batch \d+)?) loss (\S+)$", output, re.MULTILINE))
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    yield from running(Service(tmp_path, grace="10s"))
+
+
+@pytest.mark.parametrize(
+    ("trainer", "steps", "notices"),
+    [
+        pytest.param("lightning_trainer", 30, ("step 5 ", "step 15 "), id="lightning"),
+        pytest.param("hf_trainer", 45, ("step 5 ", "step 36 "), id="huggingface"),  # 32 steps an epoch
+    ],
+)
+def test_a_framework_job_preempted_twice_by_the_scheduler_is_bit_identical(
+    service: Service, tmp_path: Path, trainer: str, steps: int, notices: tuple[str, str]
+) -> None:
+    command = [sys.executable, "-m", f"gpupool.examples.{trainer}", "--steps", str(steps)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPOOL_")}
+    env["GPUPOOL_CHECKPOINT_DIR"] = str(tmp_path / "golden")
+    golden = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180, check=True).stdout
+
+    token = (service.data / "admin.token").read_text().strip()
+    api = httpx.Client(base_url=f"http://127.0.0.1:{service.port}", headers={"Authorization": f"Bearer {token}"})
+
+    def log(attempt: int) -> str:
+        response = api.get("/jobs/1/logs", params={"attempt": attempt})
+        return response.text if response.is_success else ""
+
+    api.post(
+        "/jobs", json={"command": [*command, "--step-seconds", "0.1"], "priority": "low", "gpus": 2}
+    ).raise_for_status()
+    urgent = {"command": ["sleep", "0.3"], "priority": "high", "gpus": 2}
+    for attempt, after in enumerate(notices):
+        wait_for(lambda a=attempt, s=after: s in log(a), timeout=90)  # type: ignore[misc]
+        api.post("/jobs", json=urgent).raise_for_status()
+    wait_for(lambda: state(service, 1) == "succeeded", timeout=180)
+
+    job = api.get("/jobs/1").json()
+    assert (job["attempts"], job["preemptions"]) == (3, 2)
+    outputs = [log(a) for a in range(3)]
+    for earlier, later in itertools.pairwise(outputs):
+        last = max(int(key.split()[1]) for key in losses(earlier))
+        assert f"step-{last + 1:09d}" in later, "resumed from the step after the last one it trained"
+    merged: dict[str, str] = {}
+    for output in outputs:
+        for key, bits in losses(output).items():
+            assert merged.setdefault(key, bits) == bits, f"{key} differs on resume"
+    assert merged == losses(golden)
+    assert outputs[-1].strip().splitlines()[-1] == golden.strip().splitlines()[-1]
+    account = job["account"]
+    assert all(cut["wasted"] == 0 for cut in account["interruptions"]), "each victim saved at its notice"
+    assert all(cut["drain"] > 0 for cut in account["interruptions"]), "the save on notice, charged as drain"
+    for cut in account["interruptions"]:
+        phases = cut["restart_phases"]
+        assert [p for p in phases if p in ("launch", "imports", "model build", "restore")] == [
+            "launch",
+            "imports",
+            "model build",
+            "restore",
+        ], phases
+        assert sum(phases.values()) == pytest.approx(cut["restart"])
