@@ -11,7 +11,11 @@ import re
 import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 
@@ -23,38 +27,99 @@ HUGGINGFACE = [sys.executable, "-m", "gpupool.examples.hf_trainer"]
 
 
 def losses(output: str) -> dict[str, str]:
-    """'step N [batch M]' -> the loss's bits."""
-    return dict(re.findall(r"^(step \d+(?: batch \d+)?) loss (\S+)$", output, re.MULTILINE))
+    """'[rank R ]step N [batch M]' -> the loss's bits."""
+    return dict(re.findall(r"^((?:rank \d+ )?step \d+(?: batch \d+)?) loss (\S+)$", output, re.MULTILINE))
+
+
+def finals(output: str) -> set[str]:
+    """What each rank says of its final state."""
+    return set(re.findall(r"^(?:rank \d+ )?done: .*$", output, re.MULTILINE))
+
+
+def step_of(key: str) -> int:
+    found = re.search(r"step[ -](\d+)", key)
+    assert found is not None
+    return int(found.group(1))
 
 
 def resumed_from(output: str) -> str:
-    """What the example says it resumes from: a checkpoint's path, or 'the start'."""
-    found = re.search(r"^attempt \d+: from (.*)$", output, re.MULTILINE)
+    """What the example (its rank 0) says it resumes from: a checkpoint's path, or 'the start'."""
+    found = re.search(r"^(?:rank 0 )?attempt \d+: from (.*)$", output, re.MULTILINE)
     assert found is not None, output[-3000:]
     return found.group(1)
 
 
-def environment(checkpoints: Path) -> dict[str, str]:
+class Scheduler(BaseHTTPRequestHandler):
+    """gpupool's side of the job protocol, recording what each attempt reported."""
+
+    reports: ClassVar[list[tuple[int, str, dict[str, Any]]]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+        _, _, _, attempt, kind = self.path.strip("/").split("/")
+        self.reports.append((int(attempt), kind, body))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"notice": null}')
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+@pytest.fixture
+def scheduler() -> Iterator[str]:
+    Scheduler.reports = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Scheduler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def reported(attempt: int) -> list[str]:
+    return [kind for a, kind, _ in Scheduler.reports if a == attempt and kind != "heartbeat"]
+
+
+def last_step(attempt: int) -> object:
+    return [body["step"] for a, kind, body in Scheduler.reports if a == attempt and kind == "heartbeat"][-1]
+
+
+def environment(checkpoints: Path, api: str | None = None, attempt: int = 0) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPOOL_")}
-    return {**env, "GPUPOOL_CHECKPOINT_DIR": str(checkpoints)}
+    env |= {"GPUPOOL_CHECKPOINT_DIR": str(checkpoints), "GPUPOOL_ATTEMPT": str(attempt)}
+    return env | ({"GPUPOOL_API": api, "GPUPOOL_JOB_ID": "1"} if api else {})
 
 
-def run(command: list[str], checkpoints: Path, *, notice_at: str | None = None) -> tuple[int, str]:
-    """Run to the end, or send SIGTERM once the line starting `notice_at` is printed."""
+def run(
+    command: list[str], checkpoints: Path, *, notice_at: str | None = None, api: str | None = None, attempt: int = 0
+) -> tuple[int, str]:
+    """Run to the end, or send SIGTERM to its process group (as gpupool does) once the line
+    starting `notice_at` is printed."""
     process = subprocess.Popen(
         [*command, "--step-seconds", "0.05"],
-        env=environment(checkpoints),
+        env=environment(checkpoints, api, attempt),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=True,
     )
     assert process.stdout is not None
     lines = []
     for line in process.stdout:
         lines.append(line)
         if notice_at is not None and line.startswith(f"{notice_at} "):
-            process.send_signal(signal.SIGTERM)
+            os.killpg(process.pid, signal.SIGTERM)
     return process.wait(timeout=120), "".join(lines)
+
+
+def python(script: str, checkpoints: Path) -> subprocess.CompletedProcess[str]:
+    """`python -c script`, which must succeed."""
+    command = [sys.executable, "-c", script]
+    out = subprocess.run(
+        command, env=environment(checkpoints), capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out
 
 
 def golden(command: list[str], checkpoints: Path) -> str:
@@ -72,46 +137,85 @@ def golden(command: list[str], checkpoints: Path) -> str:
             ["step 3 batch 10", "step 8 batch 24"],
             id="lightning-accumulating",
         ),
+        # The saves fall on steps a validation follows (it draws from the RNG; a resume skips it).
+        pytest.param(
+            [*LIGHTNING, "--steps", "20", "--val-every", "4"],
+            ["step 3 batch 3", "step 11 batch 11"],
+            id="lightning-validating",
+        ),
+        # Two DDP processes, each with its own dropout and its own share of the data.
+        pytest.param(
+            [*LIGHTNING, "--steps", "12", "--devices", "2", "--val-every", "4"],
+            ["rank 0 step 3 batch 3", "rank 1 step 9 batch 9"],
+            id="lightning-ddp",
+        ),
         # 32 steps an epoch: the second notice comes in the second epoch.
         pytest.param([*HUGGINGFACE, "--steps", "50"], ["step 9", "step 40"], id="huggingface"),
     ],
 )
 def test_a_framework_job_given_notice_twice_resumes_bit_identical(
-    command: list[str], notices: list[str], tmp_path: Path
+    command: list[str], notices: list[str], tmp_path: Path, scheduler: str
 ) -> None:
     expected = golden(command, tmp_path / "golden")
     merged: dict[str, str] = {}
     outputs = []
-    for notice_at in [*notices, None]:
-        code, output = run(command, tmp_path / "checkpoints", notice_at=notice_at)
+    for attempt, notice_at in enumerate([*notices, None]):
+        code, output = run(command, tmp_path / "checkpoints", notice_at=notice_at, api=scheduler, attempt=attempt)
         assert code == (75 if notice_at else 0), output[-3000:]
         outputs.append(output)
         for key, bits in losses(output).items():
             assert merged.setdefault(key, bits) == bits, f"{key} differs on resume"
+        assert reported(attempt)[-2:] == (["checkpoint", "ack"] if notice_at else ["complete"])
     assert merged == losses(expected)
-    assert outputs[-1].strip().splitlines()[-1] == expected.strip().splitlines()[-1], "the same final state"
+    assert finals(outputs[-1]) == finals(expected), "the same final state"
+    assert last_step(len(notices)) == int(command[command.index("--steps") + 1]), "the final step reported"
     for earlier, later in itertools.pairwise(outputs):
-        last_step = max(int(key.split()[1]) for key in losses(earlier))
-        assert f"step-{last_step + 1:09d}" in resumed_from(later), "resumed at the step after the last one it trained"
+        trained = max(step_of(key) for key in losses(earlier))
+        assert f"step-{trained + 1:09d}" in resumed_from(later), "resumed at the step after the last one it trained"
 
 
 def test_a_damaged_newest_checkpoint_is_set_aside_and_the_one_before_used(tmp_path: Path) -> None:
-    command = [*LIGHTNING, "--steps", "12", "--save-every", "4"]
+    command = [*LIGHTNING, "--steps", "16", "--save-every", "4"]
     checkpoints = tmp_path / "checkpoints"
     code, _ = run(command, checkpoints, notice_at="step 9 batch 9")
     assert code == 75
-    newest = checkpoints / "step-000000010"
+    # The notice lands at step 10 or later, on a loaded machine: the two kept are that one and one before.
+    before, newest = sorted(checkpoints.glob("step-*"))
     manifest = json.loads((newest / "MANIFEST.json").read_text())
-    assert manifest["framework"] == "lightning" and "lightning.ckpt" in manifest["files"]
+    assert manifest["framework"] == "lightning" and {"lightning.ckpt", "rank-0.pt"} <= set(manifest["files"])
     with (newest / "lightning.ckpt").open("r+b") as damaged:
         damaged.truncate(100)
     code, output = run(command, checkpoints)
     assert code == 0, output[-3000:]
-    assert "step-000000008" in resumed_from(output)
-    assert list(checkpoints.glob("step-000000010.damaged-*")) or not newest.exists()
+    assert before.name in resumed_from(output)
+    assert list(checkpoints.glob(f"{newest.name}.damaged-*")) or not newest.exists()
     assert losses(output) == {
-        k: v for k, v in losses(golden(command, tmp_path / "golden")).items() if int(k.split()[1]) >= 8
+        k: v for k, v in losses(golden(command, tmp_path / "golden")).items() if step_of(k) >= step_of(before.name)
     }
+
+
+def test_a_notice_at_the_last_step_completes_and_a_rerun_from_it_completes_too(tmp_path: Path, scheduler: str) -> None:
+    command = [*LIGHTNING, "--steps", "8"]
+    checkpoints = tmp_path / "checkpoints"
+    code, output = run(command, checkpoints, notice_at="step 7 batch 7", api=scheduler)
+    assert code == 0, output[-3000:]  # the work is done: no requeue for it
+    assert reported(0) == ["checkpoint", "complete"] and last_step(0) == 8
+    # Run again from that checkpoint (as after a crash once it was committed): Lightning skips
+    # the training and its hooks, and the job still tells gpupool that it completed.
+    code, output = run(command, checkpoints, api=scheduler, attempt=1)
+    assert code == 0, output[-3000:]
+    assert "step-000000008" in resumed_from(output) and not losses(output)
+    assert reported(1) == ["complete"] and last_step(1) == 8
+
+
+def test_after_fit_the_signal_handlers_from_before_are_back(tmp_path: Path) -> None:
+    out = python(
+        "import signal, sys; sys.argv = ['x', '--steps', '2'];"
+        "import gpupool.examples.lightning_trainer as t; t.main();"
+        "print('after', signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)",
+        tmp_path,
+    )
+    assert "after True" in out.stdout
 
 
 def test_lightning_left_to_itself_would_not_resume_and_is_told_so(tmp_path: Path) -> None:
@@ -119,18 +223,28 @@ def test_lightning_left_to_itself_would_not_resume_and_is_told_so(tmp_path: Path
     checkpoints = tmp_path / "checkpoints"
     code, _ = run([*LIGHTNING, "--steps", "8"], checkpoints, notice_at="step 3 batch 3")
     assert code == 75
-    script = (
+    out = python(
         "import sys; sys.argv = ['x', '--steps', '8'];"
         "import gpupool.integrations.lightning as g; g.GpupoolCallback.ckpt_path = property(lambda self: None);"
-        "import gpupool.examples.lightning_trainer as t; t.main()"
+        "import gpupool.examples.lightning_trainer as t; t.main()",
+        checkpoints,
     )
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        env=environment(checkpoints),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
     assert "was not told to resume from one" in out.stderr
+
+
+def test_the_trainer_is_refused_settings_that_would_lose_a_save_on_notice(tmp_path: Path) -> None:
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from gpupool.integrations.huggingface import GpupoolTrainerCallback
+
+    callback = GpupoolTrainerCallback(directory=tmp_path)
+    try:
+        for settings in (
+            {"save_strategy": "best", "metric_for_best_model": "loss", "eval_strategy": "steps"},
+            {"load_best_model_at_end": True, "eval_strategy": "steps", "save_strategy": "steps"},
+        ):
+            args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to=[], **settings)
+            with pytest.raises(ValueError, match="best"):
+                callback.on_train_begin(args, TrainerState(), TrainerControl())
+    finally:
+        callback.gpupool.link.restore_signals()

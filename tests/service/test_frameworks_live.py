@@ -64,6 +64,7 @@ def test_a_framework_job_preempted_twice_by_the_scheduler_is_bit_identical(
 
     job = api.get("/jobs/1").json()
     assert (job["attempts"], job["preemptions"]) == (3, 2)
+    assert job["history"][-1]["step"] == steps, "the final step reaches gpupool before the end"
     outputs = [log(a) for a in range(3)]
     for earlier, later in itertools.pairwise(outputs):
         last = max(int(key.split()[1]) for key in losses(earlier))

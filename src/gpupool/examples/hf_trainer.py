@@ -10,7 +10,6 @@ preempted and resumed, it prints the same as a run that was not.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
@@ -21,7 +20,7 @@ from typing import Any
 import torch
 import transformers
 
-from gpupool.examples.torch_trainer import state_hash
+from gpupool.examples.torch_trainer import arguments, state_hash
 from gpupool.integrations.huggingface import GpupoolTrainerCallback
 from gpupool.job import mark
 
@@ -49,11 +48,7 @@ class PrintingTrainer(transformers.Trainer):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--step-seconds", type=float, default=0.0, help="extra time per step, to watch it")
-    parser.add_argument("--save-every", default="auto", help="steps, a duration like 30s, or auto")
-    parser.add_argument("--seed", type=int, default=0)
+    parser = arguments(__doc__)
     args = parser.parse_args()
     mark("imports")
     logging.getLogger("transformers").setLevel(logging.WARNING)

@@ -46,12 +46,18 @@ def state_hash(*objects: Any) -> str:
     return sha.hexdigest()
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(description: str | None) -> argparse.ArgumentParser:
+    """The options every example trainer takes."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--step-seconds", type=float, default=0.0, help="extra time per step, to watch it")
     parser.add_argument("--save-every", default="auto", help="steps, a duration like 30s, or auto")
     parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def main() -> int:
+    parser = arguments(__doc__)
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument(
         "--save-in-line",

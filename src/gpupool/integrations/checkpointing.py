@@ -91,7 +91,9 @@ class Checkpointing:
         self._first_steps = restart.FirstSteps(self.last_heartbeat)
         if self.ranks.first:
             assert self._restored_at is not None
-            said = restart.startup(self.entered, self._restored_at)
+            # On a first attempt the framework's time before the first step is its set-up alone.
+            restoring = "restore" if self.restored is not None else "framework set-up"
+            said = restart.startup(self.entered, self._restored_at, restoring)
             if self.restored is not None:
                 said |= {"restored_step": step, "restore_skipped": [r[:400] for r in self.restored.skipped[:20]]}
             self.link.heartbeat(step, "train", time.monotonic() - self.last_commit, **said)
@@ -174,9 +176,10 @@ class Checkpointing:
         self.link.restore_signals()
         raise SystemExit(LEAVE_CODE)
 
-    def complete(self) -> None:
-        """Training is over: tell gpupool (the job succeeds)."""
+    def complete(self, step: int) -> None:
+        """Training is over after `step` steps: tell gpupool (the job succeeds)."""
         self.checkpoints.wait_for_digests()
         if self.ranks.first:
+            self.link.heartbeat(step, "train", time.monotonic() - self.last_commit)
+            self.link.flush()  # the final step, before the job ends
             self.link.report("complete", {})
-        self.link.restore_signals()

@@ -13,7 +13,10 @@ Trainer makes by its own `save_strategy` is committed the same way; heartbeats a
 phases go to gpupool.
 
 Checkpoints move out of `args.output_dir` into gpupool's folder (a rename when both are on one
-filesystem), so the Trainer's `load_best_model_at_end`, which looks for them there, is refused.
+filesystem), so the Trainer's `load_best_model_at_end`, which looks for them there, is refused,
+and so is `save_strategy="best"` (the Trainer would drop a save on notice). On notice at a step
+where the Trainer evaluates, the evaluation runs before the save, as it would have: the save
+keeps the random state it left.
 Multi-process training on one node works through the same rank agreement as `gpupool.job`
 (tested here in one process only).
 """
@@ -29,6 +32,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from gpupool.integrations.checkpointing import Checkpointing
+from gpupool.job.checkpoints import CheckpointError
 from gpupool.job.link import SchedulerLink
 
 FOLDER = "trainer"
@@ -64,9 +68,16 @@ class GpupoolTrainerCallback(TrainerCallback):
                 "load_best_model_at_end: the Trainer looks for its best checkpoint in output_dir, and"
                 " GpupoolTrainerCallback moves every checkpoint into gpupool's folder; leave it False"
             )
+        if getattr(args.save_strategy, "value", args.save_strategy) == "best":
+            raise ValueError(
+                'save_strategy="best": the Trainer would drop the save gpupool asks for on notice whenever'
+                ' the metric did not improve; use "steps", "epoch" or "no"'
+            )
         self.gpupool.training_started()
 
     def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
+        if self._leaving:  # the save asked for on notice did not happen: leave from the last one
+            self.gpupool.leave()
         self.gpupool.first_step(state.global_step)
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
@@ -80,15 +91,29 @@ class GpupoolTrainerCallback(TrainerCallback):
         if stop or save:
             control.should_save = True
 
+    def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
+        # The Trainer evaluates before it saves (the save keeps the random state the evaluation
+        # left, as the next attempt needs it): the save's own time begins here.
+        self._step_ended = time.monotonic()
+
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
         step = state.global_step
         folder = self.gpupool.begin(step)
         self.gpupool.ranks.agree([0.0])  # every rank has written its part of checkpoint-N
+        written = Path(str(args.output_dir)) / f"{PREFIX_CHECKPOINT_DIR}-{step}"
+        failed = ""
         if self.gpupool.ranks.first:
-            shutil.move(Path(str(args.output_dir)) / f"{PREFIX_CHECKPOINT_DIR}-{step}", folder / FOLDER)
+            try:
+                shutil.move(written, folder / FOLDER)
+            except OSError as exc:
+                failed = str(exc)
+        (bad,) = self.gpupool.ranks.agree([float(bool(failed))])  # every rank raises, or none
+        if bad:
+            raise CheckpointError(f"{written} did not move into gpupool's {folder}: {failed or 'on rank 0'}")
         self.gpupool.commit(folder, step, self._step_ended, framework="transformers")
         if self._leaving:
             self.gpupool.leave()
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
-        self.gpupool.complete()
+        self.gpupool.complete(state.global_step)
+        self.gpupool.link.restore_signals()

@@ -10,19 +10,25 @@ acknowledges and ends the process with exit code 75; `ckpt_path` is the newest w
 (None on a first attempt), so the next attempt resumes where this one left off. It saves
 periodically too (`save_every`), heartbeats, and tells gpupool the restart's phases.
 
-What Lightning leaves out of its checkpoints, the callback's own state carries: the random
-number generators (restored when the first step begins) and the position in the data (`data`,
-anything with state_dict/load_state_dict/advance, such as `gpupool.job.Batches`; a DataLoader
-Lightning already saves, such as torchdata's StatefulDataLoader, needs none). Saves happen at
-optimizer-step boundaries only (never in the middle of gradient accumulation).
+What Lightning leaves out of its checkpoints, the callback writes beside them, one file a rank
+(`rank-N.pt`, as `gpupool.job` does): the random number generators and the position in the data
+(`data`, anything with state_dict/load_state_dict/advance, such as `gpupool.job.Batches`; a
+DataLoader Lightning already saves, such as torchdata's StatefulDataLoader, needs none). Lightning
+writes its checkpoint at the end of an optimizer step (never in the middle of gradient
+accumulation); the generators are taken, and the checkpoint committed, when the next batch
+begins, after what Lightning does in between and does not do again on resume (a validation, an
+epoch's end): so a resumed run draws the random numbers the uninterrupted one drew.
 
 While fitting, gpupool takes SIGTERM back from Lightning: Lightning's own handler would end the
-step with an exception and the process with code 1, without a checkpoint.
+step with an exception and the process with code 1, without a checkpoint; after `fit` the
+handlers from before the callback are back.
 """
 
 from __future__ import annotations
 
+import copy
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +37,22 @@ from lightning.pytorch.callbacks import Callback
 
 from gpupool.integrations.checkpointing import Checkpointing
 from gpupool.job import state
+from gpupool.job.checkpoints import CheckpointError
 from gpupool.job.link import SchedulerLink
 
 CHECKPOINT = "lightning.ckpt"
+
+
+@dataclass
+class _Written:
+    """A checkpoint Lightning has written, to commit when the next batch begins."""
+
+    folder: Path
+    step: int
+    seconds: float
+    """How long Lightning's write blocked training."""
+    data: Any
+    leaving: bool
 
 
 class GpupoolCallback(Callback):
@@ -54,6 +73,8 @@ class GpupoolCallback(Callback):
         self.data = data
         self._rng: dict[str, Any] | None = None
         self._last_step: int | None = None
+        self._written: _Written | None = None
+        self._completed = False
 
     @property
     def ckpt_path(self) -> str | None:
@@ -63,8 +84,29 @@ class GpupoolCallback(Callback):
 
     # --- Lightning's hooks ----------------------------------------------------------------------
 
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        restored = self.gpupool.restored
+        if stage != "fit" or restored is None:
+            return
+        # Before Lightning's restore and the DataLoader's first iterator: the data's position first.
+        mine = restored.checkpoint.path / f"rank-{trainer.global_rank}.pt"
+        if not mine.exists():
+            world = restored.checkpoint.manifest.get("world")
+            raise CheckpointError(
+                f"{restored.checkpoint.path.name} has no state for rank {trainer.global_rank} (saved by {world} ranks)"
+            )
+        saved = state.read(mine, mmap=False)
+        self._rng = saved["rng"]
+        if self.data is not None and saved["data"] is not None:
+            self.data.load_state_dict(saved["data"])
+
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.gpupool.training_started()
+        # A SIGTERM before this reached gpupool too (Lightning chains the handler it found):
+        # gpupool handles it at the next step boundary, Lightning must not end the run for it.
+        connector = getattr(trainer, "_signal_connector", None)
+        if connector is not None and hasattr(connector, "received_sigterm"):
+            connector.received_sigterm = False
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
@@ -72,9 +114,10 @@ class GpupoolCallback(Callback):
         if self._last_step is None:
             self._last_step = trainer.global_step
             if self._rng is not None:  # after the DataLoader's iterator took its seed
-                state.restore_rng(_native(self._rng))
+                state.restore_rng(self._rng)
                 self._rng = None
             self.gpupool.first_step(trainer.global_step)
+        self._commit_written()
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -86,45 +129,42 @@ class GpupoolCallback(Callback):
             return
         self._last_step = step
         stop, save = self.gpupool.step_done(step)
-        if stop:
-            if self.gpupool.time_to_save(step):
-                self._save(trainer, step)
+        if stop and not self.gpupool.time_to_save(step):
             self.gpupool.leave()
-        if save:
-            self._save(trainer, step)
+        if stop or save:
+            self._write(trainer, step, leaving=stop)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.gpupool.complete()
+        self._commit_written(ending=True)
+        self._completed = True
+        self.gpupool.complete(trainer.global_step)
 
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "rng": _portable(state.capture_rng()),
-            "data": self.data.state_dict() if self.data is not None else None,
-        }
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._rng = state_dict["rng"]
-        if self.data is not None and state_dict.get("data") is not None:
-            self.data.load_state_dict(state_dict["data"])
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit" and not self._completed and trainer.fit_loop.done:
+            # Resumed from the last step: Lightning skips the training and its hooks.
+            self._completed = True
+            self.gpupool.training_started()
+            self.gpupool.complete(trainer.global_step)
+        self.gpupool.link.restore_signals()  # after Lightning put back the handlers it found
 
     # --- saving ---------------------------------------------------------------------------------
 
-    def _save(self, trainer: pl.Trainer, step: int) -> None:
+    def _write(self, trainer: pl.Trainer, step: int, *, leaving: bool) -> None:
         began = time.monotonic()
         folder = self.gpupool.begin(step)
         trainer.save_checkpoint(folder / CHECKPOINT)  # a collective: every rank takes part
-        self.gpupool.commit(folder, step, began, framework="lightning")
+        data = copy.deepcopy(self.data.state_dict()) if self.data is not None else None
+        self._written = _Written(folder, step, time.monotonic() - began, data, leaving)
 
-
-def _portable(rng: dict[str, Any]) -> dict[str, Any]:
-    """The generators' state in what `torch.load(weights_only=True)` (Lightning's default for a
-    local checkpoint) reads back: numpy's key array as plain integers."""
-    name, keys, position, has_gauss, cached = rng["numpy"]
-    return {**rng, "numpy": (name, keys.tolist(), position, has_gauss, cached)}
-
-
-def _native(rng: dict[str, Any]) -> dict[str, Any]:
-    import numpy
-
-    name, keys, position, has_gauss, cached = rng["numpy"]
-    return {**rng, "numpy": (name, numpy.asarray(keys, dtype=numpy.uint32), position, has_gauss, cached)}
+    def _commit_written(self, *, ending: bool = False) -> None:
+        written, self._written = self._written, None
+        if written is None:
+            return
+        began = time.monotonic()
+        state.write(
+            written.folder / f"rank-{self.gpupool.ranks.rank}.pt", {"rng": state.capture_rng(), "data": written.data}
+        )
+        # What blocked training: Lightning's write and this commit, not what ran between them.
+        self.gpupool.commit(written.folder, written.step, began - written.seconds, framework="lightning")
+        if written.leaving and not ending:
+            self.gpupool.leave()

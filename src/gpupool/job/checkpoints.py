@@ -274,7 +274,8 @@ class CheckpointDir:
             for bad in damaged:
                 # Set aside, so that no later resume or prune takes it for a whole checkpoint.
                 log.warning("checkpoint %s is damaged; set aside", bad.path.name)
-                os.rename(bad.path, bad.path.with_name(f"{bad.path.name}.damaged-{self.attempt}"))
+                with contextlib.suppress(FileNotFoundError):  # another rank set it aside first
+                    os.rename(bad.path, bad.path.with_name(f"{bad.path.name}.damaged-{self.attempt}"))
             return Restored(checkpoint, tuple(skipped)), value
         raise CheckpointError(
             f"{len(candidates)} checkpoint(s) in {self.root} and none loads; refusing to start over: "

@@ -54,6 +54,7 @@ class SchedulerLink:
         self._previous: dict[int, Any] = {}
         self._beat = threading.Condition()
         self._next_beat: dict[str, object] | None = None
+        self._sending = False
         self._sender: threading.Thread | None = None
 
     # --- reports --------------------------------------------------------------------------------
@@ -98,9 +99,19 @@ class SchedulerLink:
                 while self._next_beat is None:
                     self._beat.wait()
                 body, self._next_beat = self._next_beat, None
+                self._sending = True
             notice = self.report("heartbeat", body).get("notice")
             if notice and self._from_heartbeat is None:
                 self._from_heartbeat = Notice("heartbeat", float(notice["deadline"]))
+            with self._beat:
+                self._sending = False
+                self._beat.notify_all()
+
+    def flush(self, timeout: float = 10.0) -> None:
+        """Wait until the heartbeats handed over so far have been sent (or `timeout` passed):
+        before a last report, so that the scheduler has the final step."""
+        with self._beat:
+            self._beat.wait_for(lambda: self._next_beat is None and not self._sending, timeout)
 
     # --- notice ---------------------------------------------------------------------------------
 

@@ -73,10 +73,10 @@ def phases(started: float | None, *ends: tuple[str, float]) -> dict[str, float]:
     return out
 
 
-def startup(entered: float, restored: float) -> dict[str, object]:
+def startup(entered: float, restored: float, restoring: str = "restore") -> dict[str, object]:
     """The start-up's phases, for the first step's heartbeat: from the process's start (or the
-    first mark) to `entered` ("set-up"), to `restored` ("restore"), to now ("data position")."""
-    ends = (("set-up", entered), ("restore", restored), ("data position", time.time()))
+    first mark) to `entered` ("set-up"), to `restored` (`restoring`), to now ("data position")."""
+    ends = (("set-up", entered), (restoring, restored), ("data position", time.time()))
     started = process_started_at()
     said: dict[str, object] = {"restart_phases": phases(started, *ends)}
     if started is not None:
