@@ -19,6 +19,11 @@ accumulation); the generators are taken, and the checkpoint committed, when the 
 begins, after what Lightning does in between and does not do again on resume (a validation, an
 epoch's end): so a resumed run draws the random numbers the uninterrupted one drew.
 
+Under gpupool, Lightning starts a process for each of its devices itself (`devices=N`, and
+`num_nodes` for a job across nodes): the callback, made before the Trainer, takes away the
+variables gpupool sets for one process a node, which Lightning would take to mean that someone
+else had started them.
+
 While fitting, gpupool takes SIGTERM back from Lightning: Lightning's own handler would end the
 step with an exception and the process with code 1, without a checkpoint; after `fit` the
 handlers from before the callback are back.
@@ -27,6 +32,7 @@ handlers from before the callback are back.
 from __future__ import annotations
 
 import copy
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +47,17 @@ from gpupool.job.checkpoints import CheckpointError
 from gpupool.job.link import SchedulerLink
 
 CHECKPOINT = "lightning.ckpt"
+
+
+def _let_lightning_start_its_processes() -> None:
+    """gpupool starts one process a node, with torch.distributed's variables for one process a
+    node; Lightning takes a LOCAL_RANK in the environment to mean that someone else started one
+    process a device, and waits for the others forever. Without them it starts its own, across
+    the nodes of a gang too (MASTER_ADDR, MASTER_PORT and NODE_RANK stay)."""
+    env = os.environ
+    if env.get("GPUPOOL_JOB_ID") and env.get("LOCAL_WORLD_SIZE") == "1" and "TORCHELASTIC_RUN_ID" not in env:
+        for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "RANK", "WORLD_SIZE"):
+            env.pop(name, None)
 
 
 @dataclass
@@ -67,6 +84,7 @@ class GpupoolCallback(Callback):
         link: SchedulerLink | None = None,
     ) -> None:
         """`save_every`: optimizer steps, a duration ("10m"), "auto" or None (see `gpupool.job.Job`)."""
+        _let_lightning_start_its_processes()
         self.gpupool = Checkpointing(
             save_every=save_every, keep=keep, heartbeat_every=heartbeat_every, directory=directory, link=link
         )
