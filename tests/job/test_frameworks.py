@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -29,6 +30,10 @@ HUGGINGFACE = [sys.executable, "-m", "gpupool.examples.hf_trainer"]
 def losses(output: str) -> dict[str, str]:
     """'[rank R ]step N [batch M]' -> the loss's bits."""
     return dict(re.findall(r"^((?:rank \d+ )?step \d+(?: batch \d+)?) loss (\S+)$", output, re.MULTILINE))
+
+
+def evaluations(output: str) -> list[str]:
+    return re.findall(r"^evaluated at .*$", output, re.MULTILINE)
 
 
 def finals(output: str) -> set[str]:
@@ -91,12 +96,18 @@ def environment(checkpoints: Path, api: str | None = None, attempt: int = 0) -> 
 
 
 def run(
-    command: list[str], checkpoints: Path, *, notice_at: str | None = None, api: str | None = None, attempt: int = 0
+    command: list[str],
+    checkpoints: Path,
+    *,
+    notice_at: str | None = None,
+    api: str | None = None,
+    attempt: int = 0,
+    step_seconds: float = 0.05,
 ) -> tuple[int, str]:
     """Run to the end, or send SIGTERM to its process group (as gpupool does) once the line
     starting `notice_at` is printed."""
     process = subprocess.Popen(
-        [*command, "--step-seconds", "0.05"],
+        [*command, "--step-seconds", str(step_seconds)],
         env=environment(checkpoints, api, attempt),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -151,6 +162,8 @@ def golden(command: list[str], checkpoints: Path) -> str:
         ),
         # 32 steps an epoch: the second notice comes in the second epoch.
         pytest.param([*HUGGINGFACE, "--steps", "50"], ["step 9", "step 40"], id="huggingface"),
+        # The first save falls on the epoch's last step, which an evaluation follows (a resume skips it).
+        pytest.param([*HUGGINGFACE, "--steps", "40", "--eval-epoch"], ["step 31", "step 35"], id="huggingface-eval"),
     ],
 )
 def test_a_framework_job_given_notice_twice_resumes_bit_identical(
@@ -167,6 +180,7 @@ def test_a_framework_job_given_notice_twice_resumes_bit_identical(
             assert merged.setdefault(key, bits) == bits, f"{key} differs on resume"
         assert reported(attempt)[-2:] == (["checkpoint", "ack"] if notice_at else ["complete"])
     assert merged == losses(expected)
+    assert evaluations("".join(outputs)) == evaluations(expected), "every evaluation, once"
     assert finals(outputs[-1]) == finals(expected), "the same final state"
     assert last_step(len(notices)) == int(command[command.index("--steps") + 1]), "the final step reported"
     for earlier, later in itertools.pairwise(outputs):
@@ -197,7 +211,8 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_one_before_used(tmp_pa
 def test_a_notice_at_the_last_step_completes_and_a_rerun_from_it_completes_too(tmp_path: Path, scheduler: str) -> None:
     command = [*LIGHTNING, "--steps", "8"]
     checkpoints = tmp_path / "checkpoints"
-    code, output = run(command, checkpoints, notice_at="step 7 batch 7", api=scheduler)
+    # A second a step: the notice surely lands in the last one, on a loaded machine too.
+    code, output = run(command, checkpoints, notice_at="step 7 batch 7", api=scheduler, step_seconds=1.0)
     assert code == 0, output[-3000:]  # the work is done: no requeue for it
     assert reported(0) == ["checkpoint", "complete"] and last_step(0) == 8
     # Run again from that checkpoint (as after a crash once it was committed): Lightning skips
@@ -208,6 +223,34 @@ def test_a_notice_at_the_last_step_completes_and_a_rerun_from_it_completes_too(t
     assert reported(1) == ["complete"] and last_step(1) == 8
 
 
+def test_a_notice_whose_deadline_comes_during_the_validation_commits_before_it(tmp_path: Path) -> None:
+    """The validation after a step runs before the commit (for the random numbers), unless it
+    would run past the deadline: then the step commits at once and the job leaves in time."""
+    notice = tmp_path / "notice"
+    command = [*LIGHTNING, "--steps", "20", "--val-every", "4", "--validation-seconds", "4", "--step-seconds", "0.05"]
+    env = environment(tmp_path / "checkpoints") | {"GPUPOOL_NOTICE_FILE": str(notice)}
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert process.stdout is not None
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if line.startswith("step 3 batch 3 ") and not notice.exists():
+            deadline = time.time() + 6  # one validation batch of 4 s fits, two do not
+            notice.write_text(json.dumps({"deadline": deadline}))
+    code = process.wait(timeout=120)
+    output = "".join(lines)
+    assert code == 75, output[-3000:]
+    assert time.time() < deadline + 1, "left before the deadline (gpupool kills at it)"
+    assert "step 4 committed before the validation after it" in output
+    assert (tmp_path / "checkpoints" / "step-000000004" / "MANIFEST.json").exists()
+
+
+def test_a_trainer_given_notice_in_its_last_step_completes(tmp_path: Path, scheduler: str) -> None:
+    code, output = run([*HUGGINGFACE, "--steps", "10"], tmp_path, notice_at="step 9", api=scheduler)
+    assert code == 0, output[-3000:]
+    assert reported(0)[-1:] == ["complete"] and "ack" not in reported(0) and last_step(0) == 10
+
+
 def test_after_fit_the_signal_handlers_from_before_are_back(tmp_path: Path) -> None:
     out = python(
         "import signal, sys; sys.argv = ['x', '--steps', '2'];"
@@ -216,6 +259,15 @@ def test_after_fit_the_signal_handlers_from_before_are_back(tmp_path: Path) -> N
         tmp_path,
     )
     assert "after True" in out.stdout
+    out = python(
+        "import signal, sys; sys.argv = ['x', '--steps', '4'];"
+        "import gpupool.examples.lightning_trainer as t;"
+        "t.Regression.training_step = lambda self, batch, i: 1 / 0\n"
+        "try: t.main()\n"
+        "except ZeroDivisionError: print('failed, then', signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)",
+        tmp_path / "failing",
+    )
+    assert "failed, then True" in out.stdout
 
 
 def test_lightning_left_to_itself_would_not_resume_and_is_told_so(tmp_path: Path) -> None:

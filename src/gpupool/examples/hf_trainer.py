@@ -41,14 +41,22 @@ class PrintingTrainer(transformers.Trainer):
 
     def compute_loss(self, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         loss = super().compute_loss(model, inputs, *args, **kwargs)
+        if not model.training:
+            return loss  # evaluating
         value = loss[0] if isinstance(loss, tuple) else loss
         print(f"step {self.state.global_step} loss {float(value.item()).hex()}", flush=True)
         time.sleep(self.step_seconds)
         return loss
 
+    def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
+        metrics = super().evaluate(*args, **kwargs)
+        print(f"evaluated at step {self.state.global_step}: loss {metrics['eval_loss'].hex()}", flush=True)
+        return metrics
+
 
 def main() -> int:
     parser = arguments(__doc__)
+    parser.add_argument("--eval-epoch", action="store_true", help="evaluate at the end of every epoch")
     args = parser.parse_args()
     mark("imports")
     logging.getLogger("transformers").setLevel(logging.WARNING)
@@ -66,6 +74,8 @@ def main() -> int:
         learning_rate=1e-3,
         lr_scheduler_type="linear",
         save_strategy="no",
+        eval_strategy="epoch" if args.eval_epoch else "no",
+        per_device_eval_batch_size=8,
         logging_strategy="no",
         report_to=[],
         seed=args.seed,
@@ -73,7 +83,13 @@ def main() -> int:
         dataloader_num_workers=0,
         disable_tqdm=True,
     )
-    trainer = PrintingTrainer(model=model, args=training, train_dataset=Tokens(256, 16, 64), callbacks=[gpupool])
+    trainer = PrintingTrainer(
+        model=model,
+        args=training,
+        train_dataset=Tokens(256, 16, 64),
+        eval_dataset=Tokens(32, 16, 64) if args.eval_epoch else None,
+        callbacks=[gpupool],
+    )
     PrintingTrainer.step_seconds = args.step_seconds
     resume_from = gpupool.resume_from
     print(f"attempt {gpupool.gpupool.link.attempt}: from {resume_from or 'the start'}", flush=True)

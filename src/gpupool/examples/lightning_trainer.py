@@ -29,11 +29,12 @@ from gpupool.job import Batches, mark
 
 
 class Regression(pl.LightningModule):
-    def __init__(self, step_seconds: float, said: str = "") -> None:
+    def __init__(self, step_seconds: float, said: str = "", validation_seconds: float = 0.0) -> None:
         super().__init__()
         self.net = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Dropout(0.2), nn.Linear(64, 1))
         self.step_seconds = step_seconds
         self.said = said
+        self.validation_seconds = validation_seconds
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
@@ -49,6 +50,7 @@ class Regression(pl.LightningModule):
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
+        time.sleep(self.validation_seconds)
         return nn.functional.mse_loss(self.net(x), y)
 
     def configure_optimizers(self) -> Any:
@@ -61,6 +63,7 @@ def main() -> int:
     parser = arguments(__doc__)
     parser.add_argument("--accumulate", type=int, default=1, help="batches of gradient accumulation per step")
     parser.add_argument("--val-every", type=int, default=0, help="validate every this many batches (0: never)")
+    parser.add_argument("--validation-seconds", type=float, default=0.0, help="extra time per validation batch")
     parser.add_argument("--devices", type=int, default=1, help="more than 1: that many DDP processes on the CPU")
     args = parser.parse_args()
     mark("imports")
@@ -75,7 +78,7 @@ def main() -> int:
     batches = Batches(len(inputs), batch_size=32, seed=args.seed, rank=rank, world=args.devices)
     loader = DataLoader(TensorDataset(inputs, targets), batch_sampler=batches)
     validation = DataLoader(TensorDataset(inputs[:64], targets[:64]), batch_size=32) if args.val_every else None
-    model = Regression(args.step_seconds, said)
+    model = Regression(args.step_seconds, said, args.validation_seconds)
     mark("model build")
     save_every = int(args.save_every) if args.save_every.isdigit() else args.save_every
     gpupool = GpupoolCallback(data=batches, save_every=save_every)

@@ -119,14 +119,20 @@ class Checkpointing:
     def time_to_save(self, step: int) -> bool:
         """On notice: whether a save of `step` is needed and fits before the deadline (the same
         answer on every rank)."""
-        notice = self.link.notice()
-        late = notice is not None and too_late(self.link, notice, self.save_seconds)
-        (no_time,) = self.ranks.agree([float(late)])
+        no_time = self.out_of_time(self.save_seconds)
         if self.saved_step == step:
             return False
         if no_time:
             log.warning("no time to save step %s before the deadline; resuming from %s", step, self.saved_step)
         return not no_time
+
+    def out_of_time(self, seconds: float | None) -> bool:
+        """On notice: whether the time left before the deadline is too short for `seconds` more
+        of saving (the same answer on every rank: a collective)."""
+        notice = self.link.notice()
+        late = notice is not None and too_late(self.link, notice, seconds)
+        (no_time,) = self.ranks.agree([float(late)])
+        return bool(no_time)
 
     def _save_due(self, step: int) -> bool:
         if self.every_steps is not None:

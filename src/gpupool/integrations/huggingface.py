@@ -55,6 +55,7 @@ class GpupoolTrainerCallback(TrainerCallback):
         )
         self._step_ended = time.monotonic()
         self._leaving = False
+        self._save_at_epoch_end = False
 
     @property
     def resume_from(self) -> str | None:
@@ -84,11 +85,21 @@ class GpupoolTrainerCallback(TrainerCallback):
         step = state.global_step
         self._step_ended = time.monotonic()
         stop, save = self.gpupool.step_done(step)
+        if stop and step >= state.max_steps:
+            stop = False  # the last step: training ends now, the job completes
         if stop:
             if not self.gpupool.time_to_save(step):
                 self.gpupool.leave()
             self._leaving = True
         if stop or save:
+            if _ends_an_epoch(state):
+                self._save_at_epoch_end = True  # after the epoch's evaluation, which a resume skips
+            else:
+                control.should_save = True
+
+    def on_epoch_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
+        if self._save_at_epoch_end:
+            self._save_at_epoch_end = False
             control.should_save = True
 
     def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
@@ -117,3 +128,8 @@ class GpupoolTrainerCallback(TrainerCallback):
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
         self.gpupool.complete(state.global_step)
         self.gpupool.link.restore_signals()
+
+
+def _ends_an_epoch(state: TrainerState) -> bool:
+    """Whether the step just done is an epoch's last (the Trainer's epoch is then whole)."""
+    return state.epoch is not None and float(state.epoch).is_integer()

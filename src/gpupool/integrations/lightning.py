@@ -32,6 +32,7 @@ handlers from before the callback are back.
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ from gpupool.job.checkpoints import CheckpointError
 from gpupool.job.link import SchedulerLink
 
 CHECKPOINT = "lightning.ckpt"
+log = logging.getLogger("gpupool.job")
 
 
 def _let_lightning_start_its_processes() -> None:
@@ -93,6 +95,9 @@ class GpupoolCallback(Callback):
         self._last_step: int | None = None
         self._written: _Written | None = None
         self._completed = False
+        self._validation_began = 0.0
+        self._validation_batch = 0.0
+        """The longest a validation batch took: what waiting for one more may cost on notice."""
 
     @property
     def ckpt_path(self) -> str | None:
@@ -102,11 +107,15 @@ class GpupoolCallback(Callback):
 
     # --- Lightning's hooks ----------------------------------------------------------------------
 
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
         restored = self.gpupool.restored
-        if stage != "fit" or restored is None:
+        if restored is None or trainer.ckpt_path is None:
             return
-        # Before Lightning's restore and the DataLoader's first iterator: the data's position first.
+        if Path(trainer.ckpt_path) != restored.checkpoint.path / CHECKPOINT:
+            return  # not resuming from what `ckpt_path` found: that start keeps its own state
+        # Before the DataLoader's first iterator: the data's position.
         mine = restored.checkpoint.path / f"rank-{trainer.global_rank}.pt"
         if not mine.exists():
             world = restored.checkpoint.manifest.get("world")
@@ -120,11 +129,18 @@ class GpupoolCallback(Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.gpupool.training_started()
-        # A SIGTERM before this reached gpupool too (Lightning chains the handler it found):
-        # gpupool handles it at the next step boundary, Lightning must not end the run for it.
         connector = getattr(trainer, "_signal_connector", None)
         if connector is not None and hasattr(connector, "received_sigterm"):
+            # A SIGTERM before this reached gpupool too (Lightning chains the handler it found):
+            # gpupool handles it at the next step boundary, Lightning must not end the run for it.
             connector.received_sigterm = False
+        originals = getattr(connector, "_original_handlers", None)
+        if isinstance(originals, dict):
+            # What Lightning puts back at its teardown, on every path out of fit (an exception
+            # too): the handlers from before gpupool's, not gpupool's.
+            for signum, handler in self.gpupool.link.previous_handlers().items():
+                if signum in originals:
+                    originals[signum] = handler
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
@@ -151,6 +167,30 @@ class GpupoolCallback(Callback):
             self.gpupool.leave()
         if stop or save:
             self._write(trainer, step, leaving=stop)
+
+    def on_validation_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self._validation_began = time.monotonic()
+        written = self._written
+        if written is None or not written.leaving:
+            return
+        if self.gpupool.out_of_time(written.seconds + self._validation_batch):
+            # The validation that follows the step would run past the deadline: commit now (the
+            # next attempt's random numbers may then differ from an uninterrupted run's).
+            log.warning("the deadline is near: step %s committed before the validation after it", written.step)
+            self._commit_written()
+
+    def on_validation_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self._validation_batch = max(self._validation_batch, time.monotonic() - self._validation_began)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._commit_written(ending=True)

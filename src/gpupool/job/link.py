@@ -100,12 +100,16 @@ class SchedulerLink:
                     self._beat.wait()
                 body, self._next_beat = self._next_beat, None
                 self._sending = True
-            notice = self.report("heartbeat", body).get("notice")
-            if notice and self._from_heartbeat is None:
-                self._from_heartbeat = Notice("heartbeat", float(notice["deadline"]))
-            with self._beat:
-                self._sending = False
-                self._beat.notify_all()
+            try:
+                notice = self.report("heartbeat", body).get("notice")
+                if notice and self._from_heartbeat is None:
+                    self._from_heartbeat = Notice("heartbeat", float(notice["deadline"]))
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                log.warning("gpupool's answer to a heartbeat made no sense (%s); going on", exc)
+            finally:
+                with self._beat:
+                    self._sending = False
+                    self._beat.notify_all()
 
     def flush(self, timeout: float = 10.0) -> None:
         """Wait until the heartbeats handed over so far have been sent (or `timeout` passed):
@@ -120,6 +124,10 @@ class SchedulerLink:
         (restore_signals puts back what there was before the first time)."""
         for signum in NOTICE_SIGNALS:
             self._previous.setdefault(signum, signal.signal(signum, self._on_signal))
+
+    def previous_handlers(self) -> dict[int, Any]:
+        """The handlers the notice signals had before gpupool's."""
+        return dict(self._previous)
 
     def restore_signals(self) -> None:
         for signum, handler in self._previous.items():
