@@ -24,6 +24,8 @@ class _Layout:
     types: list[str]
     sizes: dict[Group, list[int]]
     capacity: int
+    sizes_in: dict[tuple[Group, ...], tuple[int, ...]]
+    """GPU counts of the nodes of some groups, largest first: filled as asked (a cache)."""
 
 
 _last_layout: list[tuple[tuple[Node, ...], _Layout]] = []
@@ -49,6 +51,7 @@ def _layout(nodes: Sequence[Node]) -> _Layout:
         sorted({node.gpu_type for node in nodes}),
         sizes,
         max((node.gpus for node in nodes), default=0),
+        {},
     )
     if isinstance(nodes, tuple):
         _last_layout[:] = [(nodes, layout)]
@@ -78,7 +81,7 @@ class FreeGpus:
         self.free: list[tuple[int, ...]] = (
             [free[name] for name in layout.names] if free is not None else self._derive(running)
         )
-        self._sizes_in: dict[tuple[Group, ...], list[int]] = {}
+        self._sizes_in = layout.sizes_in
         self.buckets: dict[Group, list[dict[int, None]]] = {
             group: [{} for _ in range(self.capacity + 1)] for group in self.sizes
         }
@@ -107,11 +110,12 @@ class FreeGpus:
             free[i] = tuple(g for g in free[i] if g not in held)
         return free
 
-    def sizes_in(self, groups: tuple[Group, ...]) -> list[int]:
+    def sizes_in(self, groups: tuple[Group, ...]) -> tuple[int, ...]:
         """The GPU counts of the nodes of `groups`, largest first."""
         found = self._sizes_in.get(groups)
         if found is None:
-            found = self._sizes_in[groups] = sorted((n for g in groups for n in self.sizes.get(g, ())), reverse=True)
+            found = tuple(sorted((n for g in groups for n in self.sizes.get(g, ())), reverse=True))
+            self._sizes_in[groups] = found
         return found
 
     def node_index(self, name: str) -> int:
