@@ -53,7 +53,7 @@ class GpupoolTrainerCallback(TrainerCallback):
         self.gpupool = Checkpointing(
             save_every=save_every, keep=keep, heartbeat_every=heartbeat_every, directory=directory, link=link
         )
-        self._step_ended = time.monotonic()
+        self._save_began = time.monotonic()
         self._leaving = False
         self._save_at_epoch_end = False
 
@@ -83,7 +83,7 @@ class GpupoolTrainerCallback(TrainerCallback):
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
         step = state.global_step
-        self._step_ended = time.monotonic()
+        self._save_began = time.monotonic()
         stop, save = self.gpupool.step_done(step)
         if stop and step >= state.max_steps:
             stop = False  # the last step: training ends now, the job completes
@@ -105,7 +105,7 @@ class GpupoolTrainerCallback(TrainerCallback):
     def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
         # The Trainer evaluates before it saves (the save keeps the random state the evaluation
         # left, as the next attempt needs it): the save's own time begins here.
-        self._step_ended = time.monotonic()
+        self._save_began = time.monotonic()
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
         step = state.global_step
@@ -121,7 +121,7 @@ class GpupoolTrainerCallback(TrainerCallback):
         (bad,) = self.gpupool.ranks.agree([float(bool(failed))])  # every rank raises, or none
         if bad:
             raise CheckpointError(f"{written} did not move into gpupool's {folder}: {failed or 'on rank 0'}")
-        self.gpupool.commit(folder, step, self._step_ended, framework="transformers")
+        self.gpupool.commit(folder, step, self._save_began, framework="transformers")
         if self._leaving:
             self.gpupool.leave()
 

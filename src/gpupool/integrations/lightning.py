@@ -116,7 +116,7 @@ class GpupoolCallback(Callback):
         if Path(trainer.ckpt_path) != restored.checkpoint.path / CHECKPOINT:
             return  # not resuming from what `ckpt_path` found: that start keeps its own state
         # Before the DataLoader's first iterator: the data's position.
-        mine = restored.checkpoint.path / f"rank-{trainer.global_rank}.pt"
+        mine = restored.checkpoint.path / state.rank_file(trainer.global_rank)
         if not mine.exists():
             world = restored.checkpoint.manifest.get("world")
             raise CheckpointError(
@@ -219,9 +219,7 @@ class GpupoolCallback(Callback):
         if written is None:
             return
         began = time.monotonic()
-        state.write(
-            written.folder / f"rank-{self.gpupool.ranks.rank}.pt", {"rng": state.capture_rng(), "data": written.data}
-        )
+        state.write(written.folder / state.rank_file(self.gpupool.ranks.rank), state.rank_state(written.data))
         # What blocked training: Lightning's write and this commit, not what ran between them.
         self.gpupool.commit(written.folder, written.step, began - written.seconds, framework="lightning")
         if written.leaving and not ending:

@@ -89,7 +89,7 @@ class Loader:
             raise CheckpointError(f"{checkpoint.path.name} is {written}; this run's state is the other way")
         objects = state.read(checkpoint.path / "objects.pt")
         # Resharded, a rank takes the random state and data position of a rank that was.
-        rank = state.read(checkpoint.path / f"rank-{self.ranks.rank % world}.pt")
+        rank = state.read(checkpoint.path / state.rank_file(self.ranks.rank % world))
         missing = (set(self.plain) - set(objects)) | (set(self.trained) - set(checkpoint.manifest.get("trained", ())))
         if missing:
             raise CheckpointError(f"{checkpoint.path.name} has no state for {', '.join(sorted(missing))}")

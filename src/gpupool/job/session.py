@@ -220,10 +220,9 @@ class Job:
             files[sharded.FOLDER] = {name: trained.state_dict() for name, trained in self.trained.items()}
         if self.ranks.first:
             files["objects.pt"] = {name: obj.state_dict() for name, obj in self.plain.items()}
-        files[f"rank-{self.ranks.rank}.pt"] = {
-            "rng": state.capture_rng(),
-            "data": self.data.state_dict() if self.data is not None else None,
-        }
+        files[state.rank_file(self.ranks.rank)] = state.rank_state(
+            self.data.state_dict() if self.data is not None else None
+        )
         return files
 
     def _collect(self, *, wait: bool = False) -> None:

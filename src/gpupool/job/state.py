@@ -50,6 +50,16 @@ def restore_rng(state: dict[str, Any]) -> None:
             torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def rank_file(rank: int) -> str:
+    """The checkpoint's file of one rank's own state: its generators and its data position."""
+    return f"rank-{rank}.pt"
+
+
+def rank_state(data: Any) -> dict[str, Any]:
+    """What that file holds, taken now: the generators, and `data` (a data position or None)."""
+    return {"rng": capture_rng(), "data": data}
+
+
 def write(path: Path, value: Any) -> None:
     torch = _torch()
     if torch is not None:
