@@ -191,6 +191,11 @@ class RunningJob:
     """The class the attempt runs at, fixed at its start (lower than the job's when its team
     was over budget); None is the job's own class."""
 
+    def checkpointed(self, at: float | None) -> RunningJob:
+        """The same attempt with its last checkpoint committed `at` (`dataclasses.replace`,
+        at half its cost: the simulator makes one for every commit it follows)."""
+        return RunningJob(self.job, self.placement, self.started_at, at, self.notice, self.priority)
+
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
@@ -204,6 +209,9 @@ class Snapshot:
     free: Mapping[str, tuple[int, ...]] | None = None
     """GPU ids free on each node, for drivers that keep them up to date; it must equal every
     GPU outside the running placements. None derives it from `running` (and checks them)."""
+    team_gpus: Mapping[str, int] | None = None
+    """GPUs per team held by running jobs that are not draining, for drivers that keep them up
+    to date; it must equal what `running` gives. None derives it from `running`."""
     teams: Mapping[str, Team] | None = None
     """Each team's policy (weight, guarantee, budgets) as the driver holds it: the store, in
     the service. None takes `Config.teams` (the simulator's fixed teams)."""

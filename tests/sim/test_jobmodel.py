@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpupool.sim.jobmodel import Attempt, Phase, interrupt
 
@@ -64,3 +66,25 @@ def test_next_commit_is_the_end_of_the_next_save() -> None:
 def test_interruption(t: float, grace: float, release: float, committed: float, wasted: float) -> None:
     cut = interrupt(ATTEMPT, t, t + grace)
     assert (cut.release_at, cut.committed, cut.wasted) == (release, committed, wasted)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    start=st.floats(0, 1e6),
+    restore=st.floats(0, 600),
+    committed=st.floats(0, 5e4),
+    work=st.floats(1, 1e5),
+    interval=st.one_of(st.just(math.inf), st.floats(1, 1e4)),
+    save_cost=st.floats(0, 300),
+    offset=st.floats(0, 1),
+)
+def test_commits_around_is_the_last_commit_and_the_next(
+    start: float, restore: float, committed: float, work: float, interval: float, save_cost: float, offset: float
+) -> None:
+    """The one-step form the engine follows commits with says what `at` and
+    `next_commit_after` say, float for float."""
+    attempt = Attempt(start, restore, committed, work, interval, save_cost)
+    t = start + offset * (attempt.finish_time() - start)
+    if t >= attempt.finish_time():
+        return
+    assert attempt.commits_around(t) == (attempt.at(t).last_commit_at, attempt.next_commit_after(t))

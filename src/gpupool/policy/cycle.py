@@ -97,7 +97,7 @@ class Decision:
         snapshot = self.snapshot
         self.free = FreeGpus(snapshot.nodes, snapshot.running, snapshot.free)
         teams = snapshot.teams if snapshot.teams is not None else self.config.teams
-        self.shares = TeamShares.of(teams, snapshot.running)
+        self.shares = TeamShares.of(teams, snapshot.running, snapshot.team_gpus)
         self.memo = Memo(self.free)
         self.pending = {job.id: job for job in snapshot.pending}
         self.drains = Drains.of(snapshot.running, self.pending)

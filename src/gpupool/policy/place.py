@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from bisect import bisect_left, insort
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpupool.model import Allocation, Job, Node, Placement, RunningJob, gang_split_problem
@@ -27,35 +28,67 @@ class _Layout:
     sizes_in: dict[tuple[Group, ...], tuple[int, ...]]
     """GPU counts of the nodes of some groups, largest first: filled as asked (a cache)."""
 
+    @classmethod
+    def of(cls, nodes: Sequence[Node]) -> _Layout:
+        index = {node.name: i for i, node in enumerate(nodes)}
+        if len(index) != len(nodes):
+            raise ValueError("node names must be unique")
+        group: list[Group] = [(node.gpu_type, node.team) for node in nodes]
+        sizes: dict[Group, list[int]] = {}
+        for node, in_group in zip(nodes, group, strict=True):
+            sizes.setdefault(in_group, []).append(node.gpus)
+        return cls(
+            tuple(node.name for node in nodes),
+            index,
+            group,
+            sorted({node.gpu_type for node in nodes}),
+            sizes,
+            max((node.gpus for node in nodes), default=0),
+            {},
+        )
 
-_last_layout: list[tuple[tuple[Node, ...], _Layout]] = []
-"""The layout of the last nodes seen: the simulator passes the same tuple decision after
-decision, and building it was a third of a decision's time on a pool of 350 nodes."""
 
+class FreeIndex(Mapping[str, tuple[int, ...]]):
+    """Free GPU ids per node, kept up to date by a driver between decisions (the simulator),
+    with the nodes' layout and the buckets by free count that `FreeGpus` would otherwise build
+    at every decision. As `Snapshot.free` it must equal every GPU outside the running
+    placements; `FreeGpus` then copies it instead of deriving it."""
 
-def _layout(nodes: Sequence[Node]) -> _Layout:
-    for seen, layout in _last_layout:
-        if seen is nodes:  # the same immutable tuple: the same layout
-            return layout
-    index = {node.name: i for i, node in enumerate(nodes)}
-    if len(index) != len(nodes):
-        raise ValueError("node names must be unique")
-    group: list[Group] = [(node.gpu_type, node.team) for node in nodes]
-    sizes: dict[Group, list[int]] = {}
-    for node, in_group in zip(nodes, group, strict=True):
-        sizes.setdefault(in_group, []).append(node.gpus)
-    layout = _Layout(
-        tuple(node.name for node in nodes),
-        index,
-        group,
-        sorted({node.gpu_type for node in nodes}),
-        sizes,
-        max((node.gpus for node in nodes), default=0),
-        {},
-    )
-    if isinstance(nodes, tuple):
-        _last_layout[:] = [(nodes, layout)]
-    return layout
+    def __init__(self, nodes: Sequence[Node]) -> None:
+        self.nodes = nodes
+        self.layout = _Layout.of(nodes)
+        self.free: list[tuple[int, ...]] = [tuple(range(node.gpus)) for node in nodes]
+        self.buckets: dict[Group, list[list[int]]] = {
+            group: [[] for _ in range(self.layout.capacity + 1)] for group in self.layout.sizes
+        }
+        for i, gpus in enumerate(self.free):
+            self.buckets[self.layout.group[i]][len(gpus)].append(i)
+
+    def __getitem__(self, name: str) -> tuple[int, ...]:
+        return self.free[self.layout.index[name]]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.layout.names)
+
+    def __len__(self) -> int:
+        return len(self.free)
+
+    def take(self, name: str, gpus: Iterable[int]) -> None:
+        """`gpus` of node `name` are now held by a running job."""
+        gone = set(gpus)
+        self._replace(self.layout.index[name], tuple(g for g in self[name] if g not in gone))
+
+    def give(self, name: str, gpus: Iterable[int]) -> None:
+        """`gpus` of node `name` are free again."""
+        self._replace(self.layout.index[name], tuple(sorted({*self[name], *gpus})))
+
+    def _replace(self, i: int, free: tuple[int, ...]) -> None:
+        # Each bucket is kept in node order: the order FreeGpus builds its own in.
+        buckets = self.buckets[self.layout.group[i]]
+        before = buckets[len(self.free[i])]
+        del before[bisect_left(before, i)]
+        insort(buckets[len(free)], i)
+        self.free[i] = free
 
 
 class FreeGpus:
@@ -72,22 +105,33 @@ class FreeGpus:
         free: Mapping[str, tuple[int, ...]] | None = None,
     ) -> None:
         self.nodes = nodes
-        layout = _layout(nodes)
+        kept = free if isinstance(free, FreeIndex) and free.nodes is nodes else None
+        layout = kept.layout if kept is not None else _Layout.of(nodes)
         self.index = layout.index
         self.group = layout.group
         self.types = layout.types
         self.sizes = layout.sizes
         self.capacity = layout.capacity
-        self.free: list[tuple[int, ...]] = (
-            [free[name] for name in layout.names] if free is not None else self._derive(running)
-        )
         self._sizes_in = layout.sizes_in
-        self.buckets: dict[Group, list[dict[int, None]]] = {
-            group: [{} for _ in range(self.capacity + 1)] for group in self.sizes
-        }
-        buckets = self.buckets
+        self.buckets: dict[Group, list[dict[int, None] | list[int]]]
+        """Per group, per free count, its nodes: in node order, then in the order they came in
+        during this decision. A list is the driver's (`FreeIndex`), shared until first changed."""
+        if kept is not None:
+            self.free = list(kept.free)
+            self.buckets = {group: list(lists) for group, lists in kept.buckets.items()}
+            return
+        self.free = [free[name] for name in layout.names] if free is not None else self._derive(running)
+        self.buckets = {group: [{} for _ in range(self.capacity + 1)] for group in self.sizes}
         for i, gpus in enumerate(self.free):
-            buckets[self.group[i]][len(gpus)][i] = None
+            self._bucket(i, len(gpus))[i] = None
+
+    def _bucket(self, i: int, count: int) -> dict[int, None]:
+        """The bucket of node `i`'s group for `count` free GPUs, this decision's own."""
+        buckets = self.buckets[self.group[i]]
+        bucket = buckets[count]
+        if isinstance(bucket, list):
+            bucket = buckets[count] = dict.fromkeys(bucket)
+        return bucket
 
     def _derive(self, running: Iterable[RunningJob]) -> list[tuple[int, ...]]:
         """Free GPU ids per node: every GPU not in a running job's placement."""
@@ -127,18 +171,16 @@ class FreeGpus:
 
     def take(self, i: int, gpus: Iterable[int]) -> None:
         """Mark `gpus` of node `i` taken."""
-        buckets = self.buckets[self.group[i]]
-        del buckets[len(self.free[i])][i]
+        del self._bucket(i, len(self.free[i]))[i]
         gone = set(gpus)
         self.free[i] = tuple(g for g in self.free[i] if g not in gone)
-        buckets[len(self.free[i])][i] = None
+        self._bucket(i, len(self.free[i]))[i] = None
 
     def give(self, i: int, gpus: Iterable[int]) -> None:
         """Mark `gpus` of node `i` free again (GPUs lent by draining jobs)."""
-        buckets = self.buckets[self.group[i]]
-        del buckets[len(self.free[i])][i]
+        del self._bucket(i, len(self.free[i]))[i]
         self.free[i] = tuple(sorted({*self.free[i], *gpus}))
-        buckets[len(self.free[i])][i] = None
+        self._bucket(i, len(self.free[i]))[i] = None
 
     def best_fit(self, want: int, groups: Sequence[Group], exclude: set[int]) -> int | None:
         """The node of `groups` with the fewest free GPUs that still has `want`, or None."""

@@ -25,8 +25,13 @@ class TeamShares:
     _defaults: dict[str, Team] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, teams: Mapping[str, Team], running: Iterable[RunningJob]) -> TeamShares:
-        """GPUs per team held by running jobs that are not draining."""
+    def of(
+        cls, teams: Mapping[str, Team], running: Iterable[RunningJob], kept: Mapping[str, int] | None = None
+    ) -> TeamShares:
+        """GPUs per team held by running jobs that are not draining (`kept` by the driver, or
+        counted from `running`)."""
+        if kept is not None:
+            return cls(teams, Counter(kept))
         gpus: Counter[str] = Counter()
         for job in running:
             if job.notice is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
@@ -16,6 +17,7 @@ from enum import IntEnum
 from gpupool.accounting import AttemptRecord, Commit, account
 from gpupool.model import Config, Job, JobState, Node, Notice, Plan, RunningJob, Snapshot
 from gpupool.policy import decide
+from gpupool.policy.place import FreeIndex
 from gpupool.settle import AttemptEnd, AttemptOutcome, JobCounts, Settlement, settle
 from gpupool.sim.budgets import BudgetMeter
 from gpupool.sim.jobmodel import Attempt, Interruption, JobModel, interrupt
@@ -110,17 +112,23 @@ class Simulation:
     live: dict[str, _Live] = field(default_factory=dict)
     pending: dict[str, _Live] = field(default_factory=dict)
     running: dict[str, _Live] = field(default_factory=dict)
+    queued: dict[str, Job] = field(default_factory=dict)
+    placed: dict[str, RunningJob] = field(default_factory=dict)
+    """The core's view of `pending` and `running`, kept beside them (in the same order) so that
+    a snapshot is two list copies."""
     pending_since: dict[str, float] = field(default_factory=dict)
     usage: list[Usage] = field(default_factory=list)
-    free: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    """Free GPU ids per node, kept up to date so a snapshot costs no pass over the running jobs."""
+    free: FreeIndex = field(init=False)
+    """Free GPUs per node, and GPUs per team held by jobs not draining, kept up to date so that
+    neither the snapshot nor the decision makes a pass over the nodes or the running jobs."""
+    team_gpus: Counter[str] = field(default_factory=Counter)
     finished: int = 0
     decisions: int = 0
     budgets: BudgetMeter = field(init=False)
 
     def run(self) -> Outcome:
         """Replay every job to its end and return what happened."""
-        self.free = {node.name: tuple(range(node.gpus)) for node in self.nodes}
+        self.free = FreeIndex(self.nodes)
         self.budgets = BudgetMeter.of(self.config.teams)
         arrivals = sorted(enumerate(self.jobs), key=lambda item: (item[1].submit, item[0]))
         for order, job in arrivals:
@@ -161,6 +169,7 @@ class Simulation:
         live = self.live[job_id]
         if rank is Rank.ARRIVAL:
             self.pending[job_id] = live
+            self.queued[job_id] = live.core
             self.pending_since[job_id] = now
             return True
         if live.attempt is None or live.attempt_no != attempt_no:
@@ -193,6 +202,7 @@ class Simulation:
         live.record.preemptions += settled.preemptions - live.core.preemptions
         live.core = replace(live.core, preemptions=settled.preemptions, queued_at=now)
         self.pending[live.record.job.id] = live
+        self.queued[live.record.job.id] = live.core
         self.pending_since[live.record.job.id] = now
 
     def end_attempt(self, live: _Live, now: float, *, completed: bool) -> Settlement:
@@ -209,12 +219,15 @@ class Simulation:
         live.attempts.append(self.attempt_record(live, attempt, now, settled.outcome))
         assert live.running is not None
         for alloc in live.running.placement:
-            self.free[alloc.node] = tuple(sorted(self.free[alloc.node] + alloc.gpus))
+            self.free.give(alloc.node, alloc.gpus)
+        if live.running.notice is None:
+            self.count_gpus(job.team, -job.gpus)
         live.attempt = None
         live.running = None
         live.notice_at = None
         live.cut = None
         del self.running[job.id]
+        del self.placed[job.id]
         self.budgets.end(job.id, now)
         self.usage.append(Usage(now, job.priority, -job.gpus))
         return settled
@@ -247,15 +260,36 @@ class Simulation:
         while self.commits and self.commits[0][0] <= now:
             _, job_id, attempt_no = heapq.heappop(self.commits)
             live = self.live[job_id]
-            if live.attempt is None or live.running is None or live.attempt_no != attempt_no:
+            running = live.running
+            if live.attempt is None or running is None or live.attempt_no != attempt_no:
                 continue
-            live.running = replace(live.running, last_checkpoint_at=live.attempt.at(now).last_commit_at)
-            self.watch_commits(live, now)
-        running = [live.running for live in self.running.values() if live.running is not None]
-        pending = [live.core for live in self.pending.values()]
-        return Snapshot(self.nodes, running, pending, self.budgets.usage(now), free=self.free)
+            last, following = live.attempt.commits_around(now)
+            live.running = self.placed[job_id] = running.checkpointed(last)
+            if following is not None:
+                heapq.heappush(self.commits, (following, job_id, attempt_no))
+        return Snapshot(
+            self.nodes,
+            list(self.placed.values()),
+            list(self.queued.values()),
+            self.budgets.usage(now),
+            free=self.free,
+            team_gpus=self.team_gpus,
+        )
+
+    def count_gpus(self, team: str, gpus: int) -> None:
+        """`gpus` more (or fewer) for `team` among jobs that are not draining; a team at none
+        is not listed, as a count from the running jobs would not list it."""
+        held = self.team_gpus[team] + gpus
+        if held:
+            self.team_gpus[team] = held
+        else:
+            del self.team_gpus[team]
 
     def watch_commits(self, live: _Live, now: float) -> None:
+        """Keep the attempt's `last_checkpoint_at` up to date. Only a victim's lost work reads
+        it: without preemption the core has no victims, and the commits are not followed."""
+        if not self.config.preemption:
+            return
         assert live.attempt is not None
         commit = live.attempt.next_commit_after(now)
         if commit is not None:
@@ -267,6 +301,7 @@ class Simulation:
             self.on_plan(now, plan)
         for start in plan.starts:
             live = self.pending.pop(start.job)
+            del self.queued[start.job]
             job = live.record.job
             live.record.wait += now - self.pending_since.pop(start.job)
             if live.record.first_start is None:
@@ -283,9 +318,10 @@ class Simulation:
             )
             if live.core.nominated:
                 live.core = replace(live.core, nominated=False)
-            live.running = RunningJob(live.core, start.placement, now, priority=start.priority)
+            live.running = self.placed[job.id] = RunningJob(live.core, start.placement, now, priority=start.priority)
             for alloc in start.placement:
-                self.free[alloc.node] = tuple(g for g in self.free[alloc.node] if g not in alloc.gpus)
+                self.free.take(alloc.node, alloc.gpus)
+            self.count_gpus(job.team, job.gpus)
             self.running[job.id] = live
             self.budgets.start(job.id, job.team, start.priority, job.gpus, now)
             self.usage.append(Usage(now, job.priority, job.gpus))
@@ -296,11 +332,14 @@ class Simulation:
             # freed for it are its own however its victims leave (a drain, or finishing first).
             preemptor = self.pending[preempt.for_job]
             if not preemptor.core.nominated:
-                preemptor.core = replace(preemptor.core, nominated=True)
+                preemptor.core = self.queued[preempt.for_job] = replace(preemptor.core, nominated=True)
             live = self.running[preempt.victim]
             assert live.attempt is not None and live.running is not None
             live.notice_at = now
-            live.running = replace(live.running, notice=Notice(preempt.for_job, preempt.deadline))
+            live.running = self.placed[preempt.victim] = replace(
+                live.running, notice=Notice(preempt.for_job, preempt.deadline)
+            )
+            self.count_gpus(live.record.job.team, -live.record.job.gpus)
             live.cut = interrupt(live.attempt, now, preempt.deadline)
             if live.cut.release_at < live.attempt.finish_time():
                 self.push(live.cut.release_at, Rank.RELEASE, preempt.victim, live.attempt_no)

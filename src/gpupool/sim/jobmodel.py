@@ -68,6 +68,18 @@ class Attempt:
         saves = 0 if not math.isfinite(self.interval) or remaining == 0 else math.ceil(remaining / self.interval) - 1
         return self.productive_start + remaining + saves * self.save_cost
 
+    def commits_around(self, t: float) -> tuple[float | None, float | None]:
+        """When the last checkpoint commit at or before t ended (None if none has), and when the
+        first one after t will (None if none comes before the finish): `at(t).last_commit_at`
+        and `next_commit_after(t)` in one step, for a driver that follows every commit."""
+        if not math.isfinite(self.interval):
+            return None, None
+        cycle = self.interval + self.save_cost
+        k = math.floor((t - self.productive_start) / cycle)
+        last = self.productive_start + k * cycle if k > 0 and t >= self.productive_start else None
+        following = self.productive_start + max(1, k + 1) * cycle
+        return last, following if following < self.finish_time() else None
+
     def next_commit_after(self, t: float) -> float | None:
         """When the first checkpoint commit after t ends, or None if none comes before the finish."""
         if not math.isfinite(self.interval):
