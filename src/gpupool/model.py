@@ -212,6 +212,9 @@ class Snapshot:
     team_gpus: Mapping[str, int] | None = None
     """GPUs per team held by running jobs that are not draining, for drivers that keep them up
     to date; it must equal what `running` gives. None derives it from `running`."""
+    draining: Sequence[RunningJob] | None = None
+    """The running jobs under notice, for drivers that keep them up to date; it must hold those
+    of `running` with a notice. None picks them from `running`."""
     teams: Mapping[str, Team] | None = None
     """Each team's policy (weight, guarantee, budgets) as the driver holds it: the store, in
     the service. None takes `Config.teams` (the simulator's fixed teams)."""

@@ -100,7 +100,8 @@ class Decision:
         self.shares = TeamShares.of(teams, snapshot.running, snapshot.team_gpus)
         self.memo = Memo(self.free)
         self.pending = {job.id: job for job in snapshot.pending}
-        self.drains = Drains.of(snapshot.running, self.pending)
+        draining = snapshot.draining if snapshot.draining is not None else snapshot.running
+        self.drains = Drains.of(draining, self.pending)
 
     @property
     def candidates(self) -> Candidates:

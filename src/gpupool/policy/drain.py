@@ -26,7 +26,8 @@ class Drains:
 
     @classmethod
     def of(cls, running: Iterable[RunningJob], pending: Collection[JobId]) -> Drains:
-        """The drains of `running`, by whether their preemptor is still `pending`."""
+        """The drains of `running` (those with a notice), by whether their preemptor is still
+        `pending`."""
         draining_for: dict[JobId, list[RunningJob]] = defaultdict(list)
         orphans = []
         for job in running:

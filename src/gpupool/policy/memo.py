@@ -7,9 +7,6 @@ from dataclasses import dataclass, field
 from gpupool.model import Job
 from gpupool.policy.place import FreeGpus, Group, Shape, fits_empty, job_shapes
 
-JobKind = tuple[str, str | None, int, int | None]
-"""(team, gpu_type, gpus, gpus_per_node): jobs of one kind have the same shapes."""
-
 
 @dataclass(slots=True)
 class Memo:
@@ -30,16 +27,16 @@ class Memo:
     """Shapes that did not fit on free GPUs."""
     no_victims: set[tuple[object, ...]] = field(default_factory=set)
     """(shape, *Preemptor.memo_key()) of searches that found no victims."""
-    _shapes: dict[JobKind, tuple[Shape, ...]] = field(default_factory=dict)
     _nodes_of: dict[tuple[Group, ...], list[int]] = field(default_factory=dict)
     _ever_fits: dict[tuple[Shape, ...], bool] = field(default_factory=dict)
 
     def shapes_of(self, job: Job) -> tuple[Shape, ...]:
-        """Every way `job` could be laid out (computed once per kind of job)."""
+        """Every way `job` could be laid out (computed once per kind of job and nodes' layout)."""
         key = (job.team, job.gpu_type, job.gpus, job.gpus_per_node)
-        if key not in self._shapes:
-            self._shapes[key] = job_shapes(job, self.free)
-        return self._shapes[key]
+        shapes = self.free.shapes.get(key)
+        if shapes is None:
+            shapes = self.free.shapes[key] = job_shapes(job, self.free)
+        return shapes
 
     def nodes_in(self, groups: tuple[Group, ...]) -> list[int]:
         """Indexes of the nodes of `groups`."""

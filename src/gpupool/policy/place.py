@@ -14,6 +14,9 @@ Group = tuple[str, str | None]
 Slot = tuple[int, int]
 """(node index, GPUs wanted on it): one member of a gang on one node."""
 
+JobKind = tuple[str, str | None, int, int | None]
+"""(team, gpu_type, gpus, gpus_per_node): jobs of one kind have the same shapes."""
+
 
 @dataclass(frozen=True, slots=True)
 class _Layout:
@@ -27,6 +30,8 @@ class _Layout:
     capacity: int
     sizes_in: dict[tuple[Group, ...], tuple[int, ...]]
     """GPU counts of the nodes of some groups, largest first: filled as asked (a cache)."""
+    shapes: dict[JobKind, tuple[Shape, ...]]
+    """Every way a kind of job could be laid out on these nodes: filled as asked (a cache)."""
 
     @classmethod
     def of(cls, nodes: Sequence[Node]) -> _Layout:
@@ -44,6 +49,7 @@ class _Layout:
             sorted({node.gpu_type for node in nodes}),
             sizes,
             max((node.gpus for node in nodes), default=0),
+            {},
             {},
         )
 
@@ -91,6 +97,38 @@ class FreeIndex(Mapping[str, tuple[int, ...]]):
         self.free[i] = free
 
 
+class _Bucket:
+    """The nodes with one count of free GPUs: those of `nodes` (in node order) not taken out
+    since, then those that came in, in the order they came. `nodes` is never changed, so a
+    decision shares the driver's (`FreeIndex`) and pays only for the nodes it changes."""
+
+    __slots__ = ("added", "gone", "nodes")
+
+    def __init__(self, nodes: list[int]) -> None:
+        self.nodes = nodes
+        self.gone: set[int] = set()
+        self.added: dict[int, None] = {}
+
+    def __iter__(self) -> Iterator[int]:
+        if self.gone:
+            yield from (i for i in self.nodes if i not in self.gone)
+        else:
+            yield from self.nodes
+        yield from self.added
+
+    def __len__(self) -> int:
+        return len(self.nodes) - len(self.gone) + len(self.added)
+
+    def add(self, i: int) -> None:
+        self.added[i] = None
+
+    def remove(self, i: int) -> None:
+        if i in self.added:
+            del self.added[i]
+        else:
+            self.gone.add(i)
+
+
 class FreeGpus:
     """A mutable working copy of the free GPUs of every node, bucketed by free count.
 
@@ -113,25 +151,21 @@ class FreeGpus:
         self.sizes = layout.sizes
         self.capacity = layout.capacity
         self._sizes_in = layout.sizes_in
-        self.buckets: dict[Group, list[dict[int, None] | list[int]]]
-        """Per group, per free count, its nodes: in node order, then in the order they came in
-        during this decision. A list is the driver's (`FreeIndex`), shared until first changed."""
+        self.shapes = layout.shapes
+        self.buckets: dict[Group, list[_Bucket]]
+        """Per group, per free count, its nodes."""
         if kept is not None:
             self.free = list(kept.free)
-            self.buckets = {group: list(lists) for group, lists in kept.buckets.items()}
+            self.buckets = {group: [_Bucket(nodes) for nodes in lists] for group, lists in kept.buckets.items()}
             return
         self.free = [free[name] for name in layout.names] if free is not None else self._derive(running)
-        self.buckets = {group: [{} for _ in range(self.capacity + 1)] for group in self.sizes}
+        in_order: dict[Group, list[list[int]]] = {group: [[] for _ in range(self.capacity + 1)] for group in self.sizes}
         for i, gpus in enumerate(self.free):
-            self._bucket(i, len(gpus))[i] = None
+            in_order[self.group[i]][len(gpus)].append(i)
+        self.buckets = {group: [_Bucket(nodes) for nodes in lists] for group, lists in in_order.items()}
 
-    def _bucket(self, i: int, count: int) -> dict[int, None]:
-        """The bucket of node `i`'s group for `count` free GPUs, this decision's own."""
-        buckets = self.buckets[self.group[i]]
-        bucket = buckets[count]
-        if isinstance(bucket, list):
-            bucket = buckets[count] = dict.fromkeys(bucket)
-        return bucket
+    def _bucket(self, i: int, count: int) -> _Bucket:
+        return self.buckets[self.group[i]][count]
 
     def _derive(self, running: Iterable[RunningJob]) -> list[tuple[int, ...]]:
         """Free GPU ids per node: every GPU not in a running job's placement."""
@@ -171,16 +205,16 @@ class FreeGpus:
 
     def take(self, i: int, gpus: Iterable[int]) -> None:
         """Mark `gpus` of node `i` taken."""
-        del self._bucket(i, len(self.free[i]))[i]
+        self._bucket(i, len(self.free[i])).remove(i)
         gone = set(gpus)
         self.free[i] = tuple(g for g in self.free[i] if g not in gone)
-        self._bucket(i, len(self.free[i]))[i] = None
+        self._bucket(i, len(self.free[i])).add(i)
 
     def give(self, i: int, gpus: Iterable[int]) -> None:
         """Mark `gpus` of node `i` free again (GPUs lent by draining jobs)."""
-        del self._bucket(i, len(self.free[i]))[i]
+        self._bucket(i, len(self.free[i])).remove(i)
         self.free[i] = tuple(sorted({*self.free[i], *gpus}))
-        self._bucket(i, len(self.free[i]))[i] = None
+        self._bucket(i, len(self.free[i])).add(i)
 
     def best_fit(self, want: int, groups: Sequence[Group], exclude: set[int]) -> int | None:
         """The node of `groups` with the fewest free GPUs that still has `want`, or None."""

@@ -7,14 +7,17 @@ is a pure function of its inputs.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import itertools
+import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
+from typing import overload
 
-from gpupool.accounting import AttemptRecord, Commit, account
+from gpupool.accounting import INTERRUPTED, AttemptRecord, Commit, account
 from gpupool.model import Config, Job, JobState, Node, Notice, Plan, RunningJob, Snapshot
 from gpupool.policy import decide
 from gpupool.policy.place import FreeIndex
@@ -114,8 +117,9 @@ class Simulation:
     running: dict[str, _Live] = field(default_factory=dict)
     queued: dict[str, Job] = field(default_factory=dict)
     placed: dict[str, RunningJob] = field(default_factory=dict)
-    """The core's view of `pending` and `running`, kept beside them (in the same order) so that
-    a snapshot is two list copies."""
+    noticed: dict[str, RunningJob] = field(default_factory=dict)
+    """The core's view of `pending`, `running` and the running jobs under notice, kept beside
+    them (in the same order) so that a snapshot is three list copies."""
     pending_since: dict[str, float] = field(default_factory=dict)
     usage: list[Usage] = field(default_factory=list)
     free: FreeIndex = field(init=False)
@@ -131,27 +135,32 @@ class Simulation:
         self.free = FreeIndex(self.nodes)
         self.budgets = BudgetMeter.of(self.config.teams)
         arrivals = sorted(enumerate(self.jobs), key=lambda item: (item[1].submit, item[0]))
-        for order, job in arrivals:
-            # Preempting even a first attempt costs the restart of the next one.
-            core = Job(
-                job.id,
-                job.team,
-                job.priority,
-                job.gpus,
-                job.submit,
-                expected_restart=self.model.restart_cost,
-                order=order,
-            )
-            self.live[job.id] = _Live(JobRecord(job), core)
-            self.push(job.submit, Rank.ARRIVAL, job.id)
-        while self.heap:
-            now = self.heap[0][0]
-            dirty = False
-            while self.heap and self.heap[0][0] == now:
-                _, rank, _, job_id, attempt_no = heapq.heappop(self.heap)
-                dirty |= self.handle(now, Rank(rank), job_id, attempt_no)
-            if dirty and self.pending:
-                self.apply(self.decide(self.snapshot(now), self.config, now), now)
+        # Arrivals come from their sorted list, not the heap: they rank after the releases and
+        # before the decision of their instant, and in their order (as if all pushed first).
+        next_arrival = 0
+        # The jobs and their records live to the end: the cyclic collector need not walk them
+        # at every full collection (which made a replay's cost per job grow with its length).
+        gc.freeze()
+        try:
+            while self.heap or next_arrival < len(arrivals):
+                now = self.heap[0][0] if self.heap else math.inf
+                if next_arrival < len(arrivals):
+                    now = min(now, arrivals[next_arrival][1].submit)
+                dirty = False
+                while self.heap and self.heap[0][0] == now and self.heap[0][1] < Rank.ARRIVAL:
+                    _, rank, _, job_id, attempt_no = heapq.heappop(self.heap)
+                    dirty |= self.handle(now, Rank(rank), job_id, attempt_no)
+                while next_arrival < len(arrivals) and arrivals[next_arrival][1].submit == now:
+                    self.arrive(now, *arrivals[next_arrival])
+                    next_arrival += 1
+                    dirty = True
+                while self.heap and self.heap[0][0] == now:
+                    _, rank, _, job_id, attempt_no = heapq.heappop(self.heap)
+                    dirty |= self.handle(now, Rank(rank), job_id, attempt_no)
+                if dirty and self.pending:
+                    self.apply(self.decide(self.snapshot(now), self.config, now), now)
+        finally:
+            gc.unfreeze()
         return Outcome(
             [live.record for live in self.live.values()],
             self.usage,
@@ -162,16 +171,27 @@ class Simulation:
     def push(self, time: float, rank: Rank, job_id: str = "", attempt_no: int = -1) -> None:
         heapq.heappush(self.heap, (time, int(rank), next(self.seq), job_id, attempt_no))
 
+    def arrive(self, now: float, order: int, job: SimJob) -> None:
+        # Preempting even a first attempt costs the restart of the next one.
+        core = Job(
+            job.id,
+            job.team,
+            job.priority,
+            job.gpus,
+            job.submit,
+            expected_restart=self.model.restart_cost,
+            order=order,
+        )
+        live = self.live[job.id] = _Live(JobRecord(job), core)
+        self.pending[job.id] = live
+        self.queued[job.id] = core
+        self.pending_since[job.id] = now
+
     def handle(self, now: float, rank: Rank, job_id: str, attempt_no: int) -> bool:
         """Apply one event; True when the scheduler should look again."""
         if rank is Rank.DECIDE:
             return True
         live = self.live[job_id]
-        if rank is Rank.ARRIVAL:
-            self.pending[job_id] = live
-            self.queued[job_id] = live.core
-            self.pending_since[job_id] = now
-            return True
         if live.attempt is None or live.attempt_no != attempt_no:
             return False  # the attempt this event was for has already ended
         if live.cut is not None and live.cut.release_at < live.attempt.finish_time():
@@ -185,10 +205,11 @@ class Simulation:
         assert settled.state is JobState.SUCCEEDED
         live.record.finish = now
         job = live.record.job
-        for cut in account(0, job.team, job.priority, live.attempts, now).interruptions:
-            live.record.wasted += cut.wasted
-            live.record.drain += cut.drain
-            live.record.restart += cut.restart or 0.0
+        if any(a.outcome in INTERRUPTED for a in live.attempts):  # else it lost nothing
+            for cut in account(0, job.team, job.priority, live.attempts, now).interruptions:
+                live.record.wasted += cut.wasted
+                live.record.drain += cut.drain
+                live.record.restart += cut.restart or 0.0
         live.attempts = []
         self.finished += 1
         if self.on_progress is not None and self.finished % 1000 == 0:
@@ -228,6 +249,7 @@ class Simulation:
         live.cut = None
         del self.running[job.id]
         del self.placed[job.id]
+        self.noticed.pop(job.id, None)
         self.budgets.end(job.id, now)
         self.usage.append(Usage(now, job.priority, -job.gpus))
         return settled
@@ -265,15 +287,18 @@ class Simulation:
                 continue
             last, following = live.attempt.commits_around(now)
             live.running = self.placed[job_id] = running.checkpointed(last)
+            if job_id in self.noticed:
+                self.noticed[job_id] = live.running
             if following is not None:
                 heapq.heappush(self.commits, (following, job_id, attempt_no))
         return Snapshot(
             self.nodes,
-            list(self.placed.values()),
+            _Values(self.placed),
             list(self.queued.values()),
             self.budgets.usage(now),
             free=self.free,
             team_gpus=self.team_gpus,
+            draining=list(self.noticed.values()),
         )
 
     def count_gpus(self, team: str, gpus: int) -> None:
@@ -336,7 +361,7 @@ class Simulation:
             live = self.running[preempt.victim]
             assert live.attempt is not None and live.running is not None
             live.notice_at = now
-            live.running = self.placed[preempt.victim] = replace(
+            live.running = self.placed[preempt.victim] = self.noticed[preempt.victim] = replace(
                 live.running, notice=Notice(preempt.for_job, preempt.deadline)
             )
             self.count_gpus(live.record.job.team, -live.record.job.gpus)
@@ -345,6 +370,31 @@ class Simulation:
                 self.push(live.cut.release_at, Rank.RELEASE, preempt.victim, live.attempt_no)
         if plan.retry_at is not None and plan.retry_at > now:
             self.push(plan.retry_at, Rank.DECIDE)
+
+
+class _Values(Sequence[RunningJob]):
+    """The running jobs of a snapshot without copying them: with the driver's free GPUs, team
+    GPUs and drains given, the core reads them only to build preemption candidates, which few
+    decisions do. Valid until the simulator carries the plan out, which is all a decision needs."""
+
+    def __init__(self, jobs: dict[str, RunningJob]) -> None:
+        self._jobs = jobs
+        self._list: list[RunningJob] | None = None
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __iter__(self) -> Iterator[RunningJob]:
+        return iter(self._jobs.values())
+
+    @overload
+    def __getitem__(self, index: int) -> RunningJob: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[RunningJob]: ...
+    def __getitem__(self, index: int | slice) -> RunningJob | Sequence[RunningJob]:
+        if self._list is None:
+            self._list = list(self._jobs.values())
+        return self._list[index]
 
 
 def _step(work: float) -> int:
