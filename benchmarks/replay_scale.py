@@ -48,7 +48,9 @@ def one(traces: Path, jobs: int, policy: Policy, load: float) -> None:
     """Replay once in this process and print what it cost, as JSON."""
     trace = synthetic(traces, jobs, load)
     began = time.perf_counter()
-    run = replay(trace, ClusterSpec(nodes=NODES, gpus_per_node=GPUS_PER_NODE), policy, Settings(JobModel({}, 1800.0, 30.0, 60.0)))
+    run = replay(
+        trace, ClusterSpec(nodes=NODES, gpus_per_node=GPUS_PER_NODE), policy, Settings(JobModel({}, 1800.0, 30.0, 60.0))
+    )
     seconds = time.perf_counter() - began
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(

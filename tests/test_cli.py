@@ -114,6 +114,12 @@ def test_the_simulated_demo_shows_a_preemption_a_resume_and_a_summary() -> None:
             ["--nodes", "2", "--policy", "pool-fair", "--fair-share", "off"],
             "--fair-share sets an option of pool-priority",
         ),
+        (["--nodes", "2", "--node-repair", "1h"], "--node-repair shape(s) node failures: give --node-mtbf too"),
+        (["--nodes", "2", "--seed", "3"], "--seed shape(s) node failures"),
+        (["--nodes", "2", "--node-mtbf", "0"], "--node-mtbf '0': a node's mean time between failures must be > 0"),
+        (["--nodes", "2", "--node-mtbf", "often"], "--node-mtbf: 'often' is not a duration"),
+        (["--nodes", "2", "--node-mtbf", "3d", "--node-repair", "-1h"], "--node-repair"),
+        (["--nodes", "2", "--node-mtbf", "3d", "--failure-times", "weibull"], "use exponential or constant"),
     ],
 )
 def test_bad_options_say_what_is_wrong(traces_dir: Path, args: list[str], message: str) -> None:
@@ -196,6 +202,24 @@ def test_simulate_compare_reads_at_80_columns_when_piped(traces_dir: Path, tmp_p
     assert all(len(line) <= 80 for line in lines)
     assert not any("…" in line for line in lines), "a cell was cut"
     assert any("p95 wait urgent" in line for line in lines)
+
+
+def test_simulate_with_node_failures_reads_at_80_columns_and_reports_them(traces_dir: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "COLUMNS": "80"}
+    trace = str(traces_dir / "tiresias-sample" / "jobs.csv")
+    out = tmp_path / "failures.json"
+    args = ["simulate", "--trace", trace, "--nodes", "4", "--compare", "pool-fifo,pool-priority"]
+    args += ["--node-mtbf", "20m", "--node-repair", "5m", "--seed", "1", "--json", str(out)]
+    done = subprocess.run(
+        [sys.executable, "-m", "gpupool", *args], capture_output=True, text=True, timeout=300, check=False, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert not any("…" in line for line in lines), "a cell was cut"
+    assert any("losses" in line for line in lines)
+    reports = json.loads(out.read_text())
+    assert all(r["node_failures"] > 0 and "lost_gpu_hours_by_cause" in r for r in reports)
 
 
 def test_a_job_submitted_from_inside_a_job_does_not_take_its_compile_caches() -> None:

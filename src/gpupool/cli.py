@@ -16,6 +16,7 @@ from gpupool.cli_common import EXIT_USAGE, HELP, console, errors, fail, prepare_
 from gpupool.cli_service import register
 from gpupool.config import ConfigError
 from gpupool.sim.cluster import MAX_POOL_GPUS, load_vc_sizes, scale_sizes
+from gpupool.sim.failures import Distribution, NodeFailures
 from gpupool.sim.jobmodel import JobModel
 from gpupool.sim.replay import DEFAULT_MIX, ClusterSpec, Policy, Replayed, Settings, compare
 from gpupool.sim.trace import Trace, TraceError, load_trace
@@ -141,6 +142,27 @@ def duration_option(text: str, option: str) -> float:
         raise UsageError(f"{option}: {exc}") from None
 
 
+def failures_option(mtbf: str | None, repair: str | None, times: str | None, seed: int | None) -> NodeFailures | None:
+    """`--node-mtbf` and the options that shape it; None without it."""
+    if mtbf is None:
+        given = [
+            flag
+            for flag, value in (("--node-repair", repair), ("--failure-times", times), ("--seed", seed))
+            if value is not None
+        ]
+        if given:
+            raise UsageError(f"{', '.join(given)} shape(s) node failures: give --node-mtbf too")
+        return None
+    try:
+        distribution = Distribution(times or Distribution.EXPONENTIAL)
+    except ValueError:
+        raise UsageError(f"--failure-times {times!r}: use exponential or constant") from None
+    between = duration_option(mtbf, "--node-mtbf")
+    if between <= 0:
+        raise UsageError(f"--node-mtbf {mtbf!r}: a node's mean time between failures must be > 0")
+    return NodeFailures(between, duration_option(repair or "4h", "--node-repair"), distribution, seed or 0)
+
+
 def seniority_option(text: str | None, default: float | None) -> float | None:
     """`--seniority-after`: a duration, or `off`; the config's when not given."""
     if text is None:
@@ -178,6 +200,14 @@ def simulate(
     seniority_after: Annotated[
         str | None, typer.Option(help="pool-priority: e.g. 2h, or off (default: the config's policy).")
     ] = None,
+    node_mtbf: Annotated[
+        str | None, typer.Option(help="Node failures: each node's mean time between them, e.g. 30d.")
+    ] = None,
+    node_repair: Annotated[str | None, typer.Option(help="With --node-mtbf: a failed node's time out [4h].")] = None,
+    failure_times: Annotated[
+        str | None, typer.Option(help="With --node-mtbf: exponential or constant [exponential].")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="With --node-mtbf: the seed of the failures [0].")] = None,
     json_file: Annotated[Path | None, typer.Option("--json", help="Write the reports as JSON.")] = None,
     plots: Annotated[Path | None, typer.Option(help="Write PNG plots into this folder.")] = None,
 ) -> None:
@@ -217,6 +247,7 @@ def simulate(
             choice(FairShare, fair_share, "--fair-share", config.fair_share),
             seniority_option(seniority_after, config.seniority_after),
             {name: team.budgets for name, team in config.teams.items() if team.budgets},
+            failures_option(node_mtbf, node_repair, failure_times, seed),
         )
         chosen = parse_policies(policy, compared)
         options = (

@@ -11,9 +11,10 @@ from rich.console import Console
 from rich.table import Table
 
 from gpupool.model import DEFAULT_CLASSES, Config, Node, Plan, Team
-from gpupool.sim.engine import Outcome, SimJob, Simulation
+from gpupool.sim.engine import Simulation
 from gpupool.sim.jobmodel import JobModel
 from gpupool.sim.metrics import summarize
+from gpupool.sim.records import Outcome, SimJob
 from gpupool.sim.report import ordered_classes
 from gpupool.units import human_seconds
 

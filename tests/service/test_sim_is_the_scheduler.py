@@ -18,8 +18,9 @@ import pytest
 
 from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Node, Plan, PriorityScope, Reason, Snapshot, Team
 from gpupool.service import ControlLoop
-from gpupool.sim.engine import SimJob, Simulation
+from gpupool.sim.engine import Simulation
 from gpupool.sim.jobmodel import Attempt, JobModel, interrupt
+from gpupool.sim.records import SimJob
 from gpupool.store import JobSpec, Store
 from gpupool.testing import FakeExecutor
 

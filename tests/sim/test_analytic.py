@@ -8,9 +8,11 @@ from dataclasses import replace
 import pytest
 
 from gpupool.model import DEFAULT_CLASSES, Config, QueueMode, QueueOrder, Team
-from gpupool.sim.engine import SimJob, Simulation
+from gpupool.sim.engine import Simulation
+from gpupool.sim.failures import NodeFailures
 from gpupool.sim.jobmodel import JobModel
 from gpupool.sim.metrics import summarize
+from gpupool.sim.records import SimJob
 from gpupool.testing import pool
 
 G = 8
@@ -50,6 +52,32 @@ def test_lost_work_with_an_emergency_save_is_drain_plus_restart() -> None:
     mean, count = preemption_storm(grace=60.0, save_cost=save_cost, preemptions=10_000, seed=2)
     assert count >= 10_000
     assert mean == pytest.approx(G * (save_cost + R), rel=0.02)
+
+
+def node_failure_storm(nodes: int, failures: int, seed: int) -> tuple[float, int, int]:
+    """A job of G GPUs on each of `nodes` G-GPU nodes, long enough to see `failures` node
+    failures (exponential, mean `mean_up` up, 4 h repair; no spare node, so a job waits for its
+    own). Returns the mean lost GPU-seconds per lost attempt, the lost attempts, the failures."""
+    mean_up = 100 * HOUR  # rare next to T, as above
+    work = mean_up * failures / nodes * 1.2
+    jobs = [SimJob(f"j{i}", "a", "low", G, 0.0, work=work) for i in range(nodes)]
+    model = JobModel({}, T, save_cost=0.0, restart_cost=R)
+    config = Config(DEFAULT_CLASSES, preemption=False, reclaim=False)
+    failing = NodeFailures(mean_up, 4 * HOUR, seed=seed)
+    outcome = Simulation(jobs, pool(nodes, G), config, model, failures=failing).run()
+    lost = sum(r.lost_to_nodes for r in outcome.records)
+    losses = sum(r.node_losses for r in outcome.records)
+    assert lost == pytest.approx(sum(r.wasted + r.drain + r.restart for r in outcome.records))
+    return lost / losses, losses, outcome.node_failures
+
+
+@pytest.mark.slow
+def test_lost_work_per_node_failure_is_half_an_interval_plus_restart() -> None:
+    """Each failure loses what was done since the last commit (uniform on [0, T)) and the
+    restart of the attempt that resumes: G·(T/2 + R), the same as a preemption without notice."""
+    mean, losses, failures = node_failure_storm(nodes=50, failures=10_000, seed=3)
+    assert losses >= 10_000 and failures >= losses
+    assert mean == pytest.approx(G * (T / 2 + R), rel=0.02)
 
 
 def test_partitioned_utilization_meets_the_bound_of_its_slices() -> None:

@@ -6,8 +6,9 @@ import pytest
 
 from gpupool.model import DEFAULT_CLASSES, Config, Node, Plan, PriorityBudget, Reason, Team
 from gpupool.sim.budgets import BudgetMeter
-from gpupool.sim.engine import SimJob, Simulation
+from gpupool.sim.engine import Simulation
 from gpupool.sim.jobmodel import JobModel
+from gpupool.sim.records import SimJob
 
 HOUR = 3600.0
 

@@ -7,8 +7,9 @@ from dataclasses import replace
 
 from gpupool.model import DEFAULT_CLASSES, Config, Plan, Snapshot, Team
 from gpupool.policy import decide
-from gpupool.sim.engine import SimJob, Simulation
+from gpupool.sim.engine import Simulation
 from gpupool.sim.jobmodel import JobModel
+from gpupool.sim.records import SimJob
 from gpupool.testing import pool
 
 MODEL = JobModel({}, default_interval=100.0, save_cost=5.0, restart_cost=10.0)

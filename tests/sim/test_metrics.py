@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpupool.sim.engine import JobRecord, Outcome, SimJob
 from gpupool.sim.metrics import jain, stats, summarize
+from gpupool.sim.records import JobRecord, Outcome, SimJob
 
 
 def record(id: str, team: str, priority: str, gpus: int, submit: float, work: float, **kw: float) -> JobRecord:

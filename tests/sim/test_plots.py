@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from gpupool.model import DEFAULT_CLASSES, Config, QueueOrder
-from gpupool.sim.engine import Outcome, SimJob, Simulation, Usage
+from gpupool.sim.engine import Simulation
 from gpupool.sim.jobmodel import JobModel
 from gpupool.sim.metrics import summarize
 from gpupool.sim.plots import allocation_by_class, class_colours, write_plots
+from gpupool.sim.records import Outcome, SimJob, Usage
 from gpupool.sim.replay import Replayed
 from gpupool.testing import pool
 

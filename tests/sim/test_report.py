@@ -9,8 +9,8 @@ import pytest
 from rich.console import Console
 from rich.table import Table
 
-from gpupool.sim.engine import JobRecord, Outcome, SimJob
 from gpupool.sim.metrics import summarize
+from gpupool.sim.records import JobRecord, Outcome, SimJob
 from gpupool.sim.report import (
     comparison_table,
     lost_work_table,

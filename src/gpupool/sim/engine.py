@@ -23,60 +23,17 @@ from gpupool.policy import decide
 from gpupool.policy.place import FreeIndex
 from gpupool.settle import AttemptEnd, AttemptOutcome, JobCounts, Settlement, settle
 from gpupool.sim.budgets import BudgetMeter
+from gpupool.sim.failures import NodeClock, NodeFailures
 from gpupool.sim.jobmodel import Attempt, Interruption, JobModel, interrupt
-
-
-@dataclass(frozen=True, slots=True)
-class SimJob:
-    """A job to replay: what the trace says it asked for and how long it runs."""
-
-    id: str
-    team: str
-    priority: str
-    gpus: int
-    submit: float
-    work: float
-    """Seconds of computation the job needs, without checkpoints or restarts."""
-
-
-@dataclass(slots=True)
-class JobRecord:
-    """What happened to one job; GPU-seconds for the lost-work fields."""
-
-    job: SimJob
-    first_start: float | None = None
-    finish: float | None = None
-    wait: float = 0.0
-    """Seconds spent pending, over all its waits (requeues included)."""
-    preemptions: int = 0
-    allocated: float = 0.0
-    wasted: float = 0.0
-    drain: float = 0.0
-    restart: float = 0.0
-    """Lost GPU-seconds, as `gpupool.accounting` charges the job's interruptions."""
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """A change in allocated GPUs: the series behind utilization plots."""
-
-    time: float
-    priority: str
-    gpus: int
-
-
-@dataclass(slots=True)
-class Outcome:
-    records: list[JobRecord]
-    usage: list[Usage]
-    decisions: int
-    capacity: int
+from gpupool.sim.records import JobRecord, Outcome, SimJob, Usage
 
 
 class Rank(IntEnum):
     RELEASE = 0
-    ARRIVAL = 1
-    DECIDE = 2
+    NODE = 1
+    """A node fails or is back (`attempt_no` 0 or 1)."""
+    ARRIVAL = 2
+    DECIDE = 3
 
 
 @dataclass(slots=True)
@@ -108,6 +65,7 @@ class Simulation:
     """Called with every plan `decide` returns, before it is carried out."""
     decide: Callable[[Snapshot, Config, float], Plan] = decide
     """The scheduling core; the simulator carries out exactly what it decides."""
+    failures: NodeFailures | None = None
     heap: list[tuple[float, int, int, str, int]] = field(default_factory=list)
     commits: list[tuple[float, str, int]] = field(default_factory=list)
     """(time, job, attempt) of the next checkpoint commit of each running attempt."""
@@ -126,15 +84,28 @@ class Simulation:
     """Free GPUs per node, and GPUs per team held by jobs not draining, kept up to date so that
     neither the snapshot nor the decision makes a pass over the nodes or the running jobs."""
     team_gpus: Counter[str] = field(default_factory=Counter)
+    up: tuple[Node, ...] = field(init=False)
+    """The nodes not out for repair, in the order of `nodes`: what the core is shown."""
+    down: dict[str, float] = field(default_factory=dict)
+    """Nodes out for repair, and since when."""
+    clocks: dict[str, NodeClock] = field(default_factory=dict)
+    node_failures: int = 0
+    node_down: float = 0.0
+    outages: list[tuple[str, float, float]] = field(default_factory=list)
     finished: int = 0
     decisions: int = 0
     budgets: BudgetMeter = field(init=False)
 
     def run(self) -> Outcome:
         """Replay every job to its end and return what happened."""
-        self.free = FreeIndex(self.nodes)
+        self.up = tuple(self.nodes)
+        self.free = FreeIndex(self.up)
         self.budgets = BudgetMeter.of(self.config.teams)
         arrivals = sorted(enumerate(self.jobs), key=lambda item: (item[1].submit, item[0]))
+        if self.failures is not None and arrivals:
+            for node in self.up:
+                clock = self.clocks[node.name] = self.failures.stream(node.name)
+                self.push(arrivals[0][1].submit + clock.up_for(), Rank.NODE, node.name, 0)
         # Arrivals come from their sorted list, not the heap: they rank after the releases and
         # before the decision of their instant, and in their order (as if all pushed first).
         next_arrival = 0
@@ -166,6 +137,9 @@ class Simulation:
             self.usage,
             self.decisions,
             sum(n.gpus for n in self.nodes),
+            self.node_failures,
+            self.node_down,
+            self.outages,
         )
 
     def push(self, time: float, rank: Rank, job_id: str = "", attempt_no: int = -1) -> None:
@@ -191,6 +165,8 @@ class Simulation:
         """Apply one event; True when the scheduler should look again."""
         if rank is Rank.DECIDE:
             return True
+        if rank is Rank.NODE:
+            return self.node_event(now, job_id, back=attempt_no == 1)
         live = self.live[job_id]
         if live.attempt is None or live.attempt_no != attempt_no:
             return False  # the attempt this event was for has already ended
@@ -200,16 +176,55 @@ class Simulation:
             self.complete(live, now)
         return True
 
+    def node_event(self, now: float, name: str, *, back: bool) -> bool:
+        """Node `name` fails (every attempt with a GPU there is lost) or is back from repair.
+        Failures stop once every job has finished."""
+        if self.finished == len(self.jobs):
+            return False
+        clock = self.clocks[name]
+        if back:
+            since = self.down.pop(name)
+            self.outages.append((name, since, now))
+            self.node_down += (now - since) * next(n.gpus for n in self.nodes if n.name == name)
+            self.push(now + clock.up_for(), Rank.NODE, name, 0)
+        else:
+            lost = [self.running[j] for j, r in self.placed.items() if any(a.node == name for a in r.placement)]
+            for live in lost:
+                self.lose(live, name, now)
+            self.down[name] = now
+            self.node_failures += 1
+            self.push(now + clock.down_for(), Rank.NODE, name, 1)
+        self.up = tuple(n for n in self.nodes if n.name not in self.down)
+        self.free = FreeIndex(self.up)
+        for running in self.placed.values():
+            for alloc in running.placement:
+                self.free.take(alloc.node, alloc.gpus)
+        return True
+
+    def lose(self, live: _Live, node: str, now: float) -> None:
+        """The attempt is lost with its node: it resumes from its last commit (before its
+        notice, if it had one: a draining job makes no periodic save)."""
+        assert live.attempt is not None
+        live.committed = live.attempt.at(live.notice_at if live.notice_at is not None else now).committed
+        ending = AttemptEnd(None, noticed=live.notice_at is not None, node_lost=f"node {node} failed")
+        settled = self.end_attempt(live, now, ending)
+        assert settled.state is JobState.PENDING
+        live.record.node_losses += 1
+        self.requeue(live, now)
+
     def complete(self, live: _Live, now: float) -> None:
-        settled = self.end_attempt(live, now, completed=True)
+        settled = self.end_attempt(live, now, AttemptEnd(0, completed=True, noticed=live.notice_at is not None))
         assert settled.state is JobState.SUCCEEDED
         live.record.finish = now
         job = live.record.job
         if any(a.outcome in INTERRUPTED for a in live.attempts):  # else it lost nothing
             for cut in account(0, job.team, job.priority, live.attempts, now).interruptions:
+                lost = cut.wasted + cut.drain + (cut.restart or 0.0)
                 live.record.wasted += cut.wasted
                 live.record.drain += cut.drain
                 live.record.restart += cut.restart or 0.0
+                if cut.cause == AttemptOutcome.NODE_LOST:
+                    live.record.lost_to_nodes += lost
         live.attempts = []
         self.finished += 1
         if self.on_progress is not None and self.finished % 1000 == 0:
@@ -218,24 +233,28 @@ class Simulation:
     def release(self, live: _Live, cut: Interruption, now: float) -> None:
         assert live.notice_at is not None and live.running is not None and live.running.notice is not None
         live.committed = cut.committed
-        settled = self.end_attempt(live, now, completed=False)
+        settled = self.end_attempt(live, now, AttemptEnd(0, noticed=True))
         assert settled.state is JobState.PENDING
         live.record.preemptions += settled.preemptions - live.core.preemptions
-        live.core = replace(live.core, preemptions=settled.preemptions, queued_at=now)
+        live.core = replace(live.core, preemptions=settled.preemptions)
+        self.requeue(live, now)
+
+    def requeue(self, live: _Live, now: float) -> None:
+        live.core = replace(live.core, queued_at=now)
         self.pending[live.record.job.id] = live
         self.queued[live.record.job.id] = live.core
         self.pending_since[live.record.job.id] = now
 
-    def end_attempt(self, live: _Live, now: float, *, completed: bool) -> Settlement:
+    def end_attempt(self, live: _Live, now: float, ending: AttemptEnd) -> Settlement:
         """The attempt's process is gone: settle it as the store does and free its GPUs. A
-        simulated job exits 0, reporting completion when its work is `completed` (even during
-        a drain), else after the save its notice asked for."""
+        simulated job exits 0, reporting completion when its work is done (even during a
+        drain), else after the save its notice asked for; or its node is lost. It is requeued
+        however many nodes it loses (the service fails it after `max_node_losses`)."""
         attempt = live.attempt
         assert attempt is not None
         job = live.record.job
-        noticed = live.notice_at is not None
-        ending = AttemptEnd(0, completed=completed, noticed=noticed)
-        settled = settle(ending, JobCounts(preemptions=live.core.preemptions))
+        counts = JobCounts(preemptions=live.core.preemptions, node_losses=0, max_node_losses=1)
+        settled = settle(ending, counts)
         live.record.allocated += job.gpus * (now - attempt.start)
         live.attempts.append(self.attempt_record(live, attempt, now, settled.outcome))
         assert live.running is not None
@@ -259,7 +278,11 @@ class Simulation:
         the one a notice found last and the one a notice's save made (steps count milliseconds
         of the job's work, so that the next attempt's restored step names one of them)."""
         commits = []
-        if live.notice_at is not None and live.cut is not None:
+        if outcome is AttemptOutcome.NODE_LOST:
+            at_loss = attempt.at(live.notice_at if live.notice_at is not None else now)
+            if at_loss.last_commit_at is not None:
+                commits.append(Commit(at_loss.last_commit_at, _step(at_loss.committed)))
+        elif live.notice_at is not None and live.cut is not None:
             at_notice = attempt.at(live.notice_at)
             if at_notice.last_commit_at is not None:
                 commits.append(Commit(at_notice.last_commit_at, _step(at_notice.committed)))
@@ -292,7 +315,7 @@ class Simulation:
             if following is not None:
                 heapq.heappush(self.commits, (following, job_id, attempt_no))
         return Snapshot(
-            self.nodes,
+            self.up,
             _Values(self.placed),
             list(self.queued.values()),
             self.budgets.usage(now),

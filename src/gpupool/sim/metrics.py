@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from gpupool.sim.engine import JobRecord, Outcome
+from gpupool.sim.records import JobRecord, Outcome
 
 Stats = dict[str, float]
 
@@ -49,20 +49,31 @@ def jain(values: Iterable[float]) -> float:
 
 def young_daly(save_cost: float, records: Sequence[JobRecord]) -> float | None:
     """The checkpoint interval √(2·δ·M) for the observed mean time M between interruptions
-    of a running job, or None when nothing was interrupted."""
-    interruptions = sum(r.preemptions for r in records)
+    (preemptions and lost nodes) of a running job, or None when nothing was interrupted."""
+    interruptions = sum(r.preemptions + r.node_losses for r in records)
     if not interruptions:
         return None
     running_seconds = sum(r.allocated / r.job.gpus for r in records)
     return _r(math.sqrt(2 * save_cost * running_seconds / interruptions))
 
 
-def group(records: Sequence[JobRecord], capacity: int, span: float) -> dict[str, Any]:
+def group(records: Sequence[JobRecord], capacity: int, span: float, *, failures: bool = False) -> dict[str, Any]:
     """The measures of a set of finished jobs (a class, a team or all of them) on a pool of
-    `capacity` GPUs busy for `span` seconds."""
+    `capacity` GPUs busy for `span` seconds; with `failures`, lost nodes and the lost work
+    split by cause too."""
     allocated = sum(r.allocated for r in records)
     useful = sum(r.job.gpus * r.job.work for r in records)
     wasted, drain, restart = (sum(getattr(r, f) for r in records) / 3600 for f in ("wasted", "drain", "restart"))
+    by_cause = {}
+    if failures:
+        to_nodes = sum(r.lost_to_nodes for r in records) / 3600
+        by_cause = {
+            "node_losses": sum(r.node_losses for r in records),
+            "lost_gpu_hours_by_cause": {
+                "preemption": _r(wasted + drain + restart - to_nodes),
+                "node_lost": _r(to_nodes),
+            },
+        }
     return {
         "jobs": len(records),
         "utilization": _r(allocated / (capacity * span)) if span > 0 else 0.0,
@@ -77,12 +88,14 @@ def group(records: Sequence[JobRecord], capacity: int, span: float) -> dict[str,
             "total": _r(wasted + drain + restart),
         },
         "goodput": _r(useful / allocated) if allocated else 1.0,
+        **by_cause,
     }
 
 
-def summarize(policy: str, outcome: Outcome, save_cost: float) -> dict[str, Any]:
+def summarize(policy: str, outcome: Outcome, save_cost: float, *, failures: bool = False) -> dict[str, Any]:
     """The report of one policy's replay, in the shape of `gpupool simulate --json`: the measures
-    of `group` for all jobs, per priority class and per team, and fairness across teams."""
+    of `group` for all jobs, per priority class and per team, and fairness across teams; with
+    `failures`, how many nodes failed and the GPU-hours they were out."""
     done = [r for r in outcome.records if r.finish is not None]
     by_priority: dict[str, list[JobRecord]] = defaultdict(list)
     by_team: dict[str, list[JobRecord]] = defaultdict(list)
@@ -90,16 +103,23 @@ def summarize(policy: str, outcome: Outcome, save_cost: float) -> dict[str, Any]
         by_priority[r.job.priority].append(r)
         by_team[r.job.team].append(r)
     span = max(r.finish or 0.0 for r in done) - min(r.job.submit for r in done) if done else 0.0
-    overall = group(done, outcome.capacity, span)
+    overall = group(done, outcome.capacity, span, failures=failures)
     trace_gpu_hours = overall.pop("gpu_hours")
     return {
         "policy": policy,
         "gpus": outcome.capacity,
         **overall,
-        "by_priority": {name: group(rs, outcome.capacity, span) for name, rs in sorted(by_priority.items())},
-        "by_team": {name: group(rs, outcome.capacity, span) for name, rs in sorted(by_team.items())},
+        "by_priority": {
+            name: group(rs, outcome.capacity, span, failures=failures) for name, rs in sorted(by_priority.items())
+        },
+        "by_team": {name: group(rs, outcome.capacity, span, failures=failures) for name, rs in sorted(by_team.items())},
         "trace_gpu_hours": trace_gpu_hours,
         "fairness": jain(float(np.mean([slowdown(r) for r in rs])) for rs in by_team.values()),
         "young_daly_interval": young_daly(save_cost, done),
         "decisions": outcome.decisions,
+        **(
+            {"node_failures": outcome.node_failures, "node_down_gpu_hours": _r(outcome.node_down / 3600)}
+            if failures
+            else {}
+        ),
     }

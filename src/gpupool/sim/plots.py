@@ -16,7 +16,7 @@ import numpy as np
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, NullLocator
 
-from gpupool.sim.engine import Outcome, Usage
+from gpupool.sim.records import Outcome, Usage
 from gpupool.sim.replay import Replayed
 from gpupool.sim.report import ordered_classes
 from gpupool.units import human_seconds

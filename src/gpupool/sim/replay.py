@@ -23,9 +23,11 @@ from gpupool.model import (
 )
 from gpupool.policy import can_ever_fit
 from gpupool.sim.cluster import Cluster, cluster_from_sizes, cluster_uniform, scale_sizes
-from gpupool.sim.engine import Outcome, SimJob, Simulation
+from gpupool.sim.engine import Simulation
+from gpupool.sim.failures import NodeFailures
 from gpupool.sim.jobmodel import JobModel
 from gpupool.sim.metrics import summarize
+from gpupool.sim.records import Outcome, SimJob
 from gpupool.sim.trace import Trace
 from gpupool.sim.workload import assign_priority
 
@@ -88,6 +90,8 @@ class Settings:
     """The options of pool-priority (pool-fair sets the last three its own way)."""
     budgets: Mapping[str, tuple[PriorityBudget, ...]] = field(default_factory=dict)
     """Priority budgets per team (gpupool's policies; the baselines have no classes to meter)."""
+    failures: NodeFailures | None = None
+    """Node failures, under every policy alike (the same seeded draws)."""
 
 
 def policy_config(policy: Policy, cluster: Cluster, settings: Settings) -> Config:
@@ -143,8 +147,9 @@ def replay(
         raise ValueError(f"budgets of team(s) {', '.join(unknown)}, which the cluster does not have (teams: {known})")
     jobs, left_out, never_fit = admissible(trace, cluster, settings)
     config = policy_config(policy, cluster, settings)
-    outcome = Simulation(jobs, cluster.nodes, config, settings.model, on_progress).run()
-    report = summarize(policy.value, outcome, settings.model.save_cost)
+    simulation = Simulation(jobs, cluster.nodes, config, settings.model, on_progress, failures=settings.failures)
+    outcome = simulation.run()
+    report = summarize(policy.value, outcome, settings.model.save_cost, failures=settings.failures is not None)
     report["left_out"] = {"team_not_sized": left_out, "never_fits": never_fit}
     report["wall_seconds"] = round(time.perf_counter() - began, 3)
     return Replayed(report, outcome)

@@ -95,22 +95,30 @@ def team_table(report: Mapping[str, Any]) -> Table:
 
 
 def lost_work_table(reports: Sequence[Mapping[str, Any]]) -> Table:
-    """Lost GPU-hours by cause per policy, and the checkpoint interval Young/Daly would pick."""
+    """Lost GPU-hours by cause per policy, and the checkpoint interval Young/Daly would pick;
+    with node failures, the part the lost nodes cost and how many attempts they took."""
+    failures = any("lost_gpu_hours_by_cause" in r for r in reports)
     table = Table(
-        title="Lost work",
-        caption="Young/Daly: checkpoint interval √(2 · save cost · mean time between interruptions)",
+        title="Lost work, GPU-h" if failures else "Lost work",
+        caption=("Y/D" if failures else "Young/Daly")
+        + ": checkpoint interval √(2 · save cost · mean time between interruptions)"
+        + ("; by nodes: the part lost nodes cost, in the attempts they took (node losses)" if failures else ""),
     )
     table.add_column("policy", no_wrap=True)
-    for header in ("wasted GPU-h", "drain GPU-h", "restart GPU-h", "total GPU-h", "Young/Daly interval"):
+    # Two more columns with failures: the unit goes to the title, to keep 80 columns.
+    unit = "" if failures else " GPU-h"
+    headers = [f"{name}{unit}" for name in ("wasted", "drain", "restart", "total")]
+    if failures:
+        headers += ["by nodes", "node losses"]
+    for header in (*headers, "Y/D" if failures else "Young/Daly interval"):
         table.add_column(header, justify="right")
     for r in reports:
         lost = r["lost_gpu_hours"]
         interval = r["young_daly_interval"]
-        table.add_row(
-            r["policy"],
-            *(_gpu_hours(lost[key]) for key in ("wasted", "drain", "restart", "total")),
-            NONE if interval is None else human_seconds(interval),
-        )
+        cells = [_gpu_hours(lost[key]) for key in ("wasted", "drain", "restart", "total")]
+        if failures:
+            cells += [_gpu_hours(r["lost_gpu_hours_by_cause"]["node_lost"]), f"{r['node_losses']:,}"]
+        table.add_row(r["policy"], *cells, NONE if interval is None else human_seconds(interval))
     return table
 
 

@@ -1,0 +1,61 @@
+"""What a replay takes in (the jobs) and gives out (what happened to each, and when GPUs were
+allocated): the records the engine fills and the report reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class SimJob:
+    """A job to replay: what the trace says it asked for and how long it runs."""
+
+    id: str
+    team: str
+    priority: str
+    gpus: int
+    submit: float
+    work: float
+    """Seconds of computation the job needs, without checkpoints or restarts."""
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """What happened to one job; GPU-seconds for the lost-work fields."""
+
+    job: SimJob
+    first_start: float | None = None
+    finish: float | None = None
+    wait: float = 0.0
+    """Seconds spent pending, over all its waits (requeues included)."""
+    preemptions: int = 0
+    node_losses: int = 0
+    allocated: float = 0.0
+    wasted: float = 0.0
+    drain: float = 0.0
+    restart: float = 0.0
+    """Lost GPU-seconds, as `gpupool.accounting` charges the job's interruptions."""
+    lost_to_nodes: float = 0.0
+    """The part of them (wasted, drain, restart) charged to the nodes it lost."""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """A change in allocated GPUs: the series behind utilization plots."""
+
+    time: float
+    priority: str
+    gpus: int
+
+
+@dataclass(slots=True)
+class Outcome:
+    records: list[JobRecord]
+    usage: list[Usage]
+    decisions: int
+    capacity: int
+    node_failures: int = 0
+    node_down: float = 0.0
+    """GPU-seconds of nodes out for repair."""
+    outages: list[tuple[str, float, float]] = field(default_factory=list)
+    """(node, failed at, back at) of every repair that ended before the last job did."""

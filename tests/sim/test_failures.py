@@ -1,0 +1,101 @@
+"""Node failures in the simulator: what a lost node costs, and that nothing runs on it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gpupool.model import DEFAULT_CLASSES, Config, Plan
+from gpupool.sim.engine import Simulation
+from gpupool.sim.failures import Distribution, NodeFailures
+from gpupool.sim.jobmodel import JobModel
+from gpupool.sim.records import SimJob
+from gpupool.testing import pool
+
+T, C, R = 100.0, 5.0, 10.0
+MODEL = JobModel({}, default_interval=T, save_cost=C, restart_cost=R)
+CONFIG = Config(DEFAULT_CLASSES, preemption=False, reclaim=False)
+
+
+def run(jobs: list[SimJob], failures: NodeFailures, nodes: int = 2) -> tuple[Simulation, list[tuple[float, str, str]]]:
+    starts: list[tuple[float, str, str]] = []
+
+    def record(now: float, plan: Plan) -> None:
+        starts.extend((now, s.job, s.placement[0].node) for s in plan.starts)
+
+    sim = Simulation(jobs, pool(nodes, 4), CONFIG, MODEL, on_plan=record, failures=failures)
+    sim.run()
+    return sim, starts
+
+
+def test_a_lost_attempt_costs_the_work_since_its_last_commit_and_a_restart() -> None:
+    """Worked out from the log: each attempt's last commit before its node failed, as the
+    job model lays commits out (every T + C seconds of the attempt after its restore)."""
+    sim, starts = run([SimJob("j", "a", "low", 4, 0.0, 3000.0)], NodeFailures(700.0, 300.0, seed=5))
+    record = sim.live["j"].record
+    assert record.finish is not None and record.node_losses >= 2
+    expected = 0.0
+    for k, (start, _, node) in enumerate(starts):
+        failed = [down for name, down, _ in sim.outages if name == node and down > start]
+        failed += [down for name, down in sim.down.items() if name == node and down > start]
+        end = min(failed) if failed else math.inf
+        if end >= record.finish:
+            assert k == len(starts) - 1, "only the last attempt ran to the end"
+            break
+        productive = start + (R if k else 0.0)
+        cycles = math.floor((end - productive) / (T + C)) if end > productive else 0
+        last = productive + cycles * (T + C) if cycles > 0 else productive
+        expected += 4 * (max(0.0, end - last) + R)
+    assert len(starts) == record.node_losses + 1
+    assert record.lost_to_nodes == pytest.approx(expected)
+    assert record.wasted + record.drain + record.restart == pytest.approx(expected)
+
+
+def test_nothing_starts_on_a_node_while_it_is_out() -> None:
+    jobs = [SimJob(f"j{i}", "a", "low", 2, 50.0 * i, 400.0) for i in range(60)]
+    sim, starts = run(jobs, NodeFailures(500.0, 200.0, seed=1), nodes=3)
+    assert sim.outages
+    for at, job, node in starts:
+        for name, down, back in sim.outages:
+            assert not (name == node and down <= at < back), f"{job} started on {node} while it was out"
+    assert all(live.record.finish is not None for live in sim.live.values())
+
+
+def test_constant_failures_come_every_mean_after_a_seeded_phase() -> None:
+    clock = NodeFailures(1000.0, 50.0, Distribution.CONSTANT, seed=2).stream("n0")
+    first = clock.up_for()
+    assert 0.0 <= first < 1000.0
+    assert [clock.up_for(), clock.down_for(), clock.up_for()] == [1000.0, 50.0, 1000.0]
+    again = NodeFailures(1000.0, 50.0, Distribution.CONSTANT, seed=2).stream("n0")
+    assert again.up_for() == first
+
+
+@pytest.mark.parametrize(("mtbf", "repair"), [(0.0, 1.0), (-5.0, 1.0), (10.0, -1.0), (math.nan, 1.0)])
+def test_impossible_failure_times_are_refused(mtbf: float, repair: float) -> None:
+    with pytest.raises(ValueError, match="must be"):
+        NodeFailures(mtbf, repair)
+
+
+def test_every_policy_meets_the_same_failures_and_reports_them() -> None:
+    from pathlib import Path
+
+    from gpupool.sim.replay import ClusterSpec, Policy, Settings, replay
+    from gpupool.sim.trace import Trace, TraceJob
+
+    jobs = tuple(TraceJob(f"t{i}", 30.0 * i, 1 + i % 4, 600.0 + 37 * i, "ab"[i % 2], None) for i in range(200))
+    trace = Trace(Path("made.csv"), jobs, 0, 0)
+    settings = Settings(MODEL, failures=NodeFailures(2000.0, 300.0, seed=4))
+    spec = ClusterSpec(nodes=4, gpus_per_node=4)
+    fifo, priority = (replay(trace, spec, p, settings) for p in (Policy.POOL_FIFO, Policy.POOL_PRIORITY))
+    shared = min(len(fifo.outcome.outages), len(priority.outcome.outages))
+    assert shared > 5
+    assert fifo.outcome.outages[:shared] == priority.outcome.outages[:shared]
+    for report in (fifo.report, priority.report):
+        assert report["node_failures"] >= shared
+        assert report["node_down_gpu_hours"] > 0
+        assert report["node_losses"] > 0
+        by_cause = report["lost_gpu_hours_by_cause"]
+        assert by_cause["node_lost"] > 0
+        assert by_cause["preemption"] + by_cause["node_lost"] == pytest.approx(report["lost_gpu_hours"]["total"])
+    assert "node_failures" not in replay(trace, spec, Policy.POOL_FIFO, Settings(MODEL)).report
