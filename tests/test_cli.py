@@ -95,7 +95,7 @@ def test_the_simulated_demo_shows_a_preemption_a_resume_and_a_summary() -> None:
     [
         (["--nodes", "2", "--policy", "fastest"], "unknown policy 'fastest'"),
         (["--nodes", "2", "--policy", "pool-fifo", "--compare", "partitioned"], "not both"),
-        ([], "give the cluster as --vc-sizes FILE or as --nodes N"),
+        ([], "give the cluster as --vc-sizes FILE, --nodes N or --machines FILE, one of them"),
         (["--nodes", "2", "--priority-mix", "high=0.5,low=0.4"], "sum"),
         (["--nodes", "2", "--priority-mix", "vip=1"], "vip"),
         (["--nodes", "2", "--from", "yesterday"], "--from 'yesterday'"),

@@ -15,12 +15,12 @@ from gpupool import config as configuration
 from gpupool.cli_common import EXIT_USAGE, HELP, console, errors, fail, prepare_output
 from gpupool.cli_service import register
 from gpupool.config import ConfigError
-from gpupool.sim.cluster import MAX_POOL_GPUS, load_vc_sizes, scale_sizes
+from gpupool.sim.cluster import MAX_POOL_GPUS, load_machines, load_vc_sizes, scale_sizes
 from gpupool.sim.failures import Distribution, NodeFailures
 from gpupool.sim.jobmodel import JobModel
 from gpupool.sim.replay import DEFAULT_MIX, ClusterSpec, Policy, Replayed, Settings, compare
 from gpupool.sim.trace import Trace, TraceError, load_trace
-from gpupool.sim.workload import parse_priority_mix
+from gpupool.sim.workload import parse_priority_map, parse_priority_mix
 from gpupool.units import parse_duration
 
 E = TypeVar("E", bound=StrEnum)
@@ -175,8 +175,13 @@ def simulate(
     trace: Annotated[Path, typer.Option(help="Trace in the normalised jobs.csv format (.gz too).")],
     vc_sizes: Annotated[Path | None, typer.Option(help="Per-team node counts (vc,node num).")] = None,
     nodes: Annotated[int | None, typer.Option(help="Nodes, shared among teams by GPU-hours.")] = None,
+    machines: Annotated[
+        Path | None, typer.Option(help="Machine list with GPU types (gpu_type/model, cap_gpu/gpu[, nodes]).")
+    ] = None,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs per node.")] = 8,
-    scale: Annotated[float, typer.Option(help="Multiply every team's node count (with --vc-sizes).")] = 1.0,
+    scale: Annotated[
+        float, typer.Option(help="Multiply every team's node count (--vc-sizes) or each GPU type's (--machines).")
+    ] = 1.0,
     start: Annotated[str | None, typer.Option("--from", help="Keep jobs submitted from this date.")] = None,
     end: Annotated[str | None, typer.Option("--to", help="Keep jobs submitted before this date.")] = None,
     policy: Annotated[
@@ -185,6 +190,12 @@ def simulate(
     compared: Annotated[str | None, typer.Option("--compare", help="Policies to compare, comma-separated.")] = None,
     queue: Annotated[str, typer.Option(help="Queue of the baselines: backfill or strict.")] = "backfill",
     priority_mix: Annotated[str | None, typer.Option(help="e.g. urgent=0.02,high=0.08,normal=0.5,low=0.4")] = None,
+    priority_from: Annotated[
+        str | None, typer.Option(help="Trace column of each job's class, e.g. qos (with --priority-map).")
+    ] = None,
+    priority_map: Annotated[
+        str | None, typer.Option(help="With --priority-from: e.g. LS=high,Burstable=normal,BE=low")
+    ] = None,
     checkpoint_interval: Annotated[str, typer.Option(help="30m, or per class: low=10m,high=1h,30m")] = "30m",
     save_cost: Annotated[str, typer.Option(help="Blocking time of one checkpoint save.")] = "30s",
     restart_cost: Annotated[str, typer.Option(help="Resumed attempt's time to its first step.")] = "60s",
@@ -218,12 +229,20 @@ def simulate(
     try:
         config = configuration.load(config_file)
         classes = [c.name for c in config.classes]
+        if (priority_from is None) != (priority_map is None):
+            raise UsageError("--priority-from COLUMN and --priority-map VALUE=CLASS,… go together")
+        if priority_from is not None and priority_mix is not None:
+            raise UsageError("give --priority-mix or --priority-from, not both")
         mix = parse_priority_mix(priority_mix, classes) if priority_mix else DEFAULT_MIX
-        if not priority_mix and not set(classes) >= {name for name, _ in DEFAULT_MIX}:
+        mapped = parse_priority_map(priority_map, classes) if priority_map is not None else None
+        if mapped is None and not priority_mix and not set(classes) >= {name for name, _ in DEFAULT_MIX}:
             raise UsageError("the configured classes differ from the defaults: give --priority-mix")
-        if (vc_sizes is None) == (nodes is None):
-            raise UsageError("give the cluster as --vc-sizes FILE or as --nodes N, one of the two")
-        spec = pool_spec(vc_sizes, nodes, gpus_per_node, scale)
+        if sum(given is not None for given in (vc_sizes, nodes, machines)) != 1:
+            raise UsageError("give the cluster as --vc-sizes FILE, --nodes N or --machines FILE, one of them")
+        if machines is not None:
+            spec = ClusterSpec(machines=load_machines(machines), scale=scale)
+        else:
+            spec = pool_spec(vc_sizes, nodes, gpus_per_node, scale)
         intervals, default_interval = parse_intervals(checkpoint_interval, classes)
         model = JobModel(
             intervals,
@@ -248,6 +267,7 @@ def simulate(
             seniority_option(seniority_after, config.seniority_after),
             {name: team.budgets for name, team in config.teams.items() if team.budgets},
             failures_option(node_mtbf, node_repair, failure_times, seed),
+            mapped,
         )
         chosen = parse_policies(policy, compared)
         options = (
@@ -266,7 +286,7 @@ def simulate(
             prepare_output(json_file, "--json")
         if plots is not None:
             prepare_output(plots, "--plots", folder=True)
-        loaded = load_trace(trace, start=window[0], end=window[1])
+        loaded = load_trace(trace, start=window[0], end=window[1], priority_from=priority_from)
         runs = replay_with_progress(loaded, spec, chosen, settings)
     except (TraceError, ConfigError, ValueError) as exc:
         raise UsageError(str(exc)) from None
@@ -278,6 +298,7 @@ def simulate(
         f"[bold]{trace}[/]: {len(loaded.jobs):,} jobs"
         + (f" ({loaded.outside_window:,} outside the window)" if loaded.outside_window else "")
         + (f", {skipped:,} without GPUs or run time skipped" if skipped else "")
+        + (f", {loaded.fractional:,} fractional GPU requests rounded up to whole GPUs" if loaded.fractional else "")
         + (
             f", {larger:,} larger than the pool ({pool_gpus:,} GPUs) never {'fits' if larger == 1 else 'fit'}"
             if larger

@@ -171,3 +171,94 @@ def cluster_uniform(nodes: int, gpus_per_node: int, team_weights: Mapping[str, f
         first = len(built)
         built.extend(Node(f"node-{i:04d}", gpus_per_node, team=owner) for i in range(first, first + count))
     return Cluster(nodes=tuple(built), team_gpus={team: count * gpus_per_node for team, count in counts.items()})
+
+
+MACHINE_TYPE_COLUMNS = ("gpu_type", "model")
+MACHINE_GPU_COLUMNS = ("cap_gpu", "gpu", "gpus")
+
+
+def load_machines(path: Path) -> tuple[tuple[str, int], ...]:
+    """Read a machine list: one row per machine with its GPU type (`gpu_type` or `model`) and
+    GPU count (`cap_gpu`, `gpu` or `gpus`), as alibaba-pai-2020-aux/machine_spec.csv and
+    alibaba-openb-2023's node lists have them; or one row per kind with a `nodes` count too.
+    Machines without GPUs are left out. Returns (gpu_type, GPUs) per machine, in file order."""
+    machines: list[tuple[str, int]] = []
+    total = 0
+    with open_text(path) as stream:
+        header, rows = read_rows(path, stream, ())
+        type_column = next((c for c in MACHINE_TYPE_COLUMNS if c in header), None)
+        gpu_column = next((c for c in MACHINE_GPU_COLUMNS if c in header), None)
+        if type_column is None or gpu_column is None:
+            wanted = f"one of {', '.join(MACHINE_TYPE_COLUMNS)} and one of {', '.join(MACHINE_GPU_COLUMNS)}"
+            raise TraceError(path, f"a machine list needs {wanted} (columns: {', '.join(header)})", line=1)
+        i_type, i_gpus = header.index(type_column), header.index(gpu_column)
+        i_nodes = header.index("nodes") if "nodes" in header else None
+        for line, row in rows:
+            counts = []
+            for i, column in ((i_gpus, gpu_column), (i_nodes, "nodes")):
+                if i is None:
+                    counts.append(1)
+                    continue
+                text = row[i].strip()
+                try:
+                    counts.append(int(text))
+                except ValueError:
+                    counts.append(-1)
+                if counts[-1] < 0:
+                    raise TraceError(path, f"{text!r} is not an integer ≥ 0", line=line, column=column)
+            gpus, count = counts
+            if gpus == 0:
+                continue
+            gpu_type = row[i_type].strip()
+            if not gpu_type:
+                raise TraceError(path, "empty", line=line, column=type_column)
+            total += gpus * count
+            if total > MAX_POOL_GPUS:
+                raise TraceError(path, f"the simulated pool holds at most {MAX_POOL_GPUS:,} GPUs", line=line)
+            machines.extend([(gpu_type, gpus)] * count)
+    if not machines:
+        raise TraceError(path, "no machine with GPUs")
+    return tuple(machines)
+
+
+def scale_machines(machines: tuple[tuple[str, int], ...], factor: float) -> tuple[tuple[str, int], ...]:
+    """The first round(count × `factor`) machines of each GPU type (half up, at least one)."""
+    by_type: dict[str, list[tuple[str, int]]] = {}
+    for machine in machines:
+        by_type.setdefault(machine[0], []).append(machine)
+    keep = scale_sizes({gpu_type: len(listed) for gpu_type, listed in by_type.items()}, factor)
+    return tuple(m for gpu_type, listed in by_type.items() for m in listed[: keep[gpu_type]])
+
+
+def _apportion(count: int, weights: Mapping[str, float]) -> dict[str, int]:
+    """`count` items among the teams in proportion to `weights`, by largest remainder (ties to
+    the team listed first); a team may get none."""
+    total = sum(weights.values())
+    quotas = {team: count * weight / total for team, weight in weights.items()}
+    shares = {team: math.floor(quota + 1e-9) for team, quota in quotas.items()}
+    order = sorted(weights, key=lambda team: -round(quotas[team] - shares[team], 9))
+    for team in order[: count - sum(shares.values())]:
+        shares[team] += 1
+    return shares
+
+
+def cluster_from_machines(
+    machines: tuple[tuple[str, int], ...], team_weights: Mapping[str, float], *, dedicated: bool
+) -> Cluster:
+    """The machines as nodes named f"{gpu_type}-{i:04d}" (i counting within the type), with
+    their GPU types. Each type's machines are apportioned among the teams by weight, in file
+    order: a team's share is its partition when `dedicated`, else its guarantee (in GPUs)."""
+    if not team_weights or sum(team_weights.values()) <= 0:
+        raise ValueError("no team with a weight to share the machines among")
+    by_type: dict[str, list[int]] = {}
+    for gpu_type, gpus in machines:
+        by_type.setdefault(gpu_type, []).append(gpus)
+    nodes: list[Node] = []
+    team_gpus = dict.fromkeys(team_weights, 0)
+    for gpu_type, sizes in by_type.items():
+        shares = _apportion(len(sizes), team_weights)
+        owners = [team for team, share in shares.items() for _ in range(share)]
+        for i, (gpus, team) in enumerate(zip(sizes, owners, strict=True)):
+            nodes.append(Node(f"{gpu_type}-{i:04d}", gpus, gpu_type, team if dedicated else None))
+            team_gpus[team] += gpus
+    return Cluster(nodes=tuple(nodes), team_gpus=team_gpus)

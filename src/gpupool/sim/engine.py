@@ -153,6 +153,7 @@ class Simulation:
             job.priority,
             job.gpus,
             job.submit,
+            gpu_type=job.gpu_type,
             expected_restart=self.model.restart_cost,
             order=order,
         )

@@ -17,6 +17,8 @@ class SimJob:
     submit: float
     work: float
     """Seconds of computation the job needs, without checkpoints or restarts."""
+    gpu_type: str | None = None
+    """The GPU type it must run on; None takes any."""
 
 
 @dataclass(slots=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -22,7 +22,14 @@ from gpupool.model import (
     Team,
 )
 from gpupool.policy import can_ever_fit
-from gpupool.sim.cluster import Cluster, cluster_from_sizes, cluster_uniform, scale_sizes
+from gpupool.sim.cluster import (
+    Cluster,
+    cluster_from_machines,
+    cluster_from_sizes,
+    cluster_uniform,
+    scale_machines,
+    scale_sizes,
+)
 from gpupool.sim.engine import Simulation
 from gpupool.sim.failures import NodeFailures
 from gpupool.sim.jobmodel import JobModel
@@ -53,22 +60,28 @@ FAIR_SENIORITY_AFTER = 7200.0
 
 @dataclass(frozen=True, slots=True)
 class ClusterSpec:
-    """Per-team node counts (`vc_sizes`, times `scale`) or `nodes` shared by GPU-hours."""
+    """Per-team node counts (`vc_sizes`, times `scale`), or `nodes` or `machines` (GPU type, GPUs)
+    shared among the teams by GPU-hours."""
 
     vc_sizes: Mapping[str, int] | None = None
     scale: float = 1.0
     nodes: int | None = None
     gpus_per_node: int = 8
+    machines: tuple[tuple[str, int], ...] | None = None
 
     def build(self, trace: Trace, *, dedicated: bool) -> Cluster:
         if self.vc_sizes is not None:
             return cluster_from_sizes(scale_sizes(self.vc_sizes, self.scale), self.gpus_per_node, dedicated=dedicated)
-        if self.nodes is None:
-            raise ValueError("a cluster needs either VC sizes or a node count")
+        if self.nodes is None and self.machines is None:
+            raise ValueError("a cluster needs VC sizes, a node count or a machine list")
         hours: dict[str, float] = defaultdict(float)
         for job in trace.jobs:
             hours[job.team] += job.gpus * job.duration
         weights = {team: hours[team] or 1.0 for team in sorted(hours)}
+        if self.machines is not None:
+            machines = scale_machines(self.machines, self.scale) if self.scale != 1 else self.machines
+            return cluster_from_machines(machines, weights or {"default": 1.0}, dedicated=dedicated)
+        assert self.nodes is not None
         return cluster_uniform(self.nodes, self.gpus_per_node, weights, dedicated=dedicated)
 
 
@@ -92,6 +105,8 @@ class Settings:
     """Priority budgets per team (gpupool's policies; the baselines have no classes to meter)."""
     failures: NodeFailures | None = None
     """Node failures, under every policy alike (the same seeded draws)."""
+    priority_map: Mapping[str, str] | None = None
+    """Classes from each job's trace `label` (`load_trace(priority_from=…)`) instead of `mix`."""
 
 
 def policy_config(policy: Policy, cluster: Cluster, settings: Settings) -> Config:
@@ -160,23 +175,36 @@ def admissible(trace: Trace, cluster: Cluster, settings: Settings) -> tuple[list
     were left out because their team has no size, or because they can never fit
     (`can_ever_fit`)."""
     sized = set(cluster.team_gpus)
-    fits: dict[tuple[str, int], bool] = {}
+    fits: dict[tuple[str, int, str | None], bool] = {}
     jobs: list[SimJob] = []
     left_out = never_fit = 0
+    classes = {c.name for c in settings.classes}
+    mapped = settings.priority_map
+    if mapped is not None:
+        unknown_classes = sorted(set(mapped.values()) - classes)
+        if unknown_classes:
+            raise ValueError(
+                f"priority map: unknown class(es) {', '.join(unknown_classes)} (classes: {', '.join(sorted(classes))})"
+            )
+        unmapped = Counter(t.label for t in trace.jobs if t.label not in mapped)
+        if unmapped:
+            listed = ", ".join(f"{label!r} ({count:,} jobs)" for label, count in sorted(unmapped.items(), key=str))
+            raise ValueError(f"priority map: no class for {listed}")
     for t in trace.jobs:
         if t.team not in sized:
             left_out += 1
             continue
-        key = (t.team, t.gpus)
+        key = (t.team, t.gpus, t.gpu_type)
         if key not in fits:
-            probe = Job(t.job_id, t.team, "low", t.gpus, 0.0)
+            probe = Job(t.job_id, t.team, "low", t.gpus, 0.0, gpu_type=t.gpu_type)
             fits[key] = can_ever_fit(probe, cluster.nodes)
         if not fits[key]:
             never_fit += 1
             continue
-        jobs.append(
-            SimJob(t.job_id, t.team, assign_priority(t.job_id, settings.mix), t.gpus, t.submit_time, t.duration)
+        priority = (
+            mapped[t.label] if mapped is not None and t.label is not None else assign_priority(t.job_id, settings.mix)
         )
+        jobs.append(SimJob(t.job_id, t.team, priority, t.gpus, t.submit_time, t.duration, t.gpu_type))
     return jobs, left_out, never_fit
 
 

@@ -47,6 +47,11 @@ class TraceJob:
     team: str
     """The trace's `vc`, or `"default"` where it is empty."""
     submit_datetime: datetime | None
+    gpu_type: str | None = None
+    """The one GPU type it must run on (`gpu_type`, or `gpu_spec` as in alibaba-openb-2023);
+    None takes any."""
+    label: str | None = None
+    """Its value in the column `load_trace(priority_from=…)` named, to map to a class."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +65,8 @@ class Trace:
     """Rows with GPUs whose submit_datetime falls outside the asked window, skipped."""
     no_duration: int = 0
     """Rows with an empty duration (never scheduled, as in alibaba-openb-2023), skipped."""
+    fractional: int = 0
+    """Jobs asking for a fraction of a GPU (`gpu_milli` < 1000), rounded up to whole GPUs."""
 
 
 def open_text(path: Path) -> TextIO:
@@ -135,12 +142,17 @@ def _parse_datetime(text: str) -> datetime | None:
         return None
 
 
-def load_trace(path: Path, *, start: datetime | None = None, end: datetime | None = None) -> Trace:
+def load_trace(
+    path: Path, *, start: datetime | None = None, end: datetime | None = None, priority_from: str | None = None
+) -> Trace:
     """Read and validate a normalised trace; keep the jobs with GPUs submitted in [start, end).
 
     Every row is validated, also rows that are then skipped. A window (`start` and/or `end`, naive
-    datetimes) needs a `submit_datetime` column with a value on every row. Raises TraceError naming
-    the file, line and column of the first problem, ValueError for a bad window.
+    datetimes) needs a `submit_datetime` column with a value on every row. `priority_from` names a
+    column every job must have a value in (its `label`). A `gpu_type` or `gpu_spec` column gives
+    the GPU type a job needs (one; empty for any), and a `gpu_milli` below 1000 a fractional GPU,
+    rounded up and counted. Raises TraceError naming the file, line and column of the first
+    problem, ValueError for a bad window.
     """
     windowed = start is not None or end is not None
     for bound in (start, end):
@@ -158,9 +170,18 @@ def load_trace(path: Path, *, start: datetime | None = None, end: datetime | Non
         header, rows = read_rows(path, stream, REQUIRED_COLUMNS)
         i_id, i_submit, i_gpus, i_duration, i_vc = (header.index(name) for name in REQUIRED_COLUMNS)
         i_dt = header.index("submit_datetime") if "submit_datetime" in header else None
+        type_column = next((name for name in ("gpu_type", "gpu_spec") if name in header), None)
+        i_type = header.index(type_column) if type_column is not None else None
+        i_milli = header.index("gpu_milli") if "gpu_milli" in header else None
+        if priority_from is not None and priority_from not in header:
+            raise TraceError(
+                path, f"no column {priority_from!r} to take priorities from (columns: {', '.join(header)})"
+            )
+        i_label = header.index(priority_from) if priority_from is not None else None
         if windowed and i_dt is None:
             raise TraceError(path, "a window was asked but the trace has no submit_datetime column")
         isfinite = math.isfinite
+        fractional = 0
         for line, row in rows:
             job_id = row[i_id].strip()
             if not job_id:
@@ -229,8 +250,34 @@ def load_trace(path: Path, *, start: datetime | None = None, end: datetime | Non
             ):
                 outside += 1
                 continue
+            gpu_type = None
+            if i_type is not None:
+                gpu_type = row[i_type].strip() or None
+                if gpu_type is not None and "|" in gpu_type:
+                    detail = f"{gpu_type!r}: a job may need one GPU type here, not a choice of several"
+                    raise TraceError(path, detail, line=line, column=type_column)
+            if i_milli is not None and (text := row[i_milli].strip()):
+                try:
+                    milli = float(text)
+                except ValueError:
+                    milli = math.nan
+                if not (isfinite(milli) and 0 < milli <= 1000):
+                    raise TraceError(path, f"{text!r} is not a number in (0, 1000]", line=line, column="gpu_milli")
+                fractional += milli < 1000
+            label = None
+            if i_label is not None:
+                label = row[i_label].strip()
+                if not label:
+                    raise TraceError(path, "empty, but priorities are taken from it", line=line, column=priority_from)
             team = row[i_vc].strip() or DEFAULT_TEAM
-            jobs.append(TraceJob(job_id, submit_time, gpus, duration, team, submitted))
+            jobs.append(TraceJob(job_id, submit_time, gpus, duration, team, submitted, gpu_type, label))
 
     jobs.sort(key=lambda job: job.submit_time)
-    return Trace(path=path, jobs=tuple(jobs), zero_gpu_jobs=zero_gpu, outside_window=outside, no_duration=unrecorded)
+    return Trace(
+        path=path,
+        jobs=tuple(jobs),
+        zero_gpu_jobs=zero_gpu,
+        outside_window=outside,
+        no_duration=unrecorded,
+        fractional=fractional,
+    )

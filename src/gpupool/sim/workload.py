@@ -62,3 +62,23 @@ def assign_priority(job_id: str, mix: Sequence[tuple[str, float]]) -> str:
         raise ValueError("priority mix has no class with a fraction above 0")
     # Fractions summing to 1 - ε, or u rounded up to 1.0, leave a sliver past the end: the last class gets it.
     return last
+
+
+def parse_priority_map(text: str, known: Collection[str]) -> dict[str, str]:
+    """Parse `"LS=high,Burstable=normal,BE=low"` into {trace value: class}, in text order.
+
+    Each trace value appears once and each class must be in `known`. Raises ValueError saying
+    which part is wrong.
+    """
+    mapping: dict[str, str] = {}
+    for raw in text.split(","):
+        part = raw.strip()
+        value, sep, name = (piece.strip() for piece in part.partition("="))
+        if not sep or not value or not name:
+            raise ValueError(f"priority map {part!r}: expected trace value=class")
+        if name not in known:
+            raise ValueError(f"priority map {part!r}: unknown class {name!r} (known: {', '.join(known)})")
+        if value in mapping:
+            raise ValueError(f"priority map {part!r}: {value!r} is given twice")
+        mapping[value] = name
+    return mapping
