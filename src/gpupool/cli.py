@@ -268,6 +268,7 @@ def simulate(
             {name: team.budgets for name, team in config.teams.items() if team.budgets},
             failures_option(node_mtbf, node_repair, failure_times, seed),
             mapped,
+            config.max_node_losses,
         )
         chosen = parse_policies(policy, compared)
         options = (

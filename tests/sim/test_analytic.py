@@ -62,7 +62,7 @@ def node_failure_storm(nodes: int, failures: int, seed: int) -> tuple[float, int
     work = mean_up * failures / nodes * 1.2
     jobs = [SimJob(f"j{i}", "a", "low", G, 0.0, work=work) for i in range(nodes)]
     model = JobModel({}, T, save_cost=0.0, restart_cost=R)
-    config = Config(DEFAULT_CLASSES, preemption=False, reclaim=False)
+    config = Config(DEFAULT_CLASSES, preemption=False, reclaim=False, max_node_losses=10**9)
     failing = NodeFailures(mean_up, 4 * HOUR, seed=seed)
     outcome = Simulation(jobs, pool(nodes, G), config, model, failures=failing).run()
     lost = sum(r.lost_to_nodes for r in outcome.records)

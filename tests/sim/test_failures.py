@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -10,12 +11,15 @@ from gpupool.model import DEFAULT_CLASSES, Config, Plan
 from gpupool.sim.engine import Simulation
 from gpupool.sim.failures import Distribution, NodeFailures
 from gpupool.sim.jobmodel import JobModel
+from gpupool.sim.metrics import summarize
 from gpupool.sim.records import SimJob
+from gpupool.sim.replay import ClusterSpec, Policy, Settings, replay
+from gpupool.sim.trace import Trace, TraceJob
 from gpupool.testing import pool
 
 T, C, R = 100.0, 5.0, 10.0
 MODEL = JobModel({}, default_interval=T, save_cost=C, restart_cost=R)
-CONFIG = Config(DEFAULT_CLASSES, preemption=False, reclaim=False)
+CONFIG = Config(DEFAULT_CLASSES, preemption=False, reclaim=False, max_node_losses=1000)
 
 
 def run(jobs: list[SimJob], failures: NodeFailures, nodes: int = 2) -> tuple[Simulation, list[tuple[float, str, str]]]:
@@ -52,6 +56,19 @@ def test_a_lost_attempt_costs_the_work_since_its_last_commit_and_a_restart() -> 
     assert record.wasted + record.drain + record.restart == pytest.approx(expected)
 
 
+def test_a_job_that_loses_more_nodes_than_allowed_fails_as_in_the_service() -> None:
+    jobs = [SimJob("long", "a", "low", 4, 0.0, 50_000.0), SimJob("short", "a", "low", 4, 0.0, 50.0)]
+    config = Config(DEFAULT_CLASSES, preemption=False, reclaim=False, max_node_losses=2)
+    sim = Simulation(jobs, pool(2, 4), config, MODEL, failures=NodeFailures(2000.0, 100.0, seed=1))
+    outcome = sim.run()
+    long, short = (live.record for live in sim.live.values())
+    assert long.failed and long.finish is None and long.node_losses == 3
+    assert long.lost_to_nodes > 0
+    assert short.finish is not None and not short.failed
+    report = summarize("pool-fifo", outcome, C, failures=True)
+    assert report["failed_jobs"] == 1 and report["jobs"] == 1
+
+
 def test_nothing_starts_on_a_node_while_it_is_out() -> None:
     jobs = [SimJob(f"j{i}", "a", "low", 2, 50.0 * i, 400.0) for i in range(60)]
     sim, starts = run(jobs, NodeFailures(500.0, 200.0, seed=1), nodes=3)
@@ -78,11 +95,6 @@ def test_impossible_failure_times_are_refused(mtbf: float, repair: float) -> Non
 
 
 def test_every_policy_meets_the_same_failures_and_reports_them() -> None:
-    from pathlib import Path
-
-    from gpupool.sim.replay import ClusterSpec, Policy, Settings, replay
-    from gpupool.sim.trace import Trace, TraceJob
-
     jobs = tuple(TraceJob(f"t{i}", 30.0 * i, 1 + i % 4, 600.0 + 37 * i, "ab"[i % 2], None) for i in range(200))
     trace = Trace(Path("made.csv"), jobs, 0, 0)
     settings = Settings(MODEL, failures=NodeFailures(2000.0, 300.0, seed=4))

@@ -209,14 +209,22 @@ class Simulation:
         live.committed = live.attempt.at(live.notice_at if live.notice_at is not None else now).committed
         ending = AttemptEnd(None, noticed=live.notice_at is not None, node_lost=f"node {node} failed")
         settled = self.end_attempt(live, now, ending)
-        assert settled.state is JobState.PENDING
-        live.record.node_losses += 1
-        self.requeue(live, now)
+        live.record.node_losses = settled.node_losses
+        if settled.state is JobState.PENDING:
+            self.requeue(live, now)
+            return
+        assert settled.state is JobState.FAILED  # it lost more nodes than `max_node_losses`
+        live.record.failed = True
+        self.charge(live, now)
 
     def complete(self, live: _Live, now: float) -> None:
         settled = self.end_attempt(live, now, AttemptEnd(0, completed=True, noticed=live.notice_at is not None))
         assert settled.state is JobState.SUCCEEDED
         live.record.finish = now
+        self.charge(live, now)
+
+    def charge(self, live: _Live, now: float) -> None:
+        """The job has ended: charge its interruptions, as the service's accounting does."""
         job = live.record.job
         if any(a.outcome in INTERRUPTED for a in live.attempts):  # else it lost nothing
             for cut in account(0, job.team, job.priority, live.attempts, now).interruptions:
@@ -249,12 +257,15 @@ class Simulation:
     def end_attempt(self, live: _Live, now: float, ending: AttemptEnd) -> Settlement:
         """The attempt's process is gone: settle it as the store does and free its GPUs. A
         simulated job exits 0, reporting completion when its work is done (even during a
-        drain), else after the save its notice asked for; or its node is lost. It is requeued
-        however many nodes it loses (the service fails it after `max_node_losses`)."""
+        drain), else after the save its notice asked for; or its node is lost."""
         attempt = live.attempt
         assert attempt is not None
         job = live.record.job
-        counts = JobCounts(preemptions=live.core.preemptions, node_losses=0, max_node_losses=1)
+        counts = JobCounts(
+            preemptions=live.core.preemptions,
+            node_losses=live.record.node_losses,
+            max_node_losses=self.config.max_node_losses,
+        )
         settled = settle(ending, counts)
         live.record.allocated += job.gpus * (now - attempt.start)
         live.attempts.append(self.attempt_record(live, attempt, now, settled.outcome))

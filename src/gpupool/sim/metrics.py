@@ -118,7 +118,11 @@ def summarize(policy: str, outcome: Outcome, save_cost: float, *, failures: bool
         "young_daly_interval": young_daly(save_cost, done),
         "decisions": outcome.decisions,
         **(
-            {"node_failures": outcome.node_failures, "node_down_gpu_hours": _r(outcome.node_down / 3600)}
+            {
+                "node_failures": outcome.node_failures,
+                "node_down_gpu_hours": _r(outcome.node_down / 3600),
+                "failed_jobs": sum(r.failed for r in outcome.records),
+            }
             if failures
             else {}
         ),

@@ -32,6 +32,8 @@ class JobRecord:
     """Seconds spent pending, over all its waits (requeues included)."""
     preemptions: int = 0
     node_losses: int = 0
+    failed: bool = False
+    """It lost more nodes than `Config.max_node_losses` and failed, as the service fails it."""
     allocated: float = 0.0
     wasted: float = 0.0
     drain: float = 0.0

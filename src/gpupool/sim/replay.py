@@ -107,6 +107,8 @@ class Settings:
     """Node failures, under every policy alike (the same seeded draws)."""
     priority_map: Mapping[str, str] | None = None
     """Classes from each job's trace `label` (`load_trace(priority_from=…)`) instead of `mix`."""
+    max_node_losses: int = 3
+    """Under every policy: a job that loses more nodes fails, as in the service (its default)."""
 
 
 def policy_config(policy: Policy, cluster: Cluster, settings: Settings) -> Config:
@@ -126,6 +128,7 @@ def policy_config(policy: Policy, cluster: Cluster, settings: Settings) -> Confi
             fair_share=FairShare.PREEMPT if fair else settings.fair_share,
             seniority_after=FAIR_SENIORITY_AFTER if fair else settings.seniority_after,
             explain_waits=False,
+            max_node_losses=settings.max_node_losses,
         )
     return Config(
         settings.classes,
@@ -135,6 +138,7 @@ def policy_config(policy: Policy, cluster: Cluster, settings: Settings) -> Confi
         preemption=False,
         reclaim=False,
         explain_waits=False,
+        max_node_losses=settings.max_node_losses,
     )
 
 
