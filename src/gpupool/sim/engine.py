@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
+from functools import partial
 from typing import overload
 
 from gpupool.accounting import INTERRUPTED, AttemptRecord, Commit, account
@@ -314,6 +315,19 @@ class Simulation:
         )
 
     def snapshot(self, now: float) -> Snapshot:
+        return Snapshot(
+            self.up,
+            _Values(self.placed, partial(self.follow_commits, now)),
+            list(self.queued.values()),
+            self.budgets.usage(now),
+            free=self.free,
+            team_gpus=self.team_gpus,
+            draining=list(self.noticed.values()),
+        )
+
+    def follow_commits(self, now: float) -> None:
+        """Bring every running attempt's `last_checkpoint_at` up to `now`: when the core first
+        reads the running jobs (to weigh victims), not at every decision."""
         while self.commits and self.commits[0][0] <= now:
             _, job_id, attempt_no = heapq.heappop(self.commits)
             live = self.live[job_id]
@@ -326,15 +340,6 @@ class Simulation:
                 self.noticed[job_id] = live.running
             if following is not None:
                 heapq.heappush(self.commits, (following, job_id, attempt_no))
-        return Snapshot(
-            self.up,
-            _Values(self.placed),
-            list(self.queued.values()),
-            self.budgets.usage(now),
-            free=self.free,
-            team_gpus=self.team_gpus,
-            draining=list(self.noticed.values()),
-        )
 
     def count_gpus(self, team: str, gpus: int) -> None:
         """`gpus` more (or fewer) for `team` among jobs that are not draining; a team at none
@@ -408,19 +413,27 @@ class Simulation:
 
 
 class _Values(Sequence[RunningJob]):
-    """The running jobs of a snapshot without copying them: with the driver's free GPUs, team
-    GPUs and drains given, the core reads them only to build preemption candidates, which few
-    decisions do. Valid until the simulator carries the plan out, which is all a decision needs."""
+    """The running jobs of a snapshot without copying them, brought up to date (`refresh`) when
+    first read: with the driver's free GPUs, team GPUs and drains given, the core reads them
+    only to build preemption candidates, which few decisions do. Valid until the simulator
+    carries the plan out, which is all a decision needs."""
 
-    def __init__(self, jobs: dict[str, RunningJob]) -> None:
+    def __init__(self, jobs: dict[str, RunningJob], refresh: Callable[[], None]) -> None:
         self._jobs = jobs
+        self._refresh: Callable[[], None] | None = refresh
         self._list: list[RunningJob] | None = None
+
+    def _read(self) -> dict[str, RunningJob]:
+        if self._refresh is not None:
+            self._refresh()
+            self._refresh = None
+        return self._jobs
 
     def __len__(self) -> int:
         return len(self._jobs)
 
     def __iter__(self) -> Iterator[RunningJob]:
-        return iter(self._jobs.values())
+        return iter(self._read().values())
 
     @overload
     def __getitem__(self, index: int) -> RunningJob: ...
@@ -428,7 +441,7 @@ class _Values(Sequence[RunningJob]):
     def __getitem__(self, index: slice) -> Sequence[RunningJob]: ...
     def __getitem__(self, index: int | slice) -> RunningJob | Sequence[RunningJob]:
         if self._list is None:
-            self._list = list(self._jobs.values())
+            self._list = list(self._read().values())
         return self._list[index]
 
 
