@@ -120,6 +120,11 @@ def test_the_simulated_demo_shows_a_preemption_a_resume_and_a_summary() -> None:
         (["--nodes", "2", "--node-mtbf", "often"], "--node-mtbf: 'often' is not a duration"),
         (["--nodes", "2", "--node-mtbf", "3d", "--node-repair", "-1h"], "--node-repair"),
         (["--nodes", "2", "--node-mtbf", "3d", "--failure-times", "weibull"], "use exponential or constant"),
+        (["--nodes", "2", "--sweep", "speed=1,2"], "--sweep 'speed=1,2': unknown parameter 'speed'"),
+        (["--nodes", "2", "--sweep", "scale=0.5"], "--sweep scale scales --vc-sizes or --machines"),
+        (["--nodes", "2", "--workers", "2"], "--workers N (N ≥ 1) goes with --sweep"),
+        (["--nodes", "2", "--priority-from", "qos"], "--priority-from COLUMN and --priority-map"),
+        (["--nodes", "2", "--priority-from", "qos", "--priority-map", "LS=vip"], "unknown class 'vip'"),
     ],
 )
 def test_bad_options_say_what_is_wrong(traces_dir: Path, args: list[str], message: str) -> None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
 from importlib.metadata import version
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -19,6 +20,7 @@ from gpupool.sim.cluster import MAX_POOL_GPUS, load_machines, load_vc_sizes, sca
 from gpupool.sim.failures import Distribution, NodeFailures
 from gpupool.sim.jobmodel import JobModel
 from gpupool.sim.replay import DEFAULT_MIX, ClusterSpec, Policy, Replayed, Settings, compare
+from gpupool.sim.sweep import Axis
 from gpupool.sim.trace import Trace, TraceError, load_trace
 from gpupool.sim.workload import parse_priority_map, parse_priority_mix
 from gpupool.units import parse_duration
@@ -219,12 +221,22 @@ def simulate(
         str | None, typer.Option(help="With --node-mtbf: exponential or constant [exponential].")
     ] = None,
     seed: Annotated[int | None, typer.Option(help="With --node-mtbf: the seed of the failures [0].")] = None,
+    sweeps: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--sweep",
+            help="Replay a grid: NAME=V1,V2,… (again for more names): checkpoint-interval, save-cost, "
+            "restart-cost, scale, node-mtbf.",
+        ),
+    ] = None,
+    workers: Annotated[int | None, typer.Option(help="With --sweep: processes at once [every core].")] = None,
     json_file: Annotated[Path | None, typer.Option("--json", help="Write the reports as JSON.")] = None,
     plots: Annotated[Path | None, typer.Option(help="Write PNG plots into this folder.")] = None,
 ) -> None:
     """Replay a GPU-cluster trace through the scheduling core under one or more policies."""
     from gpupool.model import FairShare, PriorityScope, QueueMode
-    from gpupool.sim.report import comparison_table, lost_work_table, write_json
+    from gpupool.sim.report import comparison_table, lost_work_table, sweep_table, write_json
+    from gpupool.sim.sweep import parse_axes
 
     try:
         config = configuration.load(config_file)
@@ -287,10 +299,28 @@ def simulate(
             prepare_output(json_file, "--json")
         if plots is not None:
             prepare_output(plots, "--plots", folder=True)
+        axes = parse_axes(sweeps or ())
+        if workers is not None and (workers < 1 or not axes):
+            raise UsageError("--workers N (N ≥ 1) goes with --sweep")
         loaded = load_trace(trace, start=window[0], end=window[1], priority_from=priority_from)
-        runs = replay_with_progress(loaded, spec, chosen, settings)
+        if axes:
+            swept = sweep_with_progress(loaded, spec, chosen, settings, axes, workers)
+        else:
+            runs = replay_with_progress(loaded, spec, chosen, settings)
     except (TraceError, ConfigError, ValueError) as exc:
         raise UsageError(str(exc)) from None
+    if axes:
+        console.print(f"[bold]{trace}[/]: {len(loaded.jobs):,} jobs, {len(swept):,} runs")
+        console.print(sweep_table(swept, [a.name for a in axes]))
+        if json_file is not None:
+            write_json(swept, json_file)
+            console.print(f"JSON report: {json_file}")
+        if plots is not None:
+            from gpupool.sim.plots import sweep_plots
+
+            written = sweep_plots(swept, [(a.name, a.texts, a.values) for a in axes], plots)
+            console.print(f"Plots: {', '.join(str(p) for p in written)}")
+        return
 
     skipped = loaded.zero_gpu_jobs + loaded.no_duration
     pool_gpus = runs[0].report["gpus"] if runs else 0
@@ -328,6 +358,26 @@ def replay_with_progress(trace: Trace, spec: ClusterSpec, policies: list[Policy]
     with Progress(*columns, console=errors, transient=True) as progress:
         tasks = {p: progress.add_task(f"replaying {p.value}", total=len(trace.jobs)) for p in policies}
         return compare(trace, spec, policies, settings, lambda p, done: progress.update(tasks[p], completed=done))
+
+
+def sweep_with_progress(
+    trace: Trace,
+    spec: ClusterSpec,
+    policies: list[Policy],
+    settings: Settings,
+    axes: Sequence[Axis],
+    workers: int | None,
+) -> list[Mapping[str, Any]]:
+    from gpupool.sim.sweep import as_json, grid, sweep
+
+    total = len(grid(axes)) * len(policies)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=errors, transient=True) as progress:
+        task = progress.add_task("replaying the grid", total=total)
+        done = sweep(
+            trace, spec, policies, settings, axes, workers=workers, on_done=lambda n: progress.update(task, completed=n)
+        )
+    return as_json(done)
 
 
 @app.command(context_settings=HELP)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -215,6 +215,44 @@ def lost_work_bars(reports: Sequence[Mapping[str, Any]], path: Path) -> None:
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.grid(True, axis="y", alpha=0.3)
     _save(fig, path)
+
+
+SWEPT_MEASURES: tuple[tuple[str, str, Callable[[Mapping[str, Any]], float]], ...] = (
+    ("p95 wait (h)", "wait", lambda r: float(r["wait"]["p95"]) / 3600),
+    ("lost GPU-hours", "lost", lambda r: float(r["lost_gpu_hours"]["total"])),
+    ("goodput", "goodput", lambda r: float(r["goodput"])),
+    ("utilization", "utilization", lambda r: float(r["utilization"])),
+)
+
+
+def sweep_plots(
+    runs: Sequence[Mapping[str, Any]], axes: Sequence[tuple[str, Sequence[str], Sequence[float]]], directory: Path
+) -> list[Path]:
+    """Per swept parameter, each measure against its values: one line per policy and per
+    combination of the other parameters' values. `axes`: (name, values as given, values)."""
+    paths = []
+    for name, texts, values in axes:
+        position = dict(zip(texts, values, strict=True))
+        lines: dict[str, list[tuple[float, Mapping[str, Any]]]] = defaultdict(list)
+        for r in runs:
+            others = ", ".join(f"{k}={v}" for k, v in r["parameters"].items() if k != name)
+            label = r["policy"] + (f" ({others})" if others else "")
+            lines[label].append((position[r["parameters"][name]], r))
+        fig, grid = plt.subplots(2, 2, figsize=(10, 7), sharex=True)
+        for ax, (title, _, measure) in zip(grid.flat, SWEPT_MEASURES, strict=True):
+            for label, points in lines.items():
+                points.sort(key=lambda point: point[0])
+                ax.plot([x for x, _ in points], [measure(r) for _, r in points], marker="o", label=label)
+            ax.set_title(title)
+            ax.set_xticks(sorted(values), [t for _, t in sorted(zip(values, texts, strict=True))])
+        for ax in grid[1]:
+            ax.set_xlabel(name)
+        grid[0][1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize="small")
+        fig.suptitle(f"Sweep of {name}")
+        path = directory / f"sweep-{name}.png"
+        _save(fig, path)
+        paths.append(path)
+    return paths
 
 
 def write_plots(runs: Sequence[Replayed], directory: Path) -> list[Path]:

@@ -125,3 +125,25 @@ def lost_work_table(reports: Sequence[Mapping[str, Any]]) -> Table:
 def write_json(reports: Sequence[Mapping[str, Any]], path: Path) -> None:
     """Write the reports as one JSON list, keys sorted, so equal reports give equal bytes."""
     path.write_text(json.dumps(list(reports), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def sweep_table(runs: Sequence[Mapping[str, Any]], names: Sequence[str]) -> Table:
+    """One row per cell and policy of a sweep (`sweep.as_json`): the cell's values, then the
+    measures people compare cells by (the parameters named in the caption, to keep 80 columns)."""
+    caption = f"cell: {', '.join(names)}; JCT: mean; lost: wasted + drain + restart GPU-h"
+    table = Table(title="Sweep", caption=caption)
+    table.add_column("cell", no_wrap=True)
+    table.add_column("policy", no_wrap=True)
+    for header in ("util.", "p95 wait", "JCT", "lost", "goodput"):
+        table.add_column(header, justify="right", no_wrap=True)
+    for r in runs:
+        table.add_row(
+            ", ".join(r["parameters"][name] for name in names),
+            r["policy"],
+            _percent(r["utilization"]),
+            human_seconds(r["wait"]["p95"]),
+            human_seconds(r["jct"]["mean"]),
+            _gpu_hours(r["lost_gpu_hours"]["total"]),
+            _percent(r["goodput"]),
+        )
+    return table
