@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 from pathlib import Path
 
@@ -111,3 +112,43 @@ def test_every_policy_meets_the_same_failures_and_reports_them() -> None:
         assert by_cause["node_lost"] > 0
         assert by_cause["preemption"] + by_cause["node_lost"] == pytest.approx(report["lost_gpu_hours"]["total"])
     assert "node_failures" not in replay(trace, spec, Policy.POOL_FIFO, Settings(MODEL)).report
+
+
+def test_a_job_that_cannot_commit_between_failures_fails_and_the_replay_ends() -> None:
+    """Found by review: a node failing every 30 min under a job that checkpoints every 30 min
+    of work requeued it for ever; as in the service it fails after `max_node_losses`."""
+    model = JobModel({}, default_interval=1800.0, save_cost=30.0, restart_cost=60.0)
+    failures = NodeFailures(1800.0, 600.0, Distribution.CONSTANT, seed=0)
+    sim = Simulation(
+        [SimJob("j", "a", "low", 4, 0.0, 7200.0)], pool(1, 4), Config(DEFAULT_CLASSES), model, failures=failures
+    )
+    outcome = sim.run()
+    record = outcome.records[0]
+    assert record.failed and record.node_losses == Config(DEFAULT_CLASSES).max_node_losses + 1
+
+
+def test_an_outage_open_when_the_last_job_ends_is_counted_up_to_then() -> None:
+    """Found by review: the down time of a node still out at the end was dropped."""
+    # Each node's one failure comes at a seeded phase within 10^5 s; the job ends before that.
+    failures = NodeFailures(1e5, 1e7, Distribution.CONSTANT, seed=3)
+    sim = Simulation([SimJob("j", "a", "low", 2, 0.0, 50_000.0)], pool(3, 4), CONFIG, MODEL, failures=failures)
+    outcome = sim.run()
+    end = sim.ended_at
+    assert outcome.outages and not sim.down
+    assert all(back == end for _, _, back in outcome.outages), "no repair of 10^7 s ends before the job"
+    assert outcome.node_down == pytest.approx(sum(4 * (end - down) for _, down, _ in outcome.outages))
+    assert outcome.node_failures == len(outcome.outages)
+
+
+def test_a_replay_leaves_the_callers_frozen_objects_frozen() -> None:
+    jobs = [SimJob(f"j{i}", "a", "low", 1, float(i), 10.0) for i in range(10)]
+    assert gc.get_freeze_count() == 0
+    Simulation(jobs, pool(1, 4), CONFIG, MODEL).run()
+    assert gc.get_freeze_count() == 0, "a replay thaws what it froze"
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        Simulation(jobs, pool(1, 4), CONFIG, MODEL).run()
+        assert gc.get_freeze_count() >= frozen, "the caller's frozen objects stay frozen"
+    finally:
+        gc.unfreeze()

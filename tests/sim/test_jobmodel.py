@@ -88,3 +88,18 @@ def test_commits_around_is_the_last_commit_and_the_next(
     if t >= attempt.finish_time():
         return
     assert attempt.commits_around(t) == (attempt.at(t).last_commit_at, attempt.next_commit_after(t))
+
+
+def test_a_commit_time_that_floor_rounds_across_is_still_found() -> None:
+    """Times where floor((t - start) / cycle) rounds to the cycle before a commit computed at
+    exactly t: the next commit must still come after t (a driver following commits looped)."""
+    found = 0
+    for start in (15_520.908, 1e6 / 3, 17_162.968674155385):
+        attempt = Attempt(start, 30.0, 0.0, 1e9, 600.0, 10.0)
+        for k in range(1, 2000):
+            t = attempt.productive_start + k * 610.0
+            last, following = attempt.commits_around(t)
+            assert last == t and following is not None and following > t
+            assert attempt.next_commit_after(t) == following and attempt.at(t).last_commit_at == t
+            found += math.floor((t - attempt.productive_start) / 610.0) != k
+    assert found, "no time where floor rounds across: the test shows nothing"

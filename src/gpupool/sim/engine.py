@@ -28,6 +28,10 @@ from gpupool.sim.failures import NodeClock, NodeFailures
 from gpupool.sim.jobmodel import Attempt, Interruption, JobModel, interrupt
 from gpupool.sim.records import JobRecord, Outcome, SimJob, Usage
 
+FREEZE_EVERY = 4096
+"""Arrivals between two `gc.freeze()` calls, which move the jobs that arrived since out of
+the cyclic collector's sight (each call is cheap; freezing at every arrival is not needed)."""
+
 
 class Rank(IntEnum):
     RELEASE = 0
@@ -65,7 +69,9 @@ class Simulation:
     on_plan: Callable[[float, Plan], None] | None = None
     """Called with every plan `decide` returns, before it is carried out."""
     decide: Callable[[Snapshot, Config, float], Plan] = decide
-    """The scheduling core; the simulator carries out exactly what it decides."""
+    """The scheduling core; the simulator carries out exactly what it decides. The snapshot it
+    is given holds the simulator's own state (free GPUs, team GPUs, running jobs), read only and
+    valid during the call: a `decide` that keeps it sees it change once the plan is carried out."""
     failures: NodeFailures | None = None
     heap: list[tuple[float, int, int, str, int]] = field(default_factory=list)
     commits: list[tuple[float, str, int]] = field(default_factory=list)
@@ -94,6 +100,9 @@ class Simulation:
     node_down: float = 0.0
     outages: list[tuple[str, float, float]] = field(default_factory=list)
     finished: int = 0
+    """Jobs that ended (succeeded, or failed after losing too many nodes)."""
+    ended_at: float = 0.0
+    """When the last of them ended."""
     decisions: int = 0
     budgets: BudgetMeter = field(init=False)
 
@@ -112,9 +121,13 @@ class Simulation:
         next_arrival = 0
         # The jobs and their records live to the end: the cyclic collector need not walk them
         # at every full collection (which made a replay's cost per job grow with its length).
+        # Frozen as they arrive; thawed at the end unless the caller had frozen objects itself.
+        thaw = gc.get_freeze_count() == 0
         gc.freeze()
         try:
             while self.heap or next_arrival < len(arrivals):
+                if next_arrival == len(arrivals) and self.stalled():
+                    break
                 now = self.heap[0][0] if self.heap else math.inf
                 if next_arrival < len(arrivals):
                     now = min(now, arrivals[next_arrival][1].submit)
@@ -126,13 +139,17 @@ class Simulation:
                     self.arrive(now, *arrivals[next_arrival])
                     next_arrival += 1
                     dirty = True
+                    if next_arrival % FREEZE_EVERY == 0:
+                        gc.freeze()
                 while self.heap and self.heap[0][0] == now:
                     _, rank, _, job_id, attempt_no = heapq.heappop(self.heap)
                     dirty |= self.handle(now, Rank(rank), job_id, attempt_no)
                 if dirty and self.pending:
                     self.apply(self.decide(self.snapshot(now), self.config, now), now)
         finally:
-            gc.unfreeze()
+            if thaw:
+                gc.unfreeze()
+        self.close_outages()
         return Outcome(
             [live.record for live in self.live.values()],
             self.usage,
@@ -177,6 +194,22 @@ class Simulation:
         else:
             self.complete(live, now)
         return True
+
+    def stalled(self) -> bool:
+        """Whether only node failures are left to come: nothing runs, no node is out, and the
+        jobs still waiting were decided on with every node up, so none can ever start (without
+        failures, the heap would be empty)."""
+        if self.running or self.down or self.failures is None:
+            return False
+        return all(event[1] == Rank.NODE for event in self.heap)
+
+    def close_outages(self) -> None:
+        """Nodes still out when the last job ended: their outage is counted up to then."""
+        end = self.ended_at
+        for name, since in sorted(self.down.items(), key=lambda item: item[1]):
+            self.outages.append((name, since, max(since, end)))
+            self.node_down += max(0.0, end - since) * next(n.gpus for n in self.nodes if n.name == name)
+        self.down.clear()
 
     def node_event(self, now: float, name: str, *, back: bool) -> bool:
         """Node `name` fails (every attempt with a GPU there is lost) or is back from repair.
@@ -237,6 +270,7 @@ class Simulation:
                     live.record.lost_to_nodes += lost
         live.attempts = []
         self.finished += 1
+        self.ended_at = now
         if self.on_progress is not None and self.finished % 1000 == 0:
             self.on_progress(self.finished)
 

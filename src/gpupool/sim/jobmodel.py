@@ -68,6 +68,18 @@ class Attempt:
         saves = 0 if not math.isfinite(self.interval) or remaining == 0 else math.ceil(remaining / self.interval) - 1
         return self.productive_start + remaining + saves * self.save_cost
 
+    def cycles_by(self, t: float) -> int:
+        """How many train-and-save cycles have ended at or before t (0 before the first), exact
+        where `floor((t - start) / cycle)` rounds across a commit time: a commit is at or
+        before t exactly when its time, computed as everywhere here, is."""
+        cycle = self.interval + self.save_cost
+        k = max(0, math.floor((t - self.productive_start) / cycle))
+        while self.productive_start + (k + 1) * cycle <= t:
+            k += 1
+        while k > 0 and self.productive_start + k * cycle > t:
+            k -= 1
+        return k
+
     def commits_around(self, t: float) -> tuple[float | None, float | None]:
         """When the last checkpoint commit at or before t ended (None if none has), and when the
         first one after t will (None if none comes before the finish): `at(t).last_commit_at`
@@ -75,9 +87,9 @@ class Attempt:
         if not math.isfinite(self.interval):
             return None, None
         cycle = self.interval + self.save_cost
-        k = math.floor((t - self.productive_start) / cycle)
-        last = self.productive_start + k * cycle if k > 0 and t >= self.productive_start else None
-        following = self.productive_start + max(1, k + 1) * cycle
+        k = self.cycles_by(t)
+        last = self.productive_start + k * cycle if k > 0 else None
+        following = self.productive_start + (k + 1) * cycle
         return last, following if following < self.finish_time() else None
 
     def next_commit_after(self, t: float) -> float | None:
@@ -85,8 +97,7 @@ class Attempt:
         if not math.isfinite(self.interval):
             return None
         cycle = self.interval + self.save_cost
-        k = max(1, math.floor((t - self.productive_start) / cycle) + 1)
-        commit = self.productive_start + k * cycle
+        commit = self.productive_start + (self.cycles_by(t) + 1) * cycle
         return commit if commit < self.finish_time() else None
 
     def at(self, t: float) -> Progress:
@@ -97,8 +108,8 @@ class Attempt:
         if not math.isfinite(self.interval):
             return Progress(Phase.TRAIN, min(self.work, self.committed + elapsed), self.committed, None)
         cycle = self.interval + self.save_cost
-        k = math.floor(elapsed / cycle)
-        within = elapsed - k * cycle
+        k = self.cycles_by(t)
+        within = max(0.0, elapsed - k * cycle)
         committed = self.committed + k * self.interval
         last = self.productive_start + k * cycle if k > 0 else None
         if within < self.interval:

@@ -62,4 +62,5 @@ class Outcome:
     node_down: float = 0.0
     """GPU-seconds of nodes out for repair."""
     outages: list[tuple[str, float, float]] = field(default_factory=list)
-    """(node, failed at, back at) of every repair that ended before the last job did."""
+    """(node, failed at, back at) of every outage; one still open when the last job ended is
+    closed there."""
