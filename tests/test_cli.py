@@ -195,36 +195,53 @@ def test_simulate_makes_its_output_folders_and_refuses_an_unwritable_one_before_
     assert "Policies compared" not in refused.stdout
 
 
-def test_simulate_compare_reads_at_80_columns_when_piped(traces_dir: Path, tmp_path: Path) -> None:
+def simulate_at_80_columns(*args: str) -> list[str]:
+    """`gpupool simulate ARGS` piped at 80 columns: its lines, each checked to fit uncut."""
     env = {**os.environ, "COLUMNS": "80"}
-    trace = str(traces_dir / "tiresias-sample" / "jobs.csv")
-    args = ["simulate", "--trace", trace, "--nodes", "2", "--compare", "partitioned,pool-fifo,pool-priority"]
     done = subprocess.run(
-        [sys.executable, "-m", "gpupool", *args], capture_output=True, text=True, timeout=300, check=False, env=env
+        [sys.executable, "-m", "gpupool", "simulate", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert all(len(line) <= 80 for line in lines)
     assert not any("…" in line for line in lines), "a cell was cut"
+    return lines
+
+
+def test_simulate_compare_reads_at_80_columns_when_piped(traces_dir: Path) -> None:
+    trace = str(traces_dir / "tiresias-sample" / "jobs.csv")
+    lines = simulate_at_80_columns("--trace", trace, "--nodes", "2", "--compare", "partitioned,pool-fifo,pool-priority")
     assert any("p95 wait urgent" in line for line in lines)
 
 
 def test_simulate_with_node_failures_reads_at_80_columns_and_reports_them(traces_dir: Path, tmp_path: Path) -> None:
-    env = {**os.environ, "COLUMNS": "80"}
     trace = str(traces_dir / "tiresias-sample" / "jobs.csv")
     out = tmp_path / "failures.json"
-    args = ["simulate", "--trace", trace, "--nodes", "4", "--compare", "pool-fifo,pool-priority"]
-    args += ["--node-mtbf", "20m", "--node-repair", "5m", "--seed", "1", "--json", str(out)]
-    done = subprocess.run(
-        [sys.executable, "-m", "gpupool", *args], capture_output=True, text=True, timeout=300, check=False, env=env
+    args = ["--trace", trace, "--nodes", "4", "--compare", "pool-fifo,pool-priority"]
+    lines = simulate_at_80_columns(
+        *args, "--node-mtbf", "20m", "--node-repair", "5m", "--seed", "1", "--json", str(out)
     )
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    assert all(len(line) <= 80 for line in lines)
-    assert not any("…" in line for line in lines), "a cell was cut"
     assert any("losses" in line for line in lines)
     reports = json.loads(out.read_text())
     assert all(r["node_failures"] > 0 and "lost_gpu_hours_by_cause" in r for r in reports)
+
+
+def test_a_sweep_reads_at_80_columns_and_writes_its_cells(traces_dir: Path, tmp_path: Path) -> None:
+    trace = str(traces_dir / "tiresias-sample" / "jobs.csv")
+    out, plots = tmp_path / "sweep.json", tmp_path / "plots"
+    args = ["--trace", trace, "--nodes", "2", "--compare", "pool-fifo,pool-priority", "--workers", "1"]
+    args += ["--sweep", "checkpoint-interval=5m,1h", "--sweep", "restart-cost=10s,2m", "--json", str(out)]
+    lines = simulate_at_80_columns(*args, "--plots", str(plots))
+    assert any("5m, 10s" in line and "pool-priority" in line for line in lines)
+    cells = json.loads(out.read_text())
+    assert len(cells) == 8
+    assert cells[0]["parameters"] == {"checkpoint-interval": "5m", "restart-cost": "10s"}
+    assert sorted(p.name for p in plots.iterdir()) == ["sweep-checkpoint-interval.png", "sweep-restart-cost.png"]
 
 
 def test_a_job_submitted_from_inside_a_job_does_not_take_its_compile_caches() -> None:
