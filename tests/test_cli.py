@@ -254,3 +254,12 @@ def test_a_job_submitted_from_inside_a_job_does_not_take_its_compile_caches() ->
     }
     env = job_environment("ALL", [], inside)
     assert env == {"HF_HOME": "/home/me/hf"}, "the parent's cache is its own; the child gets one of its own"
+
+
+def test_jobs_that_need_a_gpu_type_no_node_has_are_named(tmp_path: Path) -> None:
+    trace = tmp_path / "typed.csv"
+    trace.write_text(
+        "job_id,submit_time,num_gpus,duration,vc,gpu_type\na,0,1,60,t,\nb,1,1,60,t,A100\nc,2,2,60,t,V100\n"
+    )
+    lines = simulate_at_80_columns("--trace", str(trace), "--nodes", "2")
+    assert "2 need a GPU type no node has (A100: 1, V100: 1; give" in " ".join(lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
@@ -310,7 +311,7 @@ def simulate(
     except (TraceError, ConfigError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     if axes:
-        console.print(f"[bold]{trace}[/]: {len(loaded.jobs):,} jobs, {len(swept):,} runs")
+        console.print(f"[bold]{trace}[/]: {len(loaded.jobs):,} jobs, {len(swept):,} runs" + missing_types(loaded, spec))
         console.print(sweep_table(swept, [a.name for a in axes]))
         if json_file is not None:
             write_json(swept, json_file)
@@ -329,7 +330,8 @@ def simulate(
         f"[bold]{trace}[/]: {len(loaded.jobs):,} jobs"
         + (f" ({loaded.outside_window:,} outside the window)" if loaded.outside_window else "")
         + (f", {skipped:,} without GPUs or run time skipped" if skipped else "")
-        + (f", {loaded.fractional:,} fractional GPU requests rounded up to whole GPUs" if loaded.fractional else "")
+        + (f", {loaded.fractional:,} fractional GPU requests take whole GPUs" if loaded.fractional else "")
+        + missing_types(loaded, spec)
         + (
             f", {larger:,} larger than the pool ({pool_gpus:,} GPUs) never {'fits' if larger == 1 else 'fit'}"
             if larger
@@ -358,6 +360,16 @@ def replay_with_progress(trace: Trace, spec: ClusterSpec, policies: list[Policy]
     with Progress(*columns, console=errors, transient=True) as progress:
         tasks = {p: progress.add_task(f"replaying {p.value}", total=len(trace.jobs)) for p in policies}
         return compare(trace, spec, policies, settings, lambda p, done: progress.update(tasks[p], completed=done))
+
+
+def missing_types(trace: Trace, spec: ClusterSpec) -> str:
+    """The words for jobs that ask for a GPU type no node of the pool has (they never fit)."""
+    have = {gpu_type for gpu_type, _ in spec.machines} if spec.machines is not None else {"gpu"}
+    wanted = Counter(job.gpu_type for job in trace.jobs if job.gpu_type is not None and job.gpu_type not in have)
+    if not wanted:
+        return ""
+    listed = ", ".join(f"{gpu_type}: {count:,}" for gpu_type, count in sorted(wanted.items()))
+    return f", {sum(wanted.values()):,} need a GPU type no node has ({listed}; give --machines with it)"
 
 
 def sweep_with_progress(

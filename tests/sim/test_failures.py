@@ -152,3 +152,30 @@ def test_a_replay_leaves_the_callers_frozen_objects_frozen() -> None:
         assert gc.get_freeze_count() >= frozen, "the caller's frozen objects stay frozen"
     finally:
         gc.unfreeze()
+
+
+def test_a_job_that_needs_the_whole_pool_while_failures_go_on_does_not_stall_the_replay() -> None:
+    """Found by review: with failures keeping some node down, a job needing every node waited
+    for ever and the replay never ended; a node does not fail while nothing runs and nothing
+    is left to arrive, so the job starts once every node is back."""
+    jobs = [SimJob("small", "a", "low", 8, 0.0, 36_000.0), SimJob("whole", "a", "low", 128, 0.0, 600.0)]
+    sim = Simulation(jobs, pool(16, 8), CONFIG, MODEL, failures=NodeFailures(3600.0, 3 * 3600.0, seed=2))
+    outcome = sim.run()
+    assert all(r.finish is not None or r.failed for r in outcome.records)
+    assert outcome.node_failures > 0
+
+
+def test_failed_jobs_count_in_the_gpu_time_allocated_and_lost() -> None:
+    """Found by review: a job that failed after losing too many nodes vanished from every
+    measure, so the policy hit hardest looked best."""
+    config = Config(DEFAULT_CLASSES, preemption=False, reclaim=False, max_node_losses=1)
+    jobs = [SimJob("long", "a", "low", 4, 0.0, 360_000.0), SimJob("short", "a", "low", 4, 0.0, 600.0)]
+    outcome = Simulation(jobs, pool(2, 4), config, MODEL, failures=NodeFailures(36_000.0, 600.0, seed=1)).run()
+    failed = next(r for r in outcome.records if r.failed)
+    report = summarize("pool-fifo", outcome, C, failures=True)
+    assert report["failed_jobs"] == 1 and report["jobs"] == 1
+    assert report["node_losses"] == failed.node_losses == 2
+    lost = failed.wasted + failed.drain + failed.restart
+    assert lost > 0
+    assert report["lost_gpu_hours"]["total"] == pytest.approx(lost / 3600, abs=1e-5)
+    assert report["goodput"] < 0.1, "the failed job's GPU-time was spent for nothing"

@@ -129,3 +129,12 @@ def test_a_type_no_machine_has_never_fits(tmp_path: Path) -> None:
     run = replay(trace, ClusterSpec(machines=(("A", 8),)), Policy.POOL_FIFO, Settings(MODEL))
     assert run.report["left_out"]["never_fits"] == 1
     assert run.report["jobs"] == 1
+
+
+def test_scaling_machines_up_repeats_them_and_a_team_left_without_gpus_is_refused() -> None:
+    machines = (("A", 8),) * 2 + (("B", 2),)
+    assert scale_machines(machines, 2.0) == (("A", 8),) * 4 + (("B", 2),) * 2
+    with pytest.raises(ValueError, match="at most 100,000"):
+        scale_machines(machines, 10_000.0)
+    with pytest.raises(ValueError, match=r"leave team\(s\) y, z without a GPU"):
+        cluster_from_machines((("A", 8), ("B", 8), ("C", 8)), {"x": 0.4, "y": 0.35, "z": 0.25}, dedicated=True)

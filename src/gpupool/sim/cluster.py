@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -222,12 +223,20 @@ def load_machines(path: Path) -> tuple[tuple[str, int], ...]:
 
 
 def scale_machines(machines: tuple[tuple[str, int], ...], factor: float) -> tuple[tuple[str, int], ...]:
-    """The first round(count × `factor`) machines of each GPU type (half up, at least one)."""
+    """round(count × `factor`) machines of each GPU type (half up, at least one): the first ones,
+    or the list over again above 1."""
     by_type: dict[str, list[tuple[str, int]]] = {}
     for machine in machines:
         by_type.setdefault(machine[0], []).append(machine)
     keep = scale_sizes({gpu_type: len(listed) for gpu_type, listed in by_type.items()}, factor)
-    return tuple(m for gpu_type, listed in by_type.items() for m in listed[: keep[gpu_type]])
+    # Above 1, the list is repeated: machines of the same kinds, in the same proportions.
+    scaled = tuple(
+        m for gpu_type, listed in by_type.items() for m in itertools.islice(itertools.cycle(listed), keep[gpu_type])
+    )
+    total = sum(gpus for _, gpus in scaled)
+    if total > MAX_POOL_GPUS:
+        raise ValueError(f"--scale {factor:g} makes {total:,} GPUs: the simulated pool holds at most {MAX_POOL_GPUS:,}")
+    return scaled
 
 
 def _apportion(count: int, weights: Mapping[str, float]) -> dict[str, int]:
@@ -261,4 +270,10 @@ def cluster_from_machines(
         for i, (gpus, team) in enumerate(zip(sizes, owners, strict=True)):
             nodes.append(Node(f"{gpu_type}-{i:04d}", gpus, gpu_type, team if dedicated else None))
             team_gpus[team] += gpus
+    empty = [team for team, gpus in team_gpus.items() if gpus == 0]
+    if empty:
+        raise ValueError(
+            f"{len(machines):,} machines shared by GPU-hours leave team(s) {', '.join(empty)} without a GPU: "
+            "give more machines (--scale) or per-team sizes (--vc-sizes)"
+        )
     return Cluster(nodes=tuple(nodes), team_gpus=team_gpus)

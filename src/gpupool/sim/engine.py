@@ -103,6 +103,7 @@ class Simulation:
     """Jobs that ended (succeeded, or failed after losing too many nodes)."""
     ended_at: float = 0.0
     """When the last of them ended."""
+    all_arrived: bool = False
     decisions: int = 0
     budgets: BudgetMeter = field(init=False)
 
@@ -126,7 +127,8 @@ class Simulation:
         gc.freeze()
         try:
             while self.heap or next_arrival < len(arrivals):
-                if next_arrival == len(arrivals) and self.stalled():
+                self.all_arrived = next_arrival == len(arrivals)
+                if self.all_arrived and self.stalled():
                     break
                 now = self.heap[0][0] if self.heap else math.inf
                 if next_arrival < len(arrivals):
@@ -222,6 +224,11 @@ class Simulation:
             self.outages.append((name, since, now))
             self.node_down += (now - since) * next(n.gpus for n in self.nodes if n.name == name)
             self.push(now + clock.up_for(), Rank.NODE, name, 0)
+        elif self.all_arrived and not self.running:
+            # Nothing to lose, and nothing will arrive: a failure now could only keep the jobs
+            # left waiting from ever having every node up at once (the replay would not end).
+            self.push(now + clock.up_for(), Rank.NODE, name, 0)
+            return False
         else:
             lost = [self.running[j] for j, r in self.placed.items() if any(a.node == name for a in r.placement)]
             for live in lost:

@@ -58,11 +58,13 @@ def young_daly(save_cost: float, records: Sequence[JobRecord]) -> float | None:
 
 
 def group(records: Sequence[JobRecord], capacity: int, span: float, *, failures: bool = False) -> dict[str, Any]:
-    """The measures of a set of finished jobs (a class, a team or all of them) on a pool of
+    """The measures of a set of ended jobs (a class, a team or all of them) on a pool of
     `capacity` GPUs busy for `span` seconds; with `failures`, lost nodes and the lost work
-    split by cause too."""
+    split by cause too. A job that failed (it lost too many nodes) counts in the GPU-time
+    allocated and lost, not in the jobs, waits, completion times or useful work."""
     allocated = sum(r.allocated for r in records)
-    useful = sum(r.job.gpus * r.job.work for r in records)
+    done = [r for r in records if r.finish is not None]
+    useful = sum(r.job.gpus * r.job.work for r in done)
     wasted, drain, restart = (sum(getattr(r, f) for r in records) / 3600 for f in ("wasted", "drain", "restart"))
     by_cause = {}
     if failures:
@@ -75,10 +77,10 @@ def group(records: Sequence[JobRecord], capacity: int, span: float, *, failures:
             },
         }
     return {
-        "jobs": len(records),
+        "jobs": len(done),
         "utilization": _r(allocated / (capacity * span)) if span > 0 else 0.0,
-        "wait": stats([r.wait for r in records]),
-        "jct": stats([jct(r) for r in records]),
+        "wait": stats([r.wait for r in done]),
+        "jct": stats([jct(r) for r in done]),
         "preemptions": sum(r.preemptions for r in records),
         "gpu_hours": _r(useful / 3600),
         "lost_gpu_hours": {
@@ -97,13 +99,14 @@ def summarize(policy: str, outcome: Outcome, save_cost: float, *, failures: bool
     of `group` for all jobs, per priority class and per team, and fairness across teams; with
     `failures`, how many nodes failed and the GPU-hours they were out."""
     done = [r for r in outcome.records if r.finish is not None]
+    ended = [r for r in outcome.records if r.finish is not None or r.failed]
     by_priority: dict[str, list[JobRecord]] = defaultdict(list)
     by_team: dict[str, list[JobRecord]] = defaultdict(list)
-    for r in done:
+    for r in ended:
         by_priority[r.job.priority].append(r)
         by_team[r.job.team].append(r)
     span = max(r.finish or 0.0 for r in done) - min(r.job.submit for r in done) if done else 0.0
-    overall = group(done, outcome.capacity, span, failures=failures)
+    overall = group(ended, outcome.capacity, span, failures=failures)
     trace_gpu_hours = overall.pop("gpu_hours")
     return {
         "policy": policy,
@@ -114,8 +117,10 @@ def summarize(policy: str, outcome: Outcome, save_cost: float, *, failures: bool
         },
         "by_team": {name: group(rs, outcome.capacity, span, failures=failures) for name, rs in sorted(by_team.items())},
         "trace_gpu_hours": trace_gpu_hours,
-        "fairness": jain(float(np.mean([slowdown(r) for r in rs])) for rs in by_team.values()),
-        "young_daly_interval": young_daly(save_cost, done),
+        "fairness": jain(
+            float(np.mean([slowdown(r) for r in rs if r.finish is not None] or [1.0])) for rs in by_team.values()
+        ),
+        "young_daly_interval": young_daly(save_cost, ended),
         "decisions": outcome.decisions,
         **(
             {
