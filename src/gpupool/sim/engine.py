@@ -96,6 +96,8 @@ class Simulation:
     down: dict[str, float] = field(default_factory=dict)
     """Nodes out for repair, and since when."""
     clocks: dict[str, NodeClock] = field(default_factory=dict)
+    node_gpus: dict[str, int] = field(default_factory=dict)
+    """GPUs of each node, for the down time of the nodes that fail."""
     node_failures: int = 0
     node_down: float = 0.0
     outages: list[tuple[str, float, float]] = field(default_factory=list)
@@ -114,6 +116,7 @@ class Simulation:
         self.budgets = BudgetMeter.of(self.config.teams)
         arrivals = sorted(enumerate(self.jobs), key=lambda item: (item[1].submit, item[0]))
         if self.failures is not None and arrivals:
+            self.node_gpus = {node.name: node.gpus for node in self.nodes}
             for node in self.up:
                 clock = self.clocks[node.name] = self.failures.stream(node.name)
                 self.push(arrivals[0][1].submit + clock.up_for(), Rank.NODE, node.name, 0)
@@ -210,7 +213,7 @@ class Simulation:
         end = self.ended_at
         for name, since in sorted(self.down.items(), key=lambda item: item[1]):
             self.outages.append((name, since, max(since, end)))
-            self.node_down += max(0.0, end - since) * next(n.gpus for n in self.nodes if n.name == name)
+            self.node_down += max(0.0, end - since) * self.node_gpus[name]
         self.down.clear()
 
     def node_event(self, now: float, name: str, *, back: bool) -> bool:
@@ -222,7 +225,7 @@ class Simulation:
         if back:
             since = self.down.pop(name)
             self.outages.append((name, since, now))
-            self.node_down += (now - since) * next(n.gpus for n in self.nodes if n.name == name)
+            self.node_down += (now - since) * self.node_gpus[name]
             self.push(now + clock.up_for(), Rank.NODE, name, 0)
         elif self.all_arrived and not self.running:
             # Nothing to lose, and nothing will arrive: a failure now could only keep the jobs

@@ -117,8 +117,11 @@ def summarize(policy: str, outcome: Outcome, save_cost: float, *, failures: bool
         },
         "by_team": {name: group(rs, outcome.capacity, span, failures=failures) for name, rs in sorted(by_team.items())},
         "trace_gpu_hours": trace_gpu_hours,
+        # Over the teams with a finished job: one whose jobs all failed has no slowdown to weigh.
         "fairness": jain(
-            float(np.mean([slowdown(r) for r in rs if r.finish is not None] or [1.0])) for rs in by_team.values()
+            float(np.mean(slowdowns))
+            for rs in by_team.values()
+            if (slowdowns := [slowdown(r) for r in rs if r.finish is not None])
         ),
         "young_daly_interval": young_daly(save_cost, ended),
         "decisions": outcome.decisions,
