@@ -231,6 +231,27 @@ def test_simulate_with_node_failures_reads_at_80_columns_and_reports_them(traces
     assert all(r["node_failures"] > 0 and "lost_gpu_hours_by_cause" in r for r in reports)
 
 
+def test_failed_jobs_of_a_trace_with_node_failures_read_at_80_columns(traces_dir: Path, tmp_path: Path) -> None:
+    openb = traces_dir / "alibaba-openb-2023"
+    out = tmp_path / "openb.json"
+    args = ["--trace", str(openb / "jobs.csv"), "--machines", str(openb / "source" / "openb_node_list_gpu_node.csv")]
+    args += [
+        "--scale",
+        "0.02",
+        "--priority-from",
+        "qos",
+        "--priority-map",
+        "LS=high,Guaranteed=high,Burstable=normal,BE=low",
+    ]
+    lines = simulate_at_80_columns(
+        *args, "--compare", "pool-fifo,pool-priority", "--node-mtbf", "30d", "--json", str(out)
+    )
+    assert "1,869 failed in the trace" in " ".join(" ".join(lines).split())
+    assert any(line.split("┃")[-4:-1] == [" nodes ", " failed ", "   Y/D "] for line in lines)
+    reports = json.loads(out.read_text())
+    assert all(r["trace_failed_jobs"] == 1869 and r["lost_gpu_hours_by_cause"]["failure"] > 0 for r in reports)
+
+
 def test_a_sweep_reads_at_80_columns_and_writes_its_cells(traces_dir: Path, tmp_path: Path) -> None:
     trace = str(traces_dir / "tiresias-sample" / "jobs.csv")
     out, plots = tmp_path / "sweep.json", tmp_path / "plots"

@@ -222,6 +222,12 @@ def simulate(
         str | None, typer.Option(help="With --node-mtbf: exponential or constant [exponential].")
     ] = None,
     seed: Annotated[int | None, typer.Option(help="With --node-mtbf: the seed of the failures [0].")] = None,
+    trace_failures: Annotated[
+        bool,
+        typer.Option(
+            "--trace-failures/--no-trace-failures", help="Jobs whose status is Failed fail after their run time."
+        ),
+    ] = True,
     sweeps: Annotated[
         list[str] | None,
         typer.Option(
@@ -282,6 +288,7 @@ def simulate(
             failures_option(node_mtbf, node_repair, failure_times, seed),
             mapped,
             config.max_node_losses,
+            trace_failures,
         )
         chosen = parse_policies(policy, compared)
         options = (
@@ -331,6 +338,7 @@ def simulate(
         + (f" ({loaded.outside_window:,} outside the window)" if loaded.outside_window else "")
         + (f", {skipped:,} without GPUs or run time skipped" if skipped else "")
         + (f", {loaded.fractional:,} fractional GPU requests take whole GPUs" if loaded.fractional else "")
+        + (f", {loaded.failed:,} failed in the trace" if loaded.failed and trace_failures else "")
         + missing_types(loaded, spec)
         + (
             f", {larger:,} larger than the pool ({pool_gpus:,} GPUs) never {'fits' if larger == 1 else 'fit'}"

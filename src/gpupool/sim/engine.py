@@ -262,8 +262,14 @@ class Simulation:
         self.charge(live, now)
 
     def complete(self, live: _Live, now: float) -> None:
-        settled = self.end_attempt(live, now, AttemptEnd(0, completed=True, noticed=live.notice_at is not None))
-        assert settled.state is JobState.SUCCEEDED
+        """The job has done its work: it succeeds, or fails as the trace says it did (even
+        during a drain: it failed before it could leave)."""
+        if live.record.job.fails:
+            ending = AttemptEnd(1, why="it failed in the trace")
+        else:
+            ending = AttemptEnd(0, completed=True, noticed=live.notice_at is not None)
+        settled = self.end_attempt(live, now, ending)
+        assert settled.state is (JobState.FAILED if live.record.job.fails else JobState.SUCCEEDED)
         live.record.finish = now
         self.charge(live, now)
 
@@ -278,6 +284,8 @@ class Simulation:
                 live.record.restart += cut.restart or 0.0
                 if cut.cause == AttemptOutcome.NODE_LOST:
                     live.record.lost_to_nodes += lost
+                elif cut.cause == AttemptOutcome.FAILED:
+                    live.record.lost_to_failure += lost
         live.attempts = []
         self.finished += 1
         self.ended_at = now
@@ -302,7 +310,8 @@ class Simulation:
     def end_attempt(self, live: _Live, now: float, ending: AttemptEnd) -> Settlement:
         """The attempt's process is gone: settle it as the store does and free its GPUs. A
         simulated job exits 0, reporting completion when its work is done (even during a
-        drain), else after the save its notice asked for; or its node is lost."""
+        drain), else after the save its notice asked for; or its node is lost; or, when the
+        trace says it failed, it exits 1 when its work is done."""
         attempt = live.attempt
         assert attempt is not None
         job = live.record.job
@@ -335,7 +344,7 @@ class Simulation:
         the one a notice found last and the one a notice's save made (steps count milliseconds
         of the job's work, so that the next attempt's restored step names one of them)."""
         commits = []
-        if outcome is AttemptOutcome.NODE_LOST:
+        if outcome in (AttemptOutcome.NODE_LOST, AttemptOutcome.FAILED):
             at_loss = attempt.at(live.notice_at if live.notice_at is not None else now)
             if at_loss.last_commit_at is not None:
                 commits.append(Commit(at_loss.last_commit_at, _step(at_loss.committed)))

@@ -57,25 +57,31 @@ def young_daly(save_cost: float, records: Sequence[JobRecord]) -> float | None:
     return _r(math.sqrt(2 * save_cost * running_seconds / interruptions))
 
 
-def group(records: Sequence[JobRecord], capacity: int, span: float, *, failures: bool = False) -> dict[str, Any]:
+def group(
+    records: Sequence[JobRecord], capacity: int, span: float, *, failures: bool = False, trace_failures: bool = False
+) -> dict[str, Any]:
     """The measures of a set of ended jobs (a class, a team or all of them) on a pool of
-    `capacity` GPUs busy for `span` seconds; with `failures`, lost nodes and the lost work
-    split by cause too. A job that failed (it lost too many nodes) counts in the GPU-time
-    allocated and lost, not in the jobs, waits, completion times or useful work."""
+    `capacity` GPUs busy for `span` seconds. With node `failures`, lost nodes and the lost work
+    split by cause (preemption, node_lost); with `trace_failures` (jobs the trace says failed),
+    the part their failures cost too (failure). A job that lost too many nodes counts in the
+    GPU-time allocated and lost, not in the jobs, waits, completion times or useful work (it
+    never reached its end); one the trace says failed counts everywhere, and its useful work is
+    what it had committed when it failed."""
     allocated = sum(r.allocated for r in records)
     done = [r for r in records if r.finish is not None]
-    useful = sum(r.job.gpus * r.job.work for r in done)
+    useful = sum(r.job.gpus * r.job.work - r.lost_to_failure for r in done)
     wasted, drain, restart = (sum(getattr(r, f) for r in records) / 3600 for f in ("wasted", "drain", "restart"))
-    by_cause = {}
-    if failures:
+    split: dict[str, Any] = {}
+    if failures or trace_failures:
         to_nodes = sum(r.lost_to_nodes for r in records) / 3600
-        by_cause = {
-            "node_losses": sum(r.node_losses for r in records),
-            "lost_gpu_hours_by_cause": {
-                "preemption": _r(wasted + drain + restart - to_nodes),
-                "node_lost": _r(to_nodes),
-            },
-        }
+        to_failures = sum(r.lost_to_failure for r in records) / 3600
+        by_cause = {"preemption": _r(wasted + drain + restart - to_nodes - to_failures)}
+        if failures:
+            split["node_losses"] = sum(r.node_losses for r in records)
+            by_cause["node_lost"] = _r(to_nodes)
+        if trace_failures:
+            by_cause["failure"] = _r(to_failures)
+        split["lost_gpu_hours_by_cause"] = by_cause
     return {
         "jobs": len(done),
         "utilization": _r(allocated / (capacity * span)) if span > 0 else 0.0,
@@ -90,15 +96,18 @@ def group(records: Sequence[JobRecord], capacity: int, span: float, *, failures:
             "total": _r(wasted + drain + restart),
         },
         "goodput": _r(useful / allocated) if allocated else 1.0,
-        **by_cause,
+        **split,
     }
 
 
 def summarize(policy: str, outcome: Outcome, save_cost: float, *, failures: bool = False) -> dict[str, Any]:
     """The report of one policy's replay, in the shape of `gpupool simulate --json`: the measures
     of `group` for all jobs, per priority class and per team, and fairness across teams; with
-    `failures`, how many nodes failed and the GPU-hours they were out."""
+    `failures`, how many nodes failed and the GPU-hours they were out; where the trace says jobs
+    failed, how many (`trace_failed_jobs`)."""
     done = [r for r in outcome.records if r.finish is not None]
+    trace_failed = sum(r.job.fails for r in outcome.records)
+    causes = {"failures": failures, "trace_failures": trace_failed > 0}
     ended = [r for r in outcome.records if r.finish is not None or r.failed]
     by_priority: dict[str, list[JobRecord]] = defaultdict(list)
     by_team: dict[str, list[JobRecord]] = defaultdict(list)
@@ -106,16 +115,15 @@ def summarize(policy: str, outcome: Outcome, save_cost: float, *, failures: bool
         by_priority[r.job.priority].append(r)
         by_team[r.job.team].append(r)
     span = max(r.finish or 0.0 for r in done) - min(r.job.submit for r in done) if done else 0.0
-    overall = group(ended, outcome.capacity, span, failures=failures)
-    trace_gpu_hours = overall.pop("gpu_hours")
+    overall = group(ended, outcome.capacity, span, **causes)
+    del overall["gpu_hours"]  # all the jobs' work, failed ones' too, is the trace's:
+    trace_gpu_hours = _r(sum(r.job.gpus * r.job.work for r in done) / 3600)
     return {
         "policy": policy,
         "gpus": outcome.capacity,
         **overall,
-        "by_priority": {
-            name: group(rs, outcome.capacity, span, failures=failures) for name, rs in sorted(by_priority.items())
-        },
-        "by_team": {name: group(rs, outcome.capacity, span, failures=failures) for name, rs in sorted(by_team.items())},
+        "by_priority": {name: group(rs, outcome.capacity, span, **causes) for name, rs in sorted(by_priority.items())},
+        "by_team": {name: group(rs, outcome.capacity, span, **causes) for name, rs in sorted(by_team.items())},
         "trace_gpu_hours": trace_gpu_hours,
         # Over the teams with a finished job: one whose jobs all failed has no slowdown to weigh.
         "fairness": jain(
@@ -134,4 +142,5 @@ def summarize(policy: str, outcome: Outcome, save_cost: float, *, failures: bool
             if failures
             else {}
         ),
+        **({"trace_failed_jobs": trace_failed} if trace_failed else {}),
     }

@@ -19,6 +19,8 @@ class SimJob:
     """Seconds of computation the job needs, without checkpoints or restarts."""
     gpu_type: str | None = None
     """The GPU type it must run on; None takes any."""
+    fails: bool = False
+    """The trace says it failed: it fails once it has run its `work`, and is not retried."""
 
 
 @dataclass(slots=True)
@@ -41,6 +43,8 @@ class JobRecord:
     """Lost GPU-seconds, as `gpupool.accounting` charges the job's interruptions."""
     lost_to_nodes: float = 0.0
     """The part of them (wasted, drain, restart) charged to the nodes it lost."""
+    lost_to_failure: float = 0.0
+    """The part charged to its own failure (`SimJob.fails`): its work since its last commit."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -109,6 +109,8 @@ class Settings:
     """Classes from each job's trace `label` (`load_trace(priority_from=…)`) instead of `mix`."""
     max_node_losses: int = 3
     """Under every policy: a job that loses more nodes fails, as in the service (its default)."""
+    trace_failures: bool = True
+    """Jobs the trace says failed (`TraceJob.failed`) fail at the end of their run time."""
 
 
 def policy_config(policy: Policy, cluster: Cluster, settings: Settings) -> Config:
@@ -208,7 +210,8 @@ def admissible(trace: Trace, cluster: Cluster, settings: Settings) -> tuple[list
         priority = (
             mapped[t.label] if mapped is not None and t.label is not None else assign_priority(t.job_id, settings.mix)
         )
-        jobs.append(SimJob(t.job_id, t.team, priority, t.gpus, t.submit_time, t.duration, t.gpu_type))
+        fails = t.failed and settings.trace_failures
+        jobs.append(SimJob(t.job_id, t.team, priority, t.gpus, t.submit_time, t.duration, t.gpu_type, fails))
     return jobs, left_out, never_fit
 
 

@@ -96,28 +96,38 @@ def team_table(report: Mapping[str, Any]) -> Table:
 
 def lost_work_table(reports: Sequence[Mapping[str, Any]]) -> Table:
     """Lost GPU-hours by cause per policy, and the checkpoint interval Young/Daly would pick;
-    with node failures, the part the lost nodes cost and how many attempts they took."""
-    failures = any("lost_gpu_hours_by_cause" in r for r in reports)
-    table = Table(
-        title="Lost work, GPU-h" if failures else "Lost work",
-        caption=("Y/D" if failures else "Young/Daly")
-        + ": checkpoint interval √(2 · save cost · mean time between interruptions)"
-        + ("; by nodes: the part lost nodes cost, in the attempts they took (node losses)" if failures else ""),
+    with node failures, the part the lost nodes cost and how many attempts they took; with
+    jobs the trace says failed, the part their failures cost."""
+    causes = {cause for r in reports for cause in r.get("lost_gpu_hours_by_cause", {})}
+    nodes, failed = "node_lost" in causes, "failure" in causes
+    split = nodes or failed
+    # With both splits the count of node losses is left to the JSON, to keep 80 columns.
+    losses = nodes and not failed
+    notes = [f"nodes: the part lost nodes cost{' (losses: the attempts they took)' if losses else ''}"] if nodes else []
+    notes += ["failed: the work since the last commit of the jobs the trace says failed"] if failed else []
+    young_daly = (
+        f"{'Y/D' if split else 'Young/Daly'}: checkpoint interval √(2 · save cost · mean time between interruptions)"
     )
+    table = Table(title="Lost work, GPU-h" if split else "Lost work", caption="; ".join([young_daly, *notes]))
     table.add_column("policy", no_wrap=True)
-    # Two more columns with failures: the unit goes to the title, to keep 80 columns.
-    unit = "" if failures else " GPU-h"
+    # More columns with a split by cause: the unit goes to the title, to keep 80 columns.
+    unit = "" if split else " GPU-h"
     headers = [f"{name}{unit}" for name in ("wasted", "drain", "restart", "total")]
-    if failures:
-        headers += ["by nodes", "node losses"]
-    for header in (*headers, "Y/D" if failures else "Young/Daly interval"):
+    headers += ["nodes"] if nodes else []
+    headers += ["losses"] if losses else []
+    headers += ["failed"] if failed else []
+    for header in (*headers, "Y/D" if split else "Young/Daly interval"):
         table.add_column(header, justify="right")
     for r in reports:
         lost = r["lost_gpu_hours"]
         interval = r["young_daly_interval"]
         cells = [_gpu_hours(lost[key]) for key in ("wasted", "drain", "restart", "total")]
-        if failures:
-            cells += [_gpu_hours(r["lost_gpu_hours_by_cause"]["node_lost"]), f"{r['node_losses']:,}"]
+        if nodes:
+            cells += [_gpu_hours(r["lost_gpu_hours_by_cause"]["node_lost"])]
+        if losses:
+            cells += [f"{r['node_losses']:,}"]
+        if failed:
+            cells += [_gpu_hours(r["lost_gpu_hours_by_cause"]["failure"])]
         table.add_row(r["policy"], *cells, NONE if interval is None else human_seconds(interval))
     return table
 

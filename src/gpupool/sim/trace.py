@@ -1,7 +1,8 @@
 """Load a job trace in the normalised `jobs.csv` format (see shared/data/traces/README.md).
 
-Required columns: `job_id, submit_time, num_gpus, duration, vc`. Others (`submit_datetime`,
-`user`, `status`, trace-specific ones) are optional; only `submit_datetime` is read.
+Required columns: `job_id, submit_time, num_gpus, duration, vc`. Others are optional:
+`submit_datetime` (for a window), `status` (a `Failed` job fails at the end of its run time),
+`gpu_type`/`gpu_spec`, `gpu_milli`, and the column priorities are taken from.
 A `.gz` suffix means the file is gzip-compressed.
 """
 
@@ -19,6 +20,10 @@ from typing import TextIO
 REQUIRED_COLUMNS: tuple[str, ...] = ("job_id", "submit_time", "num_gpus", "duration", "vc")
 DEFAULT_TEAM = "default"
 DATETIME_FORMAT = "YYYY-MM-DD HH:MM:SS"
+FAILED_STATUSES = frozenset({"failed"})
+"""`status` values (case aside) of a job that ended by failing: Philly's and alibaba-openb-2023's
+`Failed`, Slurm's `FAILED`. Killed and cancelled jobs ended as their users chose: they replay
+as jobs that finish."""
 
 
 class TraceError(ValueError):
@@ -52,6 +57,8 @@ class TraceJob:
     None takes any."""
     label: str | None = None
     """Its value in the column `load_trace(priority_from=…)` named, to map to a class."""
+    failed: bool = False
+    """Its `status` says it failed (`FAILED_STATUSES`): it ran `duration` and then failed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +74,8 @@ class Trace:
     """Rows with an empty duration (never scheduled, as in alibaba-openb-2023), skipped."""
     fractional: int = 0
     """Jobs asking for a fraction of a GPU (`gpu_milli` < 1000), rounded up to whole GPUs."""
+    failed: int = 0
+    """Jobs whose `status` says they failed."""
 
 
 def open_text(path: Path) -> TextIO:
@@ -151,8 +160,9 @@ def load_trace(
     datetimes) needs a `submit_datetime` column with a value on every row. `priority_from` names a
     column every job must have a value in (its `label`). A `gpu_type` or `gpu_spec` column gives
     the GPU type a job needs (one; empty for any), and a `gpu_milli` below 1000 a fractional GPU,
-    rounded up and counted. Raises TraceError naming the file, line and column of the first
-    problem, ValueError for a bad window.
+    rounded up and counted; a `status` in `FAILED_STATUSES` marks a job that failed. Raises
+    TraceError naming the file, line and column of the first problem, ValueError for a bad
+    window.
     """
     windowed = start is not None or end is not None
     for bound in (start, end):
@@ -173,6 +183,7 @@ def load_trace(
         type_column = next((name for name in ("gpu_type", "gpu_spec") if name in header), None)
         i_type = header.index(type_column) if type_column is not None else None
         i_milli = header.index("gpu_milli") if "gpu_milli" in header else None
+        i_status = header.index("status") if "status" in header else None
         if priority_from is not None and priority_from not in header:
             raise TraceError(
                 path, f"no column {priority_from!r} to take priorities from (columns: {', '.join(header)})"
@@ -270,7 +281,8 @@ def load_trace(
                 if not label:
                     raise TraceError(path, "empty, but priorities are taken from it", line=line, column=priority_from)
             team = row[i_vc].strip() or DEFAULT_TEAM
-            jobs.append(TraceJob(job_id, submit_time, gpus, duration, team, submitted, gpu_type, label))
+            failed = i_status is not None and row[i_status].strip().lower() in FAILED_STATUSES
+            jobs.append(TraceJob(job_id, submit_time, gpus, duration, team, submitted, gpu_type, label, failed))
 
     jobs.sort(key=lambda job: job.submit_time)
     return Trace(
@@ -280,4 +292,5 @@ def load_trace(
         outside_window=outside,
         no_duration=unrecorded,
         fractional=fractional,
+        failed=sum(job.failed for job in jobs),
     )
