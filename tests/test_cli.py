@@ -125,6 +125,8 @@ def test_the_simulated_demo_shows_a_preemption_a_resume_and_a_summary() -> None:
         (["--nodes", "2", "--workers", "2"], "--workers N (N ≥ 1) goes with --sweep"),
         (["--nodes", "2", "--priority-from", "qos"], "--priority-from COLUMN and --priority-map"),
         (["--nodes", "2", "--priority-from", "qos", "--priority-map", "LS=vip"], "unknown class 'vip'"),
+        (["--nodes", "2", "--placement", "worst-fit"], "--placement 'worst-fit': use best-fit, first-fit or count"),
+        (["--nodes", "2", "--placement", "count", "--node-mtbf", "1d"], "node failures need nodes"),
     ],
 )
 def test_bad_options_say_what_is_wrong(traces_dir: Path, args: list[str], message: str) -> None:

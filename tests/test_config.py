@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpupool.config import ConfigError, load, parse, parse_spec
-from gpupool.model import DEFAULT_CLASSES, PriorityBudget, QueueMode
+from gpupool.model import DEFAULT_CLASSES, PlacementRule, PriorityBudget, QueueMode
 from gpupool.units import parse_duration
 
 
@@ -50,7 +50,7 @@ classes:
   bronze: {value: 1, may_preempt: false, preemptible: true, min_runtime: 5m}
 teams:
   nlp: {weight: 2, guaranteed_gpus: 16, budgets: {gold: {gpu_hours: 100, window: 7d}}}
-policy: {queue: strict, max_preemptions: null}
+policy: {queue: strict, max_preemptions: null, placement: first-fit}
 """
     )
     config = load(path)
@@ -61,6 +61,7 @@ policy: {queue: strict, max_preemptions: null}
     assert config.team("vision").guaranteed_gpus == 0
     assert config.queue is QueueMode.STRICT
     assert config.max_preemptions is None
+    assert config.placement is PlacementRule.FIRST_FIT
 
 
 @pytest.mark.parametrize(
@@ -88,6 +89,7 @@ policy: {queue: strict, max_preemptions: null}
         ({"service": {"api_url": "head:8470"}}, "service.api_url: must be an http:// or https:// address"),
         ({"service": {"start_timeout": "0s"}}, "service.start_timeout: Input should be greater than 0"),
         ({"policy": {"max_node_losses": -1}}, "policy.max_node_losses: Input should be greater than or equal to 0"),
+        ({"policy": {"placement": "worst-fit"}}, "policy.placement: Input should be 'best-fit' or 'first-fit'"),
         ([1, 2], "c.yaml: Input should be a valid dictionary"),
     ],
 )

@@ -17,6 +17,7 @@ from gpupool import config as configuration
 from gpupool.cli_common import EXIT_USAGE, HELP, console, errors, fail, prepare_output
 from gpupool.cli_service import register
 from gpupool.config import ConfigError
+from gpupool.model import PlacementRule
 from gpupool.sim.cluster import MAX_POOL_GPUS, load_machines, load_vc_sizes, scale_sizes
 from gpupool.sim.failures import Distribution, NodeFailures
 from gpupool.sim.jobmodel import JobModel
@@ -91,6 +92,15 @@ def choice(kind: type[E], text: str | None, flag: str, default: E) -> E:
         return kind(text)
     except ValueError:
         raise UsageError(f"{flag} {text!r}: use {' or '.join(k.value for k in kind)}") from None
+
+
+def placement_option(text: str | None, default: PlacementRule) -> tuple[PlacementRule, bool]:
+    """`--placement`: the core's rule, and whether nodes are kept (`count` counts GPUs only)."""
+    if text == "count":
+        return PlacementRule.BEST_FIT, False
+    if text is not None and text not in {rule.value for rule in PlacementRule}:
+        raise UsageError(f"--placement {text!r}: use best-fit, first-fit or count")
+    return choice(PlacementRule, text, "--placement", default), True
 
 
 def parse_intervals(text: str, classes: list[str]) -> tuple[dict[str, float], float]:
@@ -222,6 +232,9 @@ def simulate(
         str | None, typer.Option(help="With --node-mtbf: exponential or constant [exponential].")
     ] = None,
     seed: Annotated[int | None, typer.Option(help="With --node-mtbf: the seed of the failures [0].")] = None,
+    placement: Annotated[
+        str | None, typer.Option(help="best-fit, first-fit or count (no nodes) [the config's: best-fit].")
+    ] = None,
     trace_failures: Annotated[
         bool,
         typer.Option(
@@ -289,6 +302,7 @@ def simulate(
             mapped,
             config.max_node_losses,
             trace_failures,
+            *placement_option(placement, config.placement),
         )
         chosen = parse_policies(policy, compared)
         options = (

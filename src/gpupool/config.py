@@ -14,6 +14,7 @@
                                    # of its class or lower submitted after it
       max_preemptions: 10          # per job; null for no cap
       max_node_losses: 3           # per job: requeues after a node it ran on was lost
+      placement: best-fit          # or first-fit: the node a job takes among those it fits
     service:                       # `gpupool up`
       data_dir: ~/.gpupool         # store, logs, checkpoints, the admin token
       host: 127.0.0.1
@@ -52,6 +53,7 @@ from gpupool.model import (
     DEFAULT_CLASSES,
     Config,
     FairShare,
+    PlacementRule,
     PriorityBudget,
     PriorityClass,
     PriorityScope,
@@ -126,6 +128,7 @@ class PolicySpec(_Strict):
     priority_preemption: PriorityScope = PriorityScope.POOL
     fair_share: FairShare = FairShare.OFF
     seniority_after: Duration | None = None
+    placement: PlacementRule = PlacementRule.BEST_FIT
 
 
 class ServiceSpec(_Strict):
@@ -298,6 +301,7 @@ def build(spec: ConfigSpec) -> Config:
         priority_preemption=p.priority_preemption,
         fair_share=p.fair_share,
         seniority_after=p.seniority_after,
+        placement=p.placement,
     )
 
 

@@ -234,6 +234,15 @@ class QueueMode(StrEnum):
     """A job that does not fit blocks every later job that could use the same nodes."""
 
 
+class PlacementRule(StrEnum):
+    """Which node a job (or each member of a gang) takes among those it fits on."""
+
+    BEST_FIT = "best-fit"
+    """The one with the fewest free GPUs: whole nodes stay whole for the gangs."""
+    FIRST_FIT = "first-fit"
+    """The first in node order (Tiresias' default): to reproduce published results."""
+
+
 class PriorityScope(StrEnum):
     """Whose lower-class jobs a job of a preempting class may give notice to."""
 
@@ -275,6 +284,7 @@ class Config:
     were submitted after it (they were backfilled past it), never taking another team below its
     guarantee: a gang is not passed for ever by the small jobs that take every GPU that frees
     (as long as other teams run smaller jobs above their guarantees). None: off."""
+    placement: PlacementRule = PlacementRule.BEST_FIT
     explain_waits: bool = True
     """Emit a `Wait` for every pending job not started (drivers that never show them may skip it)."""
 

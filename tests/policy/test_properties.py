@@ -18,6 +18,7 @@ from gpupool.model import (
     Job,
     Node,
     Notice,
+    PlacementRule,
     Plan,
     Preempt,
     PriorityBudget,
@@ -79,6 +80,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Snapshot, Config]:
         priority_preemption=draw(st.sampled_from(list(PriorityScope))),
         fair_share=draw(st.sampled_from(list(FairShare))),
         seniority_after=draw(st.sampled_from([None, 0.0, 1000.0])),
+        placement=draw(st.sampled_from(list(PlacementRule))),
     )
     return Snapshot(nodes, running, pending, usage), config
 

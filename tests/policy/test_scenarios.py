@@ -12,6 +12,7 @@ from gpupool.model import (
     DEFAULT_CLASSES,
     Config,
     Node,
+    PlacementRule,
     PriorityBudget,
     QueueMode,
     QueueOrder,
@@ -28,6 +29,7 @@ TEAMS = Config(
     DEFAULT_CLASSES,
     teams={"a": Team("a", guaranteed_gpus=4), "b": Team("b", guaranteed_gpus=4)},
 )
+FIRST_FIT = Config(DEFAULT_CLASSES, placement=PlacementRule.FIRST_FIT)
 TWO = pool(2, 8)
 EIGHT_LOW = [job(f"l{i}", cls="low", gpus=2) for i in range(8)]
 
@@ -47,6 +49,31 @@ CASES = [
         "best-fit-packs-into-the-fullest-node",
         Snapshot(TWO, fill(TWO, [job("x", gpus=5)]), [job("a", gpus=2)]),
         [("start", "a", (("n0", (5, 6)),), "free_gpus")],
+    ),
+    case(
+        "first-fit-takes-the-first-node-that-fits",
+        Snapshot(TWO, [running(job("x", gpus=5), on("n1", 0, 1, 2, 3, 4))], [job("a", gpus=2)]),
+        [("start", "a", (("n0", (0, 1)),), "free_gpus")],
+        FIRST_FIT,
+    ),
+    case(
+        "best-fit-gang-member-takes-the-fullest-node",
+        Snapshot(
+            pool(3, 8),
+            [running(job("x", gpus=2), on("n0", 0, 1)), running(job("y", gpus=3), on("n2", 0, 1, 2))],
+            [job("a", gpus=12)],
+        ),
+        [("start", "a", (("n1", tuple(range(8))), ("n2", (3, 4, 5, 6))), "free_gpus")],
+    ),
+    case(
+        "first-fit-gang-member-takes-the-first-node",
+        Snapshot(
+            pool(3, 8),
+            [running(job("x", gpus=2), on("n0", 0, 1)), running(job("y", gpus=3), on("n2", 0, 1, 2))],
+            [job("a", gpus=12)],
+        ),
+        [("start", "a", (("n1", tuple(range(8))), ("n0", (2, 3, 4, 5))), "free_gpus")],
+        FIRST_FIT,
     ),
     case(
         "multi-node-job-takes-fewest-nodes",

@@ -186,7 +186,7 @@ class Decision:
 
     def place_on_lent(self, job: Job, draining: Sequence[RunningJob]) -> Placement:
         """Place `job` on free GPUs plus those `draining` jobs will free (see drain.place_on_lent)."""
-        return place_on_lent(draining, self.free, self.snapshot.nodes, partial(self.best_fit_slots, job, lent=True))
+        return place_on_lent(draining, self.free, self.snapshot.nodes, partial(self.fit_slots, job, lent=True))
 
     def hold_orphans(self, job: Job) -> bool:
         """Hold GPUs that drains for a job that no longer waits will free, if they make `job` fit."""
@@ -266,13 +266,13 @@ class Decision:
             text = messages.no_fit(job, self.free, self.memo.shapes_of(job)[0].groups)
         return f"{text}; {budgeted.note}" if budgeted.note else text
 
-    def best_fit_slots(self, job: Job, *, lent: bool = False) -> list[Slot] | None:
+    def fit_slots(self, job: Job, *, lent: bool = False) -> list[Slot] | None:
         """Slots on the first shape that fits; a shape that did not fit on free GPUs is
         remembered (see Memo), unless GPUs were lent for the try."""
         for shape in self.memo.shapes_of(job):
             if not lent and shape in self.memo.no_fit:
                 continue
-            slots = choose_slots(shape, self.free)
+            slots = choose_slots(shape, self.free, self.config.placement)
             if slots is not None:
                 return slots
             if not lent:
@@ -280,8 +280,8 @@ class Decision:
         return None
 
     def start_on_free(self, job: Job) -> bool:
-        """Start `job` on free GPUs, best fit; False if no shape fits."""
-        slots = self.best_fit_slots(job)
+        """Start `job` on free GPUs, by the placement rule; False if no shape fits."""
+        slots = self.fit_slots(job)
         if slots is None:
             return False
         self.shares.add(job.team, job.gpus)

@@ -1,4 +1,4 @@
-"""Where a job goes: free-GPU bookkeeping, gang shapes and best-fit placement."""
+"""Where a job goes: free-GPU bookkeeping, gang shapes and best-fit (or first-fit) placement."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpupool.model import Allocation, Job, Node, Placement, RunningJob, gang_split_problem
+from gpupool.model import Allocation, Job, Node, Placement, PlacementRule, RunningJob, gang_split_problem
 
 Group = tuple[str, str | None]
 """Nodes that are interchangeable for eligibility: (gpu_type, dedicated team or None)."""
@@ -128,6 +128,14 @@ class _Bucket:
         else:
             self.gone.add(i)
 
+    def first(self, exclude: set[int]) -> int | None:
+        """Its first node in node order that is not in `exclude`, or None."""
+        found = next((i for i in self.nodes if i not in self.gone and i not in exclude), None)
+        for i in self.added:
+            if i not in exclude and (found is None or i < found):
+                found = i
+        return found
+
 
 class FreeGpus:
     """A mutable working copy of the free GPUs of every node, bucketed by free count.
@@ -228,6 +236,16 @@ class FreeGpus:
                         return i
         return None
 
+    def first_fit(self, want: int, groups: Sequence[Group], exclude: set[int]) -> int | None:
+        """The first node of `groups` in node order that has `want` free GPUs, or None."""
+        found = None
+        for group in groups:
+            for bucket in self.buckets.get(group, ())[want:]:
+                i = bucket.first(exclude)
+                if i is not None and (found is None or i < found):
+                    found = i
+        return found
+
     def total(self, groups: Sequence[Group]) -> int:
         """Free GPUs in all the nodes of `groups`."""
         return sum(count * len(bucket) for group in groups for count, bucket in enumerate(self.buckets.get(group, ())))
@@ -295,12 +313,13 @@ def job_shapes(job: Job, free: FreeGpus) -> tuple[Shape, ...]:
     return tuple(shapes)
 
 
-def choose_slots(shape: Shape, free: FreeGpus) -> list[Slot] | None:
-    """Best-fit each gang member, largest first, onto distinct nodes; None if it does not fit."""
+def choose_slots(shape: Shape, free: FreeGpus, rule: PlacementRule = PlacementRule.BEST_FIT) -> list[Slot] | None:
+    """Place each gang member, largest first, onto distinct nodes by `rule`; None if it does not fit."""
     used: set[int] = set()
     slots = []
+    fit = free.best_fit if rule is PlacementRule.BEST_FIT else free.first_fit
     for want in shape.slots:
-        i = free.best_fit(want, shape.groups, used)
+        i = fit(want, shape.groups, used)
         if i is None:
             return None
         used.add(i)

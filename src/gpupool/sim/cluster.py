@@ -277,3 +277,19 @@ def cluster_from_machines(
             "give more machines (--scale) or per-team sizes (--vc-sizes)"
         )
     return Cluster(nodes=tuple(nodes), team_gpus=team_gpus)
+
+
+def without_topology(cluster: Cluster) -> Cluster:
+    """The same GPUs with no node boundaries: one node per GPU type and owner (a team's
+    partition, or the shared pool), named f"{gpu_type}-{owner}-all", in the order each first
+    appears. A job then fits wherever enough GPUs of its kind are free, as when a simulator
+    counts GPUs only."""
+    merged: dict[tuple[str, str | None], int] = {}
+    for node in cluster.nodes:
+        key = (node.gpu_type, node.team)
+        merged[key] = merged.get(key, 0) + node.gpus
+    nodes = tuple(
+        Node(f"{gpu_type}-{team if team is not None else 'shared'}-all", gpus, gpu_type, team)
+        for (gpu_type, team), gpus in merged.items()
+    )
+    return Cluster(nodes=nodes, team_gpus=cluster.team_gpus)

@@ -14,6 +14,7 @@ from gpupool.model import (
     Config,
     FairShare,
     Job,
+    PlacementRule,
     PriorityBudget,
     PriorityClass,
     PriorityScope,
@@ -29,6 +30,7 @@ from gpupool.sim.cluster import (
     cluster_uniform,
     scale_machines,
     scale_sizes,
+    without_topology,
 )
 from gpupool.sim.engine import Simulation
 from gpupool.sim.failures import NodeFailures
@@ -111,6 +113,10 @@ class Settings:
     """Under every policy: a job that loses more nodes fails, as in the service (its default)."""
     trace_failures: bool = True
     """Jobs the trace says failed (`TraceJob.failed`) fail at the end of their run time."""
+    placement: PlacementRule = PlacementRule.BEST_FIT
+    """Under every policy: the node a job takes among those it fits on."""
+    topology: bool = True
+    """False: GPUs are counted with no node boundaries (`cluster.without_topology`)."""
 
 
 def policy_config(policy: Policy, cluster: Cluster, settings: Settings) -> Config:
@@ -131,6 +137,7 @@ def policy_config(policy: Policy, cluster: Cluster, settings: Settings) -> Confi
             seniority_after=FAIR_SENIORITY_AFTER if fair else settings.seniority_after,
             explain_waits=False,
             max_node_losses=settings.max_node_losses,
+            placement=settings.placement,
         )
     return Config(
         settings.classes,
@@ -141,6 +148,7 @@ def policy_config(policy: Policy, cluster: Cluster, settings: Settings) -> Confi
         reclaim=False,
         explain_waits=False,
         max_node_losses=settings.max_node_losses,
+        placement=settings.placement,
     )
 
 
@@ -162,6 +170,10 @@ def replay(
     """Replay `trace` under `policy`."""
     began = time.perf_counter()
     cluster = spec.build(trace, dedicated=policy is Policy.PARTITIONED)
+    if not settings.topology:
+        if settings.failures is not None:
+            raise ValueError("node failures need nodes: they cannot be replayed with GPUs counted (placement count)")
+        cluster = without_topology(cluster)
     unknown = sorted(set(settings.budgets) - set(cluster.team_gpus))
     if unknown:
         known = ", ".join(sorted(cluster.team_gpus))
