@@ -204,14 +204,19 @@ def simulate(
     queue: Annotated[str, typer.Option(help="Queue of the baselines: backfill or strict.")] = "backfill",
     priority_mix: Annotated[str | None, typer.Option(help="e.g. urgent=0.02,high=0.08,normal=0.5,low=0.4")] = None,
     priority_from: Annotated[
-        str | None, typer.Option(help="Trace column of each job's class, e.g. qos (with --priority-map).")
+        str | None,
+        typer.Option(help="Trace column of each job's class: qos with --priority-map, or class as export writes it."),
     ] = None,
     priority_map: Annotated[
         str | None, typer.Option(help="With --priority-from: e.g. LS=high,Burstable=normal,BE=low")
     ] = None,
     checkpoint_interval: Annotated[str, typer.Option(help="30m, or per class: low=10m,high=1h,30m")] = "30m",
-    save_cost: Annotated[str, typer.Option(help="Blocking time of one checkpoint save.")] = "30s",
-    restart_cost: Annotated[str, typer.Option(help="Resumed attempt's time to its first step.")] = "60s",
+    save_cost: Annotated[
+        str | None, typer.Option(help="Blocking time of one checkpoint save [the trace's per job, else 30s].")
+    ] = None,
+    restart_cost: Annotated[
+        str | None, typer.Option(help="Resumed attempt's time to its first step [the trace's, else 60s].")
+    ] = None,
     config_file: Annotated[
         Path | None, typer.Option("--config", help="YAML with priority classes and policy options.")
     ] = None,
@@ -261,12 +266,14 @@ def simulate(
     try:
         config = configuration.load(config_file)
         classes = [c.name for c in config.classes]
-        if (priority_from is None) != (priority_map is None):
-            raise UsageError("--priority-from COLUMN and --priority-map VALUE=CLASS,… go together")
+        if priority_map is not None and priority_from is None:
+            raise UsageError("--priority-map VALUE=CLASS,… needs --priority-from COLUMN")
         if priority_from is not None and priority_mix is not None:
             raise UsageError("give --priority-mix or --priority-from, not both")
         mix = parse_priority_mix(priority_mix, classes) if priority_mix else DEFAULT_MIX
         mapped = parse_priority_map(priority_map, classes) if priority_map is not None else None
+        if priority_from is not None and mapped is None:
+            mapped = {name: name for name in classes}  # the column holds gpupool's classes, as export writes
         if mapped is None and not priority_mix and not set(classes) >= {name for name, _ in DEFAULT_MIX}:
             raise UsageError("the configured classes differ from the defaults: give --priority-mix")
         if sum(given is not None for given in (vc_sizes, nodes, machines)) != 1:
@@ -279,8 +286,8 @@ def simulate(
         model = JobModel(
             intervals,
             default_interval,
-            duration_option(save_cost, "--save-cost"),
-            duration_option(restart_cost, "--restart-cost"),
+            duration_option(save_cost or "30s", "--save-cost"),
+            duration_option(restart_cost or "60s", "--restart-cost"),
         )
         try:
             mode = QueueMode(queue)
@@ -303,6 +310,7 @@ def simulate(
             config.max_node_losses,
             trace_failures,
             *placement_option(placement, config.placement),
+            trace_costs=save_cost is None and restart_cost is None,
         )
         chosen = parse_policies(policy, compared)
         options = (

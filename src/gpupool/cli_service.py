@@ -300,11 +300,12 @@ def classes(as_json: JsonOption = False, config: ConfigOption = None, api: ApiOp
 
 
 def register(app: typer.Typer) -> None:
+    from gpupool.cli_history import export
     from gpupool.cli_jobs import cancel, events, logs, queue, show
     from gpupool.cli_report import report
     from gpupool.cli_submit import submit
 
-    for command in (up, submit, queue, show, cancel, logs, events, pool, classes, report):
+    for command in (up, submit, queue, show, cancel, logs, events, pool, classes, report, export):
         app.command(context_settings=HELP)(command)
     app.add_typer(team_app, name="team")
     app.add_typer(user_app, name="user")

@@ -172,6 +172,11 @@ class Client:
         pool: dict[str, Any] = self.request("GET", "/pool")
         return pool
 
+    def history(self, since: float | None = None) -> str:
+        """The ended jobs as CSV (`gpupool.history`)."""
+        params = {"since": since} if since is not None else {}
+        return self.send("GET", "/history", params=params).text
+
     def report(self, since: float | None = None) -> dict[str, Any]:
         params = {"since": since} if since is not None else {}
         report: dict[str, Any] = self.request("GET", "/report", params=params)

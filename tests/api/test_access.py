@@ -150,6 +150,26 @@ def events(w: World) -> None:
     assert {e["job_id"] for e in w.api.client.get("/events", headers=auth(ADMIN)).json()} == {w.job_a, w.job_b}
 
 
+def history(w: World) -> None:
+    for job in (w.job_a, w.job_b):
+        w.api.executor.finish(job, 1, 0)
+    w.api.loop.tick(400.0)
+    client = w.api.client
+    assert client.get("/history").status_code == 401
+    assert client.get("/history", headers=auth(w.attempt_tokens[w.job_b])).status_code == 401
+
+    def rows(token: str) -> list[str]:
+        answer = client.get("/history", headers=auth(token))
+        assert answer.status_code == 200, answer.text
+        assert answer.headers["content-type"].startswith("text/csv")
+        return str(answer.text).splitlines()[1:]
+
+    for token in (w.tokens["a"], w.tokens["a1"]):
+        (mine,) = rows(token)
+        assert mine.startswith(f"{w.job_a},") and ",a1,succeeded,normal,a," in mine
+    assert sorted(row.split(",")[0] for row in rows(ADMIN)) == sorted([str(w.job_a), str(w.job_b)])
+
+
 def report(w: World) -> None:
     mine = w.api.client.get("/report", headers=auth(w.tokens["a"])).json()
     everything = w.api.client.get("/report", headers=auth(ADMIN)).json()
@@ -207,6 +227,7 @@ CASES: dict[tuple[str, str], Callable[[World], None]] = {
     ("GET", "/jobs/{job_id}/logs"): logs,
     ("GET", "/events"): events,
     ("GET", "/report"): report,
+    ("GET", "/history"): history,
     ("GET", "/metrics"): metrics,
     ("POST", "/jobs/{job_id}/cancel"): cancel,
     ("POST", "/jobs/{job_id}/attempts/{attempt}/heartbeat"): protocol("heartbeat", {"step": 1}),

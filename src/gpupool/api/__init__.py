@@ -42,6 +42,7 @@ from gpupool.api.access import JOB_RULES, Principal, Rule
 from gpupool.api.batching import SubmissionWriter
 from gpupool.api.dashboard import PAGE_ROUTES, add_dashboard
 from gpupool.api.errors import install, responses
+from gpupool.api.history import add_history_routes
 from gpupool.api.logs import read_part
 from gpupool.api.metering import RequestMetrics
 from gpupool.api.models import (
@@ -415,6 +416,7 @@ def create_app(ctx: Context) -> FastAPI:
         ]
 
     add_pool_routes(app, ctx, authorize)
+    add_history_routes(app, ctx, authorize)
 
     @app.get(
         "/metrics",

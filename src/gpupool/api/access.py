@@ -64,6 +64,7 @@ class Rule(StrEnum):
     ACT = "the job's own team; a user's token only the jobs that user submitted"
     EVENTS = "with `job`, as JOB; without, a team's token gets its own jobs' events"
     REPORT = "any token; pool, team and class totals of all, users and interruptions of its own team"
+    HISTORY = "any token; the admin's every team's ended jobs, a team's or user's token its own team's"
     ATTEMPT = "only the token of that live attempt"
 
 
@@ -82,6 +83,7 @@ ROUTES: Final[dict[tuple[str, str], Rule]] = {
     ("POST", "/jobs/{job_id}/cancel"): Rule.ACT,
     ("GET", "/events"): Rule.EVENTS,
     ("GET", "/report"): Rule.REPORT,
+    ("GET", "/history"): Rule.HISTORY,
     ("GET", "/metrics"): Rule.ANY,
     ("POST", "/jobs/{job_id}/attempts/{attempt}/heartbeat"): Rule.ATTEMPT,
     ("POST", "/jobs/{job_id}/attempts/{attempt}/checkpoint"): Rule.ATTEMPT,
@@ -168,5 +170,5 @@ def listing_team(who: Principal, team: str | None, *, hidden_filters: bool) -> t
 
 
 def own_team(who: Principal) -> str | None:
-    """The team whose jobs' events, users' totals and interruptions `who` gets; None for all."""
+    """The team whose jobs' events, users' totals, interruptions and history `who` gets; None for all."""
     return None if who.admin else who.team

@@ -176,14 +176,18 @@ class Simulation:
             job.priority,
             job.gpus,
             job.submit,
+            gpus_per_node=job.gpus_per_node,
             gpu_type=job.gpu_type,
-            expected_restart=self.model.restart_cost,
+            expected_restart=self.restart_cost(job),
             order=order,
         )
         live = self.live[job.id] = _Live(JobRecord(job), core)
         self.pending[job.id] = live
         self.queued[job.id] = core
         self.pending_since[job.id] = now
+
+    def restart_cost(self, job: SimJob) -> float:
+        return self.model.restart_cost if job.restart_cost is None else job.restart_cost
 
     def handle(self, now: float, rank: Rank, job_id: str, attempt_no: int) -> bool:
         """Apply one event; True when the scheduler should look again."""
@@ -425,14 +429,14 @@ class Simulation:
             if live.record.first_start is None:
                 live.record.first_start = now
             live.attempt_no += 1
-            restore = self.model.restart_cost if live.attempt_no > 0 else 0.0
+            restore = self.restart_cost(job) if live.attempt_no > 0 else 0.0
             live.attempt = Attempt(
                 now,
                 restore,
                 live.committed,
                 job.work,
                 self.model.interval_of(job.priority),
-                self.model.save_cost,
+                self.model.save_cost if job.save_cost is None else job.save_cost,
             )
             if live.core.nominated:
                 live.core = replace(live.core, nominated=False)

@@ -21,6 +21,10 @@ class SimJob:
     """The GPU type it must run on; None takes any."""
     fails: bool = False
     """The trace says it failed: it fails once it has run its `work`, and is not retried."""
+    gpus_per_node: int | None = None
+    save_cost: float | None = None
+    restart_cost: float | None = None
+    """Its own costs, where the trace gives them; None: the `JobModel`'s."""
 
 
 @dataclass(slots=True)

@@ -117,6 +117,8 @@ class Settings:
     """Under every policy: the node a job takes among those it fits on."""
     topology: bool = True
     """False: GPUs are counted with no node boundaries (`cluster.without_topology`)."""
+    trace_costs: bool = True
+    """Jobs' own `save_cost` and `restart_cost` from the trace, where it has them, over `model`'s."""
 
 
 def policy_config(policy: Policy, cluster: Cluster, settings: Settings) -> Config:
@@ -193,7 +195,7 @@ def admissible(trace: Trace, cluster: Cluster, settings: Settings) -> tuple[list
     were left out because their team has no size, or because they can never fit
     (`can_ever_fit`)."""
     sized = set(cluster.team_gpus)
-    fits: dict[tuple[str, int, str | None], bool] = {}
+    fits: dict[tuple[str, int, str | None, int | None], bool] = {}
     jobs: list[SimJob] = []
     left_out = never_fit = 0
     classes = {c.name for c in settings.classes}
@@ -212,9 +214,9 @@ def admissible(trace: Trace, cluster: Cluster, settings: Settings) -> tuple[list
         if t.team not in sized:
             left_out += 1
             continue
-        key = (t.team, t.gpus, t.gpu_type)
+        key = (t.team, t.gpus, t.gpu_type, t.gpus_per_node)
         if key not in fits:
-            probe = Job(t.job_id, t.team, "low", t.gpus, 0.0, gpu_type=t.gpu_type)
+            probe = Job(t.job_id, t.team, "low", t.gpus, 0.0, gpus_per_node=t.gpus_per_node, gpu_type=t.gpu_type)
             fits[key] = can_ever_fit(probe, cluster.nodes)
         if not fits[key]:
             never_fit += 1
@@ -223,7 +225,21 @@ def admissible(trace: Trace, cluster: Cluster, settings: Settings) -> tuple[list
             mapped[t.label] if mapped is not None and t.label is not None else assign_priority(t.job_id, settings.mix)
         )
         fails = t.failed and settings.trace_failures
-        jobs.append(SimJob(t.job_id, t.team, priority, t.gpus, t.submit_time, t.duration, t.gpu_type, fails))
+        costs = (t.save_cost, t.restart_cost) if settings.trace_costs else (None, None)
+        jobs.append(
+            SimJob(
+                t.job_id,
+                t.team,
+                priority,
+                t.gpus,
+                t.submit_time,
+                t.duration,
+                t.gpu_type,
+                fails,
+                t.gpus_per_node,
+                *costs,
+            )
+        )
     return jobs, left_out, never_fit
 
 

@@ -88,9 +88,9 @@ def configure(cell: Cell, spec: ClusterSpec, settings: Settings) -> tuple[Cluste
         if name == "checkpoint-interval":
             settings = replace(settings, model=replace(model, interval={}, default_interval=value))
         elif name == "save-cost":
-            settings = replace(settings, model=replace(model, save_cost=value))
+            settings = replace(settings, model=replace(model, save_cost=value), trace_costs=False)
         elif name == "restart-cost":
-            settings = replace(settings, model=replace(model, restart_cost=value))
+            settings = replace(settings, model=replace(model, restart_cost=value), trace_costs=False)
         elif name == "scale":
             if spec.vc_sizes is None and spec.machines is None:
                 raise ValueError("--sweep scale scales --vc-sizes or --machines, which were not given")

@@ -2,7 +2,9 @@
 
 Required columns: `job_id, submit_time, num_gpus, duration, vc`. Others are optional:
 `submit_datetime` (for a window), `status` (a `Failed` job fails at the end of its run time),
-`gpu_type`/`gpu_spec`, `gpu_milli`, and the column priorities are taken from.
+`gpu_type`/`gpu_spec`, `gpu_milli`, `gpus_per_node` (a gang's equal members), `save_cost` and
+`restart_cost` (seconds the job was seen to pay, as `gpupool export` writes them), and the
+column priorities are taken from.
 A `.gz` suffix means the file is gzip-compressed.
 """
 
@@ -11,11 +13,13 @@ from __future__ import annotations
 import csv
 import gzip
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TextIO
+
+from gpupool.model import gang_split_problem
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("job_id", "submit_time", "num_gpus", "duration", "vc")
 DEFAULT_TEAM = "default"
@@ -59,6 +63,10 @@ class TraceJob:
     """Its value in the column `load_trace(priority_from=…)` named, to map to a class."""
     failed: bool = False
     """Its `status` says it failed (`FAILED_STATUSES`): it ran `duration` and then failed."""
+    gpus_per_node: int | None = None
+    save_cost: float | None = None
+    restart_cost: float | None = None
+    """Seconds its saves blocked and its resumed attempts took to start, as observed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +159,35 @@ def _parse_datetime(text: str) -> datetime | None:
         return None
 
 
+def _shape_and_costs(
+    path: Path, line: int, row: list[str], columns: Mapping[str, int], gpus: int
+) -> tuple[int | None, tuple[float | None, float | None]]:
+    """A row's `gpus_per_node`, `save_cost` and `restart_cost`, each None where empty or absent."""
+    shape = None
+    if "gpus_per_node" in columns and (text := row[columns["gpus_per_node"]].strip()):
+        try:
+            shape = int(text)
+        except ValueError:
+            shape = 0
+        problem = gang_split_problem(gpus, shape) if shape >= 1 else "not a positive integer"
+        if problem is not None:
+            raise TraceError(path, f"{text!r}: {problem}", line=line, column="gpus_per_node")
+    costs: list[float | None] = []
+    for name in ("save_cost", "restart_cost"):
+        text = row[columns[name]].strip() if name in columns else ""
+        if not text:
+            costs.append(None)
+            continue
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = math.nan
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise TraceError(path, f"{text!r} is not a number of seconds ≥ 0", line=line, column=name)
+        costs.append(seconds)
+    return shape, (costs[0], costs[1])
+
+
 def load_trace(
     path: Path, *, start: datetime | None = None, end: datetime | None = None, priority_from: str | None = None
 ) -> Trace:
@@ -184,6 +221,8 @@ def load_trace(
         i_type = header.index(type_column) if type_column is not None else None
         i_milli = header.index("gpu_milli") if "gpu_milli" in header else None
         i_status = header.index("status") if "status" in header else None
+        extra = ("gpus_per_node", "save_cost", "restart_cost")
+        optional: dict[str, int] = {name: header.index(name) for name in extra if name in header}
         if priority_from is not None and priority_from not in header:
             raise TraceError(
                 path, f"no column {priority_from!r} to take priorities from (columns: {', '.join(header)})"
@@ -282,7 +321,10 @@ def load_trace(
                     raise TraceError(path, "empty, but priorities are taken from it", line=line, column=priority_from)
             team = row[i_vc].strip() or DEFAULT_TEAM
             failed = i_status is not None and row[i_status].strip().lower() in FAILED_STATUSES
-            jobs.append(TraceJob(job_id, submit_time, gpus, duration, team, submitted, gpu_type, label, failed))
+            shape, costs = _shape_and_costs(path, line, row, optional, gpus)
+            jobs.append(
+                TraceJob(job_id, submit_time, gpus, duration, team, submitted, gpu_type, label, failed, shape, *costs)
+            )
 
     jobs.sort(key=lambda job: job.submit_time)
     return Trace(

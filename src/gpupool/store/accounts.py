@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import select
 
 from gpupool.accounting import AttemptRecord, Commit, JobAccount, account
+from gpupool.history import EndedJob
+from gpupool.model import ENDED
 from gpupool.store.base import StoreBase
 from gpupool.store.schema import AttemptRow, CheckpointRow, EventRow, JobRow
 
@@ -45,6 +48,35 @@ class AccountsStore(StoreBase):
             for job, records in self.attempt_records(job_ids=job_ids, since=since)
         ]
 
+    def ended_jobs(
+        self, *, since: float | None = None, team: str | None = None
+    ) -> list[tuple[EndedJob, list[AttemptRecord]]]:
+        """The jobs that ended, submitted at or after `since` (of `team`, or every team's), each
+        with its attempts as the accounting reads them, in the order of their ids."""
+        query = select(
+            JobRow.id,
+            JobRow.team,
+            JobRow.priority,
+            JobRow.gpus,
+            JobRow.gpus_per_node,
+            JobRow.gpu_type,
+            JobRow.user,
+            JobRow.state,
+            JobRow.submit_time,
+            JobRow.preemptions,
+            JobRow.node_losses,
+        ).where(JobRow.state.in_([state.value for state in ENDED]))
+        if since is not None:
+            query = query.where(JobRow.submit_time >= since)
+        if team is not None:
+            query = query.where(JobRow.team == team)
+        with self.reading() as s:
+            jobs = [EndedJob(*row) for row in s.execute(query.order_by(JobRow.id))]
+        # The jobs chosen again by a subquery, not a list of ids: a year of jobs is a few reads.
+        chosen = query.with_only_columns(JobRow.id)
+        records = {job.id: attempts for job, attempts in self._attempt_records(chosen, None)}
+        return [(job, records.get(job.id, [])) for job in jobs]
+
     def attempt_records(
         self, *, job_ids: Sequence[int] | None = None, since: float | None = None
     ) -> list[tuple[AccountedJob, list[AttemptRecord]]]:
@@ -57,7 +89,10 @@ class AccountsStore(StoreBase):
             which = which.where(AttemptRow.job_id.in_(list(job_ids)))
         if since is not None:
             which = which.where((AttemptRow.ended_at.is_(None)) | (AttemptRow.ended_at >= since))
-        chosen = which.distinct()
+        return self._attempt_records(which.distinct(), since)
+
+    def _attempt_records(self, chosen: Any, since: float | None) -> list[tuple[AccountedJob, list[AttemptRecord]]]:
+        """`attempt_records` of the jobs whose ids `chosen` (a subquery) selects."""
         attempts = select(*ATTEMPT_COLUMNS).where(AttemptRow.job_id.in_(chosen))
         if since is not None:
             attempts = attempts.where((AttemptRow.ended_at.is_(None)) | (AttemptRow.ended_at >= since))
