@@ -109,9 +109,39 @@ def _keep(trace: Trace) -> None:
     _worker["trace"] = trace
 
 
-def _run(cell: Cell, spec: ClusterSpec, policy: Policy, settings: Settings) -> dict[str, Any]:
-    spec, settings = configure(cell, spec, settings)
+def _run(spec: ClusterSpec, policy: Policy, settings: Settings) -> dict[str, Any]:
     return replay(_worker["trace"], spec, policy, settings).report
+
+
+Run = tuple[ClusterSpec, Policy, Settings]
+
+
+def replay_all(
+    trace: Trace,
+    runs: Sequence[Run],
+    *,
+    workers: int | None = None,
+    on_done: Callable[[int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """The report of each run of `trace`, in order, `workers` processes at once (every core by
+    default; 1 runs here, in this process). `on_done` is called with the count done so far."""
+    workers = min(workers or os.cpu_count() or 1, len(runs))
+    reports: dict[int, dict[str, Any]] = {}
+    if workers <= 1:
+        _keep(trace)
+        for i, run in enumerate(runs):
+            reports[i] = _run(*run)
+            if on_done is not None:
+                on_done(len(reports))
+    else:
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=_keep, initargs=(trace,)) as pool:
+            futures = {pool.submit(_run, *run): i for i, run in enumerate(runs)}
+            for future in as_completed(futures):
+                reports[futures[future]] = future.result()
+                if on_done is not None:
+                    on_done(len(reports))
+    return [reports[i] for i in range(len(runs))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,29 +161,21 @@ def sweep(
     workers: int | None = None,
     on_done: Callable[[int], None] | None = None,
 ) -> list[SweptRun]:
-    """Replay every cell of the grid under every policy, `workers` processes at once (every
-    core by default; 1 runs here, in this process). Results in grid order, then policy order."""
+    """Replay every cell of the grid under every policy (`replay_all`). Results in grid order,
+    then policy order."""
     cells = grid(axes)
-    for cell in cells:
-        configure(cell, spec, settings)  # a cell that cannot be configured fails before any runs
-    tasks = [(cell, policy) for cell in cells for policy in policies]
-    workers = min(workers or os.cpu_count() or 1, len(tasks))
-    reports: dict[int, dict[str, Any]] = {}
-    if workers <= 1:
-        _keep(trace)
-        for i, (cell, policy) in enumerate(tasks):
-            reports[i] = _run(cell, spec, policy, settings)
-            if on_done is not None:
-                on_done(len(reports))
-    else:
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(workers, mp_context=context, initializer=_keep, initargs=(trace,)) as pool:
-            futures = {pool.submit(_run, cell, spec, policy, settings): i for i, (cell, policy) in enumerate(tasks)}
-            for future in as_completed(futures):
-                reports[futures[future]] = future.result()
-                if on_done is not None:
-                    on_done(len(reports))
-    return [SweptRun({name: text for name, text, _ in cell}, reports[i]) for i, (cell, _) in enumerate(tasks)]
+    # A cell that cannot be configured fails before any runs.
+    configured = [configure(cell, spec, settings) for cell in cells]
+    tasks = [
+        (cell, (cell_spec, policy, cell_settings))
+        for cell, (cell_spec, cell_settings) in zip(cells, configured, strict=True)
+        for policy in policies
+    ]
+    reports = replay_all(trace, [run for _, run in tasks], workers=workers, on_done=on_done)
+    return [
+        SweptRun({name: text for name, text, _ in cell}, report)
+        for (cell, _), report in zip(tasks, reports, strict=True)
+    ]
 
 
 def as_json(runs: Sequence[SweptRun]) -> list[Mapping[str, Any]]:
