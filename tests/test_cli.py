@@ -200,9 +200,14 @@ def test_simulate_makes_its_output_folders_and_refuses_an_unwritable_one_before_
 
 def simulate_at_80_columns(*args: str) -> list[str]:
     """`gpupool simulate ARGS` piped at 80 columns: its lines, each checked to fit uncut."""
+    return at_80_columns("simulate", *args)
+
+
+def at_80_columns(*args: str) -> list[str]:
+    """`gpupool ARGS` piped at 80 columns: its lines, each checked to fit uncut."""
     env = {**os.environ, "COLUMNS": "80"}
     done = subprocess.run(
-        [sys.executable, "-m", "gpupool", "simulate", *args],
+        [sys.executable, "-m", "gpupool", *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -253,6 +258,23 @@ def test_failed_jobs_of_a_trace_with_node_failures_read_at_80_columns(traces_dir
     assert any(line.split("┃")[-4:-1] == [" nodes ", " failed ", "   Y/D "] for line in lines)
     reports = json.loads(out.read_text())
     assert all(r["trace_failed_jobs"] == 1869 and r["lost_gpu_hours_by_cause"]["failure"] > 0 for r in reports)
+
+
+def test_advise_reads_at_80_columns_and_writes_yaml_the_config_reads(traces_dir: Path, tmp_path: Path) -> None:
+    trace = str(traces_dir / "tiresias-sample" / "jobs.csv")
+    out = tmp_path / "advice" / "advice.yaml"
+    args = ["--trace", trace, "--nodes", "2", "--target", "high.wait.p95<=5m", "--workers", "1", "-o", str(out)]
+    lines = at_80_columns("advise", *args)
+    assert any("Checkpoint interval per class" in line for line in lines)
+    assert any(line.startswith("│ high.wait.p95<=5m") for line in lines)
+    from gpupool.config import load
+
+    assert load(out).team("default").budgets  # the snippet is a configuration file as it is
+    refused = runner.invoke(app, ["advise", "--trace", trace, "--nodes", "2", "--target", "high.wait<=5m"])
+    assert refused.exit_code == 2
+    assert "expected CLASS.MEASURE.STAT<=DURATION" in refused.output
+    refused = runner.invoke(app, ["advise", "--trace", trace, "--nodes", "2", "--policy", "pool-fifo"])
+    assert refused.exit_code == 2 and "use pool-priority or pool-fair" in refused.output
 
 
 def test_a_sweep_reads_at_80_columns_and_writes_its_cells(traces_dir: Path, tmp_path: Path) -> None:

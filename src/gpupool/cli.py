@@ -12,10 +12,12 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from gpupool.cli_advise import advise_command
 from gpupool.cli_common import HELP, console, errors, prepare_output
 from gpupool.cli_replay import (
     CheckpointIntervalOption,
     ConfigFileOption,
+    FromOption,
     GpusPerNodeOption,
     MachinesOption,
     NodesOption,
@@ -25,6 +27,7 @@ from gpupool.cli_replay import (
     RestartCostOption,
     SaveCostOption,
     ScaleOption,
+    ToOption,
     TraceOption,
     UsageError,
     VcSizesOption,
@@ -74,8 +77,8 @@ def simulate(
     machines: MachinesOption = None,
     gpus_per_node: GpusPerNodeOption = 8,
     scale: ScaleOption = 1.0,
-    start: Annotated[str | None, typer.Option("--from", help="Keep jobs submitted from this date.")] = None,
-    end: Annotated[str | None, typer.Option("--to", help="Keep jobs submitted before this date.")] = None,
+    start: FromOption = None,
+    end: ToOption = None,
     policy: Annotated[
         str | None, typer.Option(help="One policy: partitioned, pool-fifo, pool-priority, pool-fair.")
     ] = None,
@@ -293,6 +296,7 @@ def demo(
 
 
 register(app)
+app.command("advise", context_settings=HELP)(advise_command)
 
 
 def main() -> None:

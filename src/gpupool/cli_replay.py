@@ -47,6 +47,8 @@ SaveCostOption = Annotated[
 RestartCostOption = Annotated[
     str | None, typer.Option(help="Resumed attempt's time to its first step [the trace's, else 60s].")
 ]
+FromOption = Annotated[str | None, typer.Option("--from", help="Keep jobs submitted from this date.")]
+ToOption = Annotated[str | None, typer.Option("--to", help="Keep jobs submitted before this date.")]
 ConfigFileOption = Annotated[
     Path | None, typer.Option("--config", help="YAML with priority classes and policy options.")
 ]
