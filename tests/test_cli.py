@@ -277,6 +277,22 @@ def test_advise_reads_at_80_columns_and_writes_yaml_the_config_reads(traces_dir:
     assert refused.exit_code == 2 and "use pool-priority or pool-fair" in refused.output
 
 
+def test_a_sweep_of_node_failures_takes_their_repair_time_and_says_what_it_skipped(
+    traces_dir: Path, tmp_path: Path
+) -> None:
+    openb = traces_dir / "alibaba-openb-2023"
+    out = tmp_path / "sweep.json"
+    args = ["--trace", str(openb / "jobs.csv"), "--nodes", "8", "--policy", "pool-fifo", "--workers", "1"]
+    args += ["--sweep", "node-mtbf=2d,8d", "--node-repair", "1d", "--json", str(out)]
+    lines = simulate_at_80_columns(*args)
+    first = " ".join(" ".join(lines).split())
+    assert "1,949 without GPUs or run time skipped" in first and "; 2 runs" in first
+    reports = json.loads(out.read_text())
+    assert [r["parameters"]["node-mtbf"] for r in reports] == ["2d", "8d"]
+    # A repair of a day: the GPU-hours out exceed those that a 4-hour repair would give.
+    assert reports[0]["node_down_gpu_hours"] >= 8 * 24 * reports[0]["node_failures"] * 0.5
+
+
 def test_a_sweep_reads_at_80_columns_and_writes_its_cells(traces_dir: Path, tmp_path: Path) -> None:
     trace = str(traces_dir / "tiresias-sample" / "jobs.csv")
     out, plots = tmp_path / "sweep.json", tmp_path / "plots"

@@ -27,6 +27,7 @@ from gpupool.cli_replay import (
     RestartCostOption,
     SaveCostOption,
     ScaleOption,
+    TeamFromOption,
     ToOption,
     TraceOption,
     UsageError,
@@ -87,6 +88,7 @@ def simulate(
     priority_mix: PriorityMixOption = None,
     priority_from: PriorityFromOption = None,
     priority_map: PriorityMapOption = None,
+    team_from: TeamFromOption = None,
     checkpoint_interval: CheckpointIntervalOption = "30m",
     save_cost: SaveCostOption = None,
     restart_cost: RestartCostOption = None,
@@ -141,6 +143,9 @@ def simulate(
             (priority_mix, priority_from, priority_map),
             (checkpoint_interval, save_cost, restart_cost),
         )
+        axes = parse_axes(sweeps or ())
+        if workers is not None and (workers < 1 or not axes):
+            raise UsageError("--workers N (N ≥ 1) goes with --sweep")
         try:
             mode = QueueMode(queue)
         except ValueError:
@@ -154,7 +159,7 @@ def simulate(
             ),
             fair_share=choice(FairShare, fair_share, "--fair-share", config.fair_share),
             seniority_after=seniority_option(seniority_after, config.seniority_after),
-            failures=failures_option(node_mtbf, node_repair, failure_times, seed),
+            failures=failures_option(node_mtbf or swept_mtbf(sweeps), node_repair, failure_times, seed),
             trace_failures=trace_failures,
             placement=rule,
             topology=topology,
@@ -176,10 +181,7 @@ def simulate(
             prepare_output(json_file, "--json")
         if plots is not None:
             prepare_output(plots, "--plots", folder=True)
-        axes = parse_axes(sweeps or ())
-        if workers is not None and (workers < 1 or not axes):
-            raise UsageError("--workers N (N ≥ 1) goes with --sweep")
-        loaded = load_trace(trace, start=window[0], end=window[1], priority_from=priority_from)
+        loaded = load_trace(trace, start=window[0], end=window[1], priority_from=priority_from, team_from=team_from)
         if axes:
             swept = sweep_with_progress(loaded, spec, chosen, settings, axes, workers)
         else:
@@ -187,7 +189,7 @@ def simulate(
     except (TraceError, ConfigError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     if axes:
-        console.print(f"[bold]{trace}[/]: {len(loaded.jobs):,} jobs, {len(swept):,} runs" + missing_types(loaded, spec))
+        console.print(trace_line(trace, loaded, spec, trace_failures) + f"; {len(swept):,} runs")
         console.print(sweep_table(swept, [a.name for a in axes]))
         if json_file is not None:
             write_json(swept, json_file)
@@ -199,16 +201,10 @@ def simulate(
             console.print(f"Plots: {', '.join(str(p) for p in written)}")
         return
 
-    skipped = loaded.zero_gpu_jobs + loaded.no_duration
     pool_gpus = runs[0].report["gpus"] if runs else 0
     larger = sum(job.gpus > pool_gpus for job in loaded.jobs)
     console.print(
-        f"[bold]{trace}[/]: {len(loaded.jobs):,} jobs"
-        + (f" ({loaded.outside_window:,} outside the window)" if loaded.outside_window else "")
-        + (f", {skipped:,} without GPUs or run time skipped" if skipped else "")
-        + (f", {loaded.fractional:,} fractional GPU requests take whole GPUs" if loaded.fractional else "")
-        + (f", {loaded.failed:,} failed in the trace" if loaded.failed and trace_failures else "")
-        + missing_types(loaded, spec)
+        trace_line(trace, loaded, spec, trace_failures)
         + (
             f", {larger:,} larger than the pool ({pool_gpus:,} GPUs) never {'fits' if larger == 1 else 'fit'}"
             if larger
@@ -237,6 +233,29 @@ def replay_with_progress(trace: Trace, spec: ClusterSpec, policies: list[Policy]
     with Progress(*columns, console=errors, transient=True) as progress:
         tasks = {p: progress.add_task(f"replaying {p.value}", total=len(trace.jobs)) for p in policies}
         return compare(trace, spec, policies, settings, lambda p, done: progress.update(tasks[p], completed=done))
+
+
+def swept_mtbf(sweeps: list[str] | None) -> str | None:
+    """The first value of `--sweep node-mtbf=…`, which stands for --node-mtbf: its cells set
+    the time between failures, --node-repair and the rest shape them."""
+    for text in sweeps or ():
+        name, _, values = text.partition("=")
+        if name.strip() == "node-mtbf" and values.strip():
+            return values.split(",")[0].strip()
+    return None
+
+
+def trace_line(path: Path, loaded: Trace, spec: ClusterSpec, trace_failures: bool) -> str:
+    """The first line of the output: the jobs read, and those skipped or changed, and why."""
+    skipped = loaded.zero_gpu_jobs + loaded.no_duration
+    return (
+        f"[bold]{path}[/]: {len(loaded.jobs):,} jobs"
+        + (f" ({loaded.outside_window:,} outside the window)" if loaded.outside_window else "")
+        + (f", {skipped:,} without GPUs or run time skipped" if skipped else "")
+        + (f", {loaded.fractional:,} fractional GPU requests take whole GPUs" if loaded.fractional else "")
+        + (f", {loaded.failed:,} failed in the trace" if loaded.failed and trace_failures else "")
+        + missing_types(loaded, spec)
+    )
 
 
 def missing_types(trace: Trace, spec: ClusterSpec) -> str:

@@ -23,6 +23,7 @@ from gpupool.cli_replay import (
     RestartCostOption,
     SaveCostOption,
     ScaleOption,
+    TeamFromOption,
     ToOption,
     TraceOption,
     UsageError,
@@ -51,6 +52,7 @@ def advise_command(
     priority_mix: PriorityMixOption = None,
     priority_from: PriorityFromOption = None,
     priority_map: PriorityMapOption = None,
+    team_from: TeamFromOption = None,
     checkpoint_interval: CheckpointIntervalOption = "30m",
     save_cost: SaveCostOption = None,
     restart_cost: RestartCostOption = None,
@@ -92,6 +94,7 @@ def advise_command(
             start=parse_when(start, "--from") if start else None,
             end=parse_when(end, "--to") if end else None,
             priority_from=priority_from,
+            team_from=team_from,
         )
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=errors, transient=True) as progress:

@@ -37,6 +37,9 @@ PriorityFromOption = Annotated[
     str | None,
     typer.Option(help="Trace column of each job's class: qos with --priority-map, or class as export writes it."),
 ]
+TeamFromOption = Annotated[
+    str | None, typer.Option(help="Trace column of each job's team instead of vc, e.g. qos (to partition by it).")
+]
 PriorityMapOption = Annotated[
     str | None, typer.Option(help="With --priority-from: e.g. LS=high,Burstable=normal,BE=low")
 ]

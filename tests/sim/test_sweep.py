@@ -65,6 +65,7 @@ def test_a_grid_goes_first_axis_slowest() -> None:
         (["scale"], "expected name=value"),
         (["scale=0.1,"], "an empty value"),
         (["scale=0.1,0.1"], "a value is given twice"),
+        (["checkpoint-interval=1h,60m"], "1h and 60m are the same value"),
         (["scale=0"], "must be a finite number > 0"),
         (["scale=lots"], "could not convert|not a"),
         (["save-cost=soon"], "save-cost=soon"),

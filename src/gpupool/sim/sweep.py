@@ -50,7 +50,7 @@ def parse_axis(text: str) -> Axis:
         raise ValueError(f"--sweep {text!r}: an empty value")
     if len(set(texts)) != len(texts):
         raise ValueError(f"--sweep {text!r}: a value is given twice")
-    values = []
+    values: list[float] = []
     for value in texts:
         try:
             number = float(value) if name == "scale" else parse_duration(value)
@@ -58,6 +58,8 @@ def parse_axis(text: str) -> Axis:
             raise ValueError(f"--sweep {name}={value}: {exc}") from None
         if not (number > 0 and number != float("inf")):
             raise ValueError(f"--sweep {name}={value}: must be a finite number > 0")
+        if number in values:
+            raise ValueError(f"--sweep {text!r}: {texts[values.index(number)]} and {value} are the same value")
         values.append(number)
     return Axis(name, texts, tuple(values))
 

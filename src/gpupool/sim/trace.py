@@ -189,13 +189,19 @@ def _shape_and_costs(
 
 
 def load_trace(
-    path: Path, *, start: datetime | None = None, end: datetime | None = None, priority_from: str | None = None
+    path: Path,
+    *,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    priority_from: str | None = None,
+    team_from: str | None = None,
 ) -> Trace:
     """Read and validate a normalised trace; keep the jobs with GPUs submitted in [start, end).
 
     Every row is validated, also rows that are then skipped. A window (`start` and/or `end`, naive
     datetimes) needs a `submit_datetime` column with a value on every row. `priority_from` names a
-    column every job must have a value in (its `label`). A `gpu_type` or `gpu_spec` column gives
+    column every job must have a value in (its `label`); `team_from` one that gives each job's
+    team instead of `vc` (to partition by it). A `gpu_type` or `gpu_spec` column gives
     the GPU type a job needs (one; empty for any), and a `gpu_milli` below 1000 a fractional GPU,
     rounded up and counted; a `status` in `FAILED_STATUSES` marks a job that failed. Raises
     TraceError naming the file, line and column of the first problem, ValueError for a bad
@@ -228,6 +234,9 @@ def load_trace(
                 path, f"no column {priority_from!r} to take priorities from (columns: {', '.join(header)})"
             )
         i_label = header.index(priority_from) if priority_from is not None else None
+        if team_from is not None and team_from not in header:
+            raise TraceError(path, f"no column {team_from!r} to take teams from (columns: {', '.join(header)})")
+        i_team = header.index(team_from) if team_from is not None else i_vc
         if windowed and i_dt is None:
             raise TraceError(path, "a window was asked but the trace has no submit_datetime column")
         isfinite = math.isfinite
@@ -319,7 +328,10 @@ def load_trace(
                 label = row[i_label].strip()
                 if not label:
                     raise TraceError(path, "empty, but priorities are taken from it", line=line, column=priority_from)
-            team = row[i_vc].strip() or DEFAULT_TEAM
+            team = row[i_team].strip()
+            if not team and team_from is not None:
+                raise TraceError(path, "empty, but teams are taken from it", line=line, column=team_from)
+            team = team or DEFAULT_TEAM
             failed = i_status is not None and row[i_status].strip().lower() in FAILED_STATUSES
             shape, costs = _shape_and_costs(path, line, row, optional, gpus)
             jobs.append(
