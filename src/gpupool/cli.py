@@ -24,6 +24,7 @@ from gpupool.cli_replay import (
     PriorityFromOption,
     PriorityMapOption,
     PriorityMixOption,
+    RayOption,
     RestartCostOption,
     SaveCostOption,
     ScaleOption,
@@ -128,6 +129,7 @@ def simulate(
         ),
     ] = None,
     workers: Annotated[int | None, typer.Option(help="With --sweep: processes at once [every core].")] = None,
+    ray: RayOption = None,
     json_file: Annotated[Path | None, typer.Option("--json", help="Write the reports as JSON.")] = None,
     plots: Annotated[Path | None, typer.Option(help="Write PNG plots into this folder.")] = None,
 ) -> None:
@@ -146,6 +148,8 @@ def simulate(
         axes = parse_axes(sweeps or ())
         if workers is not None and (workers < 1 or not axes):
             raise UsageError("--workers N (N ≥ 1) goes with --sweep")
+        if ray is not None and (not axes or workers is not None):
+            raise UsageError("--ray ADDRESS goes with --sweep, instead of --workers")
         try:
             mode = QueueMode(queue)
         except ValueError:
@@ -183,7 +187,7 @@ def simulate(
             prepare_output(plots, "--plots", folder=True)
         loaded = load_trace(trace, start=window[0], end=window[1], priority_from=priority_from, team_from=team_from)
         if axes:
-            swept = sweep_with_progress(loaded, spec, chosen, settings, axes, workers)
+            swept = sweep_with_progress(loaded, spec, chosen, settings, axes, workers, ray)
         else:
             runs = replay_with_progress(loaded, spec, chosen, settings)
     except (TraceError, ConfigError, ValueError) as exc:
@@ -275,6 +279,7 @@ def sweep_with_progress(
     settings: Settings,
     axes: Sequence[Axis],
     workers: int | None,
+    ray_address: str | None,
 ) -> list[Mapping[str, Any]]:
     from gpupool.sim.sweep import as_json, grid, sweep
 
@@ -283,7 +288,14 @@ def sweep_with_progress(
     with Progress(*columns, console=errors, transient=True) as progress:
         task = progress.add_task("replaying the grid", total=total)
         done = sweep(
-            trace, spec, policies, settings, axes, workers=workers, on_done=lambda n: progress.update(task, completed=n)
+            trace,
+            spec,
+            policies,
+            settings,
+            axes,
+            workers=workers,
+            on_done=lambda n: progress.update(task, completed=n),
+            ray_address=ray_address,
         )
     return as_json(done)
 

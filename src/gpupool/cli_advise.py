@@ -20,6 +20,7 @@ from gpupool.cli_replay import (
     PriorityFromOption,
     PriorityMapOption,
     PriorityMixOption,
+    RayOption,
     RestartCostOption,
     SaveCostOption,
     ScaleOption,
@@ -65,6 +66,7 @@ def advise_command(
     budget_window: Annotated[str, typer.Option(help="The window of the budgets it advises.")] = "7d",
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the YAML snippet here.")] = None,
     workers: Annotated[int | None, typer.Option(help="Replays at once [every core].")] = None,
+    ray: RayOption = None,
 ) -> None:
     """Advise, from a trace (your own: gpupool export), each class's checkpoint interval
     (Young/Daly, checked by replays) and, for --target, the smallest priority budgets that
@@ -87,6 +89,8 @@ def advise_command(
             raise UsageError(f"--budget-window {budget_window!r}: must be > 0")
         if workers is not None and workers < 1:
             raise UsageError("--workers N: N ≥ 1")
+        if workers is not None and ray is not None:
+            raise UsageError("give --workers or --ray, not both")
         if output is not None:
             prepare_output(output, "--output")
         loaded = load_trace(

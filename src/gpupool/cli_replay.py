@@ -52,6 +52,12 @@ RestartCostOption = Annotated[
 ]
 FromOption = Annotated[str | None, typer.Option("--from", help="Keep jobs submitted from this date.")]
 ToOption = Annotated[str | None, typer.Option("--to", help="Keep jobs submitted before this date.")]
+RayOption = Annotated[
+    str | None,
+    typer.Option(
+        "--ray", help="Run the replays as tasks of this Ray cluster (host:port, or auto).", show_default=False
+    ),
+]
 ConfigFileOption = Annotated[
     Path | None, typer.Option("--config", help="YAML with priority classes and policy options.")
 ]

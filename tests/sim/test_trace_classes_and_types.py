@@ -138,3 +138,15 @@ def test_scaling_machines_up_repeats_them_and_a_team_left_without_gpus_is_refuse
         scale_machines(machines, 10_000.0)
     with pytest.raises(ValueError, match=r"leave team\(s\) y, z without a GPU"):
         cluster_from_machines((("A", 8), ("B", 8), ("C", 8)), {"x": 0.4, "y": 0.35, "z": 0.25}, dedicated=True)
+
+
+def test_teams_can_come_from_another_column_to_partition_by_it(tmp_path: Path) -> None:
+    path = write(tmp_path, "a,0,1,,60,nlp,LS,\nb,1,1,,60,nlp,BE,\n")
+    trace = load_trace(path, team_from="qos")
+    assert [(j.job_id, j.team) for j in trace.jobs] == [("a", "LS"), ("b", "BE")]
+    cluster = ClusterSpec(nodes=2, gpus_per_node=4).build(trace, dedicated=True)
+    assert sorted(cluster.team_gpus) == ["BE", "LS"]
+    with pytest.raises(TraceError, match="no column 'tier' to take teams from"):
+        load_trace(path, team_from="tier")
+    with pytest.raises(TraceError, match="line 3, column qos: empty, but teams are taken from it"):
+        load_trace(write(tmp_path, "a,0,1,,60,nlp,LS,\nb,1,1,,60,nlp,,\n"), team_from="qos")

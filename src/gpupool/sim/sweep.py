@@ -124,9 +124,15 @@ def replay_all(
     *,
     workers: int | None = None,
     on_done: Callable[[int], None] | None = None,
+    ray_address: str | None = None,
 ) -> list[dict[str, Any]]:
     """The report of each run of `trace`, in order, `workers` processes at once (every core by
-    default; 1 runs here, in this process). `on_done` is called with the count done so far."""
+    default; 1 runs here, in this process), or as tasks of the Ray cluster at `ray_address`.
+    `on_done` is called with the count done so far."""
+    if ray_address is not None:
+        from gpupool.sim.on_ray import replay_on_ray
+
+        return replay_on_ray(trace, runs, ray_address, on_done)
     workers = min(workers or os.cpu_count() or 1, len(runs))
     reports: dict[int, dict[str, Any]] = {}
     if workers <= 1:
@@ -162,6 +168,7 @@ def sweep(
     *,
     workers: int | None = None,
     on_done: Callable[[int], None] | None = None,
+    ray_address: str | None = None,
 ) -> list[SweptRun]:
     """Replay every cell of the grid under every policy (`replay_all`). Results in grid order,
     then policy order."""
@@ -173,7 +180,7 @@ def sweep(
         for cell, (cell_spec, cell_settings) in zip(cells, configured, strict=True)
         for policy in policies
     ]
-    reports = replay_all(trace, [run for _, run in tasks], workers=workers, on_done=on_done)
+    reports = replay_all(trace, [run for _, run in tasks], workers=workers, on_done=on_done, ray_address=ray_address)
     return [
         SweptRun({name: text for name, text, _ in cell}, report)
         for (cell, _), report in zip(tasks, reports, strict=True)
