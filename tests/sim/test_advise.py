@@ -119,3 +119,28 @@ def test_the_smallest_budget_that_meets_the_targets_and_yaml_the_config_reads(tm
     assert none.budget is not None and none.budget.share is None
     assert not any(none.budget.tried.values())
     assert "no budget meets the targets" in advice_yaml(none, "jobs.csv")
+
+
+def test_choices_that_lose_more_together_give_way_to_the_best_joint_replay(tmp_path: Path) -> None:
+    trace = contended(tmp_path)
+    settings = Settings(MODEL, priority_map={c: c for c in CLASSES})
+    spec = ClusterSpec(nodes=2, gpus_per_node=4)
+    measured = replay(trace, spec, Policy.POOL_PRIORITY, settings).report
+    calls: list[int] = []
+
+    def lost(report: dict[str, Any], low: float, total: float) -> dict[str, Any]:
+        by_priority = {**report["by_priority"]}
+        by_priority["low"] = {**by_priority["low"], "lost_gpu_hours": {"total": low}}
+        return {**report, "by_priority": by_priority, "lost_gpu_hours": {**report["lost_gpu_hours"], "total": total}}
+
+    def crafted(runs: Any) -> list[dict[str, Any]]:
+        calls.append(len(runs))
+        if len(runs) == len(INTERVAL_FACTORS):  # the candidates: ½ × Young/Daly loses least
+            return [lost(measured, 0.001 * k, 0.001 * k) for k in (1, 2, 3)]
+        return [lost(measured, 0.0, 99.0)]  # together, the choices lose more than any candidate
+
+    advice = advise(trace, spec, Policy.POOL_PRIORITY, settings, [], 7 * 86400.0, crafted)
+    assert calls == [3, 1]
+    low = next(i for i in advice.intervals if i.cls == "low")
+    assert low.young_daly is not None and low.chosen == pytest.approx(0.5 * low.young_daly)
+    assert advice.after["lost_gpu_hours"]["total"] == 0.001

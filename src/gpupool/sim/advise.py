@@ -5,7 +5,9 @@ and the smallest priority budgets that still meet the lab's targets, each found 
    interruptions (preemptions and lost nodes) and its save cost δ; Young/Daly gives √(2·δ·M).
 2. Replays with every class at ½, 1 and 2 times its Young/Daly interval check it: each class
    takes, of those and its current interval, the one its replay lost least work with. A last
-   replay with the chosen intervals gives the figures shown.
+   replay with the chosen intervals gives the figures shown; if it lost more work in all than
+   one of the replays before (the classes share the pool, so their choices interact), that
+   replay's intervals are advised instead.
 3. With targets (`high.wait.p95<=5m`), replays give the targets' classes budgets of a share of
    each team's demand at that class per window (`BUDGET_SHARES`), with the chosen intervals:
    the smallest share that meets every target is advised. A budget demotes a team's jobs past
@@ -144,6 +146,14 @@ def advise(
         chosen_intervals[c] = min(options, key=lambda option: _lost(option[1], c))[0]
     tuned = _with_intervals(settings, chosen_intervals)
     after = run([(spec, policy, tuned)])[0] if chosen_intervals else measured.report
+    # Classes share the pool: choices made one class at a time may lose more together than one
+    # of the candidates did for all. Then the best of those (or the intervals as they are) wins.
+    joint = [(settings.model.interval, measured.report)]
+    joint += [(candidate.model.interval, r) for candidate, r in zip(candidates, reports, strict=True)]
+    best_interval, best = min(joint, key=lambda option: _total_lost(option[1]))
+    if chosen_intervals and _total_lost(after) > _total_lost(best):
+        chosen_intervals = {c: best_interval.get(c, settings.model.default_interval) for c in checked}
+        tuned, after = _with_intervals(settings, chosen_intervals), best
     advice = [
         IntervalAdvice(
             c,
@@ -181,6 +191,10 @@ def _with_intervals(settings: Settings, intervals: Mapping[str, float]) -> Setti
 def _lost(report: Mapping[str, Any], cls: str) -> float:
     group = report["by_priority"].get(cls)
     return float(group["lost_gpu_hours"]["total"]) if group is not None else 0.0
+
+
+def _total_lost(report: Mapping[str, Any]) -> float:
+    return float(report["lost_gpu_hours"]["total"])
 
 
 def _budgets(
