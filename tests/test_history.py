@@ -54,6 +54,15 @@ def test_a_job_s_work_wait_and_costs_come_from_its_attempts() -> None:
     assert h.restart_cost == pytest.approx(3.0)
 
 
+def test_a_failed_job_runs_as_long_as_it_ran_before_it_failed() -> None:
+    # 1,000 s on 2 GPUs, a commit at 300 s: the 800 s after it are lost with the failure, but
+    # the job ran them, and the replay fails it at their end.
+    attempt = AttemptRecord(0, 2, T0, T0 + 1000, T0 + 15, commits=(Commit(T0 + 300, 3, 0.0),), outcome="failed")
+    failed = history_job(ended(state="failed"), [attempt])
+    succeeded = history_job(ended(state="succeeded"), [replace(attempt, outcome="succeeded")])
+    assert failed.duration == succeeded.duration == pytest.approx(985.0)
+
+
 def test_a_job_that_never_held_gpus_has_no_run_time() -> None:
     assert history_job(ended(state="cancelled"), []) == HistoryJob(ended(state="cancelled"), None, None, None, None)
 
@@ -99,6 +108,8 @@ def test_the_history_reads_back_as_a_trace_with_classes_shapes_costs_and_failure
         ("a,0,4,60,,0,,", "column gpus_per_node: '0': not a positive integer"),
         ("a,0,4,60,,,-1,", "column save_cost: '-1' is not a number of seconds ≥ 0"),
         ("a,0,4,60,,,,soon", "column restart_cost: 'soon' is not a number of seconds ≥ 0"),
+        ("a,0,0,60,,abc,,", "column gpus_per_node: 'abc'"),  # a row then skipped is checked too
+        ("a,0,1,,,,-5,", "column save_cost: '-5'"),
     ],
 )
 def test_bad_shapes_and_costs_name_their_line_and_column(tmp_path: Path, row: str, message: str) -> None:
@@ -123,3 +134,5 @@ def test_a_replay_uses_each_job_s_own_costs_unless_told_otherwise(tmp_path: Path
     assert own["preemptions"] == model["preemptions"] == 1
     assert own["lost_gpu_hours"]["restart"] == pytest.approx(2 * 600 / 3600, abs=1e-6)
     assert model["lost_gpu_hours"]["restart"] == pytest.approx(2 * 60 / 3600, abs=1e-6)
+    # Young/Daly with the jobs' own save cost (5 s), not the model's (30 s).
+    assert own["young_daly_interval"] / model["young_daly_interval"] == pytest.approx((5 / 30) ** 0.5, rel=0.05)

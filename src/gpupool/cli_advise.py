@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -106,7 +107,8 @@ def advise_command(
 
             def run(runs: Any) -> list[dict[str, Any]]:
                 progress.update(task, total=len(runs), completed=0)
-                return replay_all(loaded, runs, workers=workers, on_done=lambda n: progress.update(task, completed=n))
+                done = partial(progress.update, task)
+                return replay_all(loaded, runs, workers=workers, on_done=lambda n: done(completed=n), ray_address=ray)
 
             advice = advise(loaded, spec, Policy(policy), settings, wanted, window, run)
     except (TraceError, ConfigError, ValueError) as exc:
@@ -130,9 +132,10 @@ def _interval(seconds: float | None) -> str:
 
 
 def intervals_table(advice: Advice) -> Table:
-    table = Table(title="Checkpoint interval per class", caption="lost: wasted + drain + restart GPU-h in the replay")
+    caption = "overhead: GPU-h allocated beyond the work (lost work, saves) in the replay"
+    table = Table(title="Checkpoint interval per class", caption=caption)
     table.add_column("class", no_wrap=True)
-    for header in ("now", "Young/Daly", "advised", "lost now", "lost advised"):
+    for header in ("now", "Young/Daly", "advised", "overhead now", "advised"):
         table.add_column(header, justify="right", no_wrap=True)
     for i in advice.intervals:
         table.add_row(
@@ -140,8 +143,8 @@ def intervals_table(advice: Advice) -> Table:
             _interval(i.current),
             _interval(i.young_daly),
             _interval(i.chosen),
-            f"{i.lost_before:,.1f}",
-            f"{i.lost_after:,.1f}",
+            f"{i.overhead_before:,.1f}",
+            f"{i.overhead_after:,.1f}",
         )
     return table
 
@@ -177,7 +180,7 @@ def budget_lines(advice: Advice) -> str:
 
 def changes_table(before: Any, after: Any) -> Table:
     """What the budgets change for every class: p95 wait and lost GPU-hours."""
-    table = Table(title="What the budgets change", caption="before: advised intervals, no budgets")
+    table = Table(title="What the budgets change", caption="before: advised intervals, the configured budgets")
     table.add_column("class", no_wrap=True)
     for header in ("p95 wait before", "after", "lost before", "after"):
         table.add_column(header, justify="right", no_wrap=True)

@@ -175,12 +175,17 @@ class Client:
     def history(self, since: float | None = None) -> str:
         """The ended jobs as CSV (`gpupool.history`)."""
         params = {"since": since} if since is not None else {}
-        return self.send("GET", "/history", params=params).text
+        # A year of jobs is one long answer: more time than an ordinary request's.
+        return self.send("GET", "/history", params=params, timeout=HISTORY_TIMEOUT).text
 
     def report(self, since: float | None = None) -> dict[str, Any]:
         params = {"since": since} if since is not None else {}
         report: dict[str, Any] = self.request("GET", "/report", params=params)
         return report
+
+
+HISTORY_TIMEOUT = 300.0
+"""Seconds `Client.history` waits for its answer."""
 
 
 def checked(response: httpx.Response) -> httpx.Response:

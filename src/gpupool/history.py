@@ -6,7 +6,8 @@ hands it the jobs and their attempt records.
 
 A row's `duration` is the work the job did: its productive GPU time over its attempts divided
 by its GPUs (start-ups, saves, drains and work done again left out, as the simulator adds its
-own); of a job that never reports its progress, its attempts' whole time. `submit_time` counts
+own), with, for a failed job, the work its failure lost (the replay fails it at the end of
+it); of a job that never reports its progress, its attempts' whole time. `submit_time` counts
 seconds from the first exported job's submission; `submit_datetime` is UTC.
 """
 
@@ -82,6 +83,9 @@ def history_job(job: EndedJob, attempts: Sequence[AttemptRecord]) -> HistoryJob:
     end = max(a.released_at or a.allocated_at for a in ordered)
     costs = account(job.id, job.team, job.priority, ordered, end).attempts
     duration = sum(c.productive + c.unreported for c in costs) / job.gpus
+    if job.state == "failed":
+        # The work since its last commit is lost, but it ran: the replay fails it at the end.
+        duration += costs[-1].wasted / job.gpus
     wait, since = 0.0, job.submit_time
     for a in ordered:
         wait += max(0.0, a.allocated_at - since)

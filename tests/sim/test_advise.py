@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from gpupool.config import parse
-from gpupool.model import DEFAULT_CLASSES
+from gpupool.model import DEFAULT_CLASSES, PriorityBudget
 from gpupool.sim.advise import (
     BUDGET_SHARES,
     INTERVAL_FACTORS,
@@ -74,23 +74,25 @@ def here(trace: Trace) -> Runner:
     return run
 
 
-def test_each_class_gets_the_interval_its_replays_lost_least_with(tmp_path: Path) -> None:
+def test_each_class_gets_the_interval_its_replays_spent_least_overhead_with(tmp_path: Path) -> None:
     trace = contended(tmp_path)
     settings = Settings(MODEL, priority_map={c: c for c in CLASSES})
     spec = ClusterSpec(nodes=2, gpus_per_node=4)
     advice = advise(trace, spec, Policy.POOL_PRIORITY, settings, [], 7 * 86400.0, here(trace))
     low = next(i for i in advice.intervals if i.cls == "low")
     assert low.young_daly is not None and low.young_daly > 0
-    # The choice is the one of now, ½, 1 and 2 × Young/Daly whose replay lost least for low.
+    # The choice is the one of now, ½, 1 and 2 × Young/Daly whose replay spent least beyond
+    # low's work: lost work and saves (GPU-h allocated less the work done).
     options = {1800.0: advice.before}
     for k in INTERVAL_FACTORS:
         model = JobModel({"low": k * low.young_daly}, 1800.0, 30.0, 60.0)
         options[k * low.young_daly] = replay(
             trace, spec, Policy.POOL_PRIORITY, Settings(model, priority_map=settings.priority_map)
         ).report
-    lost = {interval: r["by_priority"]["low"]["lost_gpu_hours"]["total"] for interval, r in options.items()}
-    assert lost[low.chosen] == min(lost.values())
-    assert low.lost_after <= low.lost_before
+    low_of = {interval: r["by_priority"]["low"] for interval, r in options.items()}
+    overhead = {interval: g["gpu_hours"] / g["goodput"] - g["gpu_hours"] for interval, g in low_of.items()}
+    assert overhead[low.chosen] == min(overhead.values())
+    assert low.overhead_after <= low.overhead_before
     high = next(i for i in advice.intervals if i.cls == "high")
     assert high.young_daly is None and high.chosen == high.current  # never interrupted
     assert advice.budget is None
@@ -128,19 +130,43 @@ def test_choices_that_lose_more_together_give_way_to_the_best_joint_replay(tmp_p
     measured = replay(trace, spec, Policy.POOL_PRIORITY, settings).report
     calls: list[int] = []
 
-    def lost(report: dict[str, Any], low: float, total: float) -> dict[str, Any]:
+    def overheads(report: dict[str, Any], low: float, high: float) -> dict[str, Any]:
+        """The report with low's and high's overhead (GPU-h beyond 1 GPU-h of work) set."""
         by_priority = {**report["by_priority"]}
-        by_priority["low"] = {**by_priority["low"], "lost_gpu_hours": {"total": low}}
-        return {**report, "by_priority": by_priority, "lost_gpu_hours": {**report["lost_gpu_hours"], "total": total}}
+        for cls, overhead in (("low", low), ("high", high)):
+            by_priority[cls] = {**by_priority[cls], "gpu_hours": 1.0, "goodput": 1.0 / (1.0 + overhead)}
+        return {**report, "by_priority": by_priority}
 
     def crafted(runs: Any) -> list[dict[str, Any]]:
         calls.append(len(runs))
-        if len(runs) == len(INTERVAL_FACTORS):  # the candidates: ½ × Young/Daly loses least
-            return [lost(measured, 0.001 * k, 0.001 * k) for k in (1, 2, 3)]
-        return [lost(measured, 0.0, 99.0)]  # together, the choices lose more than any candidate
+        if len(runs) == len(INTERVAL_FACTORS):  # the candidates: ½ × Young/Daly spends least
+            return [overheads(measured, 0.001 * k, 0.0) for k in (1, 2, 3)]
+        return [overheads(measured, 0.0, 99.0)]  # together, the choices spend more than any candidate
 
     advice = advise(trace, spec, Policy.POOL_PRIORITY, settings, [], 7 * 86400.0, crafted)
     assert calls == [3, 1]
     low = next(i for i in advice.intervals if i.cls == "low")
     assert low.young_daly is not None and low.chosen == pytest.approx(0.5 * low.young_daly)
-    assert advice.after["lost_gpu_hours"]["total"] == 0.001
+    assert advice.after["by_priority"]["high"]["goodput"] == 1.0  # the candidate's replay, not the last
+
+
+def test_saves_that_cost_nothing_leave_the_interval_as_it_is(tmp_path: Path) -> None:
+    trace = contended(tmp_path)
+    settings = Settings(JobModel({}, 1800.0, 0.0, 60.0), priority_map={c: c for c in CLASSES})
+    advice = advise(trace, ClusterSpec(nodes=2, gpus_per_node=4), Policy.POOL_PRIORITY, settings, [], 1.0, here(trace))
+    assert all(i.young_daly is None and i.chosen == i.current for i in advice.intervals)
+
+
+def test_the_advised_budgets_keep_each_team_s_configured_ones(tmp_path: Path) -> None:
+    trace = contended(tmp_path)
+    configured = {"103959": (PriorityBudget("low", 5.0, 86400.0),)}
+    settings = Settings(MODEL, priority_map={c: c for c in CLASSES}, budgets=configured)
+    loose = parse_target("high.wait.p95<=30d", CLASSES)
+    advice = advise(
+        trace, ClusterSpec(nodes=2, gpus_per_node=4), Policy.POOL_PRIORITY, settings, [loose], 7 * 86400.0, here(trace)
+    )
+    assert advice.budget is not None
+    budgets = advice.budget.budgets["103959"]
+    assert [b.priority for b in budgets] == ["low", "high"]
+    config = parse(yaml.safe_load(advice_yaml(advice, "jobs.csv")), "advice")
+    assert config.team("103959").budgets == budgets

@@ -67,3 +67,13 @@ def test_counted_gpus_refuse_node_failures(tmp_path: Path) -> None:
     settings = Settings(MODEL, topology=False, failures=NodeFailures(3600.0, 600.0))
     with pytest.raises(ValueError, match="node failures need nodes"):
         replay(trace, ClusterSpec(nodes=1), Policy.POOL_FIFO, settings)
+
+
+def test_counted_gpus_run_gangs_of_fixed_members(tmp_path: Path) -> None:
+    path = tmp_path / "gangs.csv"
+    path.write_text("job_id,submit_time,num_gpus,duration,vc,gpus_per_node\nj1,0,8,100,,4\n")
+    trace = load_trace(path)
+    spec = ClusterSpec(nodes=2, gpus_per_node=4)
+    for topology in (True, False):
+        report = replay(trace, spec, Policy.POOL_FIFO, Settings(MODEL, topology=topology)).report
+        assert (report["jobs"], report["left_out"]["never_fits"]) == (1, 0), topology

@@ -4,10 +4,12 @@ and the smallest priority budgets that still meet the lab's targets, each found 
 1. A replay of the trace as configured measures each class's mean running time M between
    interruptions (preemptions and lost nodes) and its save cost δ; Young/Daly gives √(2·δ·M).
 2. Replays with every class at ½, 1 and 2 times its Young/Daly interval check it: each class
-   takes, of those and its current interval, the one its replay lost least work with. A last
-   replay with the chosen intervals gives the figures shown; if it lost more work in all than
-   one of the replays before (the classes share the pool, so their choices interact), that
-   replay's intervals are advised instead.
+   takes, of those and its current interval, the one its replay spent least overhead with:
+   GPU time allocated beyond the work, that is lost work and checkpoint saves (shorter
+   intervals lose less but save more; Young/Daly balances the two). A last replay with the
+   chosen intervals gives the figures shown; if its overhead over all classes is more than one
+   of the replays before (the classes share the pool, so their choices interact), that replay's
+   intervals are advised instead.
 3. With targets (`high.wait.p95<=5m`), replays give the targets' classes budgets of a share of
    each team's demand at that class per window (`BUDGET_SHARES`), with the chosen intervals:
    the smallest share that meets every target is advised. A budget demotes a team's jobs past
@@ -86,11 +88,12 @@ class IntervalAdvice:
     cls: str
     current: float
     young_daly: float | None
-    """None: no job of the class was interrupted in the replay."""
+    """None: no job of the class was interrupted in the replay (or its saves cost nothing)."""
     chosen: float
-    lost_before: float
-    lost_after: float
-    """GPU-hours the class lost in the replay as configured, and with every class's choice."""
+    overhead_before: float
+    overhead_after: float
+    """GPU-hours the class spent beyond its work (lost work and saves) in the replay as
+    configured, and with every class's choice."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +101,8 @@ class BudgetAdvice:
     share: float | None
     """The smallest share that meets every target; None when none does."""
     budgets: dict[str, tuple[PriorityBudget, ...]]
-    """Per team, the budgets of the targets' classes at that share (empty without one)."""
+    """Per team given one, all its budgets: its configured ones, and those of the targets'
+    classes at that share (empty without a share)."""
     report: Mapping[str, Any] | None
     """The replay with them (None without a share)."""
     tried: dict[float, bool]
@@ -135,23 +139,25 @@ def advise(
     measured = replay(trace, spec, policy, settings)
     by_class = _records_by_class(measured.outcome.records)
     classes = [c.name for c in settings.classes if c.name in by_class]
-    intervals = {c: young_daly(_save_cost(by_class[c], settings), by_class[c]) for c in classes}
+    intervals = {c: _positive(young_daly(_save_cost(by_class[c], settings), by_class[c])) for c in classes}
     checked = [c for c in classes if intervals[c] is not None]
-    candidates = [_with_intervals(settings, {c: k * (intervals[c] or 0.0) for c in checked}) for k in INTERVAL_FACTORS]
+    candidates = [
+        _with_intervals(settings, {c: k * (intervals[c] or 0.0) for c in checked}) for k in INTERVAL_FACTORS if checked
+    ]
     reports = run([(spec, policy, s) for s in candidates]) if checked else []
     chosen_intervals = {}
     for c in checked:
         options = [(settings.model.interval_of(c), measured.report)]
         options += [(k * (intervals[c] or 0.0), r) for k, r in zip(INTERVAL_FACTORS, reports, strict=True)]
-        chosen_intervals[c] = min(options, key=lambda option: _lost(option[1], c))[0]
+        chosen_intervals[c] = min(options, key=lambda option: _overhead(option[1], c))[0]
     tuned = _with_intervals(settings, chosen_intervals)
     after = run([(spec, policy, tuned)])[0] if chosen_intervals else measured.report
     # Classes share the pool: choices made one class at a time may lose more together than one
     # of the candidates did for all. Then the best of those (or the intervals as they are) wins.
     joint = [(settings.model.interval, measured.report)]
     joint += [(candidate.model.interval, r) for candidate, r in zip(candidates, reports, strict=True)]
-    best_interval, best = min(joint, key=lambda option: _total_lost(option[1]))
-    if chosen_intervals and _total_lost(after) > _total_lost(best):
+    best_interval, best = min(joint, key=lambda option: _total_overhead(option[1]))
+    if chosen_intervals and _total_overhead(after) > _total_overhead(best):
         chosen_intervals = {c: best_interval.get(c, settings.model.default_interval) for c in checked}
         tuned, after = _with_intervals(settings, chosen_intervals), best
     advice = [
@@ -160,8 +166,8 @@ def advise(
             settings.model.interval_of(c),
             intervals[c],
             chosen_intervals.get(c, settings.model.interval_of(c)),
-            _lost(measured.report, c),
-            _lost(after, c),
+            _overhead(measured.report, c),
+            _overhead(after, c),
         )
         for c in classes
     ]
@@ -188,13 +194,22 @@ def _with_intervals(settings: Settings, intervals: Mapping[str, float]) -> Setti
     return replace(settings, model=replace(model, interval={**model.interval, **intervals}))
 
 
-def _lost(report: Mapping[str, Any], cls: str) -> float:
+def _positive(interval: float | None) -> float | None:
+    """A Young/Daly interval to check; None for none, or for 0 (saves that cost nothing)."""
+    return interval if interval is not None and interval > 0 else None
+
+
+def _overhead(report: Mapping[str, Any], cls: str) -> float:
+    """GPU-hours the class was allocated beyond its work (lost work, saves, start-ups)."""
     group = report["by_priority"].get(cls)
-    return float(group["lost_gpu_hours"]["total"]) if group is not None else 0.0
+    if group is None:
+        return 0.0
+    useful, goodput = float(group["gpu_hours"]), float(group["goodput"])
+    return useful / goodput - useful if goodput > 0 else math.inf
 
 
-def _total_lost(report: Mapping[str, Any]) -> float:
-    return float(report["lost_gpu_hours"]["total"])
+def _total_overhead(report: Mapping[str, Any]) -> float:
+    return sum(_overhead(report, cls) for cls in report["by_priority"])
 
 
 def _budgets(
@@ -221,8 +236,9 @@ def _budgets(
     tried = {share: all(t.met(r) for t in targets) for share, r in zip(BUDGET_SHARES, reports, strict=True)}
     for share, plan, report in zip(BUDGET_SHARES, plans, reports, strict=True):
         if tried[share]:
-            added = {team: tuple(b for b in budgets if (team, b.priority) in demand) for team, budgets in plan.items()}
-            return BudgetAdvice(share, {team: b for team, b in added.items() if b}, report, tried)
+            # Every budget of the teams given one: the snippet replaces their `budgets`.
+            given = {team for team, _ in demand}
+            return BudgetAdvice(share, {team: b for team, b in plan.items() if team in given}, report, tried)
     return BudgetAdvice(None, {}, None, tried)
 
 
@@ -256,6 +272,7 @@ def advice_yaml(advice: Advice, source: str) -> str:
     budget = advice.budget
     if budget is not None and budget.share is not None and budget.budgets:
         lines.append(f"# budgets: {budget.share:.0%} of each team's demand per {exact_duration(advice.window)}")
+        lines.append("# (each team's whole `budgets`, its configured ones kept: it replaces them)")
         teams = {
             team: {
                 "budgets": {b.priority: {"gpu_hours": b.gpu_hours, "window": exact_duration(b.window)} for b in budgets}

@@ -5,6 +5,7 @@ same version) importable, as for the executor."""
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,6 +30,7 @@ def replay_on_ray(
         import ray
     except ImportError:
         raise ValueError("--ray needs Ray: pip install 'gpupool[ray]'") from None
+    _check_reachable(address)
     connected_here = not ray.is_initialized()
     if connected_here:
         try:
@@ -43,10 +45,29 @@ def replay_on_ray(
         while waiting:
             done, _ = ray.wait(list(waiting), num_returns=1)
             for ref in done:
-                reports[waiting.pop(ref)] = ray.get(ref)
+                try:
+                    reports[waiting.pop(ref)] = ray.get(ref)
+                except ray.exceptions.RayTaskError as exc:
+                    # A run refused (bad settings) says why in one line, as it does here.
+                    if isinstance(exc.cause, ValueError):
+                        raise ValueError(str(exc.cause)) from None
+                    raise
                 if on_done is not None:
                     on_done(len(reports))
         return [reports[i] for i in range(len(runs))]
     finally:
         if connected_here:
             ray.shutdown()
+
+
+def _check_reachable(address: str) -> None:
+    """Refuse at once a `host:port` nothing listens on (Ray itself would retry for minutes)."""
+    if address == "auto":
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--ray {address!r}: expected host:port or auto")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        raise ValueError(f"--ray {address}: no Ray cluster answers there ({exc.strerror or exc})") from None

@@ -184,7 +184,10 @@ def replay(
     config = policy_config(policy, cluster, settings)
     simulation = Simulation(jobs, cluster.nodes, config, settings.model, on_progress, failures=settings.failures)
     outcome = simulation.run()
-    report = summarize(policy.value, outcome, settings.model.save_cost, failures=settings.failures is not None)
+    # Young/Daly's save cost: the jobs' own where the trace gives them, else the model's.
+    own = [job.save_cost for job in jobs if job.save_cost is not None]
+    save_cost = sum(own) / len(own) if own else settings.model.save_cost
+    report = summarize(policy.value, outcome, save_cost, failures=settings.failures is not None)
     report["left_out"] = {"team_not_sized": left_out, "never_fits": never_fit}
     report["wall_seconds"] = round(time.perf_counter() - began, 3)
     return Replayed(report, outcome)
@@ -214,9 +217,11 @@ def admissible(trace: Trace, cluster: Cluster, settings: Settings) -> tuple[list
         if t.team not in sized:
             left_out += 1
             continue
-        key = (t.team, t.gpus, t.gpu_type, t.gpus_per_node)
+        # GPUs counted with no nodes: a gang's members need no node each.
+        members = t.gpus_per_node if settings.topology else None
+        key = (t.team, t.gpus, t.gpu_type, members)
         if key not in fits:
-            probe = Job(t.job_id, t.team, "low", t.gpus, 0.0, gpus_per_node=t.gpus_per_node, gpu_type=t.gpu_type)
+            probe = Job(t.job_id, t.team, "low", t.gpus, 0.0, gpus_per_node=members, gpu_type=t.gpu_type)
             fits[key] = can_ever_fit(probe, cluster.nodes)
         if not fits[key]:
             never_fit += 1
@@ -236,7 +241,7 @@ def admissible(trace: Trace, cluster: Cluster, settings: Settings) -> tuple[list
                 t.duration,
                 t.gpu_type,
                 fails,
-                t.gpus_per_node,
+                members,
                 *costs,
             )
         )

@@ -270,6 +270,9 @@ def load_trace(
             if gpus < 0:
                 raise TraceError(path, f"{text!r} is not a positive integer", line=line, column="num_gpus")
 
+            # Checked before any skip: every row is validated.
+            shape, costs = _shape_and_costs(path, line, row, optional, gpus)
+
             text = row[i_duration]
             try:
                 duration = float(text) if text.strip() else -1.0
@@ -333,7 +336,6 @@ def load_trace(
                 raise TraceError(path, "empty, but teams are taken from it", line=line, column=team_from)
             team = team or DEFAULT_TEAM
             failed = i_status is not None and row[i_status].strip().lower() in FAILED_STATUSES
-            shape, costs = _shape_and_costs(path, line, row, optional, gpus)
             jobs.append(
                 TraceJob(job_id, submit_time, gpus, duration, team, submitted, gpu_type, label, failed, shape, *costs)
             )
