@@ -137,6 +137,15 @@ def test_bad_options_say_what_is_wrong(traces_dir: Path, args: list[str], messag
     assert message in result.output
 
 
+@pytest.mark.parametrize("command", ["simulate", "advise"])
+def test_a_trace_with_no_job_to_replay_says_so(tmp_path: Path, command: str) -> None:
+    trace = tmp_path / "cpu.csv"
+    trace.write_text("job_id,submit_time,num_gpus,duration,vc\na,0,0,60,\nb,1,1,,\n")
+    result = runner.invoke(app, [command, "--trace", str(trace), "--nodes", "1"])
+    assert result.exit_code == 2
+    assert "cpu.csv: no job to replay (1 without GPUs, 1 without a run time)" in " ".join(result.output.split())
+
+
 def test_budgets_of_a_team_the_cluster_does_not_have_are_refused(traces_dir: Path, tmp_path: Path) -> None:
     config = tmp_path / "gpupool.yaml"
     config.write_text("teams:\n  nlp: {budgets: {high: {gpu_hours: 1, window: 1d}}}\n")

@@ -39,6 +39,7 @@ from gpupool.cli_replay import (
     parse_when,
     placement_option,
     replay_inputs,
+    require_jobs,
     seniority_option,
 )
 from gpupool.cli_service import register
@@ -186,6 +187,7 @@ def simulate(
         if plots is not None:
             prepare_output(plots, "--plots", folder=True)
         loaded = load_trace(trace, start=window[0], end=window[1], priority_from=priority_from, team_from=team_from)
+        require_jobs(trace, loaded)
         if axes:
             swept = sweep_with_progress(loaded, spec, chosen, settings, axes, workers, ray)
         else:

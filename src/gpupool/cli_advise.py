@@ -33,6 +33,7 @@ from gpupool.cli_replay import (
     duration_option,
     parse_when,
     replay_inputs,
+    require_jobs,
 )
 from gpupool.config import ConfigError
 from gpupool.sim.advise import Advice, Target, advice_yaml, advise, parse_target
@@ -101,6 +102,7 @@ def advise_command(
             priority_from=priority_from,
             team_from=team_from,
         )
+        require_jobs(trace, loaded)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=errors, transient=True) as progress:
             task = progress.add_task("replaying", total=None)

@@ -59,6 +59,10 @@ def export(
         markup=False,
         soft_wrap=True,
     )
+    if not rows:
+        since_text = f" in the last {since}" if since is not None else ""
+        console.print(f"no job submitted{since_text} has ended yet", highlight=False, markup=False)
+        return
     cluster = f"--machines {machines}" if machines is not None else "--nodes N --gpus-per-node G"
     console.print(
         f"replay it: gpupool simulate --trace {output} {cluster} --priority-from class",

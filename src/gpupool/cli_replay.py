@@ -17,6 +17,7 @@ from gpupool.sim.cluster import MAX_POOL_GPUS, load_machines, load_vc_sizes, sca
 from gpupool.sim.failures import Distribution, NodeFailures
 from gpupool.sim.jobmodel import JobModel
 from gpupool.sim.replay import DEFAULT_MIX, ClusterSpec, Policy, Settings
+from gpupool.sim.trace import Trace
 from gpupool.sim.workload import parse_priority_map, parse_priority_mix
 from gpupool.units import parse_duration
 
@@ -191,6 +192,22 @@ def seniority_option(text: str | None, default: float | None) -> float | None:
     if text is None:
         return default
     return None if text == "off" else duration_option(text, "--seniority-after")
+
+
+def require_jobs(path: Path, trace: Trace) -> None:
+    """Refuse a trace with no job to replay, saying what was skipped."""
+    if trace.jobs:
+        return
+    skipped = [
+        f"{count:,} {why}"
+        for count, why in (
+            (trace.zero_gpu_jobs, "without GPUs"),
+            (trace.no_duration, "without a run time"),
+            (trace.outside_window, "outside the window"),
+        )
+        if count
+    ]
+    raise UsageError(f"{path}: no job to replay" + (f" ({', '.join(skipped)})" if skipped else ""))
 
 
 def replay_inputs(
