@@ -8,7 +8,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpupool.model import Node
-from gpupool.sim.cluster import Cluster, cluster_from_sizes, cluster_uniform, load_vc_sizes, scale_sizes
+from gpupool.sim.cluster import (
+    Cluster,
+    cluster_from_machines,
+    cluster_from_sizes,
+    cluster_uniform,
+    load_vc_sizes,
+    scale_sizes,
+)
 from gpupool.sim.trace import TraceError
 
 
@@ -179,7 +186,22 @@ def test_uniform_split_is_largest_remainder_with_at_least_one_node_each(
 )
 def test_uniform_split_refuses_impossible_requests(nodes: int, weights: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        cluster_uniform(nodes, 8, weights, dedicated=False)
+        cluster_uniform(nodes, 8, weights, dedicated=True)
+    if nodes >= len(weights) or not weights:  # a shared pool splits its GPUs when nodes are too few
+        with pytest.raises(ValueError, match=message):
+            cluster_uniform(nodes, 8, weights, dedicated=False)
+
+
+def test_a_shared_pool_with_fewer_nodes_than_teams_splits_its_gpus_as_guarantees() -> None:
+    # A workstation of one 8-GPU node and three teams, as a lab's exported history has it.
+    weights = {"nlp": 2.0, "vision": 5.0, "robotics": 1.0}
+    cluster = cluster_uniform(1, 8, weights, dedicated=False)
+    assert [(n.name, n.gpus, n.team) for n in cluster.nodes] == [("node-0000", 8, None)]
+    assert cluster.team_gpus == {"nlp": 2, "vision": 5, "robotics": 1}
+    machines = cluster_from_machines((("virtual", 8),), weights, dedicated=False)
+    assert machines.team_gpus == cluster.team_gpus
+    with pytest.raises(ValueError, match="2 GPU"):
+        cluster_uniform(1, 2, weights, dedicated=False)
 
 
 @given(

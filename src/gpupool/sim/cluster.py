@@ -161,10 +161,13 @@ def cluster_uniform(nodes: int, gpus_per_node: int, team_weights: Mapping[str, f
     """`nodes` identical nodes named f"node-{i:04d}" (i from 0), split among the teams by `_split_nodes`.
 
     Dedicated nodes belong to their team, consecutive in `team_weights` order; shared nodes belong to
-    none, and each team's share × gpus_per_node is still recorded as its guarantee. The pool is at
-    most MAX_POOL_GPUS GPUs.
+    none, and each team's share × gpus_per_node is still recorded as its guarantee, or, with fewer
+    nodes than teams, its share of the GPUs (`_shared_by_gpus`). The pool is at most MAX_POOL_GPUS
+    GPUs.
     """
     check_pool_size(nodes, gpus_per_node)
+    if not dedicated and 0 < nodes < len(team_weights):
+        return _shared_by_gpus(tuple(Node(f"node-{i:04d}", gpus_per_node) for i in range(nodes)), team_weights)
     counts = _split_nodes(nodes, team_weights)
     built: list[Node] = []
     for team, count in counts.items():
@@ -251,12 +254,23 @@ def _apportion(count: int, weights: Mapping[str, float]) -> dict[str, int]:
     return shares
 
 
+def _shared_by_gpus(nodes: tuple[Node, ...], team_weights: Mapping[str, float]) -> Cluster:
+    """A shared pool too small to give each team whole nodes (a workstation of one node, three
+    teams): the guarantees are the teams' shares of its GPUs, at least one each."""
+    gpus = sum(node.gpus for node in nodes)
+    if gpus < len(team_weights):
+        raise ValueError(f"{gpus} GPU(s) cannot give each of the {len(team_weights)} teams at least one")
+    return Cluster(nodes=nodes, team_gpus=_split_nodes(gpus, team_weights))
+
+
 def cluster_from_machines(
     machines: tuple[tuple[str, int], ...], team_weights: Mapping[str, float], *, dedicated: bool
 ) -> Cluster:
     """The machines as nodes named f"{gpu_type}-{i:04d}" (i counting within the type), with
     their GPU types. Each type's machines are apportioned among the teams by weight, in file
-    order: a team's share is its partition when `dedicated`, else its guarantee (in GPUs)."""
+    order: a team's share is its partition when `dedicated`, else its guarantee (in GPUs). A
+    shared pool whose machines would leave a team nothing splits its GPUs instead
+    (`_shared_by_gpus`)."""
     if not team_weights or sum(team_weights.values()) <= 0:
         raise ValueError("no team with a weight to share the machines among")
     by_type: dict[str, list[int]] = {}
@@ -271,6 +285,8 @@ def cluster_from_machines(
             nodes.append(Node(f"{gpu_type}-{i:04d}", gpus, gpu_type, team if dedicated else None))
             team_gpus[team] += gpus
     empty = [team for team, gpus in team_gpus.items() if gpus == 0]
+    if empty and not dedicated:
+        return _shared_by_gpus(tuple(nodes), team_weights)
     if empty:
         raise ValueError(
             f"{len(machines):,} machines shared by GPU-hours leave team(s) {', '.join(empty)} without a GPU: "
