@@ -146,6 +146,21 @@ def test_a_trace_with_no_job_to_replay_says_so(tmp_path: Path, command: str) -> 
     assert "cpu.csv: no job to replay (1 without GPUs, 1 without a run time)" in " ".join(result.output.split())
 
 
+def test_a_pool_too_small_for_partitions_runs_the_pools_and_refuses_partitioned_first(tmp_path: Path) -> None:
+    trace = tmp_path / "lab.csv"
+    trace.write_text("job_id,submit_time,num_gpus,duration,vc\na,0,2,60,nlp\nb,1,2,60,vision\nc,2,1,60,robotics\n")
+    pools = runner.invoke(
+        app, ["simulate", "--trace", str(trace), "--nodes", "1", "--compare", "pool-fifo,pool-priority"]
+    )
+    assert pools.exit_code == 0, pools.output
+    both = runner.invoke(app, ["simulate", "--trace", str(trace), "--nodes", "1", "--compare", "pool-fifo,partitioned"])
+    assert both.exit_code == 2
+    assert "partitioned needs whole nodes for each team: 1 node(s) cannot give each of the 3 teams" in " ".join(
+        both.output.split()
+    )
+    assert "Policies compared" not in both.output
+
+
 def test_budgets_of_a_team_the_cluster_does_not_have_are_refused(traces_dir: Path, tmp_path: Path) -> None:
     config = tmp_path / "gpupool.yaml"
     config.write_text("teams:\n  nlp: {budgets: {high: {gpu_hours: 1, window: 1d}}}\n")

@@ -59,9 +59,9 @@ def export(
         markup=False,
         soft_wrap=True,
     )
-    if not rows:
+    if len(rows) == never_ran:
         since_text = f" in the last {since}" if since is not None else ""
-        console.print(f"no job submitted{since_text} has ended yet", highlight=False, markup=False)
+        console.print(f"no job submitted{since_text} has run to its end yet", highlight=False, markup=False)
         return
     cluster = f"--machines {machines}" if machines is not None else "--nodes N --gpus-per-node G"
     console.print(

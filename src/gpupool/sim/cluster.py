@@ -259,7 +259,10 @@ def _shared_by_gpus(nodes: tuple[Node, ...], team_weights: Mapping[str, float]) 
     teams): the guarantees are the teams' shares of its GPUs, at least one each."""
     gpus = sum(node.gpus for node in nodes)
     if gpus < len(team_weights):
-        raise ValueError(f"{gpus} GPU(s) cannot give each of the {len(team_weights)} teams at least one")
+        raise ValueError(
+            f"{gpus} GPU(s) cannot give each of the {len(team_weights)} teams at least one: "
+            "give more GPUs, per-team sizes (--vc-sizes), or other teams (--team-from)"
+        )
     return Cluster(nodes=nodes, team_gpus=_split_nodes(gpus, team_weights))
 
 
@@ -289,7 +292,7 @@ def cluster_from_machines(
         return _shared_by_gpus(tuple(nodes), team_weights)
     if empty:
         raise ValueError(
-            f"{len(machines):,} machines shared by GPU-hours leave team(s) {', '.join(empty)} without a GPU: "
+            f"{len(machines):,} machines apportioned by GPU-hours leave team(s) {', '.join(empty)} without one: "
             "give more machines (--scale) or per-team sizes (--vc-sizes)"
         )
     return Cluster(nodes=tuple(nodes), team_gpus=team_gpus)

@@ -171,7 +171,7 @@ def replay(
 ) -> Replayed:
     """Replay `trace` under `policy`."""
     began = time.perf_counter()
-    cluster = spec.build(trace, dedicated=policy is Policy.PARTITIONED)
+    cluster = build_cluster(trace, spec, policy)
     if not settings.topology:
         if settings.failures is not None:
             raise ValueError("node failures need nodes: they cannot be replayed with GPUs counted (placement count)")
@@ -191,6 +191,17 @@ def replay(
     report["left_out"] = {"team_not_sized": left_out, "never_fits": never_fit}
     report["wall_seconds"] = round(time.perf_counter() - began, 3)
     return Replayed(report, outcome)
+
+
+def build_cluster(trace: Trace, spec: ClusterSpec, policy: Policy) -> Cluster:
+    """The cluster of `spec` for `policy`: partitions for `partitioned`, one shared pool else;
+    a ValueError says which policy cannot have it."""
+    if policy is not Policy.PARTITIONED:
+        return spec.build(trace, dedicated=False)
+    try:
+        return spec.build(trace, dedicated=True)
+    except ValueError as exc:
+        raise ValueError(f"partitioned needs whole nodes for each team: {exc} (or leave partitioned out)") from None
 
 
 def admissible(trace: Trace, cluster: Cluster, settings: Settings) -> tuple[list[SimJob], int, int]:
@@ -255,7 +266,10 @@ def compare(
     settings: Settings,
     on_progress: Callable[[Policy, int], None] | None = None,
 ) -> list[Replayed]:
-    """Replay the same trace and cluster under each policy, in the order given."""
+    """Replay the same trace and cluster under each policy, in the order given; a cluster one
+    of them cannot have (partitions too small) is refused before any replay."""
+    for policy in policies:
+        build_cluster(trace, spec, policy)
     reports = []
     for policy in policies:
         progress = None if on_progress is None else (lambda done, p=policy: on_progress(p, done))
