@@ -107,13 +107,15 @@ def simulate(
     node_mtbf: Annotated[
         str | None, typer.Option(help="Node failures: each node's mean time between them, e.g. 30d.")
     ] = None,
-    node_repair: Annotated[str | None, typer.Option(help="With --node-mtbf: a failed node's time out [4h].")] = None,
-    failure_times: Annotated[
-        str | None, typer.Option(help="With --node-mtbf: exponential or constant [exponential].")
+    node_repair: Annotated[
+        str | None, typer.Option(help="With --node-mtbf: a failed node's time out (default: 4h).")
     ] = None,
-    seed: Annotated[int | None, typer.Option(help="With --node-mtbf: the seed of the failures [0].")] = None,
+    failure_times: Annotated[
+        str | None, typer.Option(help="With --node-mtbf: exponential (default) or constant.")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="With --node-mtbf: the seed of the failures (default: 0).")] = None,
     placement: Annotated[
-        str | None, typer.Option(help="best-fit, first-fit or count (no nodes) [the config's: best-fit].")
+        str | None, typer.Option(help="best-fit, first-fit or count (no nodes); default: the config's, best-fit.")
     ] = None,
     trace_failures: Annotated[
         bool,
@@ -129,7 +131,7 @@ def simulate(
             "restart-cost, scale, node-mtbf.",
         ),
     ] = None,
-    workers: Annotated[int | None, typer.Option(help="With --sweep: processes at once [every core].")] = None,
+    workers: Annotated[int | None, typer.Option(help="With --sweep: processes at once (default: every core).")] = None,
     ray: RayOption = None,
     json_file: Annotated[Path | None, typer.Option("--json", help="Write the reports as JSON.")] = None,
     plots: Annotated[Path | None, typer.Option(help="Write PNG plots into this folder.")] = None,

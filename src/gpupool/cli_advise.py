@@ -67,12 +67,14 @@ def advise_command(
     ] = None,
     budget_window: Annotated[str, typer.Option(help="The window of the budgets it advises.")] = "7d",
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the YAML snippet here.")] = None,
-    workers: Annotated[int | None, typer.Option(help="Replays at once [every core].")] = None,
+    workers: Annotated[int | None, typer.Option(help="Replays at once (default: every core).")] = None,
     ray: RayOption = None,
 ) -> None:
-    """Advise, from a trace (your own: gpupool export), each class's checkpoint interval
-    (Young/Daly, checked by replays) and, for --target, the smallest priority budgets that
-    meet the targets; print what each choice changes for every class and the YAML to paste."""
+    """Checkpoint intervals and priority budgets for a trace (your own: gpupool export).
+
+    Each class's checkpoint interval (Young/Daly, checked by replays) and, for --target, the
+    smallest priority budgets that meet the targets; it prints what each choice changes for
+    every class and the YAML to paste."""
     from gpupool.sim.sweep import replay_all
 
     try:

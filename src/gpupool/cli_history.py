@@ -25,10 +25,12 @@ def export(
     config: ConfigOption = None,
     api: ApiOption = None,
 ) -> None:
-    """Write the ended jobs as a trace: the normalised jobs.csv format with each job's class,
-    team, GPU type, gang shape, observed save and restart costs, wait, preemptions and lost
-    nodes. `gpupool simulate --trace FILE --priority-from class` replays it. A team's token
-    exports its own team's jobs; the admin's, every team's."""
+    """Write the ended jobs as a trace that gpupool simulate replays.
+
+    The normalised jobs.csv format with each job's class, team, GPU type, gang shape, observed
+    save and restart costs, wait, preemptions and lost nodes; `gpupool simulate --trace FILE
+    --priority-from class` replays it. A team's token exports its own team's jobs; the
+    admin's, every team's."""
     try:
         start = time.time() - parse_duration(since) if since is not None else None
     except ValueError as exc:

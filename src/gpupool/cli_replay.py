@@ -46,10 +46,10 @@ PriorityMapOption = Annotated[
 ]
 CheckpointIntervalOption = Annotated[str, typer.Option(help="30m, or per class: low=10m,high=1h,30m")]
 SaveCostOption = Annotated[
-    str | None, typer.Option(help="Blocking time of one checkpoint save [the trace's per job, else 30s].")
+    str | None, typer.Option(help="Blocking time of one checkpoint save (default: the trace's per job, else 30s).")
 ]
 RestartCostOption = Annotated[
-    str | None, typer.Option(help="Resumed attempt's time to its first step [the trace's, else 60s].")
+    str | None, typer.Option(help="Resumed attempt's time to its first step (default: the trace's, else 60s).")
 ]
 FromOption = Annotated[str | None, typer.Option("--from", help="Keep jobs submitted from this date.")]
 ToOption = Annotated[str | None, typer.Option("--to", help="Keep jobs submitted before this date.")]
