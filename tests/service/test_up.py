@@ -42,7 +42,12 @@ class Service:
         self.process = subprocess.Popen(
             command, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
-        wait_for(self.ready)
+        process = self.process
+        # A generous ceiling for a loaded machine; a service that exited says why at once.
+        wait_for(lambda: self.ready() or process.poll() is not None, timeout=90)
+        if process.poll() is not None:
+            output = process.stdout.read() if process.stdout is not None else ""
+            raise AssertionError(f"gpupool up exited with {process.returncode}: {output[-2000:]}")
 
     def get(self, path: str) -> httpx.Response | None:
         """GET on the API with the admin token; None while the service does not answer."""
