@@ -16,8 +16,8 @@ from gpupool.cli import app
 runner = CliRunner()
 
 
-def gpupool(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200"}
+def gpupool(*args: str, columns: int = 200) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": str(columns)}
     return subprocess.run(
         [sys.executable, "-m", "gpupool", *args],
         capture_output=True,
@@ -229,15 +229,7 @@ def simulate_at_80_columns(*args: str) -> list[str]:
 
 def at_80_columns(*args: str) -> list[str]:
     """`gpupool ARGS` piped at 80 columns: its lines, each checked to fit uncut."""
-    env = {**os.environ, "COLUMNS": "80"}
-    done = subprocess.run(
-        [sys.executable, "-m", "gpupool", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env=env,
-    )
+    done = gpupool(*args, columns=80)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert all(len(line) <= 80 for line in lines)

@@ -168,10 +168,11 @@ def replay(
     policy: Policy,
     settings: Settings,
     on_progress: Callable[[int], None] | None = None,
+    cluster: Cluster | None = None,
 ) -> Replayed:
-    """Replay `trace` under `policy`."""
+    """Replay `trace` under `policy`, on `cluster` if the caller built it (`build_cluster`)."""
     began = time.perf_counter()
-    cluster = build_cluster(trace, spec, policy)
+    cluster = cluster if cluster is not None else build_cluster(trace, spec, policy)
     if not settings.topology:
         if settings.failures is not None:
             raise ValueError("node failures need nodes: they cannot be replayed with GPUs counted (placement count)")
@@ -268,10 +269,9 @@ def compare(
 ) -> list[Replayed]:
     """Replay the same trace and cluster under each policy, in the order given; a cluster one
     of them cannot have (partitions too small) is refused before any replay."""
-    for policy in policies:
-        build_cluster(trace, spec, policy)
+    clusters = [build_cluster(trace, spec, policy) for policy in policies]
     reports = []
-    for policy in policies:
+    for policy, cluster in zip(policies, clusters, strict=True):
         progress = None if on_progress is None else (lambda done, p=policy: on_progress(p, done))
-        reports.append(replay(trace, spec, policy, settings, progress))
+        reports.append(replay(trace, spec, policy, settings, progress, cluster))
     return reports
