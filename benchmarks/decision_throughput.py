@@ -1,29 +1,34 @@
 """Core decision throughput on a large pool.
 
-1,000 nodes × 8 GPUs; 10,000 pending gang jobs with Philly's GPU-count mix; 3 priority
-classes; 10 teams. Two phases:
+By default 1,000 nodes × 8 GPUs (`--nodes`); 10 pending gang jobs per node (`--pending`) with
+Philly's GPU-count mix; 3 priority classes; 10 teams. Two phases:
 
   fill    the pool starts empty; `decide` runs cycle after cycle, each start becoming a
           running job, until a cycle starts nothing. Placements/s = starts / time in decide.
   storm   the pool is full and the backlog still pending; high-priority jobs arrive one by
-          one, each cycle preempting for it; victims release before the next arrival.
+          one (`--arrivals`, 200), each cycle preempting for it; victims release before the
+          next arrival.
 
 Prints placements/s, the p50/p99 decision cycle and the p50/p99 victim search, for the default
 policy and, in the same run on the same workload, with `priority_preemption: above_guarantee`
-and `fair_share: preempt`, then with `seniority_after: 2h` too. The pauses of Python's full
-(generation 2) garbage collections that fall inside decisions are counted apart: they depend on
-everything the process holds, not on the core alone.
-Run: .venv/bin/python benchmarks/decision_throughput.py
+and `fair_share: preempt`, then with `seniority_after: 2h` too (`--policy N`: only the N-th).
+Each is decided twice: from the snapshot alone, and with the state a driver keeps between
+decisions (free GPUs, GPUs per team, the running index; `--only` one of them). The pauses of
+Python's full (generation 2) garbage collections that fall inside decisions are counted apart:
+they depend on everything the process holds, not on the core alone.
+Run: .venv/bin/python benchmarks/decision_throughput.py [--nodes 10000 --arrivals 50]
 """
 
 from __future__ import annotations
 
+import argparse
 import gc
 import random
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpupool.model import (
@@ -39,10 +44,10 @@ from gpupool.model import (
     Team,
 )
 from gpupool.policy import decide, victims
+from gpupool.policy.place import FreeIndex
+from gpupool.policy.running import RunningIndex
 
-NODES = 1000
 GPUS = 8
-PENDING = 10_000
 TEAMS = [f"team-{i}" for i in range(10)]
 CLASSES = (
     PriorityClass("high", 100, may_preempt=True, preemptible=False),
@@ -58,11 +63,11 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def workload(rng: random.Random) -> list[Job]:
+def workload(rng: random.Random, pending: int) -> list[Job]:
     sizes = list(PHILLY_SIZES)
     weights = list(PHILLY_SIZES.values())
     jobs = []
-    for i in range(PENDING):
+    for i in range(pending):
         gpus = rng.choices(sizes, weights)[0]
         cls = rng.choices(["normal", "low"], [0.55, 0.45])[0]
         jobs.append(Job(f"j{i}", rng.choice(TEAMS), cls, gpus, float(i), gpus_per_node=8 if gpus > 8 else None))
@@ -82,28 +87,86 @@ def timed_victim_search(samples: list[float]) -> Callable[..., Any]:
     return wrapper
 
 
-def apply(plan: Plan, running: dict[str, RunningJob], pending: dict[str, Job], now: float) -> None:
-    """Carry a plan out at once: victims drain instantly, preemptors take the GPUs held for them."""
-    for p in plan.preemptions:
-        victim = running.pop(p.victim)
-        pending[victim.job.id] = replace(victim.job, preemptions=victim.job.preemptions + 1)
-    held = [(w.job, w.placement) for w in plan.waits if w.placement]
-    for job_id, placement in [*held, *((s.job, s.placement) for s in plan.starts)]:
-        running[job_id] = RunningJob(pending.pop(job_id), placement, now, now)
+class Pool:
+    """The benchmark's driver: it carries plans out at once (victims drain instantly,
+    preemptors take the GPUs held for them) and, when `kept`, keeps the state a real driver
+    keeps between decisions (free GPUs, GPUs per team, the running index)."""
+
+    def __init__(self, nodes: list[Node], pending: dict[str, Job], kept: bool) -> None:
+        self.nodes = nodes
+        self.pending = pending
+        self.running: dict[str, RunningJob] = {}
+        self.kept = kept
+        self.free = FreeIndex(nodes)
+        self.team_gpus: Counter[str] = Counter()
+        self.index = RunningIndex(nodes)
+
+    def snapshot(self, arrival: Job | None = None) -> Snapshot:
+        pending = [arrival, *self.pending.values()] if arrival is not None else list(self.pending.values())
+        if not self.kept:
+            return Snapshot(self.nodes, list(self.running.values()), pending)
+        running = list(self.running.values())
+        return Snapshot(
+            self.nodes,
+            running,
+            pending,
+            free=self.free,
+            team_gpus=self.team_gpus,
+            draining=[],
+            running_index=self.index,
+        )
+
+    def apply(self, plan: Plan, now: float) -> None:
+        for p in plan.preemptions:
+            victim = self.running.pop(p.victim)
+            self.pending[victim.job.id] = replace(victim.job, preemptions=victim.job.preemptions + 1)
+            if self.kept:
+                self.index.remove(victim.job.id)
+                self.team_gpus[victim.job.team] -= victim.job.gpus
+                for alloc in victim.placement:
+                    self.free.give(alloc.node, alloc.gpus)
+        held = [(w.job, w.placement) for w in plan.waits if w.placement]
+        for job_id, placement in [*held, *((s.job, s.placement) for s in plan.starts)]:
+            started = self.running[job_id] = RunningJob(self.pending.pop(job_id), placement, now, now)
+            if self.kept:
+                self.index.add(started)
+                self.team_gpus[started.job.team] += started.job.gpus
+                for alloc in placement:
+                    self.free.take(alloc.node, alloc.gpus)
 
 
 def main() -> None:
-    teams = {t: Team(t, weight=1.0, guaranteed_gpus=NODES * GPUS // len(TEAMS)) for t in TEAMS}
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1000, help="nodes of 8 GPUs (default 1000)")
+    parser.add_argument("--pending", type=int, default=None, help="pending jobs (default 10 per node)")
+    parser.add_argument("--arrivals", type=int, default=200, help="high-priority arrivals (default 200)")
+    parser.add_argument("--policy", type=int, choices=(1, 2, 3), default=None, help="only the n-th policy")
+    parser.add_argument("--only", choices=("snapshot", "kept"), default=None, help="only one way of deciding")
+    args = parser.parse_args()
+    scale = Scale(args.nodes, args.pending if args.pending is not None else 10 * args.nodes, args.arrivals)
+    teams = {t: Team(t, weight=1.0, guaranteed_gpus=scale.nodes * GPUS // len(TEAMS)) for t in TEAMS}
     base = Config(CLASSES, teams, explain_waits=False, max_preemptions=None)
     fair = replace(base, priority_preemption=PriorityScope.ABOVE_GUARANTEE, fair_share=FairShare.PREEMPT)
     senior = replace(fair, seniority_after=7200.0)
-    for label, config in [
+    policies = [
         ("default policy", base),
         ("above_guarantee + fair_share: preempt", fair),
         ("above_guarantee + fair_share: preempt + seniority_after: 2h", senior),
-    ]:
-        print(f"--- {label}")
-        measure(config)
+    ]
+    print(f"{scale.nodes:,} nodes x {GPUS} GPUs, {scale.pending:,} pending, {scale.arrivals} arrivals")
+    for n, (label, config) in enumerate(policies, 1):
+        if args.policy in (None, n):
+            for kept in [k for k in (False, True) if args.only in (None, "kept" if k else "snapshot")]:
+                how = "kept state (running index, free GPUs, team GPUs)" if kept else "from the snapshot alone"
+                print(f"--- {label}; {how}")
+                measure(config, scale, kept)
+
+
+@dataclass(frozen=True)
+class Scale:
+    nodes: int
+    pending: int
+    arrivals: int
 
 
 class CollectorPauses:
@@ -130,18 +193,19 @@ class CollectorPauses:
             self.count += 1
 
 
-def measure(config: Config) -> None:
+def measure(config: Config, scale: Scale, kept: bool) -> None:
     rng = random.Random(42)
-    nodes = [Node(f"n{i:04d}", GPUS) for i in range(NODES)]
-    pending = {j.id: j for j in workload(rng)}
-    running: dict[str, RunningJob] = {}
+    nodes = [Node(f"n{i:05d}", GPUS) for i in range(scale.nodes)]
+    pool = Pool(nodes, {j.id: j for j in workload(rng, scale.pending)}, kept)
     now = 1000.0
+    gc.collect()
+    gc.freeze()  # the workload lives to the end, as the simulator's does (see sim/engine.py)
 
     # 1. Fill an empty pool, then let normal jobs preempt low ones until nothing moves.
     fill_cycles: list[float] = []
     placed = fill_starts = 0
     while True:
-        snapshot = Snapshot(nodes, list(running.values()), list(pending.values()))
+        snapshot = pool.snapshot()
         began = time.perf_counter()
         plan = decide(snapshot, config, now)
         fill_cycles.append(time.perf_counter() - began)
@@ -150,9 +214,9 @@ def measure(config: Config) -> None:
             fill_starts = len(plan.starts)
         if not plan.starts and not plan.preemptions:
             break
-        apply(plan, running, pending, now)
-    used = sum(r.job.gpus for r in running.values())
-    print(f"fill: {placed:,} placements ({used:,} of {NODES * GPUS:,} GPUs busy) in {len(fill_cycles)} cycles")
+        pool.apply(plan, now)
+    used = sum(r.job.gpus for r in pool.running.values())
+    print(f"fill: {placed:,} placements ({used:,} of {scale.nodes * GPUS:,} GPUs busy) in {len(fill_cycles)} cycles")
     first = fill_cycles[0]
     print(f"      first cycle: {fill_starts:,} placed at {fill_starts / first:,.0f}/s ({first * 1e3:.0f} ms)")
 
@@ -165,11 +229,11 @@ def measure(config: Config) -> None:
     without_pauses: list[float] = []
     preempted = 0
     pauses = CollectorPauses()
-    for i in range(200):
+    for i in range(scale.arrivals):
         now += 60.0
         gpus = rng.choices([1, 2, 4, 8, 16], [40, 15, 15, 25, 5])[0]
         urgent = Job(f"h{i}", rng.choice(TEAMS), "high", gpus, now, gpus_per_node=8 if gpus > 8 else None)
-        snapshot = Snapshot(nodes, list(running.values()), [urgent, *pending.values()])
+        snapshot = pool.snapshot(urgent)
         paused, count = pauses.total, pauses.count
         with pauses:
             began = time.perf_counter()
@@ -179,9 +243,12 @@ def measure(config: Config) -> None:
         if pauses.count > count:
             collected += 1
         preempted += len(plan.preemptions)
-        pending[urgent.id] = urgent
-        apply(plan, running, pending, now)
-    print(f"storm: 200 high-priority arrivals, {preempted} preemptions, {len(pending):,} jobs still pending")
+        pool.pending[urgent.id] = urgent
+        pool.apply(plan, now)
+    print(
+        f"storm: {scale.arrivals} high-priority arrivals, {preempted} preemptions, "
+        f"{len(pool.pending):,} jobs still pending"
+    )
     print(
         f"       decision cycle p50 {statistics.median(storm_cycles) * 1e3:.1f} ms, "
         f"p99 {percentile(storm_cycles, 0.99) * 1e3:.1f} ms"
@@ -198,6 +265,7 @@ def measure(config: Config) -> None:
     victims.find_victims = untimed
     all_cycles = fill_cycles + storm_cycles
     print(f"all cycles: p99 {percentile(all_cycles, 0.99) * 1e3:.1f} ms over {len(all_cycles)} cycles")
+    gc.unfreeze()
 
 
 if __name__ == "__main__":

@@ -9,6 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the index is the core's; the vocabulary only names it
+    from gpupool.policy.running import RunningIndex
 
 JobId = str
 
@@ -218,6 +222,10 @@ class Snapshot:
     teams: Mapping[str, Team] | None = None
     """Each team's policy (weight, guarantee, budgets) as the driver holds it: the store, in
     the service. None takes `Config.teams` (the simulator's fixed teams)."""
+    running_index: RunningIndex | None = None
+    """The running jobs that are not draining, indexed for victim searches, for drivers that
+    keep it up to date (`policy.running`); it must hold those of `running` without a notice, on
+    these `nodes`. None builds the candidates from `running`."""
 
 
 class QueueOrder(StrEnum):

@@ -255,6 +255,7 @@ def test_a_reclaim_wait_names_the_equal_class_jobs_whose_minimum_runtime_it_wait
     assert "inside their minimum runtime (normal: 5.0 min): job b0 for 4.0 min more" in wait.message
 
 
+@pytest.mark.decides_once
 def test_jobs_alike_of_teams_with_different_shares_search_for_victims_once(monkeypatch: pytest.MonkeyPatch) -> None:
     from gpupool.policy import victims
 

@@ -332,8 +332,9 @@ def test_the_victim_search_shortcuts_change_no_choice(scenario: tuple[Snapshot, 
     from gpupool.policy import preempt, victims
     from gpupool.policy.bounds import Bounds, GroupsByNode
 
-    def no_bounds(groups: GroupsByNode, _: object) -> Bounds:
-        return Bounds([10**9] * groups.nodes, [0] * groups.nodes, [float("-inf")] * groups.nodes, [()])
+    def no_bounds(groups: GroupsByNode, _: object, free: list[int]) -> Bounds:
+        order = sorted(range(groups.nodes), key=lambda i: (free[i], i))
+        return Bounds([10**9] * groups.nodes, [0] * groups.nodes, [float("-inf")] * groups.nodes, [()], order)
 
     snapshot, config = scenario
     plan = decide(snapshot, config, NOW)

@@ -1,5 +1,5 @@
 """The state the simulator keeps between decisions (free GPUs and their buckets, team GPUs,
-drains) is, at every decision, what the core would derive from the running jobs, and the core
+drains, the running index) is, at every decision, what the core would derive from the running jobs, and the core
 decides the same on it as on a snapshot without it: with preemption, gangs, GPU types,
 dedicated nodes, seniority and node failures."""
 
@@ -14,6 +14,7 @@ import pytest
 from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Job, Node, Plan, QueueMode, Snapshot, Team
 from gpupool.policy import can_ever_fit, decide
 from gpupool.policy.place import FreeGpus
+from gpupool.policy.running import assert_matches
 from gpupool.sim.engine import Simulation
 from gpupool.sim.failures import Distribution, NodeFailures
 from gpupool.sim.jobmodel import JobModel
@@ -51,7 +52,10 @@ def workload(seed: int) -> tuple[list[SimJob], list[Node]]:
 def checking(checked: Counter[str]):  # type: ignore[no-untyped-def]
     def check(snapshot: Snapshot, config: Config, now: float) -> Plan:
         running = list(snapshot.running)
-        scratch = replace(snapshot, running=running, free=None, team_gpus=None, draining=None)
+        scratch = replace(snapshot, running=running, free=None, team_gpus=None, draining=None, running_index=None)
+        if snapshot.running_index is not None:
+            checked["indexed"] += 1
+            assert_matches(snapshot.running_index, running)
         kept, derived = FreeGpus(snapshot.nodes, running, snapshot.free), FreeGpus(scratch.nodes, running)
         assert kept.free == derived.free
         for group, buckets in derived.buckets.items():
@@ -92,4 +96,4 @@ def test_the_kept_state_is_what_the_running_jobs_give(seed: int) -> None:
             fits = can_ever_fit(Job(r.job.id, r.job.team, "low", r.job.gpus, 0.0, gpu_type=r.job.gpu_type), nodes)
             assert r.finish is not None or r.failed or not fits, f"{r.job} neither ended nor can ever fit"
         checked["lost"] += sum(r.node_losses for r in outcome.records)
-    assert checked["decisions"] > 50 and checked["lost"] > 0
+    assert checked["decisions"] > 50 and checked["lost"] > 0 and checked["indexed"] > 0

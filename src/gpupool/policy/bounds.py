@@ -8,7 +8,7 @@ operations over the groups' GPUs and lost work per node, built once per decision
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,10 +66,16 @@ class Bounds:
     """The lowest lost work of the candidates it might take there."""
     ranks: list[Rank]
     """The ranks it gives the groups it might take from, lowest first."""
+    order: list[int]
+    """The nodes where it might take somebody, by (lowest rank, lowest lost work, free GPUs
+    when the bounds were made, index): the order of their bounds, so that a search looks at
+    them in turn and stops at the first bound no better than its best score, without a pass
+    over the others. (A node whose free GPUs change after is looked at apart.)"""
 
 
-def bounds_of(groups: GroupsByNode, ranks: Mapping[Group, Rank | None]) -> Bounds:
-    """The `Bounds` of a search that ranks each group as `ranks` does (None: it takes none)."""
+def bounds_of(groups: GroupsByNode, ranks: Mapping[Group, Rank | None], free: Sequence[int]) -> Bounds:
+    """The `Bounds` of a search that ranks each group as `ranks` does (None: it takes none),
+    with `free` GPUs per node now."""
     admitted = sorted({r for r in ranks.values() if r is not None})
     place = {r: k for k, r in enumerate(admitted)}
     by_group = np.array([-1 if (r := ranks[g]) is None else place[r] for g in groups.keys], dtype=np.intp)
@@ -83,4 +89,7 @@ def bounds_of(groups: GroupsByNode, ranks: Mapping[Group, Rank | None]) -> Bound
     lowest[lowest == none] = -1
     cost = np.full(groups.nodes, np.inf)
     np.minimum.at(cost, nodes, groups.cost[taken])
-    return Bounds(gpus.astype(np.int64).tolist(), lowest.tolist(), cost.tolist(), admitted)
+    somebody = np.flatnonzero(lowest >= 0)
+    have = np.asarray(free, dtype=np.intp)[somebody]
+    order = somebody[np.lexsort((somebody, have, cost[somebody], lowest[somebody]))]
+    return Bounds(gpus.astype(np.int64).tolist(), lowest.tolist(), cost.tolist(), admitted, order.tolist())

@@ -33,6 +33,7 @@ from gpupool.policy.memo import Memo
 from gpupool.policy.order import queue_order, submit_key
 from gpupool.policy.place import FreeGpus, Group, Shape, Slot, choose_slots
 from gpupool.policy.preempt import Candidate, Candidates, lost_work, protection
+from gpupool.policy.running import Key
 from gpupool.policy.share import TeamShares
 from gpupool.policy.victims import Preemptor, Victim, open_to_seniority
 
@@ -109,7 +110,13 @@ class Decision:
         never look at victims. (Built here rather than by a callback the candidates hold: that
         would make a reference cycle, and every decision garbage the cyclic collector must find.)"""
         if self._candidates is None:
-            self._candidates = Candidates.of(self.free, self.shares, self.build_candidates())
+            index = self.snapshot.running_index
+            if index is not None:
+                self._candidates, self.expiring = index.candidates(
+                    self.free, self.shares, self.key_class, self.now, self.config
+                )
+            else:
+                self._candidates = Candidates.of(self.free, self.shares, self.build_candidates())
         return self._candidates
 
     def build_candidates(self) -> list[Candidate]:
@@ -148,11 +155,23 @@ class Decision:
 
     def budgeted_of(self, job: Job) -> BudgetedClass:
         """The class `job` is treated as, its team's budget use considered."""
-        key = (job.team, job.priority)
-        if key not in self.budgeted:
-            team = self.shares.team(job.team)
-            self.budgeted[key] = budgeted_class(self.config, self.snapshot.usage, team, job.priority)
-        return self.budgeted[key]
+        found = self.budgeted.get((job.team, job.priority))
+        return found if found is not None else self.budgeted_as(job.team, job.priority)
+
+    def budgeted_as(self, team: str, priority: str) -> BudgetedClass:
+        """The class a job of `team` asking for class `priority` is treated as."""
+        key = (team, priority)
+        found = self.budgeted.get(key)
+        if found is None:
+            found = self.budgeted[key] = budgeted_class(
+                self.config, self.snapshot.usage, self.shares.team(team), priority
+            )
+        return found
+
+    def key_class(self, key: Key) -> PriorityClass:
+        """The class the running jobs of an index `key` run at (see `running_class`)."""
+        team, attempt, asked, _, _ = key
+        return self.config.priority_class(attempt) if attempt is not None else self.budgeted_as(team, asked).cls
 
     def running_class(self, running: RunningJob) -> PriorityClass:
         """The class an attempt runs at was fixed when it started (budgets may have lowered it)."""
@@ -324,7 +343,7 @@ class Decision:
                 if key in self.memo.no_victims:
                     found_none = False
                     continue
-                found = search.find_victims(who, shape, self.candidates, self.memo.nodes_in(shape.groups))
+                found = search.find_victims(who, shape, self.candidates)
                 if found is None or not self.within_guarantee(job, who, found[1]):
                     found_none = found_none and found is None
                     self.memo.no_victims.add(key)
@@ -429,8 +448,7 @@ class Decision:
         if who.senior:
             ends += [
                 until
-                for i in self.memo.nodes_of(shapes)
-                for c in self.candidates.on_node[i]
+                for c in self.candidates.with_min_runtime(self.memo.nodes_of(shapes))
                 if c.protection is not None
                 and (until := c.protection.until) is not None
                 and open_to_seniority(c, who, self.shares)

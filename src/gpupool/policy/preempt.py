@@ -5,9 +5,10 @@ The search for victims among them is `victims.py`."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Protocol
 
 from gpupool.model import Config, JobId, PriorityClass, RunningJob
 from gpupool.policy.bounds import Bounds, Group, GroupsByNode, Rank, bounds_of
@@ -100,20 +101,31 @@ def victim_order(candidate: Candidate) -> tuple[int, float, float, float, str]:
     return (candidate.cls.value, candidate.cost, -candidate.share, -candidate.running.started_at, candidate.id)
 
 
+class NodeSource(Protocol):
+    """Where candidates built lazily come from (`running.RunningIndex`'s per-decision view)."""
+
+    def on(self, node: int) -> list[Candidate]: ...
+
+    def with_min_runtime(self) -> Iterator[Candidate]: ...
+
+
 @dataclass(slots=True)
 class Candidates:
     """Preemption candidates of one decision, indexed by node; chosen ones are taken out."""
 
     free: FreeGpus
     shares: TeamShares
-    on_node: list[list[Candidate]]
+    on_node: list[list[Candidate] | None]
     """Candidates per node index, in snapshot order; `at` sorts a node's list in place into
-    `victim_order` when it is first read."""
+    `victim_order` when it is first read. None: not built yet, `source` builds it."""
     groups: GroupsByNode
+    """Per node, what the bounds of a search are made of. Built from a `source`, its rows also
+    count candidates inside their minimum runtime: a looser bound, the same choice."""
     supply: Counter[Group]
     """GPUs held by the unprotected candidates not yet chosen, per group: what lets a search see
     at once that no rule could free enough anywhere."""
     chosen: set[JobId] = field(default_factory=set)
+    source: NodeSource | None = None
     _bounds: dict[tuple[tuple[Group, Rank | None], ...], Bounds] = field(default_factory=dict)
     _ordered: set[int] = field(default_factory=set)
 
@@ -140,16 +152,33 @@ class Candidates:
                 supply[team, value] += gpus
                 found = held.get((i, team, value))
                 held[i, team, value] = (gpus, cost) if found is None else (found[0] + gpus, min(found[1], cost))
-        return cls(free, shares, on_node, GroupsByNode.of(len(on_node), held), supply)
+        return cls(free, shares, [*on_node], GroupsByNode.of(len(on_node), held), supply)
 
     def at(self, node: int) -> list[Candidate]:
         """The candidates of node `node`, in `victim_order` (sorted when first asked for: most
         nodes' never are)."""
         here = self.on_node[node]
+        if here is None:
+            assert self.source is not None
+            here = self.on_node[node] = self.source.on(node)
         if node not in self._ordered:
             self._ordered.add(node)
             here.sort(key=victim_order)
         return here
+
+    def with_min_runtime(self, nodes: Iterable[int]) -> Iterator[Candidate]:
+        """The candidates on `nodes` inside their minimum runtime (a gang on several of them
+        may come more than once)."""
+        if self.source is None:
+            for i in nodes:
+                for c in self.on_node[i] or ():
+                    if c.protection is not None and c.protection.until is not None:
+                        yield c
+            return
+        wanted = set(nodes)
+        for c in self.source.with_min_runtime():
+            if any(i in wanted for i, _ in c.slots):
+                yield c
 
     def bounds(self, ranks: Mapping[Group, Rank | None]) -> Bounds:
         """The `Bounds` of a search that ranks the groups as `ranks` does. Searches that admit
@@ -158,7 +187,7 @@ class Candidates:
         key = tuple(ranks.items())
         found = self._bounds.get(key)
         if found is None:
-            found = self._bounds[key] = bounds_of(self.groups, ranks)
+            found = self._bounds[key] = bounds_of(self.groups, ranks, [len(gpus) for gpus in self.free.free])
         return found
 
     def choose(self, candidate: Candidate) -> None:

@@ -10,12 +10,13 @@ after it). Which of them go first is `rank`, then `victim_order`; how nodes comp
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpupool.model import JobId, PriorityClass, PriorityScope, Reason
-from gpupool.policy.bounds import Group, Rank
+from gpupool.policy.bounds import Bounds, Group, Rank
 from gpupool.policy.order import submit_key
 from gpupool.policy.place import FreeGpus, Shape, Slot
 from gpupool.policy.preempt import Candidate, Candidates, victim_order
@@ -200,9 +201,7 @@ def could_free(ranks: Mapping[Group, object], supply: Mapping[Group, int]) -> in
     return sum(gpus for group, gpus in supply.items() if gpus > 0 and ranks[group] is not None)
 
 
-def find_victims(
-    who: Preemptor, shape: Shape, candidates: Candidates, nodes_of: Sequence[int]
-) -> tuple[list[Slot], list[Victim]] | None:
+def find_victims(who: Preemptor, shape: Shape, candidates: Candidates) -> tuple[list[Slot], list[Victim]] | None:
     """The cheapest sufficient set of victims that makes the gang fit, with its placement.
 
     Gang members are placed largest first. For each, every node is scored by the victims it
@@ -215,7 +214,8 @@ def find_victims(
 
     Nodes are looked at in the order of a lower bound of their score (`bounds.Bounds`), and the
     look stops at the first bound no better than the best score found: the choice is the one a
-    look at every node would make, without the cost of one.
+    look at every node would make, without the cost of one (nor of a pass over the nodes: the
+    bounds come in order, see `_looks`).
     """
     free, shares = candidates.free, candidates.shares
     rank_of_group: dict[Group, Rank] = {}
@@ -241,21 +241,14 @@ def find_victims(
     used: set[int] = set()
     slots: list[Slot] = []
     for want in shape.slots:
-        looks: list[tuple[tuple[object, ...], int]] = []
-        for i in nodes_of:
-            if i in used:
-                continue
-            have = len(free.free[i]) + freed[i]
-            if have >= want:
-                looks.append(((0, (), 0.0, 0, have, i), i))
-                continue
-            rank_index = bounds.lowest[i]
-            if rank_index < 0 or have + bounds.gpus[i] < want:
-                continue
-            # No set of victims here scores better (see bounds.Bounds).
-            looks.append(((0, (bounds.ranks[rank_index],), bounds.cost[i], 1, have, i), i))
-        looks.sort()
+        looks = _looks(want, shape, free, bounds, used, freed)
         best: tuple[tuple[object, ...], int, list[Victim]] | None = None
+        fits = _fits_free(want, shape, free, used, freed)
+        if fits is not None:
+            # A node it fits on without victims scores better than any that needs one.
+            have, i = fits
+            best = ((0, (), 0, 0, have, i), i, [])
+            looks = iter(())
         for lowest, i in looks:
             if best is not None and lowest >= best[0]:
                 break
@@ -289,6 +282,61 @@ def find_victims(
             for i, gpus in victim.candidate.slots:
                 freed[i] += len(gpus)
     return slots, reprieve(slots, list(chosen.values()), free)
+
+
+def _fits_free(
+    want: int, shape: Shape, free: FreeGpus, used: set[int], freed: Mapping[int, int]
+) -> tuple[int, int] | None:
+    """(free GPUs, node) of the node of the shape's groups with the fewest free GPUs, counting
+    those its victims so far free, that holds `want` without a victim; None if none does."""
+    found: tuple[int, int] | None = None
+    for i, more in freed.items():
+        have = len(free.free[i]) + more
+        if i not in used and have >= want and free.group[i] in shape.groups and (found is None or (have, i) < found):
+            found = (have, i)
+    exclude = used | freed.keys()
+    for count in range(want, free.capacity + 1 if found is None else found[0] + 1):
+        first: int | None = None
+        for group in shape.groups:
+            buckets = free.buckets.get(group)
+            if buckets is not None:
+                node = buckets[count].first(exclude)
+                if node is not None and (first is None or node < first):
+                    first = node
+        if first is not None:
+            return min(found, (count, first)) if found is not None else (count, first)
+    return found
+
+
+def _looks(
+    want: int, shape: Shape, free: FreeGpus, bounds: Bounds, used: set[int], freed: Mapping[int, int]
+) -> Iterator[tuple[tuple[object, ...], int]]:
+    """The nodes of the shape's groups where victims could make room for `want`, with the lower
+    bound of their score, in the order of the bounds: the nodes whose free GPUs have not changed
+    since the bounds were made come in `Bounds.order`; the others (changed in this decision, or
+    freed by this search's victims) are looked at apart and merged in."""
+    apart = free.changed | freed.keys()
+
+    def bound(i: int, have: int) -> tuple[object, ...]:
+        return (0, (bounds.ranks[bounds.lowest[i]],), bounds.cost[i], 1, have, i)
+
+    def helps(i: int, have: int) -> bool:
+        return i not in used and free.group[i] in shape.groups and have < want <= have + bounds.gpus[i]
+
+    def unchanged() -> Iterator[tuple[tuple[object, ...], int]]:
+        for i in bounds.order:
+            if i not in apart:
+                have = len(free.free[i])
+                if helps(i, have):
+                    yield bound(i, have), i
+
+    changed = []
+    for i in apart:
+        have = len(free.free[i]) + freed.get(i, 0)
+        if bounds.lowest[i] >= 0 and helps(i, have):
+            changed.append((bound(i, have), i))
+    changed.sort()
+    return heapq.merge(unchanged(), changed)
 
 
 def node_score(

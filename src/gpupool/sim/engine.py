@@ -22,6 +22,7 @@ from gpupool.accounting import INTERRUPTED, AttemptRecord, Commit, account
 from gpupool.model import Config, Job, JobState, Node, Notice, Plan, RunningJob, Snapshot
 from gpupool.policy import decide
 from gpupool.policy.place import FreeIndex
+from gpupool.policy.running import RunningIndex
 from gpupool.settle import AttemptEnd, AttemptOutcome, JobCounts, Settlement, settle
 from gpupool.sim.budgets import BudgetMeter
 from gpupool.sim.failures import NodeClock, NodeFailures
@@ -91,6 +92,8 @@ class Simulation:
     """Free GPUs per node, and GPUs per team held by jobs not draining, kept up to date so that
     neither the snapshot nor the decision makes a pass over the nodes or the running jobs."""
     team_gpus: Counter[str] = field(default_factory=Counter)
+    running_index: RunningIndex | None = None
+    """The running jobs not draining, for the victim searches (kept only with preemption)."""
     up: tuple[Node, ...] = field(init=False)
     """The nodes not out for repair, in the order of `nodes`: what the core is shown."""
     down: dict[str, float] = field(default_factory=dict)
@@ -113,6 +116,7 @@ class Simulation:
         """Replay every job to its end and return what happened."""
         self.up = tuple(self.nodes)
         self.free = FreeIndex(self.up)
+        self.running_index = RunningIndex(self.up) if self.config.preemption else None
         self.budgets = BudgetMeter.of(self.config.teams)
         arrivals = sorted(enumerate(self.jobs), key=lambda item: (item[1].submit, item[0]))
         if self.failures is not None and arrivals:
@@ -248,6 +252,8 @@ class Simulation:
         for running in self.placed.values():
             for alloc in running.placement:
                 self.free.take(alloc.node, alloc.gpus)
+        if self.running_index is not None:
+            self.running_index = RunningIndex.of(self.up, self.placed.values())
         return True
 
     def lose(self, live: _Live, node: str, now: float) -> None:
@@ -332,6 +338,8 @@ class Simulation:
             self.free.give(alloc.node, alloc.gpus)
         if live.running.notice is None:
             self.count_gpus(job.team, -job.gpus)
+            if self.running_index is not None:
+                self.running_index.remove(job.id)
         live.attempt = None
         live.running = None
         live.notice_at = None
@@ -372,6 +380,8 @@ class Simulation:
         )
 
     def snapshot(self, now: float) -> Snapshot:
+        if self.running_index is not None:
+            self.running_index.refresh = partial(self.follow_commits, now)
         return Snapshot(
             self.up,
             _Values(self.placed, partial(self.follow_commits, now)),
@@ -380,6 +390,7 @@ class Simulation:
             free=self.free,
             team_gpus=self.team_gpus,
             draining=list(self.noticed.values()),
+            running_index=self.running_index,
         )
 
     def follow_commits(self, now: float) -> None:
@@ -395,6 +406,8 @@ class Simulation:
             live.running = self.placed[job_id] = running.checkpointed(last)
             if job_id in self.noticed:
                 self.noticed[job_id] = live.running
+            elif self.running_index is not None:
+                self.running_index.checkpointed(live.running)
             if following is not None:
                 heapq.heappush(self.commits, (following, job_id, attempt_no))
 
@@ -444,6 +457,8 @@ class Simulation:
             for alloc in start.placement:
                 self.free.take(alloc.node, alloc.gpus)
             self.count_gpus(job.team, job.gpus)
+            if self.running_index is not None:
+                self.running_index.add(live.running)
             self.running[job.id] = live
             self.budgets.start(job.id, job.team, start.priority, job.gpus, now)
             self.usage.append(Usage(now, job.priority, job.gpus))
@@ -462,6 +477,8 @@ class Simulation:
                 live.running, notice=Notice(preempt.for_job, preempt.deadline)
             )
             self.count_gpus(live.record.job.team, -live.record.job.gpus)
+            if self.running_index is not None:
+                self.running_index.remove(preempt.victim)
             live.cut = interrupt(live.attempt, now, preempt.deadline)
             if live.cut.release_at < live.attempt.finish_time():
                 self.push(live.cut.release_at, Rank.RELEASE, preempt.victim, live.attempt_no)

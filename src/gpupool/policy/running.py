@@ -1,0 +1,312 @@
+"""The running jobs a victim search may look at, kept by a driver between decisions.
+
+A decision that builds its preemption candidates from the running jobs pays for every one of
+them (on 10,000 nodes, 60,000 jobs), though a victim search looks at a few nodes. A driver that
+keeps a `RunningIndex` up to date (`add` at a start, `remove` at a notice or an exit,
+`checkpointed` at a commit) and gives it as `Snapshot.running_index` lets the decision build
+only what it reads: the GPUs each (team, class) could give and the earliest end of a minimum
+runtime from the index's per-group lists, the bounds of every node from its arrays, and a
+node's candidates when a search first looks at that node. The decision is the one `decide`
+makes from the running jobs alone (tests/sim/test_kept_state.py, tests/policy/test_incremental.py).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from gpupool.model import Config, JobId, Node, PriorityClass, RunningJob, Snapshot
+from gpupool.policy.bounds import Group, GroupsByNode
+from gpupool.policy.place import FreeGpus, FreeIndex
+from gpupool.policy.preempt import Candidate, Candidates, lost_work, protection
+from gpupool.policy.share import TeamShares
+
+Key = tuple[str, str | None, str, int, int | None]
+"""(team, the attempt's class or None, the job's class, preemptions, the job's preemption cap):
+running jobs whose class and static protection every decision sees alike."""
+
+
+@dataclass(slots=True)
+class _KeyJobs:
+    """The running jobs of one key: the GPUs they hold, and their starts in order."""
+
+    gpus: int = 0
+    started: list[tuple[float, JobId]] = field(default_factory=list)
+
+
+class RunningIndex:
+    """The running jobs that are not draining, by node, by key and as one row per (job, node)
+    in arrays (swap-removed, so rows `[:count]` are all live)."""
+
+    def __init__(self, nodes: Sequence[Node]) -> None:
+        self.nodes = nodes
+        self.index = {node.name: i for i, node in enumerate(nodes)}
+        self.jobs: dict[JobId, RunningJob] = {}
+        self.on_node: list[dict[JobId, RunningJob]] = [{} for _ in nodes]
+        self.keys: dict[Key, int] = {}
+        self.by_key: list[_KeyJobs] = []
+        self.rows_of: dict[JobId, list[int]] = {}
+        self.count = 0
+        self._row_job: list[JobId] = []
+        size = 1024
+        self.node = np.zeros(size, dtype=np.intp)
+        self.key = np.zeros(size, dtype=np.intp)
+        self.gpus = np.zeros(size)
+        self.job_gpus = np.zeros(size)
+        self.since = np.zeros(size)
+        self.restart = np.zeros(size)
+        self.refresh: Callable[[], None] | None = None
+        """Called once before a decision reads the index (the simulator brings checkpoints up
+        to date then, not at every decision)."""
+
+    @classmethod
+    def of(cls, nodes: Sequence[Node], running: Iterable[RunningJob]) -> RunningIndex:
+        """The index of `running`'s jobs that are not draining."""
+        index = cls(nodes)
+        for job in running:
+            if job.notice is None:
+                index.add(job)
+        return index
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self.jobs
+
+    def read(self) -> None:
+        """Bring the index up to date before a decision reads it (see `refresh`)."""
+        if self.refresh is not None:
+            refresh, self.refresh = self.refresh, None
+            refresh()
+
+    # --- kept up to date by the driver ---------------------------------------------------
+
+    def add(self, running: RunningJob) -> None:
+        """A job started (or its attempt is no longer under notice)."""
+        job = running.job
+        if job.id in self.jobs:
+            raise ValueError(f"job {job.id} is in the running index twice")
+        if running.notice is not None:
+            raise ValueError(f"job {job.id} is draining: the running index holds the others")
+        self.jobs[job.id] = running
+        key = self._key_of(running)
+        kept = self.by_key[key]
+        held: Counter[int] = Counter()
+        for alloc in running.placement:
+            try:
+                held[self.index[alloc.node]] += len(alloc.gpus)
+            except KeyError:
+                raise ValueError(f"job {job.id} runs on unknown node {alloc.node!r}") from None
+        kept.gpus += sum(held.values())
+        insort(kept.started, (running.started_at, job.id))
+        since = running.last_checkpoint_at if running.last_checkpoint_at is not None else running.started_at
+        rows = []
+        for i, gpus in held.items():
+            self.on_node[i][job.id] = running
+            rows.append(self._append_row(job.id, i, key, gpus, job.gpus, since, job.expected_restart))
+        self.rows_of[job.id] = rows
+
+    def remove(self, job_id: JobId) -> RunningJob:
+        """A job left, or was given notice."""
+        running = self.jobs.pop(job_id)
+        kept = self.by_key[self.keys[_key(running)]]
+        kept.gpus -= sum(len(a.gpus) for a in running.placement)
+        started = kept.started
+        del started[bisect_left(started, (running.started_at, job_id))]
+        for alloc in running.placement:
+            self.on_node[self.index[alloc.node]].pop(job_id, None)
+        for row in sorted(self.rows_of.pop(job_id), reverse=True):
+            self._drop_row(row)
+        return running
+
+    def checkpointed(self, running: RunningJob) -> None:
+        """The job's attempt committed a checkpoint: `running` has it."""
+        job_id = running.job.id
+        self.jobs[job_id] = running
+        for alloc in running.placement:
+            self.on_node[self.index[alloc.node]][job_id] = running
+        since = running.last_checkpoint_at if running.last_checkpoint_at is not None else running.started_at
+        self.since[self.rows_of[job_id]] = since
+
+    def _key_of(self, running: RunningJob) -> int:
+        key = _key(running)
+        found = self.keys.get(key)
+        if found is None:
+            found = self.keys[key] = len(self.by_key)
+            self.by_key.append(_KeyJobs())
+        return found
+
+    def _append_row(
+        self, job_id: JobId, node: int, key: int, gpus: int, job_gpus: int, since: float, restart: float
+    ) -> int:
+        row = self.count
+        if row == len(self.node):
+            for name in ("node", "key", "gpus", "job_gpus", "since", "restart"):
+                array = getattr(self, name)
+                setattr(self, name, np.concatenate([array, np.zeros_like(array)]))
+        self.node[row], self.key[row], self.gpus[row] = node, key, gpus
+        self.job_gpus[row], self.since[row], self.restart[row] = job_gpus, since, restart
+        self._row_job.append(job_id)
+        self.count += 1
+        return row
+
+    def _drop_row(self, row: int) -> None:
+        """Move the last row into `row` (rows are dropped largest first within one job)."""
+        last = self.count - 1
+        moved = self._row_job.pop()
+        if row != last:
+            for array in (self.node, self.key, self.gpus, self.job_gpus, self.since, self.restart):
+                array[row] = array[last]
+            self._row_job[row] = moved
+            rows = self.rows_of.get(moved)
+            if rows is not None:
+                rows[rows.index(last)] = row
+        self.count = last
+
+    # --- read by one decision ------------------------------------------------------------
+
+    def candidates(
+        self,
+        free: FreeGpus,
+        shares: TeamShares,
+        class_of: Callable[[Key], PriorityClass],
+        now: float,
+        config: Config,
+    ) -> tuple[Candidates, dict[int, float]]:
+        """One decision's candidates, with the earliest end of a minimum runtime per class
+        value (what `Plan.retry_at` may be set to); `shares` as they stand at the decision's
+        first victim search."""
+        if self.nodes is not free.nodes and [n.name for n in self.nodes] != list(free.index):
+            raise ValueError("the running index was built for other nodes than the snapshot's")
+        self.read()
+        free_nodes = len(free.free)
+        classes = [class_of(key) for key in self.keys]
+        group_of: dict[int, Group] = {}
+        supply: Counter[Group] = Counter()
+        expiring: dict[int, float] = {}
+        in_min_runtime: list[JobId] = []
+        for (team, _, _, preemptions, own_cap), k in self.keys.items():
+            cls = classes[k]
+            if not cls.preemptible:
+                continue
+            kept = self.by_key[k]
+            cap = own_cap if own_cap is not None else config.max_preemptions
+            capped = cap is not None and preemptions >= cap
+            gpus = kept.gpus
+            # Starts in order: those whose minimum runtime has not ended are the last ones.
+            for started_at, job_id in reversed(kept.started):
+                if not started_at + cls.min_runtime > now:
+                    break
+                until = started_at + cls.min_runtime
+                expiring[cls.value] = min(expiring.get(cls.value, until), until)
+                in_min_runtime.append(job_id)
+                if not capped:
+                    gpus -= sum(len(a.gpus) for a in self.jobs[job_id].placement)
+            if not capped:
+                group_of[k] = (team, cls.value)
+                if gpus:
+                    supply[team, cls.value] += gpus
+        # The bounds' groups are those with GPUs to give, as `Candidates.of` has them.
+        groups = {group: n for n, group in enumerate(supply)}
+        key_group = np.full(max(len(classes), 1), -1, dtype=np.intp)
+        for k, group in group_of.items():
+            key_group[k] = groups.get(group, -1)
+        count = self.count
+        row_group = key_group[self.key[:count]]
+        taken = row_group >= 0
+        since = self.since[:count][taken]
+        cost = self.job_gpus[:count][taken] * (np.maximum(0.0, now - since) + self.restart[:count][taken])
+        bounds = GroupsByNode(
+            free_nodes, list(groups), self.node[:count][taken], row_group[taken], self.gpus[:count][taken], cost
+        )
+        lazy = _LazyNodes(self, dict(zip(self.keys, classes, strict=True)), now, config, shares, in_min_runtime)
+        found = Candidates(free, shares, [None] * free_nodes, bounds, supply, source=lazy)
+        return found, expiring
+
+
+def _key(running: RunningJob) -> Key:
+    job = running.job
+    return (job.team, running.priority, job.priority, job.preemptions, job.max_preemptions)
+
+
+class _LazyNodes:
+    """Builds one decision's candidates of a node when a search first looks at it. It holds
+    no reference to the decision (which holds the candidates): no cycle for the collector."""
+
+    def __init__(
+        self,
+        index: RunningIndex,
+        classes: Mapping[Key, PriorityClass],
+        now: float,
+        config: Config,
+        shares: TeamShares,
+        in_min_runtime: list[JobId],
+    ) -> None:
+        self.index = index
+        self.classes = classes
+        self.now = now
+        self.config = config
+        # The teams' shares when the candidates were first needed: a tie-break of victim_order.
+        self.shares = TeamShares(shares.teams, Counter(shares.gpus))
+        self.made: dict[JobId, Candidate] = {}
+        self.in_min_runtime = in_min_runtime
+
+    def on(self, node: int) -> list[Candidate]:
+        """The candidates holding GPUs on `node`."""
+        return [self.made.get(job_id) or self._make(running) for job_id, running in self.index.on_node[node].items()]
+
+    def with_min_runtime(self) -> Iterator[Candidate]:
+        """The candidates inside their minimum runtime."""
+        for job_id in self.in_min_runtime:
+            yield self.made.get(job_id) or self._make(self.index.jobs[job_id])
+
+    def _make(self, running: RunningJob) -> Candidate:
+        index = self.index.index
+        cls = self.classes[_key(running)]
+        candidate = Candidate(running, cls, tuple([(index[a.node], a.gpus) for a in running.placement]))
+        candidate.protection = protection(running, cls, self.now, self.config)
+        candidate.cost = lost_work(running, self.now)
+        candidate.share = self.shares.share(candidate.team)
+        self.made[candidate.id] = candidate
+        return candidate
+
+
+def kept(snapshot: Snapshot) -> Snapshot:
+    """`snapshot` with all the state a driver keeps between decisions, built from its running
+    jobs: free GPUs (`FreeIndex`), GPUs per team, the drains and the running index. `decide`
+    must give the same plan on both (what the tests check)."""
+    free = FreeIndex(snapshot.nodes)
+    team_gpus: Counter[str] = Counter()
+    for running in snapshot.running:
+        for alloc in running.placement:
+            free.take(alloc.node, alloc.gpus)
+        if running.notice is None:
+            team_gpus[running.job.team] += running.job.gpus
+    return replace(
+        snapshot,
+        free=free,
+        team_gpus=+team_gpus,
+        draining=[r for r in snapshot.running if r.notice is not None],
+        running_index=RunningIndex.of(snapshot.nodes, snapshot.running),
+    )
+
+
+def assert_matches(index: RunningIndex, running: Iterable[RunningJob]) -> None:
+    """Raise AssertionError unless `index` holds exactly the jobs of `running` not draining,
+    with one row per (job, node) (a check for tests)."""
+    expected = {r.job.id: r for r in running if r.notice is None}
+    assert index.jobs == expected, "the running index holds other jobs than the running ones"
+    held: Counter[tuple[JobId, int]] = Counter()
+    for r in expected.values():
+        for alloc in r.placement:
+            held[r.job.id, index.index[alloc.node]] += len(alloc.gpus)
+    rows = Counter({(index._row_job[k], int(index.node[k])): int(index.gpus[k]) for k in range(index.count)})
+    assert rows == held, "the running index's rows do not match its jobs"
+
+
+__all__ = ["Key", "RunningIndex", "assert_matches", "kept"]
