@@ -9,6 +9,10 @@ from typing import TYPE_CHECKING
 import pytest
 from hypothesis import settings
 
+from gpupool import policy
+from gpupool.model import Config, Plan, Snapshot
+from gpupool.policy.running import kept
+
 settings.register_profile("ci", derandomize=True, deadline=None, max_examples=200)
 settings.register_profile("dev", deadline=None, max_examples=100)
 settings.register_profile("stress", deadline=None, max_examples=3000)
@@ -99,3 +103,30 @@ def cluster(ray_cluster: LoopbackCluster) -> Iterator[LoopbackCluster]:
     for group_id, entry in placement_group_table().items():
         if entry["state"] != "REMOVED":
             remove_placement_group(PlacementGroup(PlacementGroupID.from_hex(group_id)))
+
+
+# --- tests of the core (tests/policy): each decides two ways -----------------------------
+# Every test of the core decides twice: on its snapshot as written, and on the same snapshot
+# with all the state a driver keeps between decisions (`policy.running.kept`); the plans must
+# be equal. The tests then check the plan as before.
+
+_decide = policy.decide
+
+
+def decide_both_ways(snapshot: Snapshot, config: Config, now: float) -> Plan:
+    plan = _decide(snapshot, config, now)
+    if snapshot.free is None and snapshot.running_index is None:
+        assert _decide(kept(snapshot), config, now) == plan, "the kept state changed the plan"
+    return plan
+
+
+@pytest.fixture(autouse=True)
+def _core_decides_both_ways(request: pytest.FixtureRequest) -> Iterator[None]:
+    module = request.module
+    one_way = request.node.get_closest_marker("decides_once") is not None
+    if one_way or getattr(module, "decide", None) is not _decide or "policy" not in request.path.parts:
+        yield
+        return
+    module.decide = decide_both_ways
+    yield
+    module.decide = _decide

@@ -366,16 +366,19 @@ def test_the_candidates_supply_is_what_is_left_after_the_choices(scenario: tuple
     """The GPUs per (team, class) the searches read stay those of the unprotected candidates
     not chosen yet, however many preemptions the decision made."""
     from gpupool.policy.cycle import Decision
+    from gpupool.policy.running import kept
 
     snapshot, config = scenario
-    decision = Decision(snapshot, config, NOW)
-    decision.hold_for_drains()
-    decision.place_queue()
-    candidates = decision.candidates
-    left: Counter[tuple[str, int]] = Counter()
-    for c in {c.id: c for here in candidates.on_node for c in here}.values():
-        if c.protection is None and c.id not in candidates.chosen:
-            left[c.team, c.cls.value] += sum(len(gpus) for _, gpus in c.slots)
-    assert +candidates.supply == +left
-    chosen = {p.victim for p in decision.preemptions}
-    assert candidates.chosen == chosen
+    for shown in (snapshot, kept(snapshot)):
+        decision = Decision(shown, config, NOW)
+        decision.hold_for_drains()
+        decision.place_queue()
+        candidates = decision.candidates
+        left: Counter[tuple[str, int]] = Counter()
+        every = {c.id: c for i in range(len(candidates.on_node)) for c in candidates.at(i)}
+        for c in every.values():
+            if c.protection is None and c.id not in candidates.chosen:
+                left[c.team, c.cls.value] += sum(len(gpus) for _, gpus in c.slots)
+        assert +candidates.supply == +left
+        chosen = {p.victim for p in decision.preemptions}
+        assert candidates.chosen == chosen

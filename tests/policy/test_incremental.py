@@ -1,0 +1,214 @@
+"""The state a driver keeps between decisions, fed event by event, gives at every decision the
+plan `decide` makes from the snapshot alone: over random pools (GPU types, dedicated nodes),
+arrivals of single jobs and gangs, exits, checkpoints, notices and drains ending, budgets'
+classes left to the core, preemption caps, minimum runtimes and clock advances."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
+from hypothesis import given, target
+from hypothesis import strategies as st
+
+from gpupool.model import (
+    Config,
+    FairShare,
+    Job,
+    Node,
+    Notice,
+    Plan,
+    PriorityClass,
+    PriorityScope,
+    RunningJob,
+    Snapshot,
+    Team,
+)
+from gpupool.policy import decide
+from gpupool.policy.place import FreeIndex
+from gpupool.policy.running import RunningIndex, assert_matches
+
+# Short minimum runtimes, so that the clock's advances open victims often.
+CLASSES_FAST = (
+    PriorityClass("urgent", 1000, may_preempt=True, preemptible=False, grace_period=60.0),
+    PriorityClass("high", 100, may_preempt=True, preemptible=True, min_runtime=120.0, grace_period=120.0),
+    PriorityClass("normal", 10, may_preempt=True, preemptible=True, grace_period=120.0),
+    PriorityClass("low", 0, may_preempt=False, preemptible=True, min_runtime=60.0, grace_period=60.0),
+)
+CLASSES = [c.name for c in CLASSES_FAST]
+
+
+@dataclass
+class Driver:
+    """Carries plans and events out, keeping the state both ways: plain lists for the
+    snapshot alone, and the indexes a driver keeps."""
+
+    nodes: list[Node]
+    config: Config
+    now: float = 1000.0
+    pending: dict[str, Job] = field(default_factory=dict)
+    running: dict[str, RunningJob] = field(default_factory=dict)
+    free: FreeIndex = field(init=False)
+    index: RunningIndex = field(init=False)
+    team_gpus: Counter[str] = field(default_factory=Counter)
+    decisions: int = 0
+    notices: int = 0
+    held: int = 0
+
+    def __post_init__(self) -> None:
+        self.free = FreeIndex(self.nodes)
+        self.index = RunningIndex(self.nodes)
+
+    def decide(self) -> None:
+        running = list(self.running.values())
+        scratch = Snapshot(self.nodes, running, list(self.pending.values()))
+        draining = [r for r in running if r.notice is not None]
+        kept = replace(scratch, free=self.free, team_gpus=+self.team_gpus, draining=draining, running_index=self.index)
+        assert_matches(self.index, running)
+        plan = decide(kept, self.config, self.now)
+        assert plan == decide(scratch, self.config, self.now), f"decision {self.decisions} differs"
+        self.decisions += 1
+        self.held += sum(1 for wait in plan.waits if wait.placement)
+        self.apply(plan)
+
+    def apply(self, plan: Plan) -> None:
+        for preempt in plan.preemptions:
+            victim = self.running[preempt.victim]
+            self.index.remove(victim.job.id)
+            self.team_gpus[victim.job.team] -= victim.job.gpus
+            self.running[victim.job.id] = replace(victim, notice=Notice(preempt.for_job, preempt.deadline))
+            self.notices += 1
+            if not self.pending[preempt.for_job].nominated:
+                self.pending[preempt.for_job] = replace(self.pending[preempt.for_job], nominated=True)
+        for start in plan.starts:
+            job = replace(self.pending.pop(start.job), nominated=False)
+            self.start(RunningJob(job, start.placement, self.now, priority=start.priority))
+
+    def start(self, running: RunningJob) -> None:
+        self.running[running.job.id] = running
+        for alloc in running.placement:
+            self.free.take(alloc.node, alloc.gpus)
+        self.team_gpus[running.job.team] += running.job.gpus
+        self.index.add(running)
+
+    def leave(self, job_id: str, requeue: bool) -> None:
+        running = self.running.pop(job_id)
+        for alloc in running.placement:
+            self.free.give(alloc.node, alloc.gpus)
+        if running.notice is None:
+            self.index.remove(job_id)
+            self.team_gpus[running.job.team] -= running.job.gpus
+        if requeue:
+            job = running.job
+            self.pending[job.id] = replace(job, preemptions=job.preemptions + 1, queued_at=self.now)
+
+    def checkpoint(self, job_id: str) -> None:
+        running = self.running[job_id] = self.running[job_id].checkpointed(self.now)
+        if running.notice is None:
+            self.index.checkpointed(running)
+
+
+pools = st.lists(
+    st.tuples(st.sampled_from([2, 4, 8]), st.sampled_from(["A", "A", "B"]), st.sampled_from([None, None, "a"])),
+    min_size=1,
+    max_size=4,
+)
+arrivals = st.tuples(
+    st.sampled_from("abc"),
+    st.sampled_from(CLASSES),
+    st.sampled_from([1, 1, 2, 3, 4, 8, 12, 16]),
+    st.sampled_from([None, None, "A"]),
+    st.sampled_from([None, None, 0]),
+)
+events = st.lists(
+    st.one_of(
+        st.tuples(st.just("arrive"), arrivals),
+        st.tuples(st.sampled_from(["exit", "requeue", "checkpoint"]), st.integers(0, 50)),
+        st.tuples(st.just("advance"), st.sampled_from([1.0, 30.0, 130.0, 601.0])),
+        st.tuples(st.just("decide"), st.none()),
+    ),
+    # Long enough for a pool to fill, age and be preempted in: what makes notices.
+    min_size=20,
+    max_size=80,
+)
+configs = st.sampled_from(
+    [
+        Config(CLASSES_FAST, {"a": Team("a", guaranteed_gpus=8), "b": Team("b", guaranteed_gpus=4)}),
+        Config(CLASSES_FAST, fair_share=FairShare.PREEMPT, seniority_after=300.0, max_preemptions=2),
+        Config(
+            CLASSES_FAST,
+            {"a": Team("a", guaranteed_gpus=4), "c": Team("c", weight=2.0)},
+            priority_preemption=PriorityScope.ABOVE_GUARANTEE,
+            fair_share=FairShare.PREEMPT,
+        ),
+    ]
+)
+
+
+@given(pools, events, configs)
+def test_the_kept_state_decides_as_the_snapshot_alone(
+    pool: list[tuple[int, str, str | None]],
+    script: list[tuple[str, object]],
+    config: Config,
+) -> None:
+    nodes = [Node(f"n{i}", gpus, gpu_type, team) for i, (gpus, gpu_type, team) in enumerate(pool)]
+    driver = Driver(nodes, config)
+    arrived = 0
+    for kind, arg in [*script, ("decide", None)]:
+        ids = sorted(driver.running)
+        if kind == "arrive":
+            assert isinstance(arg, tuple)
+            team: str = arg[0]
+            cls: str = arg[1]
+            gpus: int = arg[2]
+            gpu_type: str | None = arg[3]
+            max_preemptions: int | None = arg[4]
+            per_node = 4 if gpus in (12, 16) else None
+            job = Job(
+                f"j{arrived}",
+                team,
+                cls,
+                gpus,
+                driver.now,
+                gpu_type=gpu_type,
+                gpus_per_node=per_node,
+                max_preemptions=max_preemptions,
+                expected_restart=float(arrived % 3) * 20.0,
+            )
+            driver.pending[job.id] = job
+            arrived += 1
+        elif kind in ("exit", "requeue", "checkpoint") and ids:
+            job_id = ids[int(arg) % len(ids)]  # type: ignore[call-overload]
+            if kind == "checkpoint":
+                driver.checkpoint(job_id)
+            else:
+                driver.leave(job_id, requeue=kind == "requeue")
+        elif kind == "advance":
+            driver.now += float(arg)  # type: ignore[arg-type]
+        elif kind == "decide":
+            driver.decide()
+    assert driver.decisions >= 1
+    target(float(driver.notices), label="notices")
+    target(float(driver.held), label="held placements")
+
+
+def test_a_scripted_storm_gives_notice_holds_and_drains_the_same_both_ways() -> None:
+    """Gangs across nodes give notice to jobs on several nodes, hold their GPUs while they
+    drain, then start; a checkpoint and a preemption cap change the victims chosen."""
+    nodes = [Node(f"n{i}", 4) for i in range(4)]
+    config = Config(CLASSES_FAST, {"a": Team("a", guaranteed_gpus=4)}, max_preemptions=3)
+    driver = Driver(nodes, config)
+    for i in range(8):
+        driver.pending[f"low{i}"] = Job(f"low{i}", "ab"[i % 2], "low", 2, driver.now, order=i)
+    driver.decide()
+    driver.now += 100.0
+    driver.checkpoint("low3")
+    driver.pending["gang"] = Job("gang", "a", "urgent", 8, driver.now, gpus_per_node=4, order=10)
+    driver.pending["one"] = Job("one", "b", "high", 2, driver.now, order=11)
+    driver.decide()
+    assert driver.notices >= 4 and driver.held >= 1
+    for job_id in [j for j, r in driver.running.items() if r.notice is not None]:
+        driver.leave(job_id, requeue=True)
+    driver.now += 5.0
+    driver.decide()
+    assert "gang" in driver.running and driver.decisions == 3
