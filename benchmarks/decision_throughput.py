@@ -13,7 +13,7 @@ Prints placements/s, the p50/p99 decision cycle and the p50/p99 victim search, f
 policy and, in the same run on the same workload, with `priority_preemption: above_guarantee`
 and `fair_share: preempt`, then with `seniority_after: 2h` too (`--policy N`: only the N-th).
 Each is decided twice: from the snapshot alone, and with the state a driver keeps between
-decisions (free GPUs, GPUs per team, the running index; `--only` one of them). The pauses of
+decisions (free GPUs, GPUs per team, the pending jobs in line, the running index; `--only` one of them). The pauses of
 Python's full (generation 2) garbage collections that fall inside decisions are counted apart:
 they depend on everything the process holds, not on the core alone.
 Run: .venv/bin/python benchmarks/decision_throughput.py [--nodes 10000 --arrivals 50]
@@ -44,6 +44,7 @@ from gpupool.model import (
     Team,
 )
 from gpupool.policy import decide, victims
+from gpupool.policy.pending import PendingIndex
 from gpupool.policy.place import FreeIndex
 from gpupool.policy.running import RunningIndex
 
@@ -100,9 +101,15 @@ class Pool:
         self.free = FreeIndex(nodes)
         self.team_gpus: Counter[str] = Counter()
         self.index = RunningIndex(nodes)
+        self.line = PendingIndex(pending.values()) if kept else PendingIndex()
 
-    def snapshot(self, arrival: Job | None = None) -> Snapshot:
-        pending = [arrival, *self.pending.values()] if arrival is not None else list(self.pending.values())
+    def arrive(self, job: Job) -> None:
+        self.pending[job.id] = job
+        if self.kept:
+            self.line.add(job)
+
+    def snapshot(self) -> Snapshot:
+        pending = list(self.pending.values())
         if not self.kept:
             return Snapshot(self.nodes, list(self.running.values()), pending)
         running = list(self.running.values())
@@ -113,13 +120,14 @@ class Pool:
             free=self.free,
             team_gpus=self.team_gpus,
             draining=[],
+            pending_index=self.line,
             running_index=self.index,
         )
 
     def apply(self, plan: Plan, now: float) -> None:
         for p in plan.preemptions:
             victim = self.running.pop(p.victim)
-            self.pending[victim.job.id] = replace(victim.job, preemptions=victim.job.preemptions + 1)
+            self.arrive(replace(victim.job, preemptions=victim.job.preemptions + 1))
             if self.kept:
                 self.index.remove(victim.job.id)
                 self.team_gpus[victim.job.team] -= victim.job.gpus
@@ -128,6 +136,8 @@ class Pool:
         held = [(w.job, w.placement) for w in plan.waits if w.placement]
         for job_id, placement in [*held, *((s.job, s.placement) for s in plan.starts)]:
             started = self.running[job_id] = RunningJob(self.pending.pop(job_id), placement, now, now)
+            if self.kept:
+                self.line.remove(job_id)
             if self.kept:
                 self.index.add(started)
                 self.team_gpus[started.job.team] += started.job.gpus
@@ -157,7 +167,11 @@ def main() -> None:
     for n, (label, config) in enumerate(policies, 1):
         if args.policy in (None, n):
             for kept in [k for k in (False, True) if args.only in (None, "kept" if k else "snapshot")]:
-                how = "kept state (running index, free GPUs, team GPUs)" if kept else "from the snapshot alone"
+                how = (
+                    "kept state (free GPUs, team GPUs, pending and running indexes)"
+                    if kept
+                    else "from the snapshot alone"
+                )
                 print(f"--- {label}; {how}")
                 measure(config, scale, kept)
 
@@ -233,7 +247,8 @@ def measure(config: Config, scale: Scale, kept: bool) -> None:
         now += 60.0
         gpus = rng.choices([1, 2, 4, 8, 16], [40, 15, 15, 25, 5])[0]
         urgent = Job(f"h{i}", rng.choice(TEAMS), "high", gpus, now, gpus_per_node=8 if gpus > 8 else None)
-        snapshot = pool.snapshot(urgent)
+        pool.arrive(urgent)
+        snapshot = pool.snapshot()
         paused, count = pauses.total, pauses.count
         with pauses:
             began = time.perf_counter()
@@ -243,7 +258,6 @@ def measure(config: Config, scale: Scale, kept: bool) -> None:
         if pauses.count > count:
             collected += 1
         preempted += len(plan.preemptions)
-        pool.pending[urgent.id] = urgent
         pool.apply(plan, now)
     print(
         f"storm: {scale.arrivals} high-priority arrivals, {preempted} preemptions, "

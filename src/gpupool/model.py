@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the index is the core's; the vocabulary only names it
+    from gpupool.policy.pending import PendingIndex
     from gpupool.policy.running import RunningIndex
 
 JobId = str
@@ -222,6 +223,9 @@ class Snapshot:
     teams: Mapping[str, Team] | None = None
     """Each team's policy (weight, guarantee, budgets) as the driver holds it: the store, in
     the service. None takes `Config.teams` (the simulator's fixed teams)."""
+    pending_index: PendingIndex | None = None
+    """The pending jobs in line, for drivers that keep them (`policy.pending`); it must hold
+    exactly those of `pending`. None orders the queue from `pending`."""
     running_index: RunningIndex | None = None
     """The running jobs that are not draining, indexed for victim searches, for drivers that
     keep it up to date (`policy.running`); it must hold those of `running` without a notice, on

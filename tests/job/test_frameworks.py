@@ -240,8 +240,11 @@ def test_a_notice_whose_deadline_comes_during_the_validation_commits_before_it(t
     code = process.wait(timeout=120)
     output = "".join(lines)
     assert code == 75, output[-3000:]
-    assert time.time() < deadline + 1, "left before the deadline (gpupool kills at it)"
+    # The order is what the job decides (the log says it committed before the validation);
+    # the clock only gets a generous ceiling: a CI run under load took 2.4 s past the deadline
+    # to exit, while running the validations it was told to skip takes 40 s.
     assert "step 4 committed before the validation after it" in output
+    assert time.time() < deadline + 20, "it ran the validations instead of leaving"
     assert (tmp_path / "checkpoints" / "step-000000004" / "MANIFEST.json").exists()
 
 

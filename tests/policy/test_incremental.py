@@ -8,10 +8,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
+import pytest
 from hypothesis import given, target
 from hypothesis import strategies as st
 
 from gpupool.model import (
+    Allocation,
     Config,
     FairShare,
     Job,
@@ -20,11 +22,13 @@ from gpupool.model import (
     Plan,
     PriorityClass,
     PriorityScope,
+    QueueMode,
     RunningJob,
     Snapshot,
     Team,
 )
 from gpupool.policy import decide
+from gpupool.policy.pending import PendingIndex
 from gpupool.policy.place import FreeIndex
 from gpupool.policy.running import RunningIndex, assert_matches
 
@@ -50,6 +54,7 @@ class Driver:
     running: dict[str, RunningJob] = field(default_factory=dict)
     free: FreeIndex = field(init=False)
     index: RunningIndex = field(init=False)
+    line: PendingIndex = field(default_factory=PendingIndex)
     team_gpus: Counter[str] = field(default_factory=Counter)
     decisions: int = 0
     notices: int = 0
@@ -79,10 +84,15 @@ class Driver:
             self.running[victim.job.id] = replace(victim, notice=Notice(preempt.for_job, preempt.deadline))
             self.notices += 1
             if not self.pending[preempt.for_job].nominated:
-                self.pending[preempt.for_job] = replace(self.pending[preempt.for_job], nominated=True)
+                self.arrive(replace(self.pending[preempt.for_job], nominated=True))
         for start in plan.starts:
+            self.line.remove(start.job)
             job = replace(self.pending.pop(start.job), nominated=False)
             self.start(RunningJob(job, start.placement, self.now, priority=start.priority))
+
+    def arrive(self, job: Job) -> None:
+        self.pending[job.id] = job
+        self.line.add(job)
 
     def start(self, running: RunningJob) -> None:
         self.running[running.job.id] = running
@@ -100,7 +110,7 @@ class Driver:
             self.team_gpus[running.job.team] -= running.job.gpus
         if requeue:
             job = running.job
-            self.pending[job.id] = replace(job, preemptions=job.preemptions + 1, queued_at=self.now)
+            self.arrive(replace(job, preemptions=job.preemptions + 1, queued_at=self.now))
 
     def checkpoint(self, job_id: str) -> None:
         running = self.running[job_id] = self.running[job_id].checkpointed(self.now)
@@ -131,18 +141,19 @@ events = st.lists(
     min_size=20,
     max_size=80,
 )
-configs = st.sampled_from(
-    [
-        Config(CLASSES_FAST, {"a": Team("a", guaranteed_gpus=8), "b": Team("b", guaranteed_gpus=4)}),
-        Config(CLASSES_FAST, fair_share=FairShare.PREEMPT, seniority_after=300.0, max_preemptions=2),
-        Config(
-            CLASSES_FAST,
-            {"a": Team("a", guaranteed_gpus=4), "c": Team("c", weight=2.0)},
-            priority_preemption=PriorityScope.ABOVE_GUARANTEE,
-            fair_share=FairShare.PREEMPT,
-        ),
-    ]
-)
+_configs = [
+    Config(CLASSES_FAST, {"a": Team("a", guaranteed_gpus=8), "b": Team("b", guaranteed_gpus=4)}),
+    Config(CLASSES_FAST, fair_share=FairShare.PREEMPT, seniority_after=300.0, max_preemptions=2),
+    Config(
+        CLASSES_FAST,
+        {"a": Team("a", guaranteed_gpus=4), "c": Team("c", weight=2.0)},
+        priority_preemption=PriorityScope.ABOVE_GUARANTEE,
+        fair_share=FairShare.PREEMPT,
+    ),
+    Config(CLASSES_FAST, queue=QueueMode.STRICT, max_preemptions=1),
+]
+# Unexplained waits (the simulator's) let the queue pass stop early: both ways.
+configs = st.sampled_from(_configs + [replace(c, explain_waits=False) for c in _configs])
 
 
 @given(pools, events, configs)
@@ -175,7 +186,7 @@ def test_the_kept_state_decides_as_the_snapshot_alone(
                 max_preemptions=max_preemptions,
                 expected_restart=float(arrived % 3) * 20.0,
             )
-            driver.pending[job.id] = job
+            driver.arrive(job)
             arrived += 1
         elif kind in ("exit", "requeue", "checkpoint") and ids:
             job_id = ids[int(arg) % len(ids)]  # type: ignore[call-overload]
@@ -199,12 +210,12 @@ def test_a_scripted_storm_gives_notice_holds_and_drains_the_same_both_ways() -> 
     config = Config(CLASSES_FAST, {"a": Team("a", guaranteed_gpus=4)}, max_preemptions=3)
     driver = Driver(nodes, config)
     for i in range(8):
-        driver.pending[f"low{i}"] = Job(f"low{i}", "ab"[i % 2], "low", 2, driver.now, order=i)
+        driver.arrive(Job(f"low{i}", "ab"[i % 2], "low", 2, driver.now, order=i))
     driver.decide()
     driver.now += 100.0
     driver.checkpoint("low3")
-    driver.pending["gang"] = Job("gang", "a", "urgent", 8, driver.now, gpus_per_node=4, order=10)
-    driver.pending["one"] = Job("one", "b", "high", 2, driver.now, order=11)
+    driver.arrive(Job("gang", "a", "urgent", 8, driver.now, gpus_per_node=4, order=10))
+    driver.arrive(Job("one", "b", "high", 2, driver.now, order=11))
     driver.decide()
     assert driver.notices >= 4 and driver.held >= 1
     for job_id in [j for j, r in driver.running.items() if r.notice is not None]:
@@ -212,3 +223,46 @@ def test_a_scripted_storm_gives_notice_holds_and_drains_the_same_both_ways() -> 
     driver.now += 5.0
     driver.decide()
     assert "gang" in driver.running and driver.decisions == 3
+
+
+def test_a_refused_add_or_checkpoint_leaves_the_index_as_it_was() -> None:
+    """The review found a failed `add` half done, and a later `remove` taking another job's
+    place in its key's list; a checkpoint for a job the index does not hold inserted it."""
+    nodes = [Node("n0", 4)]
+    index = RunningIndex(nodes)
+    a = RunningJob(Job("a", "t", "low", 1, 0.0), (Allocation("n0", (0,)),), 10.0)
+    index.add(a)
+    elsewhere = RunningJob(Job("b", "t", "low", 1, 0.0), (Allocation("nX", (0,)),), 5.0)
+    with pytest.raises(ValueError, match="unknown node 'nX'"):
+        index.add(elsewhere)
+    assert_matches(index, [a])
+    with pytest.raises(KeyError):
+        index.remove("b")
+    assert_matches(index, [a])
+    draining = RunningJob(Job("c", "t", "low", 1, 0.0), (Allocation("n0", (1,)),), 5.0)
+    with pytest.raises(ValueError, match="job c is not running in the index"):
+        index.checkpointed(draining.checkpointed(20.0))
+    assert_matches(index, [a])
+    index.checkpointed(a.checkpointed(20.0))
+    assert_matches(index, [a.checkpointed(20.0)])
+
+
+def test_a_class_no_running_job_holds_any_more_is_not_looked_up() -> None:
+    """The review found every key ever seen looked up at each decision: after a job of class
+    `batch` left and the class was taken out of the configuration, the kept state refused to
+    decide while the snapshot alone decided."""
+    batch = PriorityClass("batch", 5, may_preempt=False, preemptible=True)
+    nodes = [Node("n0", 2)]
+    with_batch = Config((*CLASSES_FAST, batch))
+    driver = Driver(nodes, with_batch)
+    driver.arrive(Job("b", "t", "batch", 1, driver.now))
+    driver.arrive(Job("r0", "t", "low", 1, driver.now, order=1))
+    driver.decide()
+    driver.leave("b", requeue=False)
+    driver.pending.clear()
+    driver.line = PendingIndex()
+    driver.config = Config(CLASSES_FAST)
+    driver.now += 601.0
+    driver.arrive(Job("u", "u", "urgent", 2, driver.now, order=2))
+    driver.decide()
+    assert driver.notices == 1

@@ -329,12 +329,15 @@ def test_the_victim_search_shortcuts_change_no_choice(scenario: tuple[Snapshot, 
     until one needs no victim), the plan is the same."""
     from unittest import mock
 
+    import numpy as np
+
     from gpupool.policy import preempt, victims
     from gpupool.policy.bounds import Bounds, GroupsByNode
 
     def no_bounds(groups: GroupsByNode, _: object, free: list[int]) -> Bounds:
-        order = sorted(range(groups.nodes), key=lambda i: (free[i], i))
-        return Bounds([10**9] * groups.nodes, [0] * groups.nodes, [float("-inf")] * groups.nodes, [()], order)
+        n = groups.nodes
+        arrays = (np.zeros(n, dtype=np.intp), np.full(n, -np.inf), np.full(n, 10**9), np.full(n, 10**9))
+        return Bounds([10**9] * n, [0] * n, [float("-inf")] * n, [()], [10**9] * n, np.asarray(free), arrays)
 
     snapshot, config = scenario
     plan = decide(snapshot, config, NOW)

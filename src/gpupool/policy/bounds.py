@@ -9,7 +9,7 @@ operations over the groups' GPUs and lost work per node, built once per decision
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -51,13 +51,15 @@ class GroupsByNode:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Bounds:
     """Per node index, what a search could get there: an upper bound of the GPUs it could free,
-    and a lower bound of what the victims it needs there cost (the ranks and lost work of
-    `victims.node_score`): the lowest rank and the lowest lost work of the candidates it might
-    take there. No set of victims on the node scores better than one victim with both: its
-    worst rank is no lower, and at an equal rank alone, its lost work no less."""
+    and a lower bound of what the victims it needs there cost (`victims.node_score`).
+
+    The candidates it might take on a node rank no lower than the lowest of them, cost no less
+    than the cheapest, and free no more GPUs there each than the largest: a gang member that
+    needs `need` more GPUs on the node needs at least k = ceil(need / largest) of them, so no
+    set of victims there scores better than k victims of that rank at that cost (`bound`)."""
 
     gpus: list[int]
     lowest: list[int]
@@ -66,11 +68,41 @@ class Bounds:
     """The lowest lost work of the candidates it might take there."""
     ranks: list[Rank]
     """The ranks it gives the groups it might take from, lowest first."""
-    order: list[int]
-    """The nodes where it might take somebody, by (lowest rank, lowest lost work, free GPUs
-    when the bounds were made, index): the order of their bounds, so that a search looks at
-    them in turn and stops at the first bound no better than its best score, without a pass
-    over the others. (A node whose free GPUs change after is looked at apart.)"""
+    largest: list[int]
+    """The most GPUs one candidate it might take holds there (at most: all its group's)."""
+    free: npt.NDArray[np.intp]
+    """Free GPUs per node when the bounds were made."""
+    _arrays: tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], npt.NDArray[np.intp], npt.NDArray[np.intp]]
+    _orders: dict[int, list[int]] = field(default_factory=dict)
+
+    def fewest(self, node: int, need: int) -> int:
+        """The fewest victims that could free `need` GPUs on `node`."""
+        return -(-need // self.largest[node])
+
+    def bound(self, node: int, have: int, want: int) -> tuple[object, ...]:
+        """A lower bound of the score of `node` for a member of `want` GPUs where it has `have`."""
+        k = self.fewest(node, want - have)
+        cost = k * self.cost[node]
+        # A sum of k costs may round below k times the least: the bound keeps clear of it.
+        cost = cost - abs(cost) * 1e-9
+        return (0, (self.ranks[self.lowest[node]],) * k, cost, k, have, node)
+
+    def order_for(self, want: int) -> list[int]:
+        """The nodes where a member of `want` GPUs needs victims and might find enough, by their
+        `bound` with the free GPUs the bounds were made with: the order a search looks at them
+        in, so that it stops at the first bound no better than its best score without a pass
+        over the others (a node whose free GPUs change after is looked at apart)."""
+        found = self._orders.get(want)
+        if found is None:
+            lowest, cost, largest, gpus = self._arrays
+            have = self.free
+            nodes = np.flatnonzero((lowest >= 0) & (have < want) & (have + gpus >= want))
+            need = want - have[nodes]
+            k = -(-need // largest[nodes])
+            low = k * cost[nodes]
+            low = low - np.abs(low) * 1e-9
+            found = self._orders[want] = nodes[np.lexsort((nodes, have[nodes], low, k, lowest[nodes]))].tolist()
+        return found
 
 
 def bounds_of(groups: GroupsByNode, ranks: Mapping[Group, Rank | None], free: Sequence[int]) -> Bounds:
@@ -82,14 +114,21 @@ def bounds_of(groups: GroupsByNode, ranks: Mapping[Group, Rank | None], free: Se
     rank = by_group[groups.group]
     taken = rank >= 0
     nodes = groups.node[taken]
-    gpus = np.bincount(nodes, weights=groups.gpus[taken], minlength=groups.nodes)
+    gpus = np.bincount(nodes, weights=groups.gpus[taken], minlength=groups.nodes).astype(np.intp)
     none = len(admitted)
     lowest = np.full(groups.nodes, none, dtype=np.intp)
     np.minimum.at(lowest, nodes, rank[taken])
     lowest[lowest == none] = -1
     cost = np.full(groups.nodes, np.inf)
     np.minimum.at(cost, nodes, groups.cost[taken])
-    somebody = np.flatnonzero(lowest >= 0)
-    have = np.asarray(free, dtype=np.intp)[somebody]
-    order = somebody[np.lexsort((somebody, have, cost[somebody], lowest[somebody]))]
-    return Bounds(gpus.astype(np.int64).tolist(), lowest.tolist(), cost.tolist(), admitted, order.tolist())
+    largest = np.ones(groups.nodes, dtype=np.intp)
+    np.maximum.at(largest, nodes, groups.gpus[taken].astype(np.intp))
+    return Bounds(
+        gpus.tolist(),
+        lowest.tolist(),
+        cost.tolist(),
+        admitted,
+        largest.tolist(),
+        np.asarray(free, dtype=np.intp),
+        (lowest, cost, largest, gpus),
+    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from functools import partial
@@ -31,6 +31,7 @@ from gpupool.policy.drain import Drains, draining_in, last_deadline, place_on_le
 from gpupool.policy.explain import kept_from
 from gpupool.policy.memo import Memo
 from gpupool.policy.order import queue_order, submit_key
+from gpupool.policy.pending import Kind, Remaining
 from gpupool.policy.place import FreeGpus, Group, Shape, Slot, choose_slots
 from gpupool.policy.preempt import Candidate, Candidates, lost_work, protection
 from gpupool.policy.running import Key
@@ -60,6 +61,14 @@ class Fit(Enum):
         return _REASONS[self]
 
 
+Alike = tuple[str, str | None, int, int | None, str, bool, bool]
+"""A pending job's kind (`pending.Kind`) and whether it is senior: jobs the queue pass treats alike."""
+
+
+def _is_hopeless(hopeless: Mapping[Alike, Fit], kind: Kind) -> bool:
+    return (*kind, False) in hopeless
+
+
 _REASONS = {fit: Reason(fit.value) for fit in Fit if fit.waits} | {
     Fit.STARTED: Reason.FREE_GPUS,
     Fit.HELD: Reason.AWAITING_DRAIN,
@@ -75,8 +84,8 @@ class Decision:
     config: Config
     now: float
     free: FreeGpus = field(init=False)
-    pending: dict[JobId, Job] = field(init=False)
-    """The snapshot's pending jobs by id."""
+    pending: Mapping[JobId, Job] = field(init=False)
+    """The snapshot's pending jobs by id (read only: it may be the driver's)."""
     shares: TeamShares = field(init=False)
     memo: Memo = field(init=False)
     drains: Drains = field(init=False)
@@ -100,7 +109,8 @@ class Decision:
         teams = snapshot.teams if snapshot.teams is not None else self.config.teams
         self.shares = TeamShares.of(teams, snapshot.running, snapshot.team_gpus)
         self.memo = Memo(self.free)
-        self.pending = {job.id: job for job in snapshot.pending}
+        kept = snapshot.pending_index
+        self.pending = kept.jobs if kept is not None else {job.id: job for job in snapshot.pending}
         draining = snapshot.draining if snapshot.draining is not None else snapshot.running
         self.drains = Drains.of(draining, self.pending)
 
@@ -168,6 +178,10 @@ class Decision:
             )
         return found
 
+    def class_value(self, team: str, priority: str) -> int:
+        """The class value a pending job of `team` asking for `priority` is queued at."""
+        return self.budgeted_as(team, priority).cls.value
+
     def key_class(self, key: Key) -> PriorityClass:
         """The class the running jobs of an index `key` run at (see `running_class`)."""
         team, attempt, asked, _, _ = key
@@ -228,12 +242,28 @@ class Decision:
 
     def place_queue(self) -> None:
         """Take the pending jobs in queue order and start, hold for or explain each."""
-        pending = [(self.budgeted_of(j).cls.value, j) for j in self.snapshot.pending if j.id not in self.settled]
         # Free GPUs and candidates only shrink during the pass (see Memo): jobs alike (team,
         # type, size, layout, class) to one that could neither start nor preempt cannot
         # later in it, so they wait at once, for the same reason.
-        hopeless: dict[tuple[str, str | None, int, int | None, str, bool, bool], Fit] = {}
-        for job in queue_order(pending, self.config.order, self.shares.share):
+        hopeless: dict[Alike, Fit] = {}
+        index = self.snapshot.pending_index
+        remaining: Remaining | None = None
+        if index is None:
+            pending = [(self.budgeted_of(j).cls.value, j) for j in self.snapshot.pending if j.id not in self.settled]
+            jobs = queue_order(pending, self.config.order, self.shares.share)
+        else:
+            before = set(self.settled)
+            passed = None
+            if not self.config.explain_waits and self.config.seniority_after is None:
+                # A job alike to a hopeless one only waits, and unexplained waits are not in
+                # the plan: such jobs are passed in line, and once every job left is one, the
+                # pass is over.
+                remaining = Remaining(index, before)
+                passed = partial(_is_hopeless, hopeless)
+            jobs = index.queue(self.class_value, self.config.order, self.shares.share, before, passed)
+        for job in jobs:
+            if remaining is not None and remaining.live == 0:
+                break
             if job.id in self.settled:
                 continue
             # Alike jobs come in their place in line (nominated ones first), so a senior one
@@ -241,12 +271,16 @@ class Decision:
             senior = self.is_senior(job)
             alike = (job.team, job.gpu_type, job.gpus, job.gpus_per_node, job.priority, job.nominated, senior)
             fit = hopeless.get(alike)
+            if remaining is not None:
+                remaining.took(alike[:6], fit is not None)
             if fit is None:
                 fit = self.place(job)
                 if not fit.waits:
                     continue
                 if fit in (Fit.NO_FIT, Fit.NO_VICTIMS, Fit.NEVER_FITS):
                     hopeless[alike] = fit
+                    if remaining is not None:
+                        remaining.hopeless(alike[:6])
             if fit in (Fit.NO_FIT, Fit.NO_VICTIMS):
                 self.note_senior_at(job)
             self.wait(job, fit)

@@ -21,6 +21,7 @@ import numpy as np
 
 from gpupool.model import Config, JobId, Node, PriorityClass, RunningJob, Snapshot
 from gpupool.policy.bounds import Group, GroupsByNode
+from gpupool.policy.pending import PendingIndex
 from gpupool.policy.place import FreeGpus, FreeIndex
 from gpupool.policy.preempt import Candidate, Candidates, lost_work, protection
 from gpupool.policy.share import TeamShares
@@ -49,6 +50,8 @@ class RunningIndex:
         self.on_node: list[dict[JobId, RunningJob]] = [{} for _ in nodes]
         self.keys: dict[Key, int] = {}
         self.by_key: list[_KeyJobs] = []
+        self._unused: list[int] = []
+        """Ids of keys no job holds any more, to be given again."""
         self.rows_of: dict[JobId, list[int]] = {}
         self.count = 0
         self._row_job: list[JobId] = []
@@ -93,15 +96,15 @@ class RunningIndex:
             raise ValueError(f"job {job.id} is in the running index twice")
         if running.notice is not None:
             raise ValueError(f"job {job.id} is draining: the running index holds the others")
-        self.jobs[job.id] = running
-        key = self._key_of(running)
-        kept = self.by_key[key]
         held: Counter[int] = Counter()
         for alloc in running.placement:
             try:
                 held[self.index[alloc.node]] += len(alloc.gpus)
             except KeyError:
                 raise ValueError(f"job {job.id} runs on unknown node {alloc.node!r}") from None
+        self.jobs[job.id] = running
+        key = self._key_of(running)
+        kept = self.by_key[key]
         kept.gpus += sum(held.values())
         insort(kept.started, (running.started_at, job.id))
         since = running.last_checkpoint_at if running.last_checkpoint_at is not None else running.started_at
@@ -114,10 +117,16 @@ class RunningIndex:
     def remove(self, job_id: JobId) -> RunningJob:
         """A job left, or was given notice."""
         running = self.jobs.pop(job_id)
-        kept = self.by_key[self.keys[_key(running)]]
+        key = _key(running)
+        k = self.keys[key]
+        kept = self.by_key[k]
         kept.gpus -= sum(len(a.gpus) for a in running.placement)
         started = kept.started
         del started[bisect_left(started, (running.started_at, job_id))]
+        if not started:
+            # A key no job holds any more is not looked at again (its class may be gone).
+            del self.keys[key]
+            self._unused.append(k)
         for alloc in running.placement:
             self.on_node[self.index[alloc.node]].pop(job_id, None)
         for row in sorted(self.rows_of.pop(job_id), reverse=True):
@@ -127,6 +136,9 @@ class RunningIndex:
     def checkpointed(self, running: RunningJob) -> None:
         """The job's attempt committed a checkpoint: `running` has it."""
         job_id = running.job.id
+        held = self.jobs.get(job_id)
+        if held is None or held.placement != running.placement or held.started_at != running.started_at:
+            raise ValueError(f"job {job_id} is not running in the index as the checkpoint says")
         self.jobs[job_id] = running
         for alloc in running.placement:
             self.on_node[self.index[alloc.node]][job_id] = running
@@ -137,8 +149,12 @@ class RunningIndex:
         key = _key(running)
         found = self.keys.get(key)
         if found is None:
-            found = self.keys[key] = len(self.by_key)
-            self.by_key.append(_KeyJobs())
+            if self._unused:
+                found = self.keys[key] = self._unused.pop()
+                self.by_key[found] = _KeyJobs()
+            else:
+                found = self.keys[key] = len(self.by_key)
+                self.by_key.append(_KeyJobs())
         return found
 
     def _append_row(
@@ -181,11 +197,11 @@ class RunningIndex:
         """One decision's candidates, with the earliest end of a minimum runtime per class
         value (what `Plan.retry_at` may be set to); `shares` as they stand at the decision's
         first victim search."""
-        if self.nodes is not free.nodes and [n.name for n in self.nodes] != list(free.index):
+        if self.nodes is not free.nodes and list(self.nodes) != list(free.nodes):
             raise ValueError("the running index was built for other nodes than the snapshot's")
         self.read()
         free_nodes = len(free.free)
-        classes = [class_of(key) for key in self.keys]
+        classes = {k: class_of(key) for key, k in self.keys.items()}
         group_of: dict[int, Group] = {}
         supply: Counter[Group] = Counter()
         expiring: dict[int, float] = {}
@@ -213,7 +229,7 @@ class RunningIndex:
                     supply[team, cls.value] += gpus
         # The bounds' groups are those with GPUs to give, as `Candidates.of` has them.
         groups = {group: n for n, group in enumerate(supply)}
-        key_group = np.full(max(len(classes), 1), -1, dtype=np.intp)
+        key_group = np.full(max(len(self.by_key), 1), -1, dtype=np.intp)
         for k, group in group_of.items():
             key_group[k] = groups.get(group, -1)
         count = self.count
@@ -224,7 +240,7 @@ class RunningIndex:
         bounds = GroupsByNode(
             free_nodes, list(groups), self.node[:count][taken], row_group[taken], self.gpus[:count][taken], cost
         )
-        lazy = _LazyNodes(self, dict(zip(self.keys, classes, strict=True)), now, config, shares, in_min_runtime)
+        lazy = _LazyNodes(self, {key: classes[k] for key, k in self.keys.items()}, now, config, shares, in_min_runtime)
         found = Candidates(free, shares, [None] * free_nodes, bounds, supply, source=lazy)
         return found, expiring
 
@@ -278,7 +294,8 @@ class _LazyNodes:
 
 def kept(snapshot: Snapshot) -> Snapshot:
     """`snapshot` with all the state a driver keeps between decisions, built from its running
-    jobs: free GPUs (`FreeIndex`), GPUs per team, the drains and the running index. `decide`
+    jobs: free GPUs (`FreeIndex`), GPUs per team, the drains, the pending jobs in line and the
+    running index. `decide`
     must give the same plan on both (what the tests check)."""
     free = FreeIndex(snapshot.nodes)
     team_gpus: Counter[str] = Counter()
@@ -292,6 +309,7 @@ def kept(snapshot: Snapshot) -> Snapshot:
         free=free,
         team_gpus=+team_gpus,
         draining=[r for r in snapshot.running if r.notice is not None],
+        pending_index=PendingIndex(snapshot.pending),
         running_index=RunningIndex.of(snapshot.nodes, snapshot.running),
     )
 

@@ -317,24 +317,19 @@ def _looks(
     freed by this search's victims) are looked at apart and merged in."""
     apart = free.changed | freed.keys()
 
-    def bound(i: int, have: int) -> tuple[object, ...]:
-        return (0, (bounds.ranks[bounds.lowest[i]],), bounds.cost[i], 1, have, i)
-
     def helps(i: int, have: int) -> bool:
         return i not in used and free.group[i] in shape.groups and have < want <= have + bounds.gpus[i]
 
     def unchanged() -> Iterator[tuple[tuple[object, ...], int]]:
-        for i in bounds.order:
-            if i not in apart:
-                have = len(free.free[i])
-                if helps(i, have):
-                    yield bound(i, have), i
+        for i in bounds.order_for(want):
+            if i not in apart and i not in used and free.group[i] in shape.groups:
+                yield bounds.bound(i, len(free.free[i]), want), i
 
     changed = []
     for i in apart:
         have = len(free.free[i]) + freed.get(i, 0)
         if bounds.lowest[i] >= 0 and helps(i, have):
-            changed.append((bound(i, have), i))
+            changed.append((bounds.bound(i, have, want), i))
     changed.sort()
     return heapq.merge(unchanged(), changed)
 

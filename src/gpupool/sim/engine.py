@@ -21,6 +21,7 @@ from typing import overload
 from gpupool.accounting import INTERRUPTED, AttemptRecord, Commit, account
 from gpupool.model import Config, Job, JobState, Node, Notice, Plan, RunningJob, Snapshot
 from gpupool.policy import decide
+from gpupool.policy.pending import PendingIndex
 from gpupool.policy.place import FreeIndex
 from gpupool.policy.running import RunningIndex
 from gpupool.settle import AttemptEnd, AttemptOutcome, JobCounts, Settlement, settle
@@ -93,6 +94,8 @@ class Simulation:
     neither the snapshot nor the decision makes a pass over the nodes or the running jobs."""
     team_gpus: Counter[str] = field(default_factory=Counter)
     running_index: RunningIndex | None = None
+    line: PendingIndex = field(default_factory=PendingIndex)
+    """The jobs of `queued` in line, for the queue pass."""
     """The running jobs not draining, for the victim searches (kept only with preemption)."""
     up: tuple[Node, ...] = field(init=False)
     """The nodes not out for repair, in the order of `nodes`: what the core is shown."""
@@ -188,6 +191,7 @@ class Simulation:
         live = self.live[job.id] = _Live(JobRecord(job), core)
         self.pending[job.id] = live
         self.queued[job.id] = core
+        self.line.add(core)
         self.pending_since[job.id] = now
 
     def restart_cost(self, job: SimJob) -> float:
@@ -315,6 +319,7 @@ class Simulation:
         live.core = replace(live.core, queued_at=now)
         self.pending[live.record.job.id] = live
         self.queued[live.record.job.id] = live.core
+        self.line.add(live.core)
         self.pending_since[live.record.job.id] = now
 
     def end_attempt(self, live: _Live, now: float, ending: AttemptEnd) -> Settlement:
@@ -390,6 +395,7 @@ class Simulation:
             free=self.free,
             team_gpus=self.team_gpus,
             draining=list(self.noticed.values()),
+            pending_index=self.line,
             running_index=self.running_index,
         )
 
@@ -437,6 +443,7 @@ class Simulation:
         for start in plan.starts:
             live = self.pending.pop(start.job)
             del self.queued[start.job]
+            self.line.remove(start.job)
             job = live.record.job
             live.record.wait += now - self.pending_since.pop(start.job)
             if live.record.first_start is None:
@@ -470,6 +477,7 @@ class Simulation:
             preemptor = self.pending[preempt.for_job]
             if not preemptor.core.nominated:
                 preemptor.core = self.queued[preempt.for_job] = replace(preemptor.core, nominated=True)
+                self.line.add(preemptor.core)
             live = self.running[preempt.victim]
             assert live.attempt is not None and live.running is not None
             live.notice_at = now

@@ -1,0 +1,246 @@
+"""The pending jobs in line, kept by a driver between decisions.
+
+A decision that orders the queue from the snapshot's pending jobs reads every one of them and
+sorts them (100,000 at the scale of the largest clusters), though most decisions start a few.
+A driver that keeps a `PendingIndex` (`add` at an arrival or a requeue, `remove` at a start or
+a cancel, `add` again for a changed job) and gives it as `Snapshot.pending_index` lets the queue
+pass take the jobs as they come, from lists already in submit order: one per kind of job
+(team, class asked, nominated, size, layout, GPU type). The kinds also tell the pass when every
+job still in line is alike to one that could neither start nor preempt: then, if nothing it
+would do for them shows in the plan, it stops (`Decision.place_queue`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator
+
+from gpupool.model import Job, JobId, QueueOrder
+from gpupool.policy.order import submit_key
+
+Kind = tuple[str, str | None, int, int | None, str, bool]
+"""(team, gpu_type, gpus, gpus_per_node, class asked, nominated): jobs the queue pass treats
+alike (with whether they are senior, which the clock decides)."""
+
+Entry = tuple[tuple[float, int, str], Job]
+
+
+def kind_of(job: Job) -> Kind:
+    return (job.team, job.gpu_type, job.gpus, job.gpus_per_node, job.priority, job.nominated)
+
+
+class PendingIndex:
+    """The pending jobs by id, and per kind in submit order (`submit_key`)."""
+
+    def __init__(self, jobs: Iterable[Job] = ()) -> None:
+        self.jobs: dict[JobId, Job] = {}
+        self.kinds: dict[Kind, list[Entry]] = {}
+        for job in jobs:
+            self.add(job)
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def __iter__(self) -> Iterator[Job]:
+        return iter(self.jobs.values())
+
+    def add(self, job: Job) -> None:
+        """`job` is in line (again), or changed (nominated, requeued)."""
+        if job.id in self.jobs:
+            self.remove(job.id)
+        self.jobs[job.id] = job
+        entries = self.kinds.setdefault(kind_of(job), [])
+        key = submit_key(job)
+        entries.insert(bisect_left(entries, (key,)), (key, job))
+
+    def remove(self, job_id: JobId) -> Job:
+        """The job left the line (it started, or was cancelled)."""
+        job = self.jobs.pop(job_id)
+        kind = kind_of(job)
+        entries = self.kinds[kind]
+        at = bisect_left(entries, (submit_key(job),))
+        assert entries[at][1] is job, f"pending index lost the place of job {job_id}"
+        del entries[at]
+        if not entries:
+            del self.kinds[kind]
+        return job
+
+    def queue(
+        self,
+        value_of: Callable[[str, str], int],
+        order: QueueOrder,
+        share: Callable[[str], float],
+        skip: set[JobId],
+        hopeless: Callable[[Kind], bool] | None = None,
+    ) -> Iterator[Job]:
+        """The jobs in the order `order.queue_order` gives them, without those of `skip`; a
+        job's class value is `value_of(team, class asked)`.
+
+        With `hopeless`, jobs of the kinds it names are passed without being given: the caller
+        says that such a job would only wait, with nothing to show for it. They are passed as
+        `queue_order` would have given them, so that the others come in the same order (see
+        `_pass_tied`)."""
+        lines: dict[tuple[int, str | None], list[tuple[Kind, list[Entry]]]] = {}
+        for kind, entries in self.kinds.items():
+            team, _, _, _, asked, nominated = kind
+            if order is QueueOrder.FIFO:
+                at: tuple[int, str | None] = (0, None)
+            else:
+                at = (value_of(team, asked), None if nominated else team)
+            lines.setdefault(at, []).append((kind, entries))
+        if order is QueueOrder.FIFO:
+            yield from _Line(lines[0, None], skip).jobs(hopeless) if lines else ()
+            return
+        for value in sorted({value for value, _ in lines}, reverse=True):
+            if (value, None) in lines:
+                yield from _Line(lines[value, None], skip).jobs(hopeless)
+            queues = {team: _Line(kinds, skip) for (v, team), kinds in lines.items() if v == value and team}
+            heap = [(share(team), *q.head_key(), team) for team, q in queues.items() if q.heads]
+            heapq.heapify(heap)
+            # As in order.queue_order: a team's share is read again when its turn comes.
+            while heap:
+                top = heap[0]
+                if (
+                    hopeless is not None
+                    and hopeless(queues[top[4]].head_kind())
+                    and _pass_tied(heap, queues, share, hopeless)
+                ):
+                    continue
+                stale_share, _, _, _, team = heapq.heappop(heap)
+                queue = queues[team]
+                current = share(team)
+                if current > stale_share:
+                    heapq.heappush(heap, (current, *queue.head_key(), team))
+                    continue
+                kind, job = queue.take()
+                if hopeless is None or not hopeless(kind):
+                    yield job
+                if queue.heads:
+                    heapq.heappush(heap, (share(team), *queue.head_key(), team))
+
+
+HeapEntry = tuple[float, float, int, str, str]
+"""(team's share when pushed, *submit key of its next job, team): a team's turn."""
+
+
+def _pass_tied(
+    heap: list[HeapEntry], queues: dict[str, _Line], share: Callable[[str], float], hopeless: Callable[[Kind], bool]
+) -> bool:
+    """Pass, at once, the hopeless jobs `queue_order` would give before the next job that is
+    not, when the first turns are all at one share that is still each team's (False, changing
+    nothing, otherwise: the caller takes one turn as `queue_order` does).
+
+    Teams at one share take their turns in submit order, merged; passed jobs change no share,
+    so every job of these teams before the first one that is not hopeless (of any of them) is
+    given, and passed, before it; each team's turn is then at its next job. Teams at a higher
+    share wait behind them either way."""
+    level = heap[0][0]
+    tied = []
+    while heap and heap[0][0] == level:
+        tied.append(heapq.heappop(heap))
+    if any(share(entry[4]) != level for entry in tied):
+        for entry in tied:
+            heapq.heappush(heap, entry)
+        return False
+    first: tuple[float, int, str] | None = None
+    for entry in tied:
+        key = queues[entry[4]].first_not(hopeless)
+        if key is not None and (first is None or key < first):
+            first = key
+    for entry in tied:
+        queue = queues[entry[4]]
+        queue.pass_before(hopeless, first)
+        if queue.heads:
+            heapq.heappush(heap, (level, *queue.head_key(), entry[4]))
+    return True
+
+
+class _Line:
+    """The jobs of some kinds merged in submit order, each kind's list read from a cursor, so
+    that the jobs of a kind can be passed at once."""
+
+    __slots__ = ("entries", "heads", "kinds", "place", "skip")
+
+    def __init__(self, kinds: list[tuple[Kind, list[Entry]]], skip: set[JobId]) -> None:
+        self.kinds = [kind for kind, _ in kinds]
+        self.entries = [entries for _, entries in kinds]
+        self.place = [0] * len(kinds)
+        self.skip = skip
+        self.heads: list[tuple[tuple[float, int, str], int]] = []
+        """(submit key, k) of each kind's next job not skipped, as a heap."""
+        for k in range(len(kinds)):
+            self._push(k)
+
+    def _push(self, k: int) -> None:
+        entries, at = self.entries[k], self.place[k]
+        while at < len(entries) and entries[at][1].id in self.skip:
+            at += 1
+        self.place[k] = at
+        if at < len(entries):
+            heapq.heappush(self.heads, (entries[at][0], k))
+
+    def head_key(self) -> tuple[float, int, str]:
+        return self.heads[0][0]
+
+    def head_kind(self) -> Kind:
+        return self.kinds[self.heads[0][1]]
+
+    def take(self) -> tuple[Kind, Job]:
+        _, k = heapq.heappop(self.heads)
+        job = self.entries[k][self.place[k]][1]
+        self.place[k] += 1
+        self._push(k)
+        return self.kinds[k], job
+
+    def jobs(self, hopeless: Callable[[Kind], bool] | None) -> Iterator[Job]:
+        """Its jobs in order, those of `hopeless` kinds passed (no share is read here)."""
+        while self.heads:
+            if hopeless is not None and hopeless(self.head_kind()):
+                self.pass_before(hopeless, self.first_not(hopeless))
+                continue
+            yield self.take()[1]
+
+    def first_not(self, hopeless: Callable[[Kind], bool]) -> tuple[float, int, str] | None:
+        """The submit key of its first job not of a hopeless kind (None: there is none)."""
+        first = None
+        for k, kind in enumerate(self.kinds):
+            entries, at = self.entries[k], self.place[k]
+            if at < len(entries) and not hopeless(kind):
+                key = entries[at][0]
+                if first is None or key < first:
+                    first = key
+        return first
+
+    def pass_before(self, hopeless: Callable[[Kind], bool], before: tuple[float, int, str] | None) -> None:
+        """Pass the jobs of hopeless kinds submitted before `before` (all of them if None)."""
+        for k, kind in enumerate(self.kinds):
+            if hopeless(kind):
+                entries = self.entries[k]
+                self.place[k] = bisect_left(entries, (before,), self.place[k]) if before is not None else len(entries)
+        self.heads = []
+        for k in range(len(self.kinds)):
+            self._push(k)
+
+
+class Remaining:
+    """How many jobs of each kind the queue pass has yet to take, and how many of them are not
+    alike to a job that could neither start nor preempt (`live`): at none, the pass may stop."""
+
+    def __init__(self, index: PendingIndex, skip: Iterable[JobId]) -> None:
+        self.left = {kind: len(entries) for kind, entries in index.kinds.items()}
+        for job_id in skip:
+            job = index.jobs.get(job_id)
+            if job is not None:
+                self.left[kind_of(job)] -= 1
+        self.live = sum(self.left.values())
+
+    def took(self, kind: Kind, hopeless: bool) -> None:
+        """The pass took a job of `kind` (alike to a hopeless one, or not)."""
+        self.left[kind] -= 1
+        if not hopeless:
+            self.live -= 1
+
+    def hopeless(self, kind: Kind) -> None:
+        """Every job of `kind` still to come waits at once."""
+        self.live -= self.left[kind]
