@@ -98,7 +98,13 @@ def test_the_kept_state_is_what_the_running_jobs_give(seed: int) -> None:
             seed,
         )
         sim = Simulation(
-            jobs, nodes, config, JobModel({}, 600.0, 10.0, 30.0), decide=checking(checked), failures=failures
+            jobs,
+            nodes,
+            config,
+            JobModel({}, 600.0, 10.0, 30.0),
+            decide=checking(checked),
+            failures=failures,
+            running_index_from=0,
         )
         outcome = sim.run()
         for r in outcome.records:

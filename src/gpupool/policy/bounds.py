@@ -56,20 +56,22 @@ class Bounds:
     """Per node index, what a search could get there: an upper bound of the GPUs it could free,
     and a lower bound of what the victims it needs there cost (`victims.node_score`).
 
-    The candidates it might take on a node rank no lower than the lowest of them, cost no less
-    than the cheapest, and free no more GPUs there each than the largest: a gang member that
-    needs `need` more GPUs on the node needs at least k = ceil(need / largest) of them, so no
-    set of victims there scores better than k victims of that rank at that cost (`bound`)."""
+    The candidates it might take on a node rank no lower than the lowest of them. A set of
+    victims whose worst rank is that lowest one holds only candidates of that rank, each
+    costing no less than the cheapest of them and freeing no more GPUs there than the largest:
+    a gang member that needs `need` more GPUs on the node needs at least k = ceil(need /
+    largest) of them. Any other set has a worse rank. So no set of victims there scores better
+    than k victims of the lowest rank at the lowest cost (`bound`)."""
 
     gpus: list[int]
     lowest: list[int]
     """The index in `ranks` of the lowest rank it might take there; -1 where it takes nobody."""
     cost: list[float]
-    """The lowest lost work of the candidates it might take there."""
+    """The lowest lost work of the candidates of the lowest rank it might take there."""
     ranks: list[Rank]
     """The ranks it gives the groups it might take from, lowest first."""
     largest: list[int]
-    """The most GPUs one candidate it might take holds there (at most: all its group's)."""
+    """The most GPUs one candidate of that rank holds there (at most: all its group's)."""
     free: npt.NDArray[np.intp]
     """Free GPUs per node when the bounds were made."""
     _arrays: tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], npt.NDArray[np.intp], npt.NDArray[np.intp]]
@@ -119,10 +121,13 @@ def bounds_of(groups: GroupsByNode, ranks: Mapping[Group, Rank | None], free: Se
     lowest = np.full(groups.nodes, none, dtype=np.intp)
     np.minimum.at(lowest, nodes, rank[taken])
     lowest[lowest == none] = -1
+    # A set of victims whose worst rank is the node's lowest holds only candidates of that
+    # rank: their lost work and size are what bound its cost and its number.
+    at_lowest = rank[taken] == lowest[nodes]
     cost = np.full(groups.nodes, np.inf)
-    np.minimum.at(cost, nodes, groups.cost[taken])
+    np.minimum.at(cost, nodes[at_lowest], groups.cost[taken][at_lowest])
     largest = np.ones(groups.nodes, dtype=np.intp)
-    np.maximum.at(largest, nodes, groups.gpus[taken].astype(np.intp))
+    np.maximum.at(largest, nodes[at_lowest], groups.gpus[taken][at_lowest].astype(np.intp))
     return Bounds(
         gpus.tolist(),
         lowest.tolist(),

@@ -25,6 +25,7 @@ from gpupool.model import (
     Wait,
 )
 from gpupool.policy import messages
+from gpupool.policy import pending as pending_index
 from gpupool.policy import victims as search
 from gpupool.policy.budget import BudgetedClass, budgeted_class
 from gpupool.policy.drain import Drains, draining_in, last_deadline, place_on_lent
@@ -248,7 +249,7 @@ class Decision:
         hopeless: dict[Alike, Fit] = {}
         index = self.snapshot.pending_index
         remaining: Remaining | None = None
-        if index is None:
+        if index is None or len(index) < pending_index.INDEXED_FROM:
             pending = [(self.budgeted_of(j).cls.value, j) for j in self.snapshot.pending if j.id not in self.settled]
             jobs = queue_order(pending, self.config.order, self.shares.share)
         else:

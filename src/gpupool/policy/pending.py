@@ -19,6 +19,10 @@ from collections.abc import Callable, Iterable, Iterator
 from gpupool.model import Job, JobId, QueueOrder
 from gpupool.policy.order import submit_key
 
+INDEXED_FROM = 1000
+"""The queue pass takes the jobs from a driver's index from this many pending jobs on; a
+shorter queue is sorted as it is, which costs less at that size (the plan is the same)."""
+
 Kind = tuple[str, str | None, int, int | None, str, bool]
 """(team, gpu_type, gpus, gpus_per_node, class asked, nominated): jobs the queue pass treats
 alike (with whether they are senior, which the clock decides)."""

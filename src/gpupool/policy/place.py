@@ -5,6 +5,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice
 
 from gpupool.model import Allocation, Job, Node, Placement, PlacementRule, RunningJob, gang_split_problem
 
@@ -118,7 +119,8 @@ class _Bucket:
             while start < len(nodes) and nodes[start] in gone:
                 start += 1
             self.start = start
-            yield from (nodes[k] for k in range(start, len(nodes)) if nodes[k] not in gone)
+            rest = islice(nodes, start, None) if start else nodes
+            yield from (i for i in rest if i not in gone)
         else:
             yield from self.nodes
         yield from self.added
@@ -137,10 +139,9 @@ class _Bucket:
 
     def first(self, exclude: set[int]) -> int | None:
         """Its first node in node order that is not in `exclude`, or None."""
-        nodes, gone = self.nodes, self.gone
-        found = next(
-            (nodes[k] for k in range(self.start, len(nodes)) if nodes[k] not in gone and nodes[k] not in exclude), None
-        )
+        gone = self.gone
+        rest = islice(self.nodes, self.start, None) if self.start else self.nodes
+        found = next((i for i in rest if i not in gone and i not in exclude), None)
         for i in self.added:
             if i not in exclude and (found is None or i < found):
                 found = i

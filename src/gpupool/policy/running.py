@@ -12,12 +12,15 @@ makes from the running jobs alone (tests/sim/test_kept_state.py, tests/policy/te
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from gpupool.model import Config, JobId, Node, PriorityClass, RunningJob, Snapshot
 from gpupool.policy.bounds import Group, GroupsByNode
@@ -53,15 +56,15 @@ class RunningIndex:
         self._unused: list[int] = []
         """Ids of keys no job holds any more, to be given again."""
         self.rows_of: dict[JobId, list[int]] = {}
-        self.count = 0
         self._row_job: list[JobId] = []
-        size = 1024
-        self.node = np.zeros(size, dtype=np.intp)
-        self.key = np.zeros(size, dtype=np.intp)
-        self.gpus = np.zeros(size)
-        self.job_gpus = np.zeros(size)
-        self.since = np.zeros(size)
-        self.restart = np.zeros(size)
+        # Plain typed arrays: a driver's change writes one item at a time, which numpy makes
+        # slow; a decision reads them as numpy arrays without a copy (`np.frombuffer`).
+        self.node = array("q")
+        self.key = array("q")
+        self.gpus = array("d")
+        self.job_gpus = array("d")
+        self.since = array("d")
+        self.restart = array("d")
         self.refresh: Callable[[], None] | None = None
         """Called once before a decision reads the index (the simulator brings checkpoints up
         to date then, not at every decision)."""
@@ -143,7 +146,8 @@ class RunningIndex:
         for alloc in running.placement:
             self.on_node[self.index[alloc.node]][job_id] = running
         since = running.last_checkpoint_at if running.last_checkpoint_at is not None else running.started_at
-        self.since[self.rows_of[job_id]] = since
+        for row in self.rows_of[job_id]:
+            self.since[row] = since
 
     def _key_of(self, running: RunningJob) -> int:
         key = _key(running)
@@ -160,29 +164,33 @@ class RunningIndex:
     def _append_row(
         self, job_id: JobId, node: int, key: int, gpus: int, job_gpus: int, since: float, restart: float
     ) -> int:
-        row = self.count
-        if row == len(self.node):
-            for name in ("node", "key", "gpus", "job_gpus", "since", "restart"):
-                array = getattr(self, name)
-                setattr(self, name, np.concatenate([array, np.zeros_like(array)]))
-        self.node[row], self.key[row], self.gpus[row] = node, key, gpus
-        self.job_gpus[row], self.since[row], self.restart[row] = job_gpus, since, restart
+        row = len(self._row_job)
+        self.node.append(node)
+        self.key.append(key)
+        self.gpus.append(gpus)
+        self.job_gpus.append(job_gpus)
+        self.since.append(since)
+        self.restart.append(restart)
         self._row_job.append(job_id)
-        self.count += 1
         return row
 
     def _drop_row(self, row: int) -> None:
         """Move the last row into `row` (rows are dropped largest first within one job)."""
-        last = self.count - 1
+        last = len(self._row_job) - 1
         moved = self._row_job.pop()
+        for column in (self.node, self.key):
+            value = column.pop()
+            if row != last:
+                column[row] = value
+        for floats in (self.gpus, self.job_gpus, self.since, self.restart):
+            number = floats.pop()
+            if row != last:
+                floats[row] = number
         if row != last:
-            for array in (self.node, self.key, self.gpus, self.job_gpus, self.since, self.restart):
-                array[row] = array[last]
             self._row_job[row] = moved
             rows = self.rows_of.get(moved)
             if rows is not None:
                 rows[rows.index(last)] = row
-        self.count = last
 
     # --- read by one decision ------------------------------------------------------------
 
@@ -232,13 +240,23 @@ class RunningIndex:
         key_group = np.full(max(len(self.by_key), 1), -1, dtype=np.intp)
         for k, group in group_of.items():
             key_group[k] = groups.get(group, -1)
-        count = self.count
-        row_group = key_group[self.key[:count]]
+
+        def read(column: array[int] | array[float], dtype: type) -> npt.NDArray[Any]:
+            return np.frombuffer(column, dtype=dtype) if len(column) else np.zeros(0, dtype=dtype)
+
+        row_group = key_group[read(self.key, np.int64)]
         taken = row_group >= 0
-        since = self.since[:count][taken]
-        cost = self.job_gpus[:count][taken] * (np.maximum(0.0, now - since) + self.restart[:count][taken])
+        since = read(self.since, np.float64)[taken]
+        cost = read(self.job_gpus, np.float64)[taken] * (
+            np.maximum(0.0, now - since) + read(self.restart, np.float64)[taken]
+        )
         bounds = GroupsByNode(
-            free_nodes, list(groups), self.node[:count][taken], row_group[taken], self.gpus[:count][taken], cost
+            free_nodes,
+            list(groups),
+            read(self.node, np.int64)[taken].astype(np.intp),
+            row_group[taken],
+            read(self.gpus, np.float64)[taken],
+            cost,
         )
         lazy = _LazyNodes(self, {key: classes[k] for key, k in self.keys.items()}, now, config, shares, in_min_runtime)
         found = Candidates(free, shares, [None] * free_nodes, bounds, supply, source=lazy)
@@ -323,7 +341,7 @@ def assert_matches(index: RunningIndex, running: Iterable[RunningJob]) -> None:
     for r in expected.values():
         for alloc in r.placement:
             held[r.job.id, index.index[alloc.node]] += len(alloc.gpus)
-    rows = Counter({(index._row_job[k], int(index.node[k])): int(index.gpus[k]) for k in range(index.count)})
+    rows = Counter({(index._row_job[k], index.node[k]): int(index.gpus[k]) for k in range(len(index._row_job))})
     assert rows == held, "the running index's rows do not match its jobs"
 
 

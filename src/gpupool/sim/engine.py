@@ -75,6 +75,10 @@ class Simulation:
     is given holds the simulator's own state (free GPUs, team GPUs, running jobs), read only and
     valid during the call: a `decide` that keeps it sees it change once the plan is carried out."""
     failures: NodeFailures | None = None
+    running_index_from: int = 1000
+    """Keep a running index (`running_index`) on pools of this many nodes or more: on a smaller
+    one, building the candidates at a victim search costs less than keeping them between
+    decisions (the plan is the same)."""
     heap: list[tuple[float, int, int, str, int]] = field(default_factory=list)
     commits: list[tuple[float, str, int]] = field(default_factory=list)
     """(time, job, attempt) of the next checkpoint commit of each running attempt."""
@@ -94,9 +98,9 @@ class Simulation:
     neither the snapshot nor the decision makes a pass over the nodes or the running jobs."""
     team_gpus: Counter[str] = field(default_factory=Counter)
     running_index: RunningIndex | None = None
+    """The running jobs not draining, for the victim searches (see `running_index_from`)."""
     line: PendingIndex = field(default_factory=PendingIndex)
     """The jobs of `queued` in line, for the queue pass."""
-    """The running jobs not draining, for the victim searches (kept only with preemption)."""
     up: tuple[Node, ...] = field(init=False)
     """The nodes not out for repair, in the order of `nodes`: what the core is shown."""
     down: dict[str, float] = field(default_factory=dict)
@@ -119,7 +123,8 @@ class Simulation:
         """Replay every job to its end and return what happened."""
         self.up = tuple(self.nodes)
         self.free = FreeIndex(self.up)
-        self.running_index = RunningIndex(self.up) if self.config.preemption else None
+        kept = self.config.preemption and len(self.up) >= self.running_index_from
+        self.running_index = RunningIndex(self.up) if kept else None
         self.budgets = BudgetMeter.of(self.config.teams)
         arrivals = sorted(enumerate(self.jobs), key=lambda item: (item[1].submit, item[0]))
         if self.failures is not None and arrivals:
