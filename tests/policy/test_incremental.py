@@ -30,7 +30,7 @@ from gpupool.model import (
 from gpupool.policy import decide
 from gpupool.policy.pending import PendingIndex
 from gpupool.policy.place import FreeIndex
-from gpupool.policy.running import RunningIndex, assert_matches
+from gpupool.policy.running import RunningIndex, assert_matches, kept
 
 # Short minimum runtimes, so that the clock's advances open victims often.
 CLASSES_FAST = (
@@ -266,3 +266,36 @@ def test_a_class_no_running_job_holds_any_more_is_not_looked_up() -> None:
     driver.arrive(Job("u", "u", "urgent", 2, driver.now, order=2))
     driver.decide()
     assert driver.notices == 1
+
+
+def test_a_victim_whose_lost_work_is_infinite_leaves_the_search_in_bound_order() -> None:
+    """The review found the bound's margin turn an infinite cost into NaN (inf - inf), which
+    sorted out of order and stopped the search before the cheapest victim (VC)."""
+    now = 5000.0
+    nodes = [Node(f"n{i}", 4) for i in range(4)]
+
+    def low(job_id: str, node: str, gpus: int, checkpoint: float, restart: float = 0.0) -> RunningJob:
+        job = Job(job_id, "v", "low", gpus, 0.0, expected_restart=restart)
+        return RunningJob(job, (Allocation(node, tuple(range(gpus))),), 0.0, checkpoint)
+
+    running = [
+        low("VA", "n0", 3, now - 250),
+        low("VB", "n1", 3, now - 100, float("inf")),
+        low("VC", "n2", 3, now - 100),
+        low("VD", "n3", 2, now - 200),
+    ]
+    pending = [Job(f"s{i}", "u", "urgent", 1, float(i), order=i) for i in range(3)]
+    pending.append(Job("big", "u", "urgent", 3, 10.0, gpus_per_node=3, order=5))
+    snapshot = Snapshot(nodes, running, pending)
+    config = Config(CLASSES_FAST, explain_waits=False)
+    for shown in (snapshot, kept(snapshot)):
+        assert [p.victim for p in decide(shown, config, now).preemptions] == ["VC"]
+
+
+def test_a_team_named_with_nothing_is_in_line() -> None:
+    """The review found the jobs of a team named "" left out of the queue (a falsy name read
+    as the nominated jobs' line)."""
+    snapshot = Snapshot([Node("n0", 4)], [], [Job("j", "", "normal", 1, 0.0)])
+    for explain in (True, False):
+        config = Config(CLASSES_FAST, explain_waits=explain)
+        assert [s.job for s in decide(kept(snapshot), config, 0.0).starts] == ["j"]

@@ -32,7 +32,7 @@ from gpupool.policy.drain import Drains, draining_in, last_deadline, place_on_le
 from gpupool.policy.explain import kept_from
 from gpupool.policy.memo import Memo
 from gpupool.policy.order import queue_order, submit_key
-from gpupool.policy.pending import Kind, Remaining
+from gpupool.policy.pending import Kind
 from gpupool.policy.place import FreeGpus, Group, Shape, Slot, choose_slots
 from gpupool.policy.preempt import Candidate, Candidates, lost_work, protection
 from gpupool.policy.running import Key
@@ -248,7 +248,6 @@ class Decision:
         # later in it, so they wait at once, for the same reason.
         hopeless: dict[Alike, Fit] = {}
         index = self.snapshot.pending_index
-        remaining: Remaining | None = None
         if index is None or len(index) < pending_index.INDEXED_FROM:
             pending = [(self.budgeted_of(j).cls.value, j) for j in self.snapshot.pending if j.id not in self.settled]
             jobs = queue_order(pending, self.config.order, self.shares.share)
@@ -257,14 +256,10 @@ class Decision:
             passed = None
             if not self.config.explain_waits and self.config.seniority_after is None:
                 # A job alike to a hopeless one only waits, and unexplained waits are not in
-                # the plan: such jobs are passed in line, and once every job left is one, the
-                # pass is over.
-                remaining = Remaining(index, before)
+                # the plan: such jobs are passed in line.
                 passed = partial(_is_hopeless, hopeless)
             jobs = index.queue(self.class_value, self.config.order, self.shares.share, before, passed)
         for job in jobs:
-            if remaining is not None and remaining.live == 0:
-                break
             if job.id in self.settled:
                 continue
             # Alike jobs come in their place in line (nominated ones first), so a senior one
@@ -272,16 +267,12 @@ class Decision:
             senior = self.is_senior(job)
             alike = (job.team, job.gpu_type, job.gpus, job.gpus_per_node, job.priority, job.nominated, senior)
             fit = hopeless.get(alike)
-            if remaining is not None:
-                remaining.took(alike[:6], fit is not None)
             if fit is None:
                 fit = self.place(job)
                 if not fit.waits:
                     continue
                 if fit in (Fit.NO_FIT, Fit.NO_VICTIMS, Fit.NEVER_FITS):
                     hopeless[alike] = fit
-                    if remaining is not None:
-                        remaining.hopeless(alike[:6])
             if fit in (Fit.NO_FIT, Fit.NO_VICTIMS):
                 self.note_senior_at(job)
             self.wait(job, fit)

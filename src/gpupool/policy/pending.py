@@ -5,9 +5,9 @@ sorts them (100,000 at the scale of the largest clusters), though most decisions
 A driver that keeps a `PendingIndex` (`add` at an arrival or a requeue, `remove` at a start or
 a cancel, `add` again for a changed job) and gives it as `Snapshot.pending_index` lets the queue
 pass take the jobs as they come, from lists already in submit order: one per kind of job
-(team, class asked, nominated, size, layout, GPU type). The kinds also tell the pass when every
-job still in line is alike to one that could neither start nor preempt: then, if nothing it
-would do for them shows in the plan, it stops (`Decision.place_queue`).
+(team, class asked, nominated, size, layout, GPU type). The kinds also let the pass go by the jobs
+alike to one that could neither start nor preempt, a kind at a time, when nothing it would do
+for them shows in the plan (`Decision.place_queue`).
 """
 
 from __future__ import annotations
@@ -93,22 +93,23 @@ class PendingIndex:
             else:
                 at = (value_of(team, asked), None if nominated else team)
             lines.setdefault(at, []).append((kind, entries))
+        effort = _Effort()
         if order is QueueOrder.FIFO:
-            yield from _Line(lines[0, None], skip).jobs(hopeless) if lines else ()
+            yield from _Line(lines[0, None], skip).jobs(hopeless, effort) if lines else ()
             return
         for value in sorted({value for value, _ in lines}, reverse=True):
             if (value, None) in lines:
-                yield from _Line(lines[value, None], skip).jobs(hopeless)
-            queues = {team: _Line(kinds, skip) for (v, team), kinds in lines.items() if v == value and team}
+                yield from _Line(lines[value, None], skip).jobs(hopeless, effort)
+            queues = {team: _Line(kinds, skip) for (v, team), kinds in lines.items() if v == value and team is not None}
             heap = [(share(team), *q.head_key(), team) for team, q in queues.items() if q.heads]
             heapq.heapify(heap)
             # As in order.queue_order: a team's share is read again when its turn comes.
             while heap:
-                top = heap[0]
                 if (
                     hopeless is not None
-                    and hopeless(queues[top[4]].head_kind())
-                    and _pass_tied(heap, queues, share, hopeless)
+                    and effort.worth
+                    and hopeless(queues[heap[0][4]].head_kind())
+                    and _pass_tied(heap, queues, share, hopeless, effort)
                 ):
                     continue
                 stale_share, _, _, _, team = heapq.heappop(heap)
@@ -128,8 +129,28 @@ HeapEntry = tuple[float, float, int, str, str]
 """(team's share when pushed, *submit key of its next job, team): a team's turn."""
 
 
+class _Effort:
+    """What passing jobs a kind at a time has cost (kinds looked at) and saved (jobs passed):
+    with many teams or kinds and few jobs passed each time, it costs more than passing them one
+    by one, which it then gives way to (`worth`) for the rest of the queue."""
+
+    __slots__ = ("looked", "passed")
+
+    def __init__(self) -> None:
+        self.looked = 0
+        self.passed = 0
+
+    @property
+    def worth(self) -> bool:
+        return self.looked <= 4 * self.passed + 256
+
+
 def _pass_tied(
-    heap: list[HeapEntry], queues: dict[str, _Line], share: Callable[[str], float], hopeless: Callable[[Kind], bool]
+    heap: list[HeapEntry],
+    queues: dict[str, _Line],
+    share: Callable[[str], float],
+    hopeless: Callable[[Kind], bool],
+    effort: _Effort,
 ) -> bool:
     """Pass, at once, the hopeless jobs `queue_order` would give before the next job that is
     not, when the first turns are all at one share that is still each team's (False, changing
@@ -154,7 +175,8 @@ def _pass_tied(
             first = key
     for entry in tied:
         queue = queues[entry[4]]
-        queue.pass_before(hopeless, first)
+        effort.looked += 2 * len(queue.kinds)
+        effort.passed += queue.pass_before(hopeless, first)
         if queue.heads:
             heapq.heappush(heap, (level, *queue.head_key(), entry[4]))
     return True
@@ -197,11 +219,15 @@ class _Line:
         self._push(k)
         return self.kinds[k], job
 
-    def jobs(self, hopeless: Callable[[Kind], bool] | None) -> Iterator[Job]:
+    def jobs(self, hopeless: Callable[[Kind], bool] | None, effort: _Effort) -> Iterator[Job]:
         """Its jobs in order, those of `hopeless` kinds passed (no share is read here)."""
         while self.heads:
             if hopeless is not None and hopeless(self.head_kind()):
-                self.pass_before(hopeless, self.first_not(hopeless))
+                if effort.worth:
+                    effort.looked += 2 * len(self.kinds)
+                    effort.passed += self.pass_before(hopeless, self.first_not(hopeless))
+                else:
+                    self.take()
                 continue
             yield self.take()[1]
 
@@ -216,35 +242,16 @@ class _Line:
                     first = key
         return first
 
-    def pass_before(self, hopeless: Callable[[Kind], bool], before: tuple[float, int, str] | None) -> None:
-        """Pass the jobs of hopeless kinds submitted before `before` (all of them if None)."""
+    def pass_before(self, hopeless: Callable[[Kind], bool], before: tuple[float, int, str] | None) -> int:
+        """Pass the jobs of hopeless kinds submitted before `before` (all of them if None);
+        return how many (those of `skip` among them included)."""
+        passed = 0
         for k, kind in enumerate(self.kinds):
             if hopeless(kind):
-                entries = self.entries[k]
-                self.place[k] = bisect_left(entries, (before,), self.place[k]) if before is not None else len(entries)
+                entries, at = self.entries[k], self.place[k]
+                self.place[k] = bisect_left(entries, (before,), at) if before is not None else len(entries)
+                passed += self.place[k] - at
         self.heads = []
         for k in range(len(self.kinds)):
             self._push(k)
-
-
-class Remaining:
-    """How many jobs of each kind the queue pass has yet to take, and how many of them are not
-    alike to a job that could neither start nor preempt (`live`): at none, the pass may stop."""
-
-    def __init__(self, index: PendingIndex, skip: Iterable[JobId]) -> None:
-        self.left = {kind: len(entries) for kind, entries in index.kinds.items()}
-        for job_id in skip:
-            job = index.jobs.get(job_id)
-            if job is not None:
-                self.left[kind_of(job)] -= 1
-        self.live = sum(self.left.values())
-
-    def took(self, kind: Kind, hopeless: bool) -> None:
-        """The pass took a job of `kind` (alike to a hopeless one, or not)."""
-        self.left[kind] -= 1
-        if not hopeless:
-            self.live -= 1
-
-    def hopeless(self, kind: Kind) -> None:
-        """Every job of `kind` still to come waits at once."""
-        self.live -= self.left[kind]
+        return passed
