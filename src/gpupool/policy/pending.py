@@ -93,7 +93,7 @@ class PendingIndex:
             else:
                 at = (value_of(team, asked), None if nominated else team)
             lines.setdefault(at, []).append((kind, entries))
-        effort = _Effort()
+        effort = _Effort(2 * len(self.jobs))
         if order is QueueOrder.FIFO:
             yield from _Line(lines[0, None], skip).jobs(hopeless, effort) if lines else ()
             return
@@ -130,19 +130,21 @@ HeapEntry = tuple[float, float, int, str, str]
 
 
 class _Effort:
-    """What passing jobs a kind at a time has cost (kinds looked at) and saved (jobs passed):
-    with many teams or kinds and few jobs passed each time, it costs more than passing them one
-    by one, which it then gives way to (`worth`) for the rest of the queue."""
+    """What passing jobs a kind at a time has cost: the kinds looked at. Each pass looks at every
+    kind of the teams tied (or of the line), so with many of them and few jobs passed each time
+    it could cost more than passing every job one by one; once it has looked at `budget` kinds
+    (twice the jobs in line), it gives way to that (`worth`) for the rest of the queue."""
 
-    __slots__ = ("looked", "passed")
+    __slots__ = ("budget", "looked", "passed")
 
-    def __init__(self) -> None:
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
         self.looked = 0
         self.passed = 0
 
     @property
     def worth(self) -> bool:
-        return self.looked <= 4 * self.passed + 256
+        return self.looked <= self.budget
 
 
 def _pass_tied(
