@@ -135,12 +135,11 @@ class _Effort:
     it could cost more than passing every job one by one; once it has looked at `budget` kinds
     (twice the jobs in line), it gives way to that (`worth`) for the rest of the queue."""
 
-    __slots__ = ("budget", "looked", "passed")
+    __slots__ = ("budget", "looked")
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self.looked = 0
-        self.passed = 0
 
     @property
     def worth(self) -> bool:
@@ -178,7 +177,7 @@ def _pass_tied(
     for entry in tied:
         queue = queues[entry[4]]
         effort.looked += 2 * len(queue.kinds)
-        effort.passed += queue.pass_before(hopeless, first)
+        queue.pass_before(hopeless, first)
         if queue.heads:
             heapq.heappush(heap, (level, *queue.head_key(), entry[4]))
     return True
@@ -227,7 +226,7 @@ class _Line:
             if hopeless is not None and hopeless(self.head_kind()):
                 if effort.worth:
                     effort.looked += 2 * len(self.kinds)
-                    effort.passed += self.pass_before(hopeless, self.first_not(hopeless))
+                    self.pass_before(hopeless, self.first_not(hopeless))
                 else:
                     self.take()
                 continue
@@ -244,16 +243,12 @@ class _Line:
                     first = key
         return first
 
-    def pass_before(self, hopeless: Callable[[Kind], bool], before: tuple[float, int, str] | None) -> int:
-        """Pass the jobs of hopeless kinds submitted before `before` (all of them if None);
-        return how many (those of `skip` among them included)."""
-        passed = 0
+    def pass_before(self, hopeless: Callable[[Kind], bool], before: tuple[float, int, str] | None) -> None:
+        """Pass the jobs of hopeless kinds submitted before `before` (all of them if None)."""
         for k, kind in enumerate(self.kinds):
             if hopeless(kind):
                 entries, at = self.entries[k], self.place[k]
                 self.place[k] = bisect_left(entries, (before,), at) if before is not None else len(entries)
-                passed += self.place[k] - at
         self.heads = []
         for k in range(len(self.kinds)):
             self._push(k)
-        return passed

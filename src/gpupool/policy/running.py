@@ -44,7 +44,7 @@ class _KeyJobs:
 
 class RunningIndex:
     """The running jobs that are not draining, by node, by key and as one row per (job, node)
-    in arrays (swap-removed, so rows `[:count]` are all live)."""
+    in arrays (a dropped row takes the last one's place, so every row is live)."""
 
     def __init__(self, nodes: Sequence[Node]) -> None:
         self.nodes = nodes
@@ -77,12 +77,6 @@ class RunningIndex:
             if job.notice is None:
                 index.add(job)
         return index
-
-    def __len__(self) -> int:
-        return len(self.jobs)
-
-    def __contains__(self, job_id: object) -> bool:
-        return job_id in self.jobs
 
     def read(self) -> None:
         """Bring the index up to date before a decision reads it (see `refresh`)."""
