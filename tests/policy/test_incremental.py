@@ -68,7 +68,14 @@ class Driver:
         running = list(self.running.values())
         scratch = Snapshot(self.nodes, running, list(self.pending.values()))
         draining = [r for r in running if r.notice is not None]
-        kept = replace(scratch, free=self.free, team_gpus=+self.team_gpus, draining=draining, running_index=self.index)
+        kept = replace(
+            scratch,
+            free=self.free,
+            team_gpus=+self.team_gpus,
+            draining=draining,
+            pending_index=self.line,
+            running_index=self.index,
+        )
         assert_matches(self.index, running)
         plan = decide(kept, self.config, self.now)
         assert plan == decide(scratch, self.config, self.now), f"decision {self.decisions} differs"

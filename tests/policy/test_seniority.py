@@ -217,3 +217,44 @@ def test_a_minimum_runtime_ends_at_the_instant_it_says() -> None:
     low = CLASSES[-1]
     ran = fill(pool(1, 4), [small("s")], started=started)[0]
     assert protection(ran, low, started + low.min_runtime, config()) is None
+
+
+# The queue pass with waits unexplained (the simulator's) goes by jobs alike to hopeless ones.
+
+# Gangs of one kind in submit order, waiting since: A not senior (senior at NOW + 3500), B
+# senior, C not (NOW + 3550), D not (requeued, NOW + 1600: the first to become senior).
+LINE = [("A", 0.0, NOW - 100), ("B", 10.0, None), ("C", 20.0, NOW - 50), ("D", 30.0, NOW - 2000)]
+
+
+def line_behind_urgent_jobs() -> Snapshot:
+    urgent = fill(pool(2, 4), [job(f"u{i}", team="b", cls="urgent", gpus=4) for i in range(2)])
+    gangs = [replace(job(id, cls="low", gpus=2, submit=at, gpus_per_node=2), queued_at=q) for id, at, q in LINE]
+    return Snapshot(pool(2, 4), urgent, gangs)
+
+
+def test_gangs_passed_in_line_still_say_when_the_first_of_them_becomes_senior() -> None:
+    """A gang may be senior: its kind is passed once its senior and its other jobs left are
+    alike to hopeless ones; the retry is when the first of those passed becomes senior (D,
+    after A and B were tried), as when every job is tried."""
+    plan = decide(line_behind_urgent_jobs(), config(explain_waits=False), NOW)
+    assert (plan.starts, plan.preemptions, plan.waits) == ((), (), ())
+    assert plan.retry_at == NOW + 1600
+
+
+@pytest.mark.decides_once
+def test_with_seniority_the_pass_tries_a_gang_kind_once_for_each_of_senior_and_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpupool.policy.cycle import Decision
+    from gpupool.policy.running import kept
+
+    tried: list[str] = []
+    place = Decision.place
+
+    def counted(self: Decision, job: Job) -> object:
+        tried.append(job.id)
+        return place(self, job)
+
+    monkeypatch.setattr(Decision, "place", counted)
+    plan = decide(kept(line_behind_urgent_jobs()), config(explain_waits=False), NOW)
+    assert tried == ["A", "B"] and plan.retry_at == NOW + 1600

@@ -8,7 +8,6 @@ operations over the groups' GPUs and lost work per node, built once per decision
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -85,11 +84,9 @@ class Bounds:
     def bound(self, node: int, have: int, want: int) -> tuple[object, ...]:
         """A lower bound of the score of `node` for a member of `want` GPUs where it has `have`."""
         k = self.fewest(node, want - have)
-        cost = k * self.cost[node]
-        if math.isfinite(cost):
-            # A sum of k costs may round below k times the least: the bound keeps clear of it.
-            cost = cost - abs(cost) * 1e-9
-        return (0, (self.ranks[self.lowest[node]],) * k, cost, k, have, node)
+        # Exact: the score sums its costs with one rounding, which no k costs of at least
+        # the least take below k times it (a bound a margin lowered would tie with no node).
+        return (0, (self.ranks[self.lowest[node]],) * k, k * self.cost[node], k, have, node)
 
     def order_for(self, want: int) -> list[int]:
         """The nodes where a member of `want` GPUs needs victims and might find enough, by their
@@ -104,8 +101,6 @@ class Bounds:
             need = want - have[nodes]
             k = -(-need // largest[nodes])
             low = k * cost[nodes]
-            with np.errstate(invalid="ignore"):
-                low = np.where(np.isfinite(low), low - np.abs(low) * 1e-9, low)
             found = self._orders[want] = nodes[np.lexsort((nodes, have[nodes], low, k, lowest[nodes]))].tolist()
         return found
 

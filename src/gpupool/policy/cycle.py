@@ -30,9 +30,9 @@ from gpupool.policy import victims as search
 from gpupool.policy.budget import BudgetedClass, budgeted_class
 from gpupool.policy.drain import Drains, draining_in, last_deadline, place_on_lent
 from gpupool.policy.explain import kept_from
+from gpupool.policy.hopeless import Hopeless, alike_of
 from gpupool.policy.memo import Memo
 from gpupool.policy.order import queue_order, submit_key
-from gpupool.policy.pending import Kind
 from gpupool.policy.place import FreeGpus, Group, Shape, Slot, choose_slots
 from gpupool.policy.preempt import Candidate, Candidates, lost_work, protection
 from gpupool.policy.running import Key
@@ -60,14 +60,6 @@ class Fit(Enum):
     def reason(self) -> Reason:
         """The reason of its `Start` or `Wait`."""
         return _REASONS[self]
-
-
-Alike = tuple[str, str | None, int, int | None, str, bool, bool]
-"""A pending job's kind (`pending.Kind`) and whether it is senior: jobs the queue pass treats alike."""
-
-
-def _is_hopeless(hopeless: Mapping[Alike, Fit], kind: Kind) -> bool:
-    return (*kind, False) in hopeless
 
 
 _REASONS = {fit: Reason(fit.value) for fit in Fit if fit.waits} | {
@@ -246,33 +238,37 @@ class Decision:
         # Free GPUs and candidates only shrink during the pass (see Memo): jobs alike (team,
         # type, size, layout, class) to one that could neither start nor preempt cannot
         # later in it, so they wait at once, for the same reason.
-        hopeless: dict[Alike, Fit] = {}
         index = self.snapshot.pending_index
+        senior_after = self.config.seniority_after
         if index is None or len(index) < pending_index.INDEXED_FROM:
+            hopeless: Hopeless[Fit] = Hopeless(senior_after, self.now)
             pending = [(self.budgeted_of(j).cls.value, j) for j in self.snapshot.pending if j.id not in self.settled]
             jobs = queue_order(pending, self.config.order, self.shares.share)
+        elif self.config.explain_waits:
+            hopeless = Hopeless(senior_after, self.now)
+            jobs = index.queue(self.class_value, self.config.order, self.shares.share, set(self.settled))
         else:
+            # A job alike to a hopeless one only waits, and unexplained waits are not in the
+            # plan: the index passes such jobs in line.
             before = set(self.settled)
-            passed = None
-            if not self.config.explain_waits and self.config.seniority_after is None:
-                # A job alike to a hopeless one only waits, and unexplained waits are not in
-                # the plan: such jobs are passed in line.
-                passed = partial(_is_hopeless, hopeless)
-            jobs = index.queue(self.class_value, self.config.order, self.shares.share, before, passed)
+            hopeless = Hopeless(senior_after, self.now, index, before)
+            jobs = index.queue(self.class_value, self.config.order, self.shares.share, before, hopeless.passable)
         for job in jobs:
             if job.id in self.settled:
                 continue
             # Alike jobs come in their place in line (nominated ones first), so a senior one
             # that found no victims leaves later senior ones none either (they may take fewer).
-            senior = self.is_senior(job)
-            alike = (job.team, job.gpu_type, job.gpus, job.gpus_per_node, job.priority, job.nominated, senior)
+            alike = alike_of(job, self.is_senior(job))
             fit = hopeless.get(alike)
             if fit is None:
                 fit = self.place(job)
                 if not fit.waits:
                     continue
                 if fit in (Fit.NO_FIT, Fit.NO_VICTIMS, Fit.NEVER_FITS):
-                    hopeless[alike] = fit
+                    becomes_senior = fit is not Fit.NEVER_FITS and self.config.preemption
+                    senior_at = hopeless.learn(job, alike, fit, becomes_senior=becomes_senior)
+                    if senior_at is not None:
+                        self.note_retry_at(senior_at)
             if fit in (Fit.NO_FIT, Fit.NO_VICTIMS):
                 self.note_senior_at(job)
             self.wait(job, fit)

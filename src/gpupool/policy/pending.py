@@ -70,6 +70,14 @@ class PendingIndex:
             del self.kinds[kind]
         return job
 
+    def after(self, job: Job) -> Iterator[Job]:
+        """The jobs of `job`'s kind after it in line (it must be in the index)."""
+        entries = self.kinds[kind_of(job)]
+        at = bisect_left(entries, (submit_key(job),))
+        assert entries[at][1] is job, f"pending index lost the place of job {job.id}"
+        for _, later in entries[at + 1 :]:
+            yield later
+
     def queue(
         self,
         value_of: Callable[[str, str], int],

@@ -11,6 +11,7 @@ after it). Which of them go first is `rank`, then `victim_order`; how nodes comp
 from __future__ import annotations
 
 import heapq
+import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -338,11 +339,13 @@ def node_score(
     picked: Sequence[Victim], rank_of: Callable[[Candidate], tuple[float, ...]]
 ) -> tuple[int, tuple[tuple[float, ...], ...], float, int]:
     """What the victims a node needs cost: GPUs taken below guarantees, their ranks worst
-    first, their lost work, their number."""
+    first, their lost work, their number. The lost work is summed exactly (`math.fsum`, one
+    rounding): so no set of `k` victims that each cost at least `c` sums below `k * c`, and
+    `Bounds.bound` can be that product with no margin that ties would fall inside."""
     return (
         sum(v.below for v in picked),
         tuple(sorted((rank_of(v.candidate) for v in picked), reverse=True)),
-        sum(v.candidate.cost for v in picked),
+        math.fsum(v.candidate.cost for v in picked),
         len(picked),
     )
 
