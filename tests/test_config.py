@@ -90,6 +90,8 @@ policy: {queue: strict, max_preemptions: null, placement: first-fit}
         ({"service": {"start_timeout": "0s"}}, "service.start_timeout: Input should be greater than 0"),
         ({"policy": {"max_node_losses": -1}}, "policy.max_node_losses: Input should be greater than or equal to 0"),
         ({"policy": {"placement": "worst-fit"}}, "policy.placement: Input should be 'best-fit' or 'first-fit'"),
+        ({"policy": {"explain_depth": -1}}, "policy.explain_depth: Input should be greater than or equal to 0"),
+        ({"policy": {"explain_depth": "all"}}, "policy.explain_depth: Input should be a valid integer"),
         ([1, 2], "c.yaml: Input should be a valid dictionary"),
     ],
 )
@@ -240,3 +242,9 @@ def test_merge_keys_may_be_overridden(tmp_path: Path) -> None:
     path.write_text("teams:\n  nlp: &base {weight: 2, guaranteed_gpus: 1}\n  vision: {<<: *base, weight: 3}\n")
     config = load(path)
     assert (config.team("vision").weight, config.team("vision").guaranteed_gpus) == (3.0, 1)
+
+
+def test_waits_are_explained_for_the_first_thousand_jobs_in_line_by_default() -> None:
+    assert parse({}).explain_depth == 1000
+    assert parse({"policy": {"explain_depth": None}}).explain_depth is None
+    assert parse({"policy": {"explain_depth": 50}}).explain_depth == 50

@@ -15,6 +15,8 @@
       max_preemptions: 10          # per job; null for no cap
       max_node_losses: 3           # per job: requeues after a node it ran on was lost
       placement: best-fit          # or first-fit: the node a job takes among those it fits
+      explain_depth: 1000          # why a job waits is worked out for the first 1000 in
+                                   # line at each decision; null: for every one
     service:                       # `gpupool up`
       data_dir: ~/.gpupool         # store, logs, checkpoints, the admin token
       host: 127.0.0.1
@@ -76,6 +78,8 @@ MAX_VIRTUAL_GPUS = 4096
 MAX_WEIGHT = 1e6
 MAX_GUARANTEED_GPUS = 1_000_000
 MAX_GPU_HOURS = 1e9
+EXPLAIN_DEPTH = 1000
+"""Jobs in line whose wait a decision explains, by default (`policy.explain_depth`)."""
 STORE_BACKENDS = {"sqlite": "pysqlite", "postgresql": "psycopg"}
 """The store URLs gpupool opens: backend, and the one driver it has."""
 RUN_AS = ("service", "submitter", "team")
@@ -129,6 +133,7 @@ class PolicySpec(_Strict):
     fair_share: FairShare = FairShare.OFF
     seniority_after: Duration | None = None
     placement: PlacementRule = PlacementRule.BEST_FIT
+    explain_depth: int | None = Field(default=EXPLAIN_DEPTH, ge=0, le=INT32_MAX)
 
 
 class ServiceSpec(_Strict):
@@ -302,6 +307,7 @@ def build(spec: ConfigSpec) -> Config:
         fair_share=p.fair_share,
         seniority_after=p.seniority_after,
         placement=p.placement,
+        explain_depth=p.explain_depth,
     )
 
 

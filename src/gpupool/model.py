@@ -299,6 +299,10 @@ class Config:
     placement: PlacementRule = PlacementRule.BEST_FIT
     explain_waits: bool = True
     """Emit a `Wait` for every pending job not started (drivers that never show them may skip it)."""
+    explain_depth: int | None = None
+    """With `explain_waits`, only the first this many jobs in line that wait get a `Wait` (the
+    later ones keep the reason they were last given, as Slurm's `default_queue_depth`): what a
+    decision costs then does not grow with the queue. None: every one."""
 
     def priority_class(self, name: str) -> PriorityClass:
         for cls in self.classes:

@@ -159,8 +159,11 @@ _configs = [
     ),
     Config(CLASSES_FAST, queue=QueueMode.STRICT, max_preemptions=1),
 ]
-# Unexplained waits (the simulator's) let the queue pass stop early: both ways.
-configs = st.sampled_from(_configs + [replace(c, explain_waits=False) for c in _configs])
+# Unexplained waits (the simulator's) let the queue pass stop early, and so do waits past the
+# explained depth (the service's): both ways.
+configs = st.sampled_from(
+    _configs + [replace(c, explain_waits=False) for c in _configs] + [replace(c, explain_depth=2) for c in _configs]
+)
 
 
 @given(pools, events, configs)

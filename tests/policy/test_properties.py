@@ -385,3 +385,23 @@ def test_the_candidates_supply_is_what_is_left_after_the_choices(scenario: tuple
         assert +candidates.supply == +left
         chosen = {p.victim for p in decision.preemptions}
         assert candidates.chosen == chosen
+
+
+@given(st.one_of(scenarios(), busy_pools()))
+def test_waits_explained_by_crowds_say_what_every_candidate_read_alone_says(scenario: tuple[Snapshot, Config]) -> None:
+    """A wait's explanation reads the candidates by crowds (alike for every rule but their
+    place in line): read member by member, every wait says the same."""
+    from functools import partial
+    from unittest import mock
+
+    from gpupool.policy import cycle, explain
+    from gpupool.policy.running import kept
+
+    snapshot, config = scenario
+    config = replace(config, explain_waits=True)
+    for shown in (snapshot, kept(snapshot)):
+        plan = decide(shown, config, NOW)
+        with mock.patch.object(cycle, "kept_from", partial(explain.kept_from, one_by_one=True)):
+            other = decide(shown, config, NOW)
+        assert [w.message for w in other.waits] == [w.message for w in plan.waits]
+        assert other == plan

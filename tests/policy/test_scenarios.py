@@ -11,6 +11,7 @@ import pytest
 from gpupool.model import (
     DEFAULT_CLASSES,
     Config,
+    Job,
     Node,
     PlacementRule,
     PriorityBudget,
@@ -516,3 +517,44 @@ def test_reclaim_blocked_by_minimum_runtime_says_when_to_decide_again() -> None:
     plan = decide(Snapshot(pool(1, 8), [young], [job("b1", team="b", cls="normal", gpus=2)]), TEAMS, NOW)
     assert summary(plan) == [("wait", "b1", "no_victims")]
     assert plan.retry_at == NOW - 10 + 300
+
+
+def test_only_the_first_jobs_in_line_that_wait_are_explained_up_to_the_depth() -> None:
+    """`policy.explain_depth`: the first jobs in line that wait get their `Wait`; those after
+    keep the reason they were last given (no `Wait`), whatever their own reason; a job that
+    holds GPUs for its victims always says so (its placement is in the `Wait`)."""
+    running = fill(pool(1, 4), [job("low", cls="low", gpus=4)], started=0.0)
+    waiting = [job(f"w{i}", team="b", cls="low", gpus=1, submit=float(i)) for i in range(4)]
+    urgent = job("u", team="c", cls="urgent", gpus=4, submit=10.0)
+    snapshot = Snapshot(pool(1, 4), running, [*waiting, urgent])
+    plan = decide(snapshot, replace(BASE, explain_depth=2), 1000.0)
+    assert [(w.job, w.reason.value) for w in plan.waits] == [
+        ("u", "awaiting_drain"),
+        ("w0", "no_fit"),
+        ("w1", "no_fit"),
+    ]
+    assert len(decide(snapshot, BASE, 1000.0).waits) == 5
+    assert decide(snapshot, replace(BASE, explain_depth=0), 1000.0).waits == plan.waits[:1]
+
+
+@pytest.mark.decides_once
+def test_past_the_explained_depth_the_pass_goes_by_jobs_alike_to_hopeless_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The queue pass tries each job in line while it explains waits; past the depth, a job
+    alike to one that could neither start nor preempt is not tried (its kind is passed)."""
+    from gpupool.policy.cycle import Decision
+    from gpupool.policy.running import kept
+
+    tried: list[str] = []
+    place = Decision.place
+
+    def counted(self: Decision, job: Job) -> object:
+        tried.append(job.id)
+        return place(self, job)
+
+    monkeypatch.setattr(Decision, "place", counted)
+    running = fill(pool(1, 4), [job("low", cls="low", gpus=4)], started=0.0)
+    waiting = [job(f"w{i}", team="b", cls="low", gpus=1, submit=float(i)) for i in range(6)]
+    snapshot = kept(Snapshot(pool(1, 4), running, waiting))
+    plan = decide(snapshot, replace(BASE, explain_depth=2), 1000.0)
+    assert [w.job for w in plan.waits] == ["w0", "w1"]
+    assert tried == ["w0"], "w1 was explained as alike to w0; the others were passed"

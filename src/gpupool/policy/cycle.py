@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from functools import partial
@@ -29,10 +29,11 @@ from gpupool.policy import pending as pending_index
 from gpupool.policy import victims as search
 from gpupool.policy.budget import BudgetedClass, budgeted_class
 from gpupool.policy.drain import Drains, draining_in, last_deadline, place_on_lent
-from gpupool.policy.explain import kept_from
+from gpupool.policy.explain import kept_from, reading
 from gpupool.policy.hopeless import Hopeless, alike_of
 from gpupool.policy.memo import Memo
 from gpupool.policy.order import queue_order, submit_key
+from gpupool.policy.pending import Kind
 from gpupool.policy.place import FreeGpus, Group, Shape, Slot, choose_slots
 from gpupool.policy.preempt import Candidate, Candidates, lost_work, protection
 from gpupool.policy.running import Key
@@ -95,6 +96,9 @@ class Decision:
     retry_at: float | None = None
     blocked: set[Group] = field(default_factory=set)
     """Node groups a strict queue has closed behind a job that does not fit."""
+    depth: int | None = field(init=False)
+    """How many waits to explain (`Config.explain_depth`; 0 without `explain_waits`, None: all)."""
+    explained: int = 0
 
     def __post_init__(self) -> None:
         snapshot = self.snapshot
@@ -106,6 +110,7 @@ class Decision:
         self.pending = kept.jobs if kept is not None else {job.id: job for job in snapshot.pending}
         draining = snapshot.draining if snapshot.draining is not None else snapshot.running
         self.drains = Drains.of(draining, self.pending)
+        self.depth = self.config.explain_depth if self.config.explain_waits else 0
 
     @property
     def candidates(self) -> Candidates:
@@ -177,7 +182,7 @@ class Decision:
 
     def key_class(self, key: Key) -> PriorityClass:
         """The class the running jobs of an index `key` run at (see `running_class`)."""
-        team, attempt, asked, _, _ = key
+        team, attempt, asked, *_ = key
         return self.config.priority_class(attempt) if attempt is not None else self.budgeted_as(team, asked).cls
 
     def running_class(self, running: RunningJob) -> PriorityClass:
@@ -244,15 +249,15 @@ class Decision:
             hopeless: Hopeless[Fit] = Hopeless(senior_after, self.now)
             pending = [(self.budgeted_of(j).cls.value, j) for j in self.snapshot.pending if j.id not in self.settled]
             jobs = queue_order(pending, self.config.order, self.shares.share)
-        elif self.config.explain_waits:
+        elif self.depth is None:
             hopeless = Hopeless(senior_after, self.now)
             jobs = index.queue(self.class_value, self.config.order, self.shares.share, set(self.settled))
         else:
-            # A job alike to a hopeless one only waits, and unexplained waits are not in the
-            # plan: the index passes such jobs in line.
+            # A job alike to a hopeless one only waits, and waits past the depth are not in
+            # the plan: past it, the index passes such jobs in line.
             before = set(self.settled)
             hopeless = Hopeless(senior_after, self.now, index, before)
-            jobs = index.queue(self.class_value, self.config.order, self.shares.share, before, hopeless.passable)
+            jobs = index.queue(self.class_value, self.config.order, self.shares.share, before, self.passable(hopeless))
         for job in jobs:
             if job.id in self.settled:
                 continue
@@ -272,6 +277,16 @@ class Decision:
             if fit in (Fit.NO_FIT, Fit.NO_VICTIMS):
                 self.note_senior_at(job)
             self.wait(job, fit)
+
+    def passable(self, hopeless: Hopeless[Fit]) -> Callable[[Kind], bool]:
+        """Whether the queue pass may go by the jobs of a kind without trying them: alike to
+        hopeless ones, once no wait is explained any more."""
+        depth = self.depth
+
+        def passable(kind: Kind) -> bool:
+            return (depth is None or self.explained >= depth) and hopeless.passable(kind)
+
+        return passable
 
     def place(self, job: Job) -> Fit:
         """Start `job` on free GPUs, else hold GPUs orphaned drains free, else preempt for it."""
@@ -297,12 +312,18 @@ class Decision:
             return messages.never_fits(job, self.snapshot.nodes)
         budgeted = self.budgeted_of(job)
         if reason is Reason.NO_VICTIMS:
-            nodes = self.memo.nodes_of(self.memo.shapes_of(job))
+            groups = {g for shape in self.memo.shapes_of(job) for g in shape.groups}
             searches = self.searches(job, explaining=True)
-            protected, refused = kept_from(job, budgeted.cls, searches, self.candidates, nodes, self.shares)
+            key = (*reading(job, budgeted.cls, searches, groups), self.shares.changes)
+            kept = self.memo.explained.get(key)
+            if kept is None:
+                crowds = self.candidates.crowds()
+                kept = self.memo.explained[key] = kept_from(
+                    job, budgeted.cls, searches, crowds, groups, self.shares, self.now
+                )
             after = self.config.seniority_after
             senior = (self.now - job.waiting_since, after) if after is not None and self.is_senior(job) else None
-            text = messages.no_victims(job, budgeted.cls, protected, self.now, refused, senior)
+            text = messages.no_victims(job, budgeted.cls, kept, senior)
         else:
             text = messages.no_fit(job, self.free, self.memo.shapes_of(job)[0].groups)
         return f"{text}; {budgeted.note}" if budgeted.note else text
@@ -483,9 +504,11 @@ class Decision:
             self.retry_at = at
 
     def wait(self, job: Job, fit: Fit) -> None:
-        """Record why the job waits; the words are only written when waits are explained."""
+        """Record why the job waits; the words are only written when waits are explained, for
+        the first `Config.explain_depth` jobs in line that wait."""
         self.settled.add(job.id)
-        if self.config.explain_waits:
+        if self.depth is None or self.explained < self.depth:
+            self.explained += 1
             self.waits.append(Wait(job.id, fit.reason, self.explain(job, fit.reason)))
 
     def plan(self) -> Plan:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpupool.model import Job
+from gpupool.policy.explain import Kept
 from gpupool.policy.place import FreeGpus, Group, Shape, fits_empty, job_shapes
 
 
@@ -27,6 +28,9 @@ class Memo:
     """Shapes that did not fit on free GPUs."""
     no_victims: set[tuple[object, ...]] = field(default_factory=set)
     """(shape, *Preemptor.memo_key()) of searches that found no victims."""
+    explained: dict[tuple[object, ...], Kept] = field(default_factory=dict)
+    """What kept waiting jobs from victims, by `explain.reading` and the teams' changes so far
+    (candidates are chosen only as teams change)."""
     _nodes_of: dict[tuple[Group, ...], list[int]] = field(default_factory=dict)
     _ever_fits: dict[tuple[Shape, ...], bool] = field(default_factory=dict)
 

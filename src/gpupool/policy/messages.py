@@ -6,8 +6,9 @@ from collections.abc import Sequence
 
 from gpupool.model import Job, Node, Placement, PriorityClass, Reason
 from gpupool.policy.budget import BudgetedClass
+from gpupool.policy.explain import Kept
 from gpupool.policy.place import FreeGpus, Group
-from gpupool.policy.preempt import Candidate, ProtectionRule
+from gpupool.policy.preempt import Candidate
 from gpupool.units import human_seconds, plural
 
 
@@ -92,17 +93,10 @@ def queue_blocked() -> str:
     return "waits behind an earlier job that does not fit (strict queue)"
 
 
-def no_victims(
-    job: Job,
-    cls: PriorityClass,
-    protected: Sequence[Candidate] = (),
-    now: float = 0.0,
-    refused: Sequence[tuple[str, str, str]] = (),
-    senior: tuple[float, float] | None = None,
-) -> str:
-    """Why no job is given notice for `job`, with the rules that protect those it could take:
-    `protected` by their own protection, `refused` by a team rule, as (rule, numbers, job).
-    `senior`: (how long it has waited, `seniority_after`) when it may take by seniority."""
+def no_victims(job: Job, cls: PriorityClass, kept: Kept, senior: tuple[float, float] | None = None) -> str:
+    """Why no job is given notice for `job`, with the rules that protect those it could take
+    and the team rules that keep it from others (`kept`). `senior`: (how long it has waited,
+    `seniority_after`) when it may take by seniority."""
     text = (
         f"waits for {plural(job.gpus, 'GPU')}: no set of preemptible jobs below {cls.name} "
         f"(or above their team's guarantee) frees a placement now"
@@ -113,43 +107,22 @@ def no_victims(
             f", nor of smaller jobs of {cls.name} or lower submitted after it, which it may take as it has "
             f"waited {human_seconds(waited)} (policy.seniority_after: {human_seconds(after)})"
         )
-    if refused:
-        by_rule: dict[tuple[str, str], list[str]] = {}
-        for rule, numbers, victim in sorted(refused):
-            by_rule.setdefault((rule, numbers), []).append(victim)
-        kept = [
-            f"{rule}: {numbers} ({_jobs(ids)})" if numbers else f"{rule}: {_jobs(ids)}"
-            for (rule, numbers), ids in by_rule.items()
+    if kept.refused:
+        rules = [
+            f"{rule}: {numbers} ({_jobs(ids, count)})" if numbers else f"{rule}: {_jobs(ids, count)}"
+            for rule, numbers, ids, count in kept.refused
         ]
-        text += f"; kept by team rules: {'; '.join(kept)}"
-    if not protected:
+        text += f"; kept by team rules: {'; '.join(rules)}"
+    if not kept.protected:
         return text
-    reasons: dict[str, list[str]] = {}
-    for c in sorted(protected, key=lambda c: (until_of(c), c.id)):
-        guard = c.protection
-        if guard is None:
-            continue
-        if guard.rule is ProtectionRule.MIN_RUNTIME and guard.until is not None:
-            rule = f"inside their minimum runtime ({c.cls.name}: {human_seconds(c.cls.min_runtime)})"
-            detail = f"job {c.id} for {human_seconds(guard.until - now)} more"
-        elif guard.rule is ProtectionRule.PREEMPTION_CAP:
-            rule, detail = "at their preemption cap", f"job {c.id} {guard.text.removeprefix('at its preemption cap ')}"
-        else:
-            rule, detail = guard.text, f"job {c.id}"
-        reasons.setdefault(rule, []).append(detail)
-    parts = []
-    for rule, jobs in reasons.items():
-        shown = ", ".join(jobs[:3]) + (f" and {len(jobs) - 3} more" if len(jobs) > 3 else "")
-        parts.append(f"{rule}: {shown}")
+    parts = [f"{rule}: {_more(jobs, count)}" for rule, jobs, count in kept.protected]
     return f"{text}; protected: {'; '.join(parts)}"
 
 
-def _jobs(ids: Sequence[str]) -> str:
-    shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
-    return f"job {shown}" if len(ids) == 1 else f"jobs {shown}"
+def _more(shown: Sequence[str], count: int) -> str:
+    """The jobs named, and how many more there are."""
+    return ", ".join(shown) + (f" and {count - len(shown)} more" if count > len(shown) else "")
 
 
-def until_of(candidate: Candidate) -> float:
-    """When its protection ends; never, as infinity (they are listed last)."""
-    until = candidate.protection.until if candidate.protection is not None else None
-    return until if until is not None else float("inf")
+def _jobs(ids: Sequence[str], count: int) -> str:
+    return f"job {_more(ids, count)}" if count == 1 else f"jobs {_more(ids, count)}"

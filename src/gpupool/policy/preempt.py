@@ -4,6 +4,7 @@ The search for victims among them is `victims.py`."""
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from typing import Protocol
 from gpupool.model import Config, JobId, PriorityClass, RunningJob
 from gpupool.policy.bounds import Bounds, Group, GroupsByNode, Rank, bounds_of
 from gpupool.policy.place import FreeGpus
+from gpupool.policy.place import Group as NodeGroup
 from gpupool.policy.share import TeamShares
 
 
@@ -101,12 +103,76 @@ def victim_order(candidate: Candidate) -> tuple[int, float, float, float, str]:
     return (candidate.cls.value, candidate.cost, -candidate.share, -candidate.running.started_at, candidate.id)
 
 
+class Crowd(Protocol):
+    """Candidates every rule of a wait's explanation reads alike, but for their place in line
+    (`explain.py`): of one team, class, size and protection (its rule and words), on nodes of
+    the same groups. Those chosen in the decision so far are left out."""
+
+    @property
+    def sample(self) -> Candidate:
+        """One of them: what they have in common."""
+        ...
+
+    @property
+    def groups(self) -> frozenset[NodeGroup]:
+        """The groups of the nodes they hold GPUs on."""
+        ...
+
+    def count(self) -> int:
+        """How many there are."""
+        ...
+
+    def first(self, k: int) -> list[JobId]:
+        """The `k` first ids, in order."""
+        ...
+
+    def members(self) -> Iterator[Candidate]:
+        """Every one of them."""
+        ...
+
+
+@dataclass(slots=True)
+class ListedCrowd:
+    """A crowd of candidates built already, in id order."""
+
+    listed: list[Candidate]
+    groups: frozenset[NodeGroup]
+    chosen: set[JobId]
+    ids: set[JobId] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.listed.sort(key=lambda c: c.id)
+        self.ids = {c.id for c in self.listed}
+
+    @property
+    def sample(self) -> Candidate:
+        return self.listed[0]
+
+    def count(self) -> int:
+        return len(self.listed) - sum(1 for j in self.chosen if j in self.ids)
+
+    def first(self, k: int) -> list[JobId]:
+        return [c.id for c in itertools.islice(self.members(), k)]
+
+    def members(self) -> Iterator[Candidate]:
+        return (c for c in self.listed if c.id not in self.chosen)
+
+
+def crowd_key(c: Candidate, groups: frozenset[NodeGroup]) -> tuple[object, ...]:
+    """What the members of one crowd share (a minimum runtime's words are each job's own)."""
+    guard = c.protection
+    words = None if guard is None or guard.rule is ProtectionRule.MIN_RUNTIME else guard.text
+    return (c.team, c.cls, c.gpus, guard.rule if guard is not None else None, words, groups)
+
+
 class NodeSource(Protocol):
     """Where candidates built lazily come from (`running.RunningIndex`'s per-decision view)."""
 
     def on(self, node: int) -> list[Candidate]: ...
 
     def with_min_runtime(self) -> Iterator[Candidate]: ...
+
+    def crowds(self, chosen: set[JobId]) -> list[Crowd]: ...
 
 
 @dataclass(slots=True)
@@ -128,6 +194,7 @@ class Candidates:
     source: NodeSource | None = None
     _bounds: dict[tuple[tuple[Group, Rank | None], ...], Bounds] = field(default_factory=dict)
     _ordered: set[int] = field(default_factory=set)
+    _crowds: list[Crowd] | None = None
 
     @classmethod
     def of(cls, free: FreeGpus, shares: TeamShares, candidates: Iterable[Candidate]) -> Candidates:
@@ -179,6 +246,24 @@ class Candidates:
         for c in self.source.with_min_runtime():
             if any(i in wanted for i, _ in c.slots):
                 yield c
+
+    def crowds(self) -> list[Crowd]:
+        """Every candidate, by crowd (built when a wait is first explained)."""
+        if self._crowds is None:
+            if self.source is not None:
+                self._crowds = self.source.crowds(self.chosen)
+            else:
+                by_key: dict[tuple[object, ...], tuple[list[Candidate], frozenset[NodeGroup]]] = {}
+                seen: set[JobId] = set()
+                group = self.free.group
+                for here in self.on_node:
+                    for c in here or ():
+                        if c.id not in seen:
+                            seen.add(c.id)
+                            groups = frozenset(group[i] for i, _ in c.slots)
+                            by_key.setdefault(crowd_key(c, groups), ([], groups))[0].append(c)
+                self._crowds = [ListedCrowd(listed, groups, self.chosen) for listed, groups in by_key.values()]
+        return self._crowds
 
     def bounds(self, ranks: Mapping[Group, Rank | None]) -> Bounds:
         """The `Bounds` of a search that ranks the groups as `ranks` does. Searches that admit

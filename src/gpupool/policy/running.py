@@ -17,6 +17,7 @@ from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -26,20 +27,23 @@ from gpupool.model import Config, JobId, Node, PriorityClass, RunningJob, Snapsh
 from gpupool.policy.bounds import Group, GroupsByNode
 from gpupool.policy.pending import PendingIndex
 from gpupool.policy.place import FreeGpus, FreeIndex
-from gpupool.policy.preempt import Candidate, Candidates, lost_work, protection
+from gpupool.policy.place import Group as NodeGroup
+from gpupool.policy.preempt import Candidate, Candidates, Crowd, ListedCrowd, lost_work, protection
 from gpupool.policy.share import TeamShares
 
-Key = tuple[str, str | None, str, int, int | None]
-"""(team, the attempt's class or None, the job's class, preemptions, the job's preemption cap):
-running jobs whose class and static protection every decision sees alike."""
+Key = tuple[str, str | None, str, int, int | None, int, frozenset[NodeGroup]]
+"""(team, the attempt's class or None, the job's class, preemptions, the job's preemption cap,
+its GPUs, the groups of the nodes it runs on): running jobs whose class and static protection
+every decision sees alike, and whose waits' explanations read alike (`preempt.Crowd`)."""
 
 
 @dataclass(slots=True)
 class _KeyJobs:
-    """The running jobs of one key: the GPUs they hold, and their starts in order."""
+    """The running jobs of one key: the GPUs they hold, their starts in order, their ids in order."""
 
     gpus: int = 0
     started: list[tuple[float, JobId]] = field(default_factory=list)
+    ids: list[JobId] = field(default_factory=list)
 
 
 class RunningIndex:
@@ -49,6 +53,8 @@ class RunningIndex:
     def __init__(self, nodes: Sequence[Node]) -> None:
         self.nodes = nodes
         self.index = {node.name: i for i, node in enumerate(nodes)}
+        self.group: list[NodeGroup] = [(node.gpu_type, node.team) for node in nodes]
+        self.key_of: dict[JobId, Key] = {}
         self.jobs: dict[JobId, RunningJob] = {}
         self.on_node: list[dict[JobId, RunningJob]] = [{} for _ in nodes]
         self.keys: dict[Key, int] = {}
@@ -100,10 +106,21 @@ class RunningIndex:
             except KeyError:
                 raise ValueError(f"job {job.id} runs on unknown node {alloc.node!r}") from None
         self.jobs[job.id] = running
-        key = self._key_of(running)
+        groups = frozenset(self.group[i] for i in held)
+        self.key_of[job.id] = whole = (
+            job.team,
+            running.priority,
+            job.priority,
+            job.preemptions,
+            job.max_preemptions,
+            job.gpus,
+            groups,
+        )
+        key = self._key_id(whole)
         kept = self.by_key[key]
         kept.gpus += sum(held.values())
         insort(kept.started, (running.started_at, job.id))
+        insort(kept.ids, job.id)
         since = running.last_checkpoint_at if running.last_checkpoint_at is not None else running.started_at
         rows = []
         for i, gpus in held.items():
@@ -114,12 +131,13 @@ class RunningIndex:
     def remove(self, job_id: JobId) -> RunningJob:
         """A job left, or was given notice."""
         running = self.jobs.pop(job_id)
-        key = _key(running)
+        key = self.key_of.pop(job_id)
         k = self.keys[key]
         kept = self.by_key[k]
         kept.gpus -= sum(len(a.gpus) for a in running.placement)
         started = kept.started
         del started[bisect_left(started, (running.started_at, job_id))]
+        del kept.ids[bisect_left(kept.ids, job_id)]
         if not started:
             # A key no job holds any more is not looked at again (its class may be gone).
             del self.keys[key]
@@ -143,8 +161,7 @@ class RunningIndex:
         for row in self.rows_of[job_id]:
             self.since[row] = since
 
-    def _key_of(self, running: RunningJob) -> int:
-        key = _key(running)
+    def _key_id(self, key: Key) -> int:
         found = self.keys.get(key)
         if found is None:
             if self._unused:
@@ -208,7 +225,7 @@ class RunningIndex:
         supply: Counter[Group] = Counter()
         expiring: dict[int, float] = {}
         in_min_runtime: list[JobId] = []
-        for (team, _, _, preemptions, own_cap), k in self.keys.items():
+        for (team, _, _, preemptions, own_cap, _, _), k in self.keys.items():
             cls = classes[k]
             if not cls.preemptible:
                 continue
@@ -257,11 +274,6 @@ class RunningIndex:
         return found, expiring
 
 
-def _key(running: RunningJob) -> Key:
-    job = running.job
-    return (job.team, running.priority, job.priority, job.preemptions, job.max_preemptions)
-
-
 class _LazyNodes:
     """Builds one decision's candidates of a node when a search first looks at it. It holds
     no reference to the decision (which holds the candidates): no cycle for the collector."""
@@ -293,15 +305,79 @@ class _LazyNodes:
         for job_id in self.in_min_runtime:
             yield self.made.get(job_id) or self._make(self.index.jobs[job_id])
 
+    def crowds(self, chosen: set[JobId]) -> list[Crowd]:
+        """The candidates by crowd: a key's jobs inside their minimum runtime (built, as few
+        are), and its others, by id."""
+        found: list[Crowd] = []
+        now = self.now
+        for key, k in self.index.keys.items():
+            cls = self.classes[key]
+            kept = self.index.by_key[k]
+            recent: list[JobId] = []
+            if cls.preemptible:
+                for started_at, job_id in reversed(kept.started):
+                    if not started_at + cls.min_runtime > now:
+                        break
+                    recent.append(job_id)
+            if recent:
+                found.append(ListedCrowd([self.candidate(j) for j in recent], key[6], chosen))
+            if len(recent) < len(kept.ids):
+                found.append(_KeyCrowd(self, kept.ids, set(recent), key[6], chosen))
+        return found
+
+    def candidate(self, job_id: JobId) -> Candidate:
+        """The candidate of running job `job_id`."""
+        return self.made.get(job_id) or self._make(self.index.jobs[job_id])
+
     def _make(self, running: RunningJob) -> Candidate:
         index = self.index.index
-        cls = self.classes[_key(running)]
+        cls = self.classes[self.index.key_of[running.job.id]]
         candidate = Candidate(running, cls, tuple([(index[a.node], a.gpus) for a in running.placement]))
         candidate.protection = protection(running, cls, self.now, self.config)
         candidate.cost = lost_work(running, self.now)
         candidate.share = self.shares.share(candidate.team)
         self.made[candidate.id] = candidate
         return candidate
+
+
+@dataclass(slots=True)
+class _KeyCrowd:
+    """The jobs of one key but those `apart` (inside their minimum runtime), by id: the
+    candidates of the ones a wait's explanation names are built, the others only counted."""
+
+    nodes: _LazyNodes
+    ids: list[JobId]
+    apart: set[JobId]
+    groups: frozenset[NodeGroup]
+    chosen: set[JobId]
+    _sample: Candidate | None = None
+    _count: tuple[int, int] = (-1, 0)
+    """(how many were chosen, its count then): candidates are only ever added to `chosen`."""
+
+    @property
+    def sample(self) -> Candidate:
+        if self._sample is None:
+            self._sample = self.nodes.candidate(next(j for j in self.ids if j not in self.apart))
+        return self._sample
+
+    def count(self) -> int:
+        seen, count = self._count
+        if seen != len(self.chosen):
+            ids = self.ids
+            taken = sum(
+                1
+                for j in self.chosen
+                if j not in self.apart and (at := bisect_left(ids, j)) < len(ids) and ids[at] == j
+            )
+            count = len(ids) - len(self.apart) - taken
+            self._count = (len(self.chosen), count)
+        return count
+
+    def first(self, k: int) -> list[JobId]:
+        return list(islice((j for j in self.ids if j not in self.apart and j not in self.chosen), k))
+
+    def members(self) -> Iterator[Candidate]:
+        return (self.nodes.candidate(j) for j in self.ids if j not in self.apart and j not in self.chosen)
 
 
 def kept(snapshot: Snapshot) -> Snapshot:

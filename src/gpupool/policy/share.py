@@ -21,6 +21,8 @@ class TeamShares:
     teams: Mapping[str, Team]
     gpus: Counter[str] = field(default_factory=Counter)
     """GPUs per team, as the decision has changed them so far."""
+    changes: int = 0
+    """How often the decision has changed them: what its memos of team rules are valid for."""
     _weights: dict[str, float] = field(default_factory=dict)
     _defaults: dict[str, Team] = field(default_factory=dict)
 
@@ -72,7 +74,9 @@ class TeamShares:
     def add(self, team: str, gpus: int) -> None:
         """`gpus` more for `team` (a job it starts or holds GPUs for)."""
         self.gpus[team] += gpus
+        self.changes += 1
 
     def remove(self, team: str, gpus: int) -> None:
         """`gpus` fewer for `team` (a victim given notice)."""
         self.gpus[team] -= gpus
+        self.changes += 1
