@@ -13,6 +13,7 @@ from gpupool import policy
 from gpupool.model import Config, Plan, Snapshot
 from gpupool.policy import pending
 from gpupool.policy.running import kept
+from gpupool.snapshots import CHECK
 
 settings.register_profile("ci", derandomize=True, deadline=None, max_examples=200)
 settings.register_profile("dev", deadline=None, max_examples=100)
@@ -23,6 +24,11 @@ if TYPE_CHECKING:
     from gpupool.executors.ray_loopback import LoopbackCluster
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Every live loop of the tests (in this process or a `gpupool up` it starts) checks, at every
+# decision, that the snapshot it keeps from the store's change journal is the one a whole read
+# gives (gpupool.snapshots): a write the journal missed fails the test that made it.
+os.environ[CHECK] = "1"
 
 
 @pytest.fixture(scope="session")

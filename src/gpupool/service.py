@@ -16,6 +16,7 @@ import re
 import secrets
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -26,9 +27,10 @@ from typing import BinaryIO
 from gpupool.errors import Conflict, InvalidInput
 from gpupool.executors import Executor, Exit, Key, Launch, Recorded, Started, members_of
 from gpupool.executors.users import JobUser, give, job_user
-from gpupool.model import Config, JobState, Node, Placement, Plan, Reason
+from gpupool.model import Config, JobState, Node, Placement, Plan, Reason, Snapshot, Wait
 from gpupool.observer import Observer
 from gpupool.policy import decide
+from gpupool.snapshots import KeptSnapshots
 from gpupool.store import Store
 from gpupool.store.attempts import run_time
 from gpupool.store.schema import AttemptRow, JobRow, StoreIdentityRow
@@ -97,7 +99,12 @@ class ControlLoop:
     observer: Observer | None = None
     """Told of every decision (the plan `decide` returns, before it is recorded and carried
     out, as the simulator's `on_plan`) and of every tick: the telemetry."""
+    snapshots: KeptSnapshots = field(init=False)
+    """What the loop decides on: the store read whole once, then what changed (snapshots.py)."""
     _intervals: tuple[float, dict[str, float]] | None = None
+
+    def __post_init__(self) -> None:
+        self.snapshots = KeptSnapshots(self.store)
 
     # --- where an attempt lives on disk -------------------------------------------------------
 
@@ -168,7 +175,7 @@ class ControlLoop:
         changed |= self.reap(now)
         self.enforce_deadlines(now)
         changed |= self.store.settle_dependencies(now)
-        snapshot, holds = self.store.snapshot_with_holds(now)
+        snapshot, holds = self.snapshots.read(now)
         if not snapshot.pending and not holds:
             self.retry_at = None
             return self.ticked(now, changed)
@@ -180,7 +187,8 @@ class ControlLoop:
                 self.observer.on_decision(now, snapshot, plan, time.perf_counter() - began)
         self.retry_at = plan.retry_at
         # A job's reason to wait is written when it changes, not at every decision.
-        waits = tuple(w for w in (*plan.waits, *holds) if self.told.get(w.job) != (w.reason, w.message))
+        shown = (*plan.waits, *holds, *self.past_depth(snapshot, plan))
+        waits = tuple(w for w in shown if self.told.get(w.job) != (w.reason, w.message))
         if not (waits or plan.starts or plan.preemptions):
             return self.ticked(now, changed)
         tokens = {start.job: secrets.token_urlsafe(24) for start in plan.starts}
@@ -188,12 +196,32 @@ class ControlLoop:
             self.store.record_plan(replace(plan, waits=waits), now, {j: token_hash(t) for j, t in tokens.items()})
         except Conflict as exc:
             log.warning("the store refused a plan (%s); deciding again from a fresh snapshot", exc)
+            self.snapshots.forget()
             return True
         self.told.update((w.job, (w.reason, w.message)) for w in waits)
         for start in plan.starts:
             self.told.pop(start.job, None)
         self.carry_out(plan, tokens, now)
         return self.ticked(now, changed or bool(plan.starts or plan.preemptions), recorded=True)
+
+    def past_depth(self, snapshot: Snapshot, plan: Plan) -> list[Wait]:
+        """The jobs that came in line since the last decision, never told why they wait, that
+        it did not explain as they are past `policy.explain_depth` in line: told so once (they
+        keep the reason they were last given after that, until a decision explains them)."""
+        depth = self.config.explain_depth
+        if depth is None or not self.config.explain_waits or not self.snapshots.arrived:
+            return []
+        line = (
+            snapshot.pending_index.jobs if snapshot.pending_index is not None else {j.id: j for j in snapshot.pending}
+        )
+        decided = {s.job for s in plan.starts} | {w.job for w in plan.waits}
+        message = (
+            f"waits in line: why is worked out for the first {depth:,} jobs in line that wait, "
+            "and it came in further back (policy.explain_depth)"
+        )
+        arrived = (str(job_id) for job_id in self.snapshots.arrived)
+        untold = (job for job in arrived if job not in self.told)
+        return [Wait(job, Reason.IN_LINE, message) for job in untold if job in line and job not in decided]
 
     def ticked(self, now: float, changed: bool, recorded: bool = False) -> bool:
         """`changed`, after telling the observer of the tick (`recorded`: a plan was written,
@@ -217,6 +245,7 @@ class ControlLoop:
         resumed = self.halted is not None and reason is None
         self.halted = reason
         if resumed:
+            self.snapshots.forget()
             self.reconcile(now)
         return reason is None
 
@@ -266,7 +295,7 @@ class ControlLoop:
         then SIGKILL after their class's grace period); give notice to those that reached their
         job's time limit (they end as TIMEOUT at the end of their grace)."""
         self.deadlines = []
-        for attempt, job in self.store.live_attempts_and_jobs():
+        for attempt, job in self.store.watched_attempts():
             key = (attempt.job_id, attempt.attempt)
             if job.time_limit is not None and attempt.timeout_at is None:
                 left = job.time_limit - job.run_seconds - run_time(attempt, now)
@@ -439,21 +468,29 @@ class ControlLoop:
 
     def run(self, stop: threading.Event, clock: Callable[[], float] = time.time) -> None:
         self.reconcile(clock())
+        recent: deque[float] = deque(maxlen=5)
         while not stop.is_set():
             began = time.perf_counter()
             try:
                 changed = self.tick(clock())
             except Exception:
                 log.exception("control loop tick failed; going on")
+                self.snapshots.forget()
                 changed = False
-            spent = time.perf_counter() - began
+            ended = time.perf_counter()
+            if not self.snapshots.read_whole:
+                recent.append(ended - began)
             if changed:
                 continue
             if self.wakeup.wait(max(0.0, self.next_wakeup(clock()) - clock())):
                 # Under a stream of events that change nothing (submissions into a full pool),
-                # waiting twice as long as the last decision took leaves the API two thirds of
-                # the time.
-                time.sleep(max(self.settle, 2 * spent))
+                # a pause twice as long as a decision takes between two decisions leaves the
+                # API two thirds of the time: as long as the quickest of the last ones (one
+                # that read the whole store, or met a collection, holds back no event), less
+                # the time the loop has waited already (an event after a quiet spell is
+                # decided at once).
+                pause = 2 * min(recent, default=0.0) - (time.perf_counter() - ended)
+                time.sleep(max(self.settle, pause))
             self.wakeup.clear()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -447,3 +448,17 @@ def test_gpupool_up_refuses_another_executor_than_the_one_whose_attempts_run(sto
     with pytest.raises(ConfigError, match=r"service.executor: ray, but 1 attempt the local executor started"):
         check_executor(store, parse_spec({"service": {"executor": "ray"}}).service)
     check_executor(store, parse_spec({}).service)
+
+
+def test_jobs_past_the_explained_depth_are_told_they_wait_in_line_once(store: Store, tmp_path: Path) -> None:
+    config = replace(CONFIG, explain_depth=2)
+    loop = ControlLoop(store, config, FakeExecutor(store), tmp_path / "data")
+    store.submit(JobSpec(["big"], team="vision", gpus=4), now=0.0)
+    loop.tick(0.0)
+    waiting = [store.submit(JobSpec([str(i)], team="nlp", gpus=2), now=1.0).id for i in range(5)]
+    loop.tick(1.0)
+    reasons = [store.job(j).wait_reason for j in waiting]
+    assert reasons == ["no_victims", "no_victims", "in_line", "in_line", "in_line"]
+    assert "worked out for the first 2 jobs in line that wait" in (store.job(waiting[4]).wait_message or "")
+    loop.tick(2.0)
+    assert [store.job(j).wait_reason for j in waiting] == reasons, "told once, then left as they were"

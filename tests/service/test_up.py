@@ -107,9 +107,11 @@ def running(service: Service) -> Iterator[Service]:
     """A fixture's body: `gpupool up`, then stop it and whatever it left running."""
     service.up()
     yield service
-    if service.process is not None and service.process.poll() is None:
-        service.process.terminate()
-        service.process.wait(timeout=10)
+    process = service.process
+    if process is not None and process.poll() is None:
+        process.terminate()
+        output, _ = process.communicate(timeout=10)
+        assert "SnapshotDrift" not in output, output[-3000:]
     kill_attempts(service.data)
 
 

@@ -325,7 +325,12 @@ class Decision:
             senior = (self.now - job.waiting_since, after) if after is not None and self.is_senior(job) else None
             text = messages.no_victims(job, budgeted.cls, kept, senior)
         else:
-            text = messages.no_fit(job, self.free, self.memo.shapes_of(job)[0].groups)
+            first = self.memo.shapes_of(job)[0].groups
+            free = self.memo.free_in.get((first, self.shares.changes))
+            if free is None:
+                # GPUs are taken and freed only as teams' GPUs change.
+                free = self.memo.free_in[first, self.shares.changes] = self.free.total(first)
+            text = messages.no_fit(job, free)
         return f"{text}; {budgeted.note}" if budgeted.note else text
 
     def fit_slots(self, job: Job, *, lent: bool = False) -> list[Slot] | None:

@@ -28,6 +28,8 @@ class Memo:
     """Shapes that did not fit on free GPUs."""
     no_victims: set[tuple[object, ...]] = field(default_factory=set)
     """(shape, *Preemptor.memo_key()) of searches that found no victims."""
+    free_in: dict[tuple[tuple[Group, ...], int], int] = field(default_factory=dict)
+    """Free GPUs in the nodes of some groups, by the teams' changes so far (what `no_fit` says)."""
     explained: dict[tuple[object, ...], Kept] = field(default_factory=dict)
     """What kept waiting jobs from victims, by `explain.reading` and the teams' changes so far
     (candidates are chosen only as teams change)."""

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from gpupool.model import Job, Node, Placement, PriorityClass, Reason
 from gpupool.policy.budget import BudgetedClass
 from gpupool.policy.explain import Kept
-from gpupool.policy.place import FreeGpus, Group
 from gpupool.policy.preempt import Candidate
 from gpupool.units import human_seconds, plural
 
@@ -83,9 +82,9 @@ def never_fits(job: Job, nodes: Sequence[Node] = ()) -> str:
     return f"can never fit: {plural(job.gpus, 'GPU')}{kind}, and the nodes it may use have {have} in all"
 
 
-def no_fit(job: Job, free: FreeGpus, groups: Sequence[Group]) -> str:
-    """Why a job that may not preempt waits."""
-    return f"waits for {plural(job.gpus, 'GPU')} ({free.total(groups)} free in its nodes, not enough in one placement)"
+def no_fit(job: Job, free: int) -> str:
+    """Why a job that may not preempt waits, with the GPUs `free` in the nodes it may use."""
+    return f"waits for {plural(job.gpus, 'GPU')} ({free} free in its nodes, not enough in one placement)"
 
 
 def queue_blocked() -> str:

@@ -20,7 +20,7 @@ from typing import overload
 
 from gpupool.accounting import INTERRUPTED, AttemptRecord, Commit, account
 from gpupool.model import Config, Job, JobState, Node, Notice, Plan, RunningJob, Snapshot
-from gpupool.policy import decide
+from gpupool.policy import decide, pending
 from gpupool.policy.pending import PendingIndex
 from gpupool.policy.place import FreeIndex
 from gpupool.policy.running import RunningIndex
@@ -99,8 +99,9 @@ class Simulation:
     team_gpus: Counter[str] = field(default_factory=Counter)
     running_index: RunningIndex | None = None
     """The running jobs not draining, for the victim searches (see `running_index_from`)."""
-    line: PendingIndex = field(default_factory=PendingIndex)
-    """The jobs of `queued` in line, for the queue pass."""
+    line: PendingIndex | None = None
+    """The jobs of `queued` in line, for the queue pass, kept while the line is long: from
+    `pending.INDEXED_FROM` jobs on (the queue pass reads it then), until it is half as long."""
     up: tuple[Node, ...] = field(init=False)
     """The nodes not out for repair, in the order of `nodes`: what the core is shown."""
     down: dict[str, float] = field(default_factory=dict)
@@ -196,7 +197,7 @@ class Simulation:
         live = self.live[job.id] = _Live(JobRecord(job), core)
         self.pending[job.id] = live
         self.queued[job.id] = core
-        self.line.add(core)
+        self.in_line(core)
         self.pending_since[job.id] = now
 
     def restart_cost(self, job: SimJob) -> float:
@@ -324,8 +325,22 @@ class Simulation:
         live.core = replace(live.core, queued_at=now)
         self.pending[live.record.job.id] = live
         self.queued[live.record.job.id] = live.core
-        self.line.add(live.core)
+        self.in_line(live.core)
         self.pending_since[live.record.job.id] = now
+
+    def in_line(self, job: Job) -> None:
+        """`job` is in `queued` (again, or changed): in the pending index too, if it is kept."""
+        if self.line is not None:
+            self.line.add(job)
+        elif len(self.queued) >= pending.INDEXED_FROM:
+            self.line = PendingIndex(self.queued.values())
+
+    def out_of_line(self, job_id: str) -> None:
+        """`job_id` left `queued`."""
+        if self.line is not None:
+            self.line.remove(job_id)
+            if len(self.queued) < pending.INDEXED_FROM // 2:
+                self.line = None
 
     def end_attempt(self, live: _Live, now: float, ending: AttemptEnd) -> Settlement:
         """The attempt's process is gone: settle it as the store does and free its GPUs. A
@@ -448,7 +463,7 @@ class Simulation:
         for start in plan.starts:
             live = self.pending.pop(start.job)
             del self.queued[start.job]
-            self.line.remove(start.job)
+            self.out_of_line(start.job)
             job = live.record.job
             live.record.wait += now - self.pending_since.pop(start.job)
             if live.record.first_start is None:
@@ -482,7 +497,7 @@ class Simulation:
             preemptor = self.pending[preempt.for_job]
             if not preemptor.core.nominated:
                 preemptor.core = self.queued[preempt.for_job] = replace(preemptor.core, nominated=True)
-                self.line.add(preemptor.core)
+                self.in_line(preemptor.core)
             live = self.running[preempt.victim]
             assert live.attempt is not None and live.running is not None
             live.notice_at = now

@@ -6,15 +6,15 @@ import hmac
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpupool.errors import Conflict, Forbidden
 from gpupool.model import ENDED, Allocation, JobState
 from gpupool.settle import AttemptEnd, AttemptOutcome, JobCounts, settle
-from gpupool.store.base import StoreBase
-from gpupool.store.schema import AttemptRow, CheckpointRow, EventRow, JobRow, PlacementRow
+from gpupool.store.base import StoreBase, indexed
+from gpupool.store.schema import NOTICED_LIVE, WATCHED_LIVE, AttemptRow, CheckpointRow, EventRow, JobRow, PlacementRow
 from gpupool.units import human_seconds
 
 LAUNCH_RETRY = "launch_retry"
@@ -393,11 +393,28 @@ class AttemptsStore(StoreBase):
             return list(s.scalars(query.order_by(AttemptRow.started_at, AttemptRow.job_id)))
 
     def live_attempts_and_jobs(self) -> list[tuple[AttemptRow, JobRow]]:
-        """Live attempts with their jobs, in one read: what the loop watches for deadlines and
-        cancels."""
+        """Live attempts with their jobs, in one read."""
         with self.reading() as s:
             query = select(AttemptRow, JobRow).join(JobRow).where(AttemptRow.ended_at.is_(None))
             return [(attempt, job) for attempt, job in s.execute(query.order_by(AttemptRow.started_at))]
+
+    def watched_attempts(self) -> list[tuple[AttemptRow, JobRow]]:
+        """The live attempts the loop watches for deadlines, with their jobs, in one read: those
+        under notice, and those of jobs with a time limit or a cancel asked for (found through
+        partial indexes, not by reading every live attempt)."""
+        with self.reading() as s:
+            noticed = indexed(s, "job_id, attempt", "attempts", "ix_attempts_notice_live", NOTICED_LIVE)
+            watched = [r[0] for r in indexed(s, "id", "jobs", "ix_jobs_watched_live", WATCHED_LIVE)]
+            query = select(AttemptRow, JobRow).join(JobRow)
+            found = {}
+            if noticed:
+                keys = [tuple(k) for k in noticed]
+                rows = s.execute(query.where(tuple_(AttemptRow.job_id, AttemptRow.attempt).in_(keys)))
+                found.update({(a.job_id, a.attempt): (a, j) for a, j in rows})
+            if watched:
+                rows = s.execute(query.where(AttemptRow.job_id.in_(watched), AttemptRow.ended_at.is_(None)))
+                found.update({(a.job_id, a.attempt): (a, j) for a, j in rows})
+            return sorted(found.values(), key=lambda pair: (pair[0].started_at, pair[0].job_id))
 
     def attempts(self, job_id: int) -> list[AttemptRow]:
         with self.reading() as s:

@@ -13,8 +13,8 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from gpupool.model import ENDED, JobState, Reason, Wait
-from gpupool.store.base import StoreBase
-from gpupool.store.schema import EventRow, JobRow
+from gpupool.store.base import StoreBase, indexed
+from gpupool.store.schema import DEPENDENCIES_UNMET, EventRow, JobRow
 
 LIVE = (JobState.STARTING.value, JobState.RUNNING.value, JobState.PREEMPTING.value)
 KINDS = {"ok": "to succeed", "notok": "to fail", "any": "to end"}
@@ -89,12 +89,11 @@ class HoldsStore(StoreBase):
     def settle_dependencies(self, now: float) -> bool:
         """Release the pending jobs whose dependencies are met; cancel, saying why, those whose
         dependencies can never be met. Returns whether any job changed."""
-        query = select(JobRow.id, JobRow.dependencies).where(
-            JobRow.state == JobState.PENDING.value,
-            JobRow.dependencies.is_not(None),
-            JobRow.dependency_met_at.is_(None),
-        )
         with self.reading() as s:
+            unmet = [r[0] for r in indexed(s, "id", "jobs", "ix_jobs_dependencies_unmet", DEPENDENCIES_UNMET)]
+            if not unmet:
+                return False
+            query = select(JobRow.id, JobRow.dependencies).where(JobRow.id.in_(unmet))
             waiting = [(job_id, deps) for job_id, deps in s.execute(query) if deps]
             if not waiting:
                 return False

@@ -9,12 +9,38 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, ForeignKeyConstraint, Index, Integer, String, Text, text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    String,
+    Text,
+    text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
 class Base(DeclarativeBase):
     pass
+
+
+def _partial(name: str, column: str, where: str) -> Index:
+    """An index of the rows `where` holds, on both backends."""
+    return Index(name, column, sqlite_where=text(where), postgresql_where=text(where))
+
+
+# What the control loop checks at every tick, found through partial indexes (migration 0011)
+# instead of reading every pending or live job; `base.indexed` reads them.
+DEPENDENCIES_UNMET = "state = 'pending' AND dependencies IS NOT NULL AND dependency_met_at IS NULL"
+WATCHED_LIVE = (
+    "state IN ('starting', 'running', 'preempting') AND (time_limit IS NOT NULL OR cancel_requested_at IS NOT NULL)"
+)
+NOTICED_LIVE = "ended_at IS NULL AND notice_deadline IS NOT NULL"
 
 
 class StoreIdentityRow(Base):
@@ -93,6 +119,8 @@ class JobRow(Base):
         Index("ix_jobs_array", "array_id"),
         Index("ix_jobs_user", "user"),
         Index("ux_jobs_idempotency", "team", "idempotency_key", unique=True),
+        _partial("ix_jobs_dependencies_unmet", "id", DEPENDENCIES_UNMET),
+        _partial("ix_jobs_watched_live", "id", WATCHED_LIVE),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -161,7 +189,10 @@ class JobRow(Base):
 
 class AttemptRow(Base):
     __tablename__ = "attempts"
-    __table_args__ = (Index("ix_attempts_live", "ended_at"),)
+    __table_args__ = (
+        Index("ix_attempts_live", "ended_at"),
+        _partial("ix_attempts_notice_live", "job_id", NOTICED_LIVE),
+    )
 
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
     attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -256,3 +287,18 @@ class CheckpointRow(Base):
     """How long the save blocked training."""
     background_seconds: Mapped[float | None] = mapped_column(Float, default=None)
     """How long it was written after training went on (a background save)."""
+
+
+class ChangeRow(Base):
+    """One write to what the scheduling core reads, left by a trigger (migration 0011) whatever
+    made it: the job it is of, or None for the pool's nodes. The control loop reads those since
+    its last decision (`store/changes.py`). `seq` orders them on SQLite, whose writers take turns;
+    on PostgreSQL, `xid` is the writing transaction's id, which says which were not yet visible
+    to a read."""
+
+    __tablename__ = "changes"
+    __table_args__ = (Index("ix_changes_xid", "xid"), {"sqlite_autoincrement": True})
+
+    seq: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    job_id: Mapped[int | None] = mapped_column(Integer, default=None)
+    xid: Mapped[int | None] = mapped_column(BigInteger, default=None)

@@ -1,0 +1,164 @@
+"""The live loop's snapshots: the store read whole once, then kept up to date from its change
+journal, so that a decision reads what changed since the last one (`store/reads.py`) and the
+core decides on indexes kept between decisions (`policy/kept.py`), not on a pool read anew.
+
+A read takes everything again when the nodes changed, when more than a few thousand jobs
+changed, after `forget` (an error, a halt) and every `resync` seconds: a safety net that costs
+one whole read an hour. With `check` (GPUPOOL_CHECK_SNAPSHOTS=1, as the tests run), every read
+also reads everything in the same transaction and raises `SnapshotDrift` if the kept state
+differs from it.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from dataclasses import dataclass, field
+
+from gpupool.model import Job, RunningJob, Snapshot, Wait
+from gpupool.policy.kept import KeptState
+from gpupool.store import Store
+from gpupool.store.reads import JobNow, SchedulingRead
+
+CHECK = "GPUPOOL_CHECK_SNAPSHOTS"
+"""Set to 1: every read is checked against a whole read (tests)."""
+
+
+FREEZE_FROM = 10_000
+"""Jobs kept from which a whole read moves them out of the cyclic collector's sight."""
+
+
+class SnapshotDrift(AssertionError):
+    """The kept state differs from what the store holds."""
+
+
+@dataclass
+class KeptSnapshots:
+    store: Store
+    check: bool = field(default_factory=lambda: os.environ.get(CHECK) == "1")
+    resync: float = 3600.0
+    """Seconds after which a read takes everything again, whatever the journal says."""
+    prune_every: int = 100
+    """Reads between two prunes of the journal."""
+    state: KeptState | None = None
+    position: int | None = None
+    in_line: dict[int, Job] = field(default_factory=dict)
+    """Every job in line, held back or not."""
+    watched: set[int] = field(default_factory=set)
+    """Jobs in line whose holds are read at every read (`JobNow.watched`)."""
+    holds: dict[int, Wait] = field(default_factory=dict)
+    arrived: list[int] = field(default_factory=list)
+    """The jobs that came in line (or back) at the last read, held back or not."""
+    read_whole_at: float | None = None
+    read_whole: bool = False
+    """Whether the last read took everything."""
+    reads: int = 0
+
+    def read(self, now: float) -> tuple[Snapshot, list[Wait]]:
+        """The snapshot to decide on at `now`, and the jobs held back from the core, with why."""
+        fresh = self.state is not None and self.read_whole_at is not None and now - self.read_whole_at < self.resync
+        since = self.position if fresh else None
+        read = self.store.read_scheduling(now, since, self.watched, whole=self.check and since is not None)
+        self.arrived = []
+        self.read_whole = read.nodes is not None
+        if read.nodes is not None:
+            self.start_over(read)
+            self.read_whole_at = now
+        else:
+            self.apply(read)
+        assert self.state is not None
+        self.position = read.position
+        if read.whole is not None:
+            self.compare(read.whole)
+        self.reads += 1
+        if self.reads % self.prune_every == 0:
+            self.store.prune_changes(read.position)
+        return self.state.snapshot(read.usage, read.teams), list(self.holds.values())
+
+    def forget(self) -> None:
+        """Take everything again at the next read."""
+        self.state = None
+
+    def start_over(self, read: SchedulingRead) -> None:
+        assert read.nodes is not None
+        self.state = KeptState(read.nodes)
+        self.in_line, self.watched, self.holds = {}, set(), {}
+        self.apply(read)
+        # The kept jobs live on, and hold no reference cycle: out of the cyclic collector's
+        # sight, whose full passes over a large pool's jobs would pause decisions (as the
+        # simulator freezes its jobs; what leaves the state later is freed all the same).
+        if len(self.state.running) + len(self.in_line) >= FREEZE_FROM:
+            gc.freeze()
+
+    def apply(self, read: SchedulingRead) -> None:
+        """Put the jobs read as they are now; held ones out of the core's line."""
+        state = self.state
+        assert state is not None
+        touched = set(self.watched)
+        for now in read.jobs:
+            state.put(str(now.id), now.running)
+            if now.pending is not None:
+                if now.id not in self.in_line:
+                    self.arrived.append(now.id)
+                self.in_line[now.id] = now.pending
+                touched.add(now.id)
+            else:
+                self.in_line.pop(now.id, None)
+                self.holds.pop(now.id, None)
+            if now.watched:
+                self.watched.add(now.id)
+            else:
+                self.watched.discard(now.id)
+        for job_id in touched:
+            job = self.in_line.get(job_id)
+            hold = read.holds.get(job_id)
+            if job is None:
+                continue
+            if hold is not None:
+                self.holds[job_id] = hold
+                state.unqueue(job.id)
+            else:
+                self.holds.pop(job_id, None)
+                if state.line.jobs.get(job.id) != job:
+                    state.queue(job)
+
+    def compare(self, whole: SchedulingRead) -> None:
+        """Raise `SnapshotDrift` unless the kept state is what `whole` says, indexes too."""
+        state = self.state
+        assert state is not None and whole.nodes is not None
+        running = {r.job.id: r for j in whole.jobs if (r := j.running) is not None}
+        in_line = {p.id: p for j in whole.jobs if (p := j.pending) is not None and j.id not in whole.holds}
+        expected = KeptState.of(whole.nodes, running.values(), in_line.values())
+        problems = [
+            what
+            for what, same in (
+                ("nodes", list(state.nodes) == whole.nodes),
+                ("running jobs", state.running == running),
+                ("jobs in line", state.line.jobs == in_line),
+                ("held jobs", self.holds == whole.holds),
+                ("free GPUs", dict(state.free) == dict(expected.free)),
+                ("GPUs per team", +state.team_gpus == +expected.team_gpus),
+                ("running index", state.index.jobs == expected.index.jobs),
+            )
+            if not same
+        ]
+        if problems:
+            self.forget()
+            detail = _first_difference(state.running, running, state.line.jobs, in_line)
+            raise SnapshotDrift(f"the kept snapshot differs from the store in its {', '.join(problems)}{detail}")
+
+
+def _first_difference(
+    kept_running: dict[str, RunningJob],
+    running: dict[str, RunningJob],
+    kept_line: dict[str, Job],
+    line: dict[str, Job],
+) -> str:
+    for kept, stored, what in ((kept_running, running, "running"), (kept_line, line, "in line")):
+        for job_id in sorted(kept.keys() | stored.keys()):
+            if kept.get(job_id) != stored.get(job_id):
+                return f" (first: job {job_id} {what}: kept {kept.get(job_id)}, stored {stored.get(job_id)})"
+    return ""
+
+
+__all__ = ["CHECK", "JobNow", "KeptSnapshots", "SnapshotDrift"]
