@@ -30,7 +30,7 @@ from gpupool.executors.users import JobUser, give, job_user
 from gpupool.model import Config, JobState, Node, Placement, Plan, Reason, Snapshot, Wait
 from gpupool.observer import Observer
 from gpupool.policy import decide
-from gpupool.snapshots import KeptSnapshots
+from gpupool.snapshots import UNEXPLAINED, KeptSnapshots
 from gpupool.store import Store
 from gpupool.store.attempts import run_time
 from gpupool.store.schema import AttemptRow, JobRow, StoreIdentityRow
@@ -86,6 +86,8 @@ class ControlLoop:
     """The executor's nodes as last written to the store."""
     told: dict[str, tuple[Reason, str]] = field(default_factory=dict)
     """The reason to wait last recorded for each pending job."""
+    holding: set[str] = field(default_factory=set)
+    """The jobs last recorded as holding GPUs while their victims drain."""
     stopping: dict[Key, float] = field(default_factory=dict)
     """Attempts of cancelled jobs that got SIGTERM, with when they get SIGKILL."""
     job_user: str | None = None
@@ -199,29 +201,39 @@ class ControlLoop:
             self.snapshots.forget()
             return True
         self.told.update((w.job, (w.reason, w.message)) for w in waits)
+        for w in waits:
+            if w.reason is Reason.AWAITING_DRAIN:
+                self.holding.add(w.job)
+            else:
+                self.holding.discard(w.job)
         for start in plan.starts:
             self.told.pop(start.job, None)
+            self.holding.discard(start.job)
         self.carry_out(plan, tokens, now)
         return self.ticked(now, changed or bool(plan.starts or plan.preemptions), recorded=True)
 
     def past_depth(self, snapshot: Snapshot, plan: Plan) -> list[Wait]:
-        """The jobs that came in line since the last decision, never told why they wait, that
-        it did not explain as they are past `policy.explain_depth` in line: told so once (they
-        keep the reason they were last given after that, until a decision explains them)."""
+        """The jobs the decision did not explain, as they are past `policy.explain_depth` in
+        line, whose recorded reason says nothing of their place in it: those that came in line
+        (new, requeued, no longer held back) and those that held GPUs for their victims and no
+        longer do. Told so once; they keep the reason they were last given after that, until a
+        decision explains them."""
         depth = self.config.explain_depth
-        if depth is None or not self.config.explain_waits or not self.snapshots.arrived:
+        if depth is None or not self.config.explain_waits:
             return []
-        line = (
-            snapshot.pending_index.jobs if snapshot.pending_index is not None else {j.id: j for j in snapshot.pending}
-        )
+        index = snapshot.pending_index
+        line = index.jobs if index is not None else {j.id: j for j in snapshot.pending}
+        self.holding &= line.keys()
+        if not self.snapshots.arrived and not self.holding:
+            return []
         decided = {s.job for s in plan.starts} | {w.job for w in plan.waits}
         message = (
             f"waits in line: why is worked out for the first {depth:,} jobs in line that wait, "
             "and it came in further back (policy.explain_depth)"
         )
-        arrived = (str(job_id) for job_id in self.snapshots.arrived)
-        untold = (job for job in arrived if job not in self.told)
-        return [Wait(job, Reason.IN_LINE, message) for job in untold if job in line and job not in decided]
+        maybe = dict.fromkeys([*(str(job_id) for job_id in self.snapshots.arrived), *self.holding])
+        unexplained = [job for job in maybe if self.told.get(job, (None, ""))[0] in UNEXPLAINED]
+        return [Wait(job, Reason.IN_LINE, message) for job in unexplained if job in line and job not in decided]
 
     def ticked(self, now: float, changed: bool, recorded: bool = False) -> bool:
         """`changed`, after telling the observer of the tick (`recorded`: a plan was written,

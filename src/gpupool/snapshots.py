@@ -15,10 +15,16 @@ import gc
 import os
 from dataclasses import dataclass, field
 
-from gpupool.model import Job, RunningJob, Snapshot, Wait
+from gpupool.model import Job, Reason, RunningJob, Snapshot, Wait
 from gpupool.policy.kept import KeptState
 from gpupool.store import Store
 from gpupool.store.reads import JobNow, SchedulingRead
+
+UNEXPLAINED = {
+    None,
+    *(r.value for r in (Reason.AWAITING_DRAIN, Reason.DEPENDENCY, Reason.ARRAY_LIMIT, Reason.LAUNCH_RETRY)),
+}
+"""Reasons to wait that say nothing of a job in the core's line: none yet, or a hold's."""
 
 CHECK = "GPUPOOL_CHECK_SNAPSHOTS"
 """Set to 1: every read is checked against a whole read (tests)."""
@@ -48,7 +54,8 @@ class KeptSnapshots:
     """Jobs in line whose holds are read at every read (`JobNow.watched`)."""
     holds: dict[int, Wait] = field(default_factory=dict)
     arrived: list[int] = field(default_factory=list)
-    """The jobs that came in line (or back) at the last read, held back or not."""
+    """The jobs that came in the core's line at the last read (new, requeued, or no longer held
+    back; at a whole read, those whose stored reason to wait is none or no longer true)."""
     read_whole_at: float | None = None
     read_whole: bool = False
     """Whether the last read took everything."""
@@ -88,6 +95,7 @@ class KeptSnapshots:
         # sight, whose full passes over a large pool's jobs would pause decisions (as the
         # simulator freezes its jobs; what leaves the state later is freed all the same).
         if len(self.state.running) + len(self.in_line) >= FREEZE_FROM:
+            gc.collect()  # what is garbage now is not frozen with them
             gc.freeze()
 
     def apply(self, read: SchedulingRead) -> None:
@@ -95,11 +103,15 @@ class KeptSnapshots:
         state = self.state
         assert state is not None
         touched = set(self.watched)
+        whole = read.nodes is not None
+        seen: set[int] = set()
+        """Jobs read that were in the core's line before this read (or whose reason is true)."""
         for now in read.jobs:
-            state.put(str(now.id), now.running)
+            key = str(now.id)
+            if state.line.jobs.get(key) is not None or (whole and now.reason not in UNEXPLAINED):
+                seen.add(now.id)
+            state.put(key, now.running)
             if now.pending is not None:
-                if now.id not in self.in_line:
-                    self.arrived.append(now.id)
                 self.in_line[now.id] = now.pending
                 touched.add(now.id)
             else:
@@ -119,6 +131,8 @@ class KeptSnapshots:
                 state.unqueue(job.id)
             else:
                 self.holds.pop(job_id, None)
+                if job_id not in seen and state.line.jobs.get(job.id) is None:
+                    self.arrived.append(job_id)
                 if state.line.jobs.get(job.id) != job:
                     state.queue(job)
 

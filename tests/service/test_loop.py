@@ -462,3 +462,65 @@ def test_jobs_past_the_explained_depth_are_told_they_wait_in_line_once(store: St
     assert "worked out for the first 2 jobs in line that wait" in (store.job(waiting[4]).wait_message or "")
     loop.tick(2.0)
     assert [store.job(j).wait_reason for j in waiting] == reasons, "told once, then left as they were"
+
+
+# Review findings on the explained depth.
+
+
+def test_a_task_its_array_releases_past_the_depth_says_it_waits_in_line(store: Store, tmp_path: Path) -> None:
+    """The review found a task released by its array's limit past the depth keep `array_limit`
+    in the store, though no limit held it any more."""
+    config = replace(CONFIG, explain_depth=1)
+    store.set_team("nlp", weight=10.0)  # its jobs go first in line
+    loop = ControlLoop(store, config, FakeExecutor(store), tmp_path / "data")
+    store.submit(JobSpec(["big"], team="vision", gpus=2), now=0.0)
+    tasks = store.submit_array(JobSpec(["t"], team="vision", gpus=2, array=[0, 1], array_limit=1), now=0.0)
+    loop.tick(0.0)
+    assert store.job(tasks[1].id).wait_reason == "array_limit"
+    for name in ("x1", "x2"):
+        store.submit(JobSpec([name], team="nlp", gpus=2), now=1.0)
+    loop.tick(1.0)
+    fake(loop).finish(tasks[0].id, 0, 0)
+    loop.tick(2.0)
+    loop.tick(3.0)
+    [held] = [w for w in store.snapshot_with_holds(3.0)[1] if int(w.job) == tasks[1].id] or [None]
+    assert held is None, "its array's limit no longer holds it"
+    assert store.job(tasks[1].id).wait_reason == "in_line"
+
+
+def test_a_restart_keeps_the_reasons_of_jobs_past_the_depth(store: Store, tmp_path: Path) -> None:
+    """The review found every job past the depth told `in_line` again after a restart, its
+    recorded reason (from the decision that explained it) lost."""
+    config = replace(CONFIG, explain_depth=2)
+    loop = ControlLoop(store, config, FakeExecutor(store), tmp_path / "data")
+    store.submit(JobSpec(["big"], team="vision", gpus=4), now=0.0)
+    loop.tick(0.0)
+    later = [store.submit(JobSpec([str(i)], team="nlp", gpus=2), now=1.0).id for i in range(2)]
+    loop.tick(1.0)
+    earlier = [store.submit(JobSpec([str(i)], team="nlp", gpus=2), now=0.5).id for i in range(2)]
+    loop.tick(2.0)
+    before = [store.job(j).wait_reason for j in (*earlier, *later)]
+    assert before == ["no_victims"] * 4, "the later ones were explained when they came in, within the depth"
+    ControlLoop(store, config, fake(loop), tmp_path / "data").tick(3.0)
+    assert [store.job(j).wait_reason for j in (*earlier, *later)] == before
+
+
+def test_a_job_that_held_gpus_and_no_longer_does_past_the_depth_frees_them_in_the_store(
+    store: Store, tmp_path: Path
+) -> None:
+    """A preemptor whose victims left while more important jobs took the GPUs, past the depth:
+    the store no longer shows it holding them."""
+    config = replace(CONFIG, explain_depth=1)
+    loop = ControlLoop(store, config, FakeExecutor(store), tmp_path / "data")
+    low = store.submit(JobSpec(["low"], team="vision", priority="low", gpus=4), now=0.0)
+    loop.tick(0.0)
+    high = store.submit(JobSpec(["high"], team="nlp", priority="high", gpus=4), now=700.0)
+    loop.tick(700.0)
+    assert store.job(high.id).wait_reason == "awaiting_drain" and store.job(high.id).held_gpus
+    urgent = [store.submit(JobSpec(["u"], team="vision", priority="urgent", gpus=4), now=701.0) for _ in range(2)]
+    fake(loop).finish(low.id, 0, 0)
+    loop.tick(702.0)
+    loop.tick(703.0)
+    assert store.job(urgent[0].id).state == JobState.RUNNING.value
+    row = store.job(high.id)
+    assert (row.state, row.wait_reason, row.held_gpus) == ("pending", "in_line", None)

@@ -122,3 +122,25 @@ def test_a_drift_is_said_and_the_next_read_starts_over(store: Store) -> None:
         snapshots.read(1.0)
     snapshots.read(2.0)
     assert snapshots.read_whole_at == 2.0
+
+
+def test_lists_of_jobs_too_long_for_one_query_are_read_in_parts(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The review found `IN (...)` lists as long as the jobs watched (time limits, arrays,
+    dependencies): PostgreSQL's driver refuses a query of more than 65,535 parameters, which
+    stopped the loop at every tick on a pool of 70,000 time-limited jobs. Read here two at a time."""
+    from gpupool.store import base
+
+    monkeypatch.setattr(base, "IN_AT_MOST", 2)
+    limited = [store.submit(JobSpec([str(i)], team="nlp", priority="low", time_limit=3600.0), now=0.0) for i in range(5)]
+    for i, job in enumerate(limited):
+        store.start_attempt(job.id, [Allocation(f"n{i // 4}", (i % 4,))], now=1.0, message="started")
+    first = store.submit(JobSpec(["first"], team="vision"), now=2.0)
+    after = [store.submit(JobSpec([str(i)], dependencies=[("ok", first.id)]), now=2.0) for i in range(5)]
+    tasks = store.submit_array(JobSpec(["t"], team="vision", array=list(range(5)), array_limit=1), now=2.0)
+    assert sorted(a.job_id for a, _ in store.watched_attempts()) == [j.id for j in limited]
+    snapshots = KeptSnapshots(store, check=True)
+    snapshots.read(3.0)
+    assert {j.id for j in after} | {t.id for t in tasks[1:]} <= set(snapshots.holds)
+    store.submit(JobSpec(["other"]), now=4.0)
+    snapshots.read(4.0)  # the watched ones are read again with the change, in parts
+    assert not store.settle_dependencies(5.0), "nothing met yet"

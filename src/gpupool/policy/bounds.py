@@ -8,6 +8,7 @@ operations over the groups' GPUs and lost work per node, built once per decision
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -22,9 +23,10 @@ Rank = tuple[float, ...]
 
 @dataclass(frozen=True, slots=True)
 class GroupsByNode:
-    """Per node, the groups of its unprotected candidates, with the GPUs they hold there and
-    their lowest lost work, as arrays of one row per (node, group). Chosen candidates stay
-    counted: a bound only loosens."""
+    """Per node, the groups of its unprotected candidates, with the GPUs they hold there, their
+    lowest lost work and the most GPUs one of them holds there, as arrays of rows of one node
+    and group (one row per group, or per candidate). Chosen candidates stay counted: a bound
+    only loosens."""
 
     nodes: int
     keys: list[Group]
@@ -33,10 +35,13 @@ class GroupsByNode:
     """The index in `keys` of the row's group."""
     gpus: npt.NDArray[np.float64]
     cost: npt.NDArray[np.float64]
+    single: npt.NDArray[np.float64]
+    """The most GPUs one candidate of the row holds on its node."""
 
     @classmethod
-    def of(cls, nodes: int, held: Mapping[tuple[int, str, int], tuple[int, float]]) -> GroupsByNode:
-        """From (GPUs, lowest lost work) per (node index, team, class value)."""
+    def of(cls, nodes: int, held: Mapping[tuple[int, str, int], tuple[int, float, int]]) -> GroupsByNode:
+        """From (GPUs, lowest lost work, most GPUs of one candidate) per (node index, team,
+        class value)."""
         index: dict[Group, int] = {}
         for _, team, value in held:
             index.setdefault((team, value), len(index))
@@ -46,8 +51,9 @@ class GroupsByNode:
             list(index),
             np.fromiter((i for i, _, _ in held), dtype=np.intp, count=rows),
             np.fromiter((index[team, value] for _, team, value in held), dtype=np.intp, count=rows),
-            np.fromiter((gpus for gpus, _ in held.values()), dtype=np.float64, count=rows),
-            np.fromiter((cost for _, cost in held.values()), dtype=np.float64, count=rows),
+            np.fromiter((gpus for gpus, _, _ in held.values()), dtype=np.float64, count=rows),
+            np.fromiter((cost for _, cost, _ in held.values()), dtype=np.float64, count=rows),
+            np.fromiter((single for _, _, single in held.values()), dtype=np.float64, count=rows),
         )
 
 
@@ -61,7 +67,10 @@ class Bounds:
     costing no less than the cheapest of them and freeing no more GPUs there than the largest:
     a gang member that needs `need` more GPUs on the node needs at least k = ceil(need /
     largest) of them. Any other set has a worse rank. So no set of victims there scores better
-    than k victims of the lowest rank at the lowest cost (`bound`)."""
+    than k victims of the lowest rank at the lowest cost (`bound`). Where one may do (k = 1),
+    it is one that frees `need` there alone, so no cheaper than the cheapest such one (two or
+    more victims rank worse than one): without it, a node whose one large job of the lowest
+    class could do came before every node a small cheap job of that class was on."""
 
     gpus: list[int]
     lowest: list[int]
@@ -71,11 +80,15 @@ class Bounds:
     ranks: list[Rank]
     """The ranks it gives the groups it might take from, lowest first."""
     largest: list[int]
-    """The most GPUs one candidate of that rank holds there (at most: all its group's)."""
+    """The most GPUs one candidate of that rank holds there."""
     free: npt.NDArray[np.intp]
     """Free GPUs per node when the bounds were made."""
     _arrays: tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], npt.NDArray[np.intp], npt.NDArray[np.intp]]
+    _lowest_rows: tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], npt.NDArray[np.float64]]
+    """(node, most GPUs of one candidate, lowest lost work) of the rows of each node's lowest rank."""
     _orders: dict[int, list[int]] = field(default_factory=dict)
+    _rows_of: npt.NDArray[np.intp] | None = None
+    _row_starts: npt.NDArray[np.intp] | None = None
 
     def fewest(self, node: int, need: int) -> int:
         """The fewest victims that could free `need` GPUs on `node`."""
@@ -86,7 +99,20 @@ class Bounds:
         k = self.fewest(node, want - have)
         # Exact: the score sums its costs with one rounding, which no k costs of at least
         # the least take below k times it (a bound a margin lowered would tie with no node).
-        return (0, (self.ranks[self.lowest[node]],) * k, k * self.cost[node], k, have, node)
+        cost = k * self.cost[node] if k > 1 else self.alone(node, want - have)
+        return (0, (self.ranks[self.lowest[node]],) * k, cost, k, have, node)
+
+    def alone(self, node: int, need: int) -> float:
+        """The lowest lost work of a candidate of the node's lowest rank that frees `need` GPUs
+        there alone (infinite if none does)."""
+        if self._rows_of is None or self._row_starts is None:
+            nodes = self._lowest_rows[0]
+            self._rows_of = np.argsort(nodes, kind="stable")
+            self._row_starts = np.searchsorted(nodes[self._rows_of], np.arange(len(self.lowest) + 1))
+        rows = self._rows_of[self._row_starts[node] : self._row_starts[node + 1]]
+        _, single, cost = self._lowest_rows
+        enough = cost[rows][single[rows] >= need]
+        return float(enough.min()) if len(enough) else math.inf
 
     def order_for(self, want: int) -> list[int]:
         """The nodes where a member of `want` GPUs needs victims and might find enough, by their
@@ -101,6 +127,13 @@ class Bounds:
             need = want - have[nodes]
             k = -(-need // largest[nodes])
             low = k * cost[nodes]
+            one = k == 1
+            if one.any():
+                row_node, single, row_cost = self._lowest_rows
+                enough = single >= want - have[row_node]
+                alone = np.full(len(self.lowest), np.inf)
+                np.minimum.at(alone, row_node[enough], row_cost[enough])
+                low[one] = alone[nodes[one]]
             found = self._orders[want] = nodes[np.lexsort((nodes, have[nodes], low, k, lowest[nodes]))].tolist()
         return found
 
@@ -125,7 +158,8 @@ def bounds_of(groups: GroupsByNode, ranks: Mapping[Group, Rank | None], free: Se
     cost = np.full(groups.nodes, np.inf)
     np.minimum.at(cost, nodes[at_lowest], groups.cost[taken][at_lowest])
     largest = np.ones(groups.nodes, dtype=np.intp)
-    np.maximum.at(largest, nodes[at_lowest], groups.gpus[taken][at_lowest].astype(np.intp))
+    single = groups.single[taken][at_lowest]
+    np.maximum.at(largest, nodes[at_lowest], single.astype(np.intp))
     return Bounds(
         gpus.tolist(),
         lowest.tolist(),
@@ -134,4 +168,5 @@ def bounds_of(groups: GroupsByNode, ranks: Mapping[Group, Rank | None], free: Se
         largest.tolist(),
         np.asarray(free, dtype=np.intp),
         (lowest, cost, largest, gpus),
+        (nodes[at_lowest], single, groups.cost[taken][at_lowest]),
     )

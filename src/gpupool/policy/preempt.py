@@ -201,7 +201,7 @@ class Candidates:
         """The candidates indexed by the nodes they hold GPUs on, with their groups and supply."""
         on_node: list[list[Candidate]] = [[] for _ in free.free]
         supply: Counter[Group] = Counter()
-        held: dict[tuple[int, str, int], tuple[int, float]] = {}
+        held: dict[tuple[int, str, int], tuple[int, float, int]] = {}
         for candidate in candidates:
             slots = candidate.slots
             if len(slots) == 1:
@@ -218,7 +218,9 @@ class Candidates:
             for i, gpus in layout:
                 supply[team, value] += gpus
                 found = held.get((i, team, value))
-                held[i, team, value] = (gpus, cost) if found is None else (found[0] + gpus, min(found[1], cost))
+                held[i, team, value] = (
+                    (gpus, cost, gpus) if found is None else (found[0] + gpus, min(found[1], cost), max(found[2], gpus))
+                )
         return cls(free, shares, [*on_node], GroupsByNode.of(len(on_node), held), supply)
 
     def at(self, node: int) -> list[Candidate]:

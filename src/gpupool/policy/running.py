@@ -261,13 +261,15 @@ class RunningIndex:
         cost = read(self.job_gpus, np.float64)[taken] * (
             np.maximum(0.0, now - since) + read(self.restart, np.float64)[taken]
         )
+        held = read(self.gpus, np.float64)[taken]
         bounds = GroupsByNode(
             free_nodes,
             list(groups),
             read(self.node, np.int64)[taken].astype(np.intp),
             row_group[taken],
-            read(self.gpus, np.float64)[taken],
+            held,
             cost,
+            held,  # a row is one job's GPUs on one node
         )
         lazy = _LazyNodes(self, {key: classes[k] for key, k in self.keys.items()}, now, config, shares, in_min_runtime)
         found = Candidates(free, shares, [None] * free_nodes, bounds, supply, source=lazy)

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from gpupool.errors import Conflict, Forbidden
 from gpupool.model import ENDED, Allocation, JobState
 from gpupool.settle import AttemptEnd, AttemptOutcome, JobCounts, settle
-from gpupool.store.base import StoreBase, indexed
+from gpupool.store.base import StoreBase, chunks, indexed
 from gpupool.store.schema import NOTICED_LIVE, WATCHED_LIVE, AttemptRow, CheckpointRow, EventRow, JobRow, PlacementRow
 from gpupool.units import human_seconds
 
@@ -407,12 +407,11 @@ class AttemptsStore(StoreBase):
             watched = [r[0] for r in indexed(s, "id", "jobs", "ix_jobs_watched_live", WATCHED_LIVE)]
             query = select(AttemptRow, JobRow).join(JobRow)
             found = {}
-            if noticed:
-                keys = [tuple(k) for k in noticed]
+            for keys in chunks(tuple(k) for k in noticed):
                 rows = s.execute(query.where(tuple_(AttemptRow.job_id, AttemptRow.attempt).in_(keys)))
                 found.update({(a.job_id, a.attempt): (a, j) for a, j in rows})
-            if watched:
-                rows = s.execute(query.where(AttemptRow.job_id.in_(watched), AttemptRow.ended_at.is_(None)))
+            for ids in chunks(watched):
+                rows = s.execute(query.where(AttemptRow.job_id.in_(ids), AttemptRow.ended_at.is_(None)))
                 found.update({(a.job_id, a.attempt): (a, j) for a, j in rows})
             return sorted(found.values(), key=lambda pair: (pair[0].started_at, pair[0].job_id))
 

@@ -3,9 +3,9 @@ place a job changes state (checked against the state machine, with its event).""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session, sessionmaker
@@ -14,6 +14,19 @@ from gpupool.errors import Conflict, NotFound
 from gpupool.model import InvalidTransition, JobState, transition
 from gpupool.store.engine import read_options
 from gpupool.store.schema import EventRow, JobRow, StoreIdentityRow
+
+T = TypeVar("T")
+
+
+IN_AT_MOST = 10_000
+"""Values in one `IN (...)` list: PostgreSQL's driver takes at most 65,535 parameters a query."""
+
+
+def chunks(values: Iterable[T]) -> Iterator[list[T]]:
+    """`values` in lists of at most IN_AT_MOST, for queries that name them in `IN (...)`."""
+    items = list(values)
+    for start in range(0, len(items), IN_AT_MOST):
+        yield items[start : start + IN_AT_MOST]
 
 
 def indexed(s: Session, columns: str, table: str, index: str, where: str) -> list[Any]:

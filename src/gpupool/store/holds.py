@@ -13,7 +13,7 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from gpupool.model import ENDED, JobState, Reason, Wait
-from gpupool.store.base import StoreBase, indexed
+from gpupool.store.base import StoreBase, chunks, indexed
 from gpupool.store.schema import DEPENDENCIES_UNMET, EventRow, JobRow
 
 LIVE = (JobState.STARTING.value, JobState.RUNNING.value, JobState.PREEMPTING.value)
@@ -70,11 +70,15 @@ class HoldsStore(StoreBase):
         array's id names all its tasks)."""
         targets = {int(str(job)) for _, deps in waiting for _, job in deps}
         states: dict[int, list[JobState]] = defaultdict(list)
-        rows = s.execute(
-            select(JobRow.id, JobRow.array_id, JobRow.state).where(
-                or_(JobRow.id.in_(targets), JobRow.array_id.in_(targets))
+        rows = [
+            row
+            for some in chunks(targets)
+            for row in s.execute(
+                select(JobRow.id, JobRow.array_id, JobRow.state).where(
+                    or_(JobRow.id.in_(some), JobRow.array_id.in_(some))
+                )
             )
-        )
+        ]
         for job_id, array_id, state in rows:
             # A task counts for its array's id and, when it is named itself, for its own.
             if array_id in targets:
@@ -93,8 +97,12 @@ class HoldsStore(StoreBase):
             unmet = [r[0] for r in indexed(s, "id", "jobs", "ix_jobs_dependencies_unmet", DEPENDENCIES_UNMET)]
             if not unmet:
                 return False
-            query = select(JobRow.id, JobRow.dependencies).where(JobRow.id.in_(unmet))
-            waiting = [(job_id, deps) for job_id, deps in s.execute(query) if deps]
+            waiting = [
+                (job_id, deps)
+                for some in chunks(unmet)
+                for job_id, deps in s.execute(select(JobRow.id, JobRow.dependencies).where(JobRow.id.in_(some)))
+                if deps
+            ]
             if not waiting:
                 return False
             verdicts = self._dependencies(s, waiting)
@@ -127,7 +135,11 @@ class HoldsStore(StoreBase):
         holds: dict[int, Wait] = {}
         waiting = [job_id for job_id, depends, *_ in pending if depends]
         if waiting:
-            rows = s.execute(select(JobRow.id, JobRow.dependencies).where(JobRow.id.in_(waiting)))
+            rows = [
+                row
+                for some in chunks(waiting)
+                for row in s.execute(select(JobRow.id, JobRow.dependencies).where(JobRow.id.in_(some)))
+            ]
             for job_id, dependency in HoldsStore._dependencies(s, [(j, d) for j, d in rows if d]).items():
                 holds[job_id] = Wait(str(job_id), Reason.DEPENDENCY, dependency.message)
         limits = {array: limit for _, _, array, _, limit in pending if array is not None and limit is not None}

@@ -32,6 +32,7 @@ from gpupool.model import (
     Wait,
 )
 from gpupool.settle import AttemptOutcome
+from gpupool.store.base import chunks
 from gpupool.store.holds import HoldsStore
 from gpupool.store.schema import AttemptRow, BudgetRow, ChangeRow, JobRow, NodeRow, PlacementRow, TeamRow
 
@@ -99,6 +100,8 @@ class JobNow:
     running: RunningJob | None = None
     pending: Job | None = None
     watched: bool = False
+    reason: str | None = None
+    """In line: the reason to wait the store holds for it (the last one written)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,11 +188,10 @@ class ReadsStore(HoldsStore):
         startup = self._startup_times(s, ids)
         found = {j.id: j for j in self._running_now(s, only, startup)}
         in_line = JobRow.state == JobState.PENDING.value
-        query = select(*JOB_COLUMNS, *HOLD_COLUMNS).where(in_line).order_by(JobRow.id)
+        query = select(*JOB_COLUMNS, *HOLD_COLUMNS, JobRow.wait_reason).where(in_line).order_by(JobRow.id)
         rows = list(s.execute(query.where(only(JobRow.id))))
         read = set(ids) if ids is not None else set()
-        others = [j for j in watched if j not in read]
-        if others:
+        for others in chunks(j for j in watched if j not in read):
             rows += s.execute(query.where(JobRow.id.in_(others)))
         extra = len(JOB_COLUMNS)
         holds = self._holds(s, [special for r in rows if (special := _special(r[0], r[extra:])) is not None])
@@ -204,7 +206,9 @@ class ReadsStore(HoldsStore):
             pending = core_job(r[:extra], startup.get(job_id, 0.0), _latest(ran.get(job_id), r.dependency_met_at))
             watch = _special(job_id, r[extra:]) is not None or r[extra + 6] is not None
             before = found.get(job_id)
-            found[job_id] = JobNow(job_id, before.running if before is not None else None, pending, watch)
+            found[job_id] = JobNow(
+                job_id, before.running if before is not None else None, pending, watch, r.wait_reason
+            )
         for job_id in read:
             found.setdefault(job_id, JobNow(job_id))
         return list(found.values()), holds
