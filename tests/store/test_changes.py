@@ -131,7 +131,8 @@ def test_lists_of_jobs_too_long_for_one_query_are_read_in_parts(store: Store, mo
     from gpupool.store import base
 
     monkeypatch.setattr(base, "IN_AT_MOST", 2)
-    limited = [store.submit(JobSpec([str(i)], team="nlp", priority="low", time_limit=3600.0), now=0.0) for i in range(5)]
+    spec = JobSpec(["train"], team="nlp", priority="low", time_limit=3600.0)
+    limited = [store.submit(spec, now=0.0) for _ in range(5)]
     for i, job in enumerate(limited):
         store.start_attempt(job.id, [Allocation(f"n{i // 4}", (i % 4,))], now=1.0, message="started")
     first = store.submit(JobSpec(["first"], team="vision"), now=2.0)

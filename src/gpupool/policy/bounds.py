@@ -9,7 +9,7 @@ operations over the groups' GPUs and lost work per node, built once per decision
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -87,8 +87,9 @@ class Bounds:
     _lowest_rows: tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], npt.NDArray[np.float64]]
     """(node, most GPUs of one candidate, lowest lost work) of the rows of each node's lowest rank."""
     _orders: dict[int, list[int]] = field(default_factory=dict)
-    _rows_of: npt.NDArray[np.intp] | None = None
-    _row_starts: npt.NDArray[np.intp] | None = None
+    _alone: dict[int, npt.NDArray[np.float64]] = field(default_factory=dict)
+    """Per member size, `alone` of every node with the free GPUs the bounds were made with."""
+    _by_node: tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]] | None = None
 
     def fewest(self, node: int, need: int) -> int:
         """The fewest victims that could free `need` GPUs on `node`."""
@@ -99,20 +100,36 @@ class Bounds:
         k = self.fewest(node, want - have)
         # Exact: the score sums its costs with one rounding, which no k costs of at least
         # the least take below k times it (a bound a margin lowered would tie with no node).
-        cost = k * self.cost[node] if k > 1 else self.alone(node, want - have)
+        if k > 1:
+            cost = k * self.cost[node]
+        elif have == self.free[node]:
+            cost = float(self.alone_all(want)[node])
+        else:
+            cost = self.alone(node, want - have)
         return (0, (self.ranks[self.lowest[node]],) * k, cost, k, have, node)
 
     def alone(self, node: int, need: int) -> float:
         """The lowest lost work of a candidate of the node's lowest rank that frees `need` GPUs
         there alone (infinite if none does)."""
-        if self._rows_of is None or self._row_starts is None:
-            nodes = self._lowest_rows[0]
-            self._rows_of = np.argsort(nodes, kind="stable")
-            self._row_starts = np.searchsorted(nodes[self._rows_of], np.arange(len(self.lowest) + 1))
-        rows = self._rows_of[self._row_starts[node] : self._row_starts[node + 1]]
-        _, single, cost = self._lowest_rows
+        nodes, single, cost = self._lowest_rows
+        if self._by_node is None:
+            order = np.argsort(nodes, kind="stable")
+            self._by_node = (order, np.searchsorted(nodes[order], np.arange(len(self.lowest) + 1)))
+        order, starts = self._by_node
+        rows = order[starts[node] : starts[node + 1]]
         enough = cost[rows][single[rows] >= need]
         return float(enough.min()) if len(enough) else math.inf
+
+    def alone_all(self, want: int) -> npt.NDArray[np.float64]:
+        """`alone` of every node for a member of `want` GPUs, with the free GPUs the bounds were
+        made with."""
+        found = self._alone.get(want)
+        if found is None:
+            row_node, single, row_cost = self._lowest_rows
+            enough = single >= want - self.free[row_node]
+            found = self._alone[want] = np.full(len(self.lowest), np.inf)
+            np.minimum.at(found, row_node[enough], row_cost[enough])
+        return found
 
     def order_for(self, want: int) -> list[int]:
         """The nodes where a member of `want` GPUs needs victims and might find enough, by their
@@ -129,18 +146,15 @@ class Bounds:
             low = k * cost[nodes]
             one = k == 1
             if one.any():
-                row_node, single, row_cost = self._lowest_rows
-                enough = single >= want - have[row_node]
-                alone = np.full(len(self.lowest), np.inf)
-                np.minimum.at(alone, row_node[enough], row_cost[enough])
-                low[one] = alone[nodes[one]]
+                low[one] = self.alone_all(want)[nodes[one]]
             found = self._orders[want] = nodes[np.lexsort((nodes, have[nodes], low, k, lowest[nodes]))].tolist()
         return found
 
 
-def bounds_of(groups: GroupsByNode, ranks: Mapping[Group, Rank | None], free: Sequence[int]) -> Bounds:
+def bounds_of(groups: GroupsByNode, ranks: Mapping[Group, Rank | None], free: npt.NDArray[np.intp]) -> Bounds:
     """The `Bounds` of a search that ranks each group as `ranks` does (None: it takes none),
-    with `free` GPUs per node now."""
+    with `free` GPUs per node (as they were when the decision began, or since: the search
+    looks apart at the nodes the decision changed)."""
     admitted = sorted({r for r in ranks.values() if r is not None})
     place = {r: k for k, r in enumerate(admitted)}
     by_group = np.array([-1 if (r := ranks[g]) is None else place[r] for g in groups.keys], dtype=np.intp)
@@ -156,7 +170,8 @@ def bounds_of(groups: GroupsByNode, ranks: Mapping[Group, Rank | None], free: Se
     # rank: their lost work and size are what bound its cost and its number.
     at_lowest = rank[taken] == lowest[nodes]
     cost = np.full(groups.nodes, np.inf)
-    np.minimum.at(cost, nodes[at_lowest], groups.cost[taken][at_lowest])
+    lowest_cost = groups.cost[taken][at_lowest]
+    np.minimum.at(cost, nodes[at_lowest], lowest_cost)
     largest = np.ones(groups.nodes, dtype=np.intp)
     single = groups.single[taken][at_lowest]
     np.maximum.at(largest, nodes[at_lowest], single.astype(np.intp))
@@ -166,7 +181,7 @@ def bounds_of(groups: GroupsByNode, ranks: Mapping[Group, Rank | None], free: Se
         cost.tolist(),
         admitted,
         largest.tolist(),
-        np.asarray(free, dtype=np.intp),
+        free,
         (lowest, cost, largest, gpus),
-        (nodes[at_lowest], single, groups.cost[taken][at_lowest]),
+        (nodes[at_lowest], single, lowest_cost),
     )

@@ -7,6 +7,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 
+import numpy as np
+import numpy.typing as npt
+
 from gpupool.model import Allocation, Job, Node, Placement, PlacementRule, RunningJob, gang_split_problem
 
 Group = tuple[str, str | None]
@@ -65,6 +68,8 @@ class FreeIndex(Mapping[str, tuple[int, ...]]):
         self.nodes = nodes
         self.layout = _Layout.of(nodes)
         self.free: list[tuple[int, ...]] = [tuple(range(node.gpus)) for node in nodes]
+        self.counts = np.array([node.gpus for node in nodes], dtype=np.intp)
+        """Free GPUs per node, as an array (what the victim search's bounds read)."""
         self.buckets: dict[Group, list[list[int]]] = {
             group: [[] for _ in range(self.layout.capacity + 1)] for group in self.layout.sizes
         }
@@ -96,6 +101,7 @@ class FreeIndex(Mapping[str, tuple[int, ...]]):
         del before[bisect_left(before, i)]
         insort(buckets[len(free)], i)
         self.free[i] = free
+        self.counts[i] = len(free)
 
 
 class _Bucket:
@@ -175,7 +181,9 @@ class FreeGpus:
         """Per group, per free count, its nodes."""
         self.changed: set[int] = set()
         """The nodes whose free GPUs this decision has changed (taken, or lent and taken back)."""
+        self._counts: npt.NDArray[np.intp] | None = None
         if kept is not None:
+            self._counts = kept.counts
             self.free = list(kept.free)
             self.buckets = {group: [_Bucket(nodes) for nodes in lists] for group, lists in kept.buckets.items()}
             return
@@ -184,6 +192,13 @@ class FreeGpus:
         for i, gpus in enumerate(self.free):
             in_order[self.group[i]][len(gpus)].append(i)
         self.buckets = {group: [_Bucket(nodes) for nodes in lists] for group, lists in in_order.items()}
+
+    def counts_at_start(self) -> npt.NDArray[np.intp]:
+        """Free GPUs per node as the decision found them, or (without a driver's count) as they
+        were when first asked for: exact but for the nodes in `changed` (read only)."""
+        if self._counts is None:
+            self._counts = np.fromiter(map(len, self.free), dtype=np.intp, count=len(self.free))
+        return self._counts
 
     def _bucket(self, i: int, count: int) -> _Bucket:
         return self.buckets[self.group[i]][count]

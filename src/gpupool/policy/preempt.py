@@ -274,7 +274,7 @@ class Candidates:
         key = tuple(ranks.items())
         found = self._bounds.get(key)
         if found is None:
-            found = self._bounds[key] = bounds_of(self.groups, ranks, [len(gpus) for gpus in self.free.free])
+            found = self._bounds[key] = bounds_of(self.groups, ranks, self.free.counts_at_start())
         return found
 
     def choose(self, candidate: Candidate) -> None:
