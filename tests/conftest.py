@@ -144,3 +144,21 @@ def _core_decides_both_ways(request: pytest.FixtureRequest) -> Iterator[None]:
     module.decide = decide_both_ways
     yield
     module.decide = _decide
+
+
+@pytest.fixture
+def jobs_tried(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids of the jobs a decision's queue pass tries to place, in order (`Decision.place`):
+    for the tests of the jobs it goes by without trying them (mark them `decides_once`)."""
+    from gpupool.model import Job
+    from gpupool.policy.cycle import Decision
+
+    tried: list[str] = []
+    place = Decision.place
+
+    def counted(self: Decision, job: Job) -> object:
+        tried.append(job.id)
+        return place(self, job)
+
+    monkeypatch.setattr(Decision, "place", counted)
+    return tried

@@ -336,10 +336,10 @@ def test_the_victim_search_shortcuts_change_no_choice(scenario: tuple[Snapshot, 
     import numpy as np
 
     from gpupool.policy import preempt, victims
-    from gpupool.policy.bounds import Bounds, GroupsByNode
+    from gpupool.policy.bounds import Bounds
 
-    def no_bounds(groups: GroupsByNode, _: object, free: list[int]) -> Bounds:
-        n = groups.nodes
+    def no_bounds(candidates: preempt.Candidates, _: object) -> Bounds:
+        n, free = candidates.groups.nodes, candidates.free.counts_at_start()
         arrays = (np.zeros(n, dtype=np.intp), np.full(n, -np.inf), np.full(n, 10**9), np.full(n, 10**9))
         rows = (np.arange(n, dtype=np.intp), np.full(n, 1e9), np.full(n, -np.inf))
         return Bounds([10**9] * n, [0] * n, [float("-inf")] * n, [()], [10**9] * n, np.asarray(free), arrays, rows)
@@ -348,7 +348,7 @@ def test_the_victim_search_shortcuts_change_no_choice(scenario: tuple[Snapshot, 
     plan = decide(snapshot, config, NOW)
     with (
         mock.patch.object(victims, "could_free", return_value=10**9),
-        mock.patch.object(preempt, "bounds_of", side_effect=no_bounds),
+        mock.patch.object(preempt.Candidates, "bounds", no_bounds),
     ):
         assert decide(snapshot, config, NOW) == plan
 

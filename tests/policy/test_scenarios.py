@@ -11,7 +11,6 @@ import pytest
 from gpupool.model import (
     DEFAULT_CLASSES,
     Config,
-    Job,
     Node,
     PlacementRule,
     PriorityBudget,
@@ -538,23 +537,14 @@ def test_only_the_first_jobs_in_line_that_wait_are_explained_up_to_the_depth() -
 
 
 @pytest.mark.decides_once
-def test_past_the_explained_depth_the_pass_goes_by_jobs_alike_to_hopeless_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_past_the_explained_depth_the_pass_goes_by_jobs_alike_to_hopeless_ones(jobs_tried: list[str]) -> None:
     """The queue pass tries each job in line while it explains waits; past the depth, a job
     alike to one that could neither start nor preempt is not tried (its kind is passed)."""
-    from gpupool.policy.cycle import Decision
     from gpupool.policy.running import kept
 
-    tried: list[str] = []
-    place = Decision.place
-
-    def counted(self: Decision, job: Job) -> object:
-        tried.append(job.id)
-        return place(self, job)
-
-    monkeypatch.setattr(Decision, "place", counted)
     running = fill(pool(1, 4), [job("low", cls="low", gpus=4)], started=0.0)
     waiting = [job(f"w{i}", team="b", cls="low", gpus=1, submit=float(i)) for i in range(6)]
     snapshot = kept(Snapshot(pool(1, 4), running, waiting))
     plan = decide(snapshot, replace(BASE, explain_depth=2), 1000.0)
     assert [w.job for w in plan.waits] == ["w0", "w1"]
-    assert tried == ["w0"], "w1 was explained as alike to w0; the others were passed"
+    assert jobs_tried == ["w0"], "w1 was explained as alike to w0; the others were passed"

@@ -242,19 +242,8 @@ def test_gangs_passed_in_line_still_say_when_the_first_of_them_becomes_senior() 
 
 
 @pytest.mark.decides_once
-def test_with_seniority_the_pass_tries_a_gang_kind_once_for_each_of_senior_and_not(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from gpupool.policy.cycle import Decision
+def test_with_seniority_the_pass_tries_a_gang_kind_once_for_each_of_senior_and_not(jobs_tried: list[str]) -> None:
     from gpupool.policy.running import kept
 
-    tried: list[str] = []
-    place = Decision.place
-
-    def counted(self: Decision, job: Job) -> object:
-        tried.append(job.id)
-        return place(self, job)
-
-    monkeypatch.setattr(Decision, "place", counted)
     plan = decide(kept(line_behind_urgent_jobs()), config(explain_waits=False), NOW)
-    assert tried == ["A", "B"] and plan.retry_at == NOW + 1600
+    assert jobs_tried == ["A", "B"] and plan.retry_at == NOW + 1600

@@ -6,6 +6,7 @@ never reaches a higher class than the cheapest set needs."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from test_properties import NOW, _pack
@@ -88,3 +89,36 @@ def test_a_job_that_holds_more_gpus_than_it_asked_for_frees_all_it_holds() -> No
     urgent = Job("p", "b", "high", 2, NOW)
     plan = decide(Snapshot([Node("n0", 2)], running, [urgent]), CONFIG, NOW)
     assert [p.victim for p in plan.preemptions] == ["r"]
+
+
+def _reclaims_with_bounds_built(b_jobs: int, c_jobs: int) -> tuple[list[str], int]:
+    """Team a (guaranteed 4 GPUs, none held) claims two GPUs of a pool that teams b and c fill
+    with 1-GPU jobs: the victims, and how many bounds the decision built."""
+    from unittest import mock
+
+    from gpupool.model import Team
+    from gpupool.policy.bounds import bounds_of
+    from gpupool.testing import fill, job, pool
+
+    teams = {"a": Team("a", guaranteed_gpus=4), "b": Team("b"), "c": Team("c")}
+    owners = ["b"] * b_jobs + ["c"] * c_jobs
+    running = fill(pool(2, 4), [job(f"{t}{i}", t, "normal") for i, t in enumerate(owners)])
+    claims = [job(f"p{i}", "a", "normal", submit=100.0 + i) for i in range(2)]
+    built = mock.Mock(wraps=bounds_of)
+    with mock.patch("gpupool.policy.preempt.bounds_of", built):
+        plan = decide(Snapshot(pool(2, 4), running, claims), Config(DEFAULT_CLASSES, teams), NOW)
+    return [p.victim for p in plan.preemptions], built.call_count
+
+
+@pytest.mark.decides_once
+def test_reclaims_that_rank_the_teams_in_the_same_order_share_their_bounds() -> None:
+    """Each reclaim ranks the teams by how far above their guarantees they are, which the
+    decision's every preemption moves: while their order holds, the arrays are built once."""
+    victims, built = _reclaims_with_bounds_built(b_jobs=6, c_jobs=2)
+    assert [v[0] for v in victims] == ["b", "b"] and built == 1
+
+
+@pytest.mark.decides_once
+def test_a_reclaim_whose_order_of_teams_changed_builds_its_own_bounds() -> None:
+    victims, built = _reclaims_with_bounds_built(b_jobs=4, c_jobs=4)
+    assert len(victims) == 2 and built == 2, "b and c tied above their guarantees, then one ahead"

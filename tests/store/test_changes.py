@@ -20,6 +20,7 @@ CONFIG = Config(DEFAULT_CLASSES, {"nlp": Team("nlp", guaranteed_gpus=2), "vision
 
 @pytest.fixture
 def store(store_url: str) -> Iterator[Store]:
+    """Two nodes of 4 GPUs, on SQLite and PostgreSQL."""
     store = Store.open(store_url)
     store.sync_config(CONFIG)
     store.set_nodes([Node("n0", 4, "virtual"), Node("n1", 4, "virtual")], virtual=True)

@@ -9,7 +9,7 @@ operations over the groups' GPUs and lost work per node, built once per decision
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -151,13 +151,21 @@ class Bounds:
         return found
 
 
-def bounds_of(groups: GroupsByNode, ranks: Mapping[Group, Rank | None], free: npt.NDArray[np.intp]) -> Bounds:
-    """The `Bounds` of a search that ranks each group as `ranks` does (None: it takes none),
-    with `free` GPUs per node (as they were when the decision began, or since: the search
-    looks apart at the nodes the decision changed)."""
+def ranked(groups: GroupsByNode, ranks: Mapping[Group, Rank | None]) -> tuple[list[Rank], tuple[int, ...]]:
+    """The ranks a search gives the groups it might take from, lowest first, and the place of
+    each group of `groups` among them (-1: it takes none). Bounds depend on the places alone
+    but for the ranks' values: reclaim's ranks move with every job the decision starts or
+    preempts, their order seldom does."""
     admitted = sorted({r for r in ranks.values() if r is not None})
     place = {r: k for k, r in enumerate(admitted)}
-    by_group = np.array([-1 if (r := ranks[g]) is None else place[r] for g in groups.keys], dtype=np.intp)
+    return admitted, tuple(-1 if (r := ranks[g]) is None else place[r] for g in groups.keys)
+
+
+def bounds_of(groups: GroupsByNode, admitted: list[Rank], places: Sequence[int], free: npt.NDArray[np.intp]) -> Bounds:
+    """The `Bounds` of a search that ranks the groups `admitted` lowest first, each group of
+    `groups` at its place among them (`ranked`), with `free` GPUs per node (as they were when
+    the decision began, or since: the search looks apart at the nodes the decision changed)."""
+    by_group = np.array(places, dtype=np.intp)
     rank = by_group[groups.group]
     taken = rank >= 0
     nodes = groups.node[taken]

@@ -7,12 +7,12 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Protocol
 
 from gpupool.model import Config, JobId, PriorityClass, RunningJob
-from gpupool.policy.bounds import Bounds, Group, GroupsByNode, Rank, bounds_of
+from gpupool.policy.bounds import Bounds, Group, GroupsByNode, Rank, bounds_of, ranked
 from gpupool.policy.place import FreeGpus
 from gpupool.policy.place import Group as NodeGroup
 from gpupool.policy.share import TeamShares
@@ -192,7 +192,7 @@ class Candidates:
     at once that no rule could free enough anywhere."""
     chosen: set[JobId] = field(default_factory=set)
     source: NodeSource | None = None
-    _bounds: dict[tuple[tuple[Group, Rank | None], ...], Bounds] = field(default_factory=dict)
+    _bounds: dict[tuple[int, ...], Bounds] = field(default_factory=dict)
     _ordered: set[int] = field(default_factory=set)
     _crowds: list[Crowd] | None = None
 
@@ -268,13 +268,16 @@ class Candidates:
         return self._crowds
 
     def bounds(self, ranks: Mapping[Group, Rank | None]) -> Bounds:
-        """The `Bounds` of a search that ranks the groups as `ranks` does. Searches that admit
-        and rank them alike share them (those of one class, of one team's senior jobs): the
-        groups never change within a decision."""
-        key = tuple(ranks.items())
-        found = self._bounds.get(key)
+        """The `Bounds` of a search that ranks the groups as `ranks` does. Searches that rank
+        them in the same order share their arrays (those of one class, of one team's senior
+        jobs, reclaims while the teams above their guarantees keep their order): the groups
+        never change within a decision."""
+        admitted, places = ranked(self.groups, ranks)
+        found = self._bounds.get(places)
         if found is None:
-            found = self._bounds[key] = bounds_of(self.groups, ranks, self.free.counts_at_start())
+            found = self._bounds[places] = bounds_of(self.groups, admitted, places, self.free.counts_at_start())
+        elif found.ranks != admitted:
+            found = replace(found, ranks=admitted)
         return found
 
     def choose(self, candidate: Candidate) -> None:
