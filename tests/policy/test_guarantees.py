@@ -7,12 +7,13 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 from test_nomination import decisions, reclaims
-from test_properties import NOW, scenarios
+from test_properties import NOW, scenarios, without_shortcuts
 
-from gpupool.model import Config, FairShare, Job, PriorityClass, Reason, RunningJob, Snapshot
+from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Job, PriorityClass, Reason, RunningJob, Snapshot, Team
 from gpupool.policy import decide
 from gpupool.policy.budget import budgeted_class
 from gpupool.policy.preempt import protection
+from gpupool.testing import job, on, pool
 
 
 def team_gpus(snapshot: Snapshot) -> Counter[str]:
@@ -120,3 +121,40 @@ def test_fair_share_never_leaves_the_victim_team_below_the_claimant(
         if p.reason is Reason.FAIR_SHARE:
             victim_team = running[p.victim].job.team
             assert share(victim_team) >= share(claimant.team) - 1e-9, (victim_team, dict(after))
+
+
+@st.composite
+def crowded_reclaims(draw: st.DrawFn) -> tuple[Snapshot, Config]:
+    """Teams of unequal weights and guarantees fill a pool with jobs of every class, size and
+    age, and several claim GPUs at once: every reclaim moves the teams' ranks for the next."""
+    names = "abcd"[: draw(st.integers(2, 4))]
+    weights, guarantees = st.sampled_from([0.5, 1.0, 2.0, 3.0]), st.sampled_from([0, 1, 2, 4, 8])
+    teams = {t: Team(t, draw(weights), draw(guarantees)) for t in names}
+    classes = st.sampled_from(["low", "normal", "high"])
+    nodes = pool(draw(st.integers(1, 6)), draw(st.sampled_from([2, 4, 8])))
+    running: list[RunningJob] = []
+    for node in nodes:
+        used = 0
+        while used < node.gpus:
+            gpus = min(draw(st.sampled_from([1, 1, 2, 3, 4])), node.gpus - used)
+            started = draw(st.sampled_from([0.0, 1000.0, NOW - 700, NOW - 100]))
+            checkpoint = draw(st.sampled_from([None, NOW - 50]))
+            team = draw(st.sampled_from(names))
+            placed = on(node.name, *range(used, used + gpus))
+            running.append(RunningJob(job(f"r{len(running)}", team, draw(classes), gpus), placed, started, checkpoint))
+            used += gpus
+    sizes = st.sampled_from([1, 1, 2, 3, 4, 8])
+    claims = draw(st.integers(1, 10))
+    pending = [job(f"p{i}", draw(st.sampled_from(names)), draw(classes), draw(sizes), float(i)) for i in range(claims)]
+    return Snapshot(nodes, running, pending), Config(DEFAULT_CLASSES, teams, max_preemptions=None)
+
+
+@given(st.one_of(reclaims(), crowded_reclaims()))
+def test_reclaims_whose_ranks_move_within_a_decision_leave_the_search_shortcuts_without_effect(
+    scenario: tuple[Snapshot, Config],
+) -> None:
+    """A reclaim ranks the teams by how far above their guarantees they are, which every
+    preemption of the decision moves: searches that rank them in the same order share their
+    bounds, each with its own ranks' values."""
+    snapshot, config = scenario
+    assert without_shortcuts(snapshot, config) == decide(snapshot, config, NOW)

@@ -326,11 +326,9 @@ def busy_pools(draw: st.DrawFn) -> tuple[Snapshot, Config]:
     return Snapshot(nodes, running, pending, snapshot.usage), config
 
 
-@given(st.one_of(scenarios(), busy_pools()))
-def test_the_victim_search_shortcuts_change_no_choice(scenario: tuple[Snapshot, Config]) -> None:
-    """The search skips nodes by a lower bound of their score, and whole searches when no rule
-    could free enough GPUs: with both shortcuts off (every node bounded by nothing, so looked at
-    until one needs no victim), the plan is the same."""
+def without_shortcuts(snapshot: Snapshot, config: Config) -> Plan:
+    """The plan with the victim search's shortcuts off: every node bounded by nothing (so
+    looked at until one needs no victim), and no search given up for want of GPUs to free."""
     from unittest import mock
 
     import numpy as np
@@ -344,13 +342,19 @@ def test_the_victim_search_shortcuts_change_no_choice(scenario: tuple[Snapshot, 
         rows = (np.arange(n, dtype=np.intp), np.full(n, 1e9), np.full(n, -np.inf))
         return Bounds([10**9] * n, [0] * n, [float("-inf")] * n, [()], [10**9] * n, np.asarray(free), arrays, rows)
 
-    snapshot, config = scenario
-    plan = decide(snapshot, config, NOW)
     with (
         mock.patch.object(victims, "could_free", return_value=10**9),
         mock.patch.object(preempt.Candidates, "bounds", no_bounds),
     ):
-        assert decide(snapshot, config, NOW) == plan
+        return decide(snapshot, config, NOW)
+
+
+@given(st.one_of(scenarios(), busy_pools()))
+def test_the_victim_search_shortcuts_change_no_choice(scenario: tuple[Snapshot, Config]) -> None:
+    """The search skips nodes by a lower bound of their score, and whole searches when no rule
+    could free enough GPUs: with both shortcuts off, the plan is the same."""
+    snapshot, config = scenario
+    assert without_shortcuts(snapshot, config) == decide(snapshot, config, NOW)
 
 
 @given(scenarios())

@@ -122,3 +122,46 @@ def test_reclaims_that_rank_the_teams_in_the_same_order_share_their_bounds() -> 
 def test_a_reclaim_whose_order_of_teams_changed_builds_its_own_bounds() -> None:
     victims, built = _reclaims_with_bounds_built(b_jobs=4, c_jobs=4)
     assert len(victims) == 2 and built == 2, "b and c tied above their guarantees, then one ahead"
+
+
+@pytest.mark.parametrize("form", ["snapshot", "kept"])
+def test_a_search_that_shares_another_ones_bounds_ranks_the_nodes_by_its_own_ranks(form: str) -> None:
+    """Found by fuzzing a review: p6's search and p9's rank the groups in the same order but
+    not alike, so p9's shares p6's bounds; with p6's ranks it passed n3 by, where r9
+    (checkpointed 50 s ago) costs less to take than r0 on n0 (a stale bound is no bound)."""
+    from dataclasses import replace
+
+    from gpupool.model import PriorityScope, Team
+    from gpupool.policy.running import kept
+    from gpupool.testing import job, on, running
+
+    now = 10_000.0
+    teams = {"a": Team("a", 3.0, 3), "b": Team("b", 1.0, 10), "c": Team("c", 0.5, 6), "d": Team("d", 0.5, 16)}
+    config = Config(DEFAULT_CLASSES, teams, max_preemptions=None, priority_preemption=PriorityScope.TEAM)
+    nodes = [Node("n0", 4), Node("n1", 2, team="a"), Node("n2", 4), Node("n3", 8), Node("n4", 2)]
+    jobs = [
+        ("r0", "a", "normal", on("n0", 0, 1, 2), 100.0, None),
+        ("r1", "a", "low", on("n0", 3), 0.0, None),
+        ("r2", "a", "normal", on("n1", 0), 9900.0, None),
+        ("r3", "a", "low", on("n1", 1), 9300.0, None),
+        ("r4", "c", "low", on("n2", 0), 9000.0, 9950.0),
+        ("r5", "a", "normal", on("n2", 1), 9000.0, None),
+        ("r6", "a", "high", on("n2", 2), 100.0, None),
+        ("r7", "d", "high", on("n2", 3), 9600.0, 9950.0),
+        ("r8", "c", "low", on("n3", 0, 1, 2, 3), 9900.0, None),
+        ("r9", "a", "normal", on("n3", 4, 5, 6), 9300.0, 9950.0),
+        ("r10", "a", "high", on("n4", 0), 100.0, None),
+        ("r11", "a", "high", on("n4", 1), 5000.0, None),
+    ]
+    busy = [
+        running(job(id, team, cls, len(placed[0].gpus)), placed, started, checkpoint)
+        for id, team, cls, placed, started, checkpoint in jobs
+    ]
+    pending = [
+        job("p6", "a", "high", 1, 18.0),
+        replace(job("p7", "d", "high", 1, 4.0), preemptions=2),
+        job("p9", "b", "normal", 2, 5.0),
+    ]
+    snapshot = Snapshot(nodes, busy, pending)
+    plan = decide(kept(snapshot) if form == "kept" else snapshot, config, now)
+    assert [(p.victim, p.for_job) for p in plan.preemptions] == [("r3", "p6"), ("r9", "p9")]
