@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gpupool.accounting import AttemptRecord, Commit, account, totals
@@ -156,6 +156,7 @@ def test_a_notice_during_startup_is_counted_once() -> None:
     noticed=st.booleans(),
     productive=st.booleans(),
 )
+@example(0.0, [60.0, 0.0, 0.0, 36.0], [(61.0, 0.0, 1.0), (96.0, 0.0, 36.0)], False, True)  # overlapping writes
 def test_the_buckets_of_an_attempt_always_add_up_to_its_allocation(
     allocated: float, lengths: list[float], commits: list[tuple[float, float, float]], noticed: bool, productive: bool
 ) -> None:
@@ -174,6 +175,15 @@ def test_the_buckets_of_an_attempt_always_add_up_to_its_allocation(
     assert all(p >= 0 for p in parts)
     assert sum(parts) == pytest.approx(cost.allocated)
     assert 0 <= cost.background <= cost.allocated - cost.startup - cost.drain + 1e-9
+
+
+def test_background_writes_whose_reports_overlap_count_their_time_once() -> None:
+    """The job reports each background write's length; two that say they went on at once (a
+    job may start one before the last ends, or misreport) overlapped training only once."""
+    commits = (Commit(61, background=1), Commit(96, background=36), Commit(90, background=10))
+    record = AttemptRecord(0, 2, 0, released_at=96, productive_at=60, commits=commits, outcome="succeeded")
+    (cost,) = account(1, "t", "low", [record], now=96).attempts
+    assert cost.background == 2 * 36
 
 
 def test_totals_give_goodput_per_team_and_for_the_pool() -> None:

@@ -278,8 +278,15 @@ def _cost(
 
 
 def _overlap(commits: Sequence[Commit], after: float, until: float) -> float:
-    """Seconds background writes went on beside training, within (after, until]."""
-    return sum(max(0.0, min(c.time, until) - max(c.resumed_at, after)) for c in commits)
+    """Seconds background writes went on beside training, within (after, until]: the union of
+    their spans, as the job reports them (two that say they went on at once count once)."""
+    total, reached = 0.0, after
+    for began, end in sorted((max(c.resumed_at, after), min(c.time, until)) for c in commits):
+        start = max(began, reached)
+        if end > start:
+            total += end - start
+            reached = end
+    return total
 
 
 def _startup_phases(record: AttemptRecord, startup: float) -> dict[str, float]:
