@@ -202,7 +202,11 @@ def main() -> None:
     config = Config(CLASSES, teams, max_preemptions=None, explain_depth=1000)
     rng = random.Random(7)
     print(f"{args.nodes:,} nodes x {GPUS} GPUs, {pending:,} pending; PostgreSQL")
-    with postgres_server(durable=True) as url, tempfile.TemporaryDirectory() as tmp, Progress() as progress:
+    with (
+        postgres_server(durable=True) as url,
+        tempfile.TemporaryDirectory() as tmp,
+        Progress(transient=True) as progress,
+    ):
         store = Store.open(url)
         store.sync_config(config)
         nodes = [Node(f"n{i:05d}", GPUS, "virtual") for i in range(args.nodes)]
