@@ -116,12 +116,13 @@ class Pool:
             requeued = replace(victim.job, preemptions=victim.job.preemptions + 1)
             self.pending[requeued.id] = requeued
             if self.kept is not None:
-                self.kept.put(requeued.id, pending=requeued)
+                self.kept.put(requeued.id, None)
+                self.kept.queue(requeued)
         held = [(w.job, w.placement) for w in plan.waits if w.placement]
         for job_id, placement in [*held, *((s.job, s.placement) for s in plan.starts)]:
             started = self.running[job_id] = RunningJob(self.pending.pop(job_id), placement, now, now)
             if self.kept is not None:
-                self.kept.put(job_id, running=started)
+                self.kept.put(job_id, started)
 
 
 def main() -> None:

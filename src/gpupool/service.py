@@ -221,8 +221,8 @@ class ControlLoop:
         depth = self.config.explain_depth
         if depth is None or not self.config.explain_waits:
             return []
-        index = snapshot.pending_index
-        line = index.jobs if index is not None else {j.id: j for j in snapshot.pending}
+        assert snapshot.pending_index is not None, "the loop decides on its kept state"
+        line = snapshot.pending_index.jobs
         self.holding &= line.keys()
         if not self.snapshots.arrived and not self.holding:
             return []

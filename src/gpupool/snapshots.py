@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from gpupool.model import Job, Reason, RunningJob, Snapshot, Wait
 from gpupool.policy.kept import KeptState
 from gpupool.store import Store
-from gpupool.store.reads import JobNow, SchedulingRead
+from gpupool.store.reads import SchedulingRead
 
 UNEXPLAINED = {
     None,
@@ -175,4 +175,4 @@ def _first_difference(
     return ""
 
 
-__all__ = ["CHECK", "JobNow", "KeptSnapshots", "SnapshotDrift"]
+__all__ = ["CHECK", "UNEXPLAINED", "KeptSnapshots", "SnapshotDrift"]

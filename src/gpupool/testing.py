@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from gpupool.executors import Exit, Launch, NodeState, Progress, Recorded, Started
-from gpupool.model import Allocation, Job, Node, Notice, Placement, Plan, RunningJob
+from gpupool.model import Allocation, Config, Job, Node, Notice, Placement, Plan, RunningJob
 
 if TYPE_CHECKING:
     from gpupool.store import Store
@@ -154,6 +154,18 @@ class FakeExecutor:
             return (attempt_dir / f"{stream}.log").open("rb") if rank == 0 else None
         except OSError:
             return None
+
+
+def two_node_store(url: str, config: Config) -> Iterator[Store]:
+    """A fixture's body: the store at `url` with `config` and two virtual nodes of 4 GPUs, n0
+    and n1, closed after the test."""
+    from gpupool.store import Store
+
+    store = Store.open(url)
+    store.sync_config(config)
+    store.set_nodes([Node("n0", 4, "virtual"), Node("n1", 4, "virtual")], virtual=True)
+    yield store
+    store.close()
 
 
 def kill_attempts(data_dir: Path) -> None:

@@ -450,11 +450,17 @@ def test_gpupool_up_refuses_another_executor_than_the_one_whose_attempts_run(sto
     check_executor(store, parse_spec({}).service)
 
 
-def test_jobs_past_the_explained_depth_are_told_they_wait_in_line_once(store: Store, tmp_path: Path) -> None:
-    config = replace(CONFIG, explain_depth=2)
-    loop = ControlLoop(store, config, FakeExecutor(store), tmp_path / "data")
+def filled_with_depth(store: Store, tmp_path: Path, depth: int) -> ControlLoop:
+    """A loop that explains the first `depth` jobs in line that wait, its 4 GPUs taken by
+    vision's job "big"."""
+    loop = ControlLoop(store, replace(CONFIG, explain_depth=depth), FakeExecutor(store), tmp_path / "data")
     store.submit(JobSpec(["big"], team="vision", gpus=4), now=0.0)
     loop.tick(0.0)
+    return loop
+
+
+def test_jobs_past_the_explained_depth_are_told_they_wait_in_line_once(store: Store, tmp_path: Path) -> None:
+    loop = filled_with_depth(store, tmp_path, 2)
     waiting = [store.submit(JobSpec([str(i)], team="nlp", gpus=2), now=1.0).id for i in range(5)]
     loop.tick(1.0)
     reasons = [store.job(j).wait_reason for j in waiting]
@@ -490,17 +496,14 @@ def test_a_task_its_array_releases_past_the_depth_says_it_waits_in_line(store: S
 def test_a_restart_keeps_the_reasons_of_jobs_past_the_depth(store: Store, tmp_path: Path) -> None:
     """The review found every job past the depth told `in_line` again after a restart, its
     recorded reason (from the decision that explained it) lost."""
-    config = replace(CONFIG, explain_depth=2)
-    loop = ControlLoop(store, config, FakeExecutor(store), tmp_path / "data")
-    store.submit(JobSpec(["big"], team="vision", gpus=4), now=0.0)
-    loop.tick(0.0)
+    loop = filled_with_depth(store, tmp_path, 2)
     later = [store.submit(JobSpec([str(i)], team="nlp", gpus=2), now=1.0).id for i in range(2)]
     loop.tick(1.0)
     earlier = [store.submit(JobSpec([str(i)], team="nlp", gpus=2), now=0.5).id for i in range(2)]
     loop.tick(2.0)
     before = [store.job(j).wait_reason for j in (*earlier, *later)]
     assert before == ["no_victims"] * 4, "the later ones were explained when they came in, within the depth"
-    ControlLoop(store, config, fake(loop), tmp_path / "data").tick(3.0)
+    ControlLoop(store, loop.config, fake(loop), tmp_path / "data").tick(3.0)
     assert [store.job(j).wait_reason for j in (*earlier, *later)] == before
 
 

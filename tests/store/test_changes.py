@@ -14,6 +14,7 @@ from gpupool.model import DEFAULT_CLASSES, Allocation, Config, Node, Reason, Tea
 from gpupool.snapshots import KeptSnapshots, SnapshotDrift
 from gpupool.store import JobSpec, Store
 from gpupool.store.schema import ChangeRow, JobRow
+from gpupool.testing import two_node_store
 
 CONFIG = Config(DEFAULT_CLASSES, {"nlp": Team("nlp", guaranteed_gpus=2), "vision": Team("vision")})
 
@@ -21,11 +22,7 @@ CONFIG = Config(DEFAULT_CLASSES, {"nlp": Team("nlp", guaranteed_gpus=2), "vision
 @pytest.fixture
 def store(store_url: str) -> Iterator[Store]:
     """Two nodes of 4 GPUs, on SQLite and PostgreSQL."""
-    store = Store.open(store_url)
-    store.sync_config(CONFIG)
-    store.set_nodes([Node("n0", 4, "virtual"), Node("n1", 4, "virtual")], virtual=True)
-    yield store
-    store.close()
+    yield from two_node_store(store_url, CONFIG)
 
 
 def test_after_every_kind_of_write_the_kept_snapshot_is_a_whole_read(store: Store) -> None:

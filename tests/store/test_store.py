@@ -8,9 +8,10 @@ import pytest
 from sqlalchemy import inspect
 
 from gpupool.errors import Conflict, InvalidInput, NotFound
-from gpupool.model import DEFAULT_CLASSES, Allocation, Config, JobState, Node, Plan, PriorityBudget, Reason, Start, Team
+from gpupool.model import DEFAULT_CLASSES, Allocation, Config, JobState, Plan, PriorityBudget, Reason, Start, Team
 from gpupool.store import JobSpec, Store
 from gpupool.store.engine import head, migrate, revision
+from gpupool.testing import two_node_store
 
 CONFIG = Config(
     DEFAULT_CLASSES,
@@ -20,11 +21,7 @@ CONFIG = Config(
 
 @pytest.fixture
 def store(store_url: str) -> Iterator[Store]:
-    store = Store.open(store_url)
-    store.sync_config(CONFIG)
-    store.set_nodes([Node("n0", 4, "virtual"), Node("n1", 4, "virtual")], virtual=True)
-    yield store
-    store.close()
+    yield from two_node_store(store_url, CONFIG)
 
 
 def test_opening_migrates_to_the_newest_schema_and_again_changes_nothing(store: Store) -> None:

@@ -84,6 +84,8 @@ class Bounds:
     free: npt.NDArray[np.intp]
     """Free GPUs per node when the bounds were made."""
     _arrays: tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], npt.NDArray[np.intp], npt.NDArray[np.intp]]
+    """`lowest`, `cost`, `largest` and `gpus` as arrays, for `order_for`'s passes over every node
+    (the lists serve a search's look at one node: a list's item is read faster than an array's)."""
     _lowest_rows: tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], npt.NDArray[np.float64]]
     """(node, most GPUs of one candidate, lowest lost work) of the rows of each node's lowest rank."""
     _orders: dict[int, list[int]] = field(default_factory=dict)

@@ -39,15 +39,13 @@ class KeptState:
             state.queue(waiting)
         return state
 
-    def put(self, job_id: JobId, running: RunningJob | None = None, pending: Job | None = None) -> None:
-        """Job `job_id` is now `running` (its attempt), in line (`pending`), both or neither."""
+    def put(self, job_id: JobId, running: RunningJob | None) -> None:
+        """Job `job_id`'s attempt is now `running` (None: it has none), and the job is out of
+        line until it is `queue`d again."""
         self.stop(job_id)
-        if job_id in self.line.jobs:
-            self.line.remove(job_id)
+        self.unqueue(job_id)
         if running is not None:
             self.start(running)
-        if pending is not None:
-            self.queue(pending)
 
     def start(self, running: RunningJob) -> None:
         """An attempt runs (or drains, under notice)."""

@@ -194,8 +194,9 @@ class ReadsStore(HoldsStore):
         for others in chunks(j for j in watched if j not in read):
             rows += s.execute(query.where(JobRow.id.in_(others)))
         extra = len(JOB_COLUMNS)
-        holds = self._holds(s, [special for r in rows if (special := _special(r[0], r[extra:])) is not None])
-        holds.update(_launch_retries(rows, extra, now))
+        specials = {int(r[0]): special for r in rows if (special := _special(r[0], r[extra:])) is not None}
+        holds = self._holds(s, list(specials.values()))
+        holds.update(_launch_retries(rows, now))
         ran = self._last_ran(s, ids)
         for r in rows:
             job_id = int(r[0])
@@ -204,7 +205,7 @@ class ReadsStore(HoldsStore):
             # Its present wait in line began when its last attempt that ran ended, or when its
             # dependency was met, whichever is later (None: at submit).
             pending = core_job(r[:extra], startup.get(job_id, 0.0), _latest(ran.get(job_id), r.dependency_met_at))
-            watch = _special(job_id, r[extra:]) is not None or r[extra + 6] is not None
+            watch = job_id in specials or r.retry_after is not None
             before = found.get(job_id)
             found[job_id] = JobNow(
                 job_id, before.running if before is not None else None, pending, watch, r.wait_reason
@@ -341,11 +342,11 @@ def _special(job_id: object, hold: Sequence[Any]) -> tuple[int, bool, int | None
     return (int(str(job_id)), depends, _maybe_int(array_id), _maybe_int(array_index), _maybe_int(array_limit))
 
 
-def _launch_retries(rows: Sequence[Any], extra: int, now: float) -> dict[int, Wait]:
+def _launch_retries(rows: Sequence[Any], now: float) -> dict[int, Wait]:
     """The jobs of `rows` in their back-off after the scheduler failed to launch them."""
     holds = {}
     for r in rows:
-        error, retry_after, failures = r[extra + 5], r[extra + 6], r[extra + 7]
+        error, retry_after, failures = r.launch_error, r.retry_after, r.launch_failures
         if retry_after is not None and retry_after > now:
             holds[int(r[0])] = Wait(
                 str(r[0]),

@@ -292,7 +292,7 @@ class CheckpointRow(Base):
 class ChangeRow(Base):
     """One write to what the scheduling core reads, left by a trigger (migration 0011) whatever
     made it: the job it is of, or None for the pool's nodes. The control loop reads those since
-    its last decision (`store/changes.py`). `seq` orders them on SQLite, whose writers take turns;
+    its last decision (`store/reads.py`). `seq` orders them on SQLite, whose writers take turns;
     on PostgreSQL, `xid` is the writing transaction's id, which says which were not yet visible
     to a read."""
 
