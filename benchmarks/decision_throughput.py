@@ -12,13 +12,14 @@ Philly's GPU-count mix; 3 priority classes; 10 teams. Two phases:
 Prints placements/s, the p50/p99 decision cycle and the p50/p99 victim search, for the default
 policy and, in the same run on the same workload, with `priority_preemption: above_guarantee`
 and `fair_share: preempt`, then with `seniority_after: 2h` too (`--policy N`: only the N-th).
-Each is decided twice: from the snapshot alone, and with the state a driver keeps between
-decisions (free GPUs, GPUs per team, the pending jobs in line, the running index; `--only` one of them). The pauses of
+Each is decided twice: on the state a driver keeps between decisions (`policy.PoolState`, fed
+event by event), and on a state built anew from the jobs at every decision, as a driver that
+kept nothing would (`--only` one of them; the build is timed with the decision). The pauses of
 Python's full (generation 2) garbage collections that fall inside decisions are counted apart:
 they depend on everything the process holds, not on the core alone; the driver moves what it
 keeps out of the collector's sight once the pool is full (`gc.freeze`), as the simulator and
 the live loop do.
-Run: .venv/bin/python benchmarks/decision_throughput.py [--nodes 10000 --arrivals 50]
+Run: .venv/bin/python -m benchmarks.decision_throughput [--nodes 10000 --arrivals 50]
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ from gpupool.model import (
     Snapshot,
     Team,
 )
-from gpupool.policy import decide, victims
-from gpupool.policy.kept import KeptState
+from gpupool.policy import PoolState, decide
+from gpupool.policy.preempt import notice
 
 GPUS = 8
 TEAMS = [f"team-{i}" for i in range(10)]
@@ -76,7 +77,7 @@ def workload(rng: random.Random, pending: int) -> list[Job]:
 
 
 def timed_victim_search(samples: list[float]) -> Callable[..., Any]:
-    original = victims.find_victims
+    original = notice.find_victims
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         began = time.perf_counter()
@@ -89,40 +90,42 @@ def timed_victim_search(samples: list[float]) -> Callable[..., Any]:
 
 
 class Pool:
-    """The benchmark's driver: it carries plans out at once (victims drain instantly,
-    preemptors take the GPUs held for them) and, when `kept`, keeps the state a real driver
-    keeps between decisions (`policy.kept.KeptState`: free GPUs, GPUs per team, the pending
-    and running indexes)."""
+    """The benchmark's driver: it keeps the pool's `PoolState` and carries plans out on it,
+    then at once as a fast pool would: every started job commits a checkpoint as it starts,
+    victims drain instantly and go back in line, and preemptors take the GPUs held for them."""
 
     def __init__(self, nodes: list[Node], pending: dict[str, Job], kept: bool) -> None:
-        self.nodes = nodes
-        self.pending = pending
-        self.running: dict[str, RunningJob] = {}
-        self.kept = KeptState.of(nodes, [], pending.values()) if kept else None
+        self.state = PoolState(nodes)
+        for job in pending.values():
+            self.state.queue(job)
+        self.kept = kept
 
     def arrive(self, job: Job) -> None:
-        self.pending[job.id] = job
-        if self.kept is not None:
-            self.kept.queue(job)
+        self.state.queue(job)
 
-    def snapshot(self) -> Snapshot:
-        if self.kept is None:
-            return Snapshot(self.nodes, list(self.running.values()), list(self.pending.values()))
-        return self.kept.snapshot({}, None)
+    def decide(self, config: Config, now: float) -> tuple[Plan, float]:
+        """The plan, and the seconds it took (with building the state anew, when not `kept`)."""
+        began = time.perf_counter()
+        state = self.state
+        if not self.kept:
+            state = PoolState.of(Snapshot(state.nodes, list(state.running.values()), list(state.line)))
+        plan = decide(state, config, now)
+        return plan, time.perf_counter() - began
 
     def apply(self, plan: Plan, now: float) -> None:
+        state = self.state
+        state.apply(plan, now)
+        for start in plan.starts:
+            state.checkpoint(start.job, now)
         for p in plan.preemptions:
-            victim = self.running.pop(p.victim)
-            requeued = replace(victim.job, preemptions=victim.job.preemptions + 1)
-            self.pending[requeued.id] = requeued
-            if self.kept is not None:
-                self.kept.put(requeued.id, None)
-                self.kept.queue(requeued)
-        held = [(w.job, w.placement) for w in plan.waits if w.placement]
-        for job_id, placement in [*held, *((s.job, s.placement) for s in plan.starts)]:
-            started = self.running[job_id] = RunningJob(self.pending.pop(job_id), placement, now, now)
-            if self.kept is not None:
-                self.kept.put(job_id, started)
+            victim = state.end(p.victim)
+            assert victim is not None
+            state.queue(replace(victim.job, preemptions=victim.job.preemptions + 1))
+        for wait in plan.waits:
+            if wait.placement:
+                job = replace(state.line.jobs[wait.job], nominated=False)
+                state.unqueue(job.id)
+                state.start(RunningJob(job, wait.placement, now, now))
 
 
 def main() -> None:
@@ -147,11 +150,7 @@ def main() -> None:
     for n, (label, config) in enumerate(policies, 1):
         if args.policy in (None, n):
             for kept in [k for k in (False, True) if args.only in (None, "kept" if k else "snapshot")]:
-                how = (
-                    "kept state (free GPUs, team GPUs, pending and running indexes)"
-                    if kept
-                    else "from the snapshot alone"
-                )
+                how = "on the kept state" if kept else "on a state built anew from the jobs"
                 print(f"--- {label}; {how}")
                 measure(config, scale, kept)
     # Everything the process held at its peak: the jobs, the snapshots and the kept state, an
@@ -203,10 +202,8 @@ def measure(config: Config, scale: Scale, kept: bool) -> None:
     fill_cycles: list[float] = []
     placed = fill_starts = 0
     while True:
-        snapshot = pool.snapshot()
-        began = time.perf_counter()
-        plan = decide(snapshot, config, now)
-        fill_cycles.append(time.perf_counter() - began)
+        plan, seconds = pool.decide(config, now)
+        fill_cycles.append(seconds)
         placed += len(plan.starts)
         if len(fill_cycles) == 1:
             fill_starts = len(plan.starts)
@@ -216,7 +213,7 @@ def measure(config: Config, scale: Scale, kept: bool) -> None:
     # What the driver keeps lives on: out of the cyclic collector's sight, as the simulator
     # and the live loop put theirs (its full passes over 60,000 jobs pause a decision ~100 ms).
     gc.freeze()
-    used = sum(r.job.gpus for r in pool.running.values())
+    used = sum(r.job.gpus for r in pool.state.running.values())
     print(f"fill: {placed:,} placements ({used:,} of {scale.nodes * GPUS:,} GPUs busy) in {len(fill_cycles)} cycles")
     first = fill_cycles[0]
     print(f"      first cycle: {fill_starts:,} placed at {fill_starts / first:,.0f}/s ({first * 1e3:.0f} ms)")
@@ -224,8 +221,8 @@ def measure(config: Config, scale: Scale, kept: bool) -> None:
     # 2. A stream of high-priority arrivals into the full pool, the backlog still pending.
     searches: list[float] = []
     collected = 0
-    untimed = victims.find_victims
-    victims.find_victims = timed_victim_search(searches)
+    untimed = notice.find_victims
+    notice.find_victims = timed_victim_search(searches)
     storm_cycles: list[float] = []
     without_pauses: list[float] = []
     preempted = 0
@@ -235,12 +232,10 @@ def measure(config: Config, scale: Scale, kept: bool) -> None:
         gpus = rng.choices([1, 2, 4, 8, 16], [40, 15, 15, 25, 5])[0]
         urgent = Job(f"h{i}", rng.choice(TEAMS), "high", gpus, now, gpus_per_node=8 if gpus > 8 else None)
         pool.arrive(urgent)
-        snapshot = pool.snapshot()
         paused, count = pauses.total, pauses.count
         with pauses:
-            began = time.perf_counter()
-            plan = decide(snapshot, config, now)
-            storm_cycles.append(time.perf_counter() - began)
+            plan, seconds = pool.decide(config, now)
+            storm_cycles.append(seconds)
         without_pauses.append(storm_cycles[-1] - (pauses.total - paused))
         if pauses.count > count:
             collected += 1
@@ -248,7 +243,7 @@ def measure(config: Config, scale: Scale, kept: bool) -> None:
         pool.apply(plan, now)
     print(
         f"storm: {scale.arrivals} high-priority arrivals, {preempted} preemptions, "
-        f"{len(pool.pending):,} jobs still pending"
+        f"{len(pool.state.line):,} jobs still pending"
     )
     print(
         f"       decision cycle p50 {statistics.median(storm_cycles) * 1e3:.1f} ms, "
@@ -263,7 +258,7 @@ def measure(config: Config, scale: Scale, kept: bool) -> None:
         f"       victim search ({len(searches)} calls) p50 {statistics.median(searches) * 1e3:.1f} ms, "
         f"p99 {percentile(searches, 0.99) * 1e3:.1f} ms"
     )
-    victims.find_victims = untimed
+    notice.find_victims = untimed
     all_cycles = fill_cycles + storm_cycles
     print(f"all cycles: p99 {percentile(all_cycles, 0.99) * 1e3:.1f} ms over {len(all_cycles)} cycles")
     gc.unfreeze()

@@ -34,7 +34,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import insert
 
 from gpupool.api import Context, create_app
-from gpupool.model import DEFAULT_CLASSES, Config, Node, Plan, Snapshot
+from gpupool.model import DEFAULT_CLASSES, Config, Node, Plan
+from gpupool.policy import PoolState
 from gpupool.service import ControlLoop, token_hash
 from gpupool.store import Store
 from gpupool.store.schema import AttemptRow, CheckpointRow, EventRow, JobRow, PlacementRow
@@ -150,10 +151,10 @@ class Timing:
         self.inner = inner
         self.decide: list[float] = []
 
-    def on_decision(self, now: float, snapshot: Snapshot, plan: Plan, seconds: float) -> None:
+    def on_decision(self, now: float, state: PoolState, plan: Plan, seconds: float) -> None:
         self.decide.append(seconds)
         if self.inner is not None:
-            self.inner.on_decision(now, snapshot, plan, seconds)
+            self.inner.on_decision(now, state, plan, seconds)
 
     def on_tick(self, now: float, changed: bool) -> None:
         if self.inner is not None:

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpupool.executors.ray_loopback import LoopbackCluster
 from gpupool.model import DEFAULT_CLASSES, Allocation, Config, Snapshot, Team
-from gpupool.policy import decide
+from gpupool.policy import PoolState, decide
 from gpupool.testing import job, pool, running, wait_for
 from service_throughput import VICTIM, Service, in_state, says_ready, served
 
@@ -135,7 +135,7 @@ def decision_time(nodes: int = 100, gpus: int = 8) -> float:
     took = []
     for _ in range(20):
         began = time.perf_counter()
-        decide(snapshot, config, now=10_000.0)
+        decide(PoolState.of(snapshot), config, now=10_000.0)
         took.append(time.perf_counter() - began)
     return statistics.median(took)
 

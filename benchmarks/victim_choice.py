@@ -15,7 +15,7 @@ import argparse
 import random
 
 from gpupool.model import DEFAULT_CLASSES, Allocation, Config, Job, Node, RunningJob, Snapshot
-from gpupool.policy import decide
+from gpupool.policy import PoolState, decide
 from gpupool.policy.reference import cheapest_victims, set_cost
 
 NOW = 5_000.0
@@ -59,7 +59,7 @@ def main() -> None:
     best_total = 0.0
     for _ in range(args.cases):
         snapshot, job = pool(rng)
-        plan = decide(snapshot, CONFIG, NOW)
+        plan = decide(PoolState.of(snapshot), CONFIG, NOW)
         best = cheapest_victims(job, snapshot, CONFIG, NOW)
         if best is None or not plan.preemptions:
             continue

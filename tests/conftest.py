@@ -9,10 +9,6 @@ from typing import TYPE_CHECKING
 import pytest
 from hypothesis import settings
 
-from gpupool import policy
-from gpupool.model import Config, Plan, Snapshot
-from gpupool.policy import pending
-from gpupool.policy.running import kept
 from gpupool.snapshots import CHECK
 
 settings.register_profile("ci", derandomize=True, deadline=None, max_examples=200)
@@ -112,53 +108,21 @@ def cluster(ray_cluster: LoopbackCluster) -> Iterator[LoopbackCluster]:
             remove_placement_group(PlacementGroup(PlacementGroupID.from_hex(group_id)))
 
 
-# --- tests of the core (tests/policy): each decides two ways -----------------------------
-# Every test of the core decides twice: on its snapshot as written, and on the same snapshot
-# with all the state a driver keeps between decisions (`policy.running.kept`); the plans must
-# be equal. The tests then check the plan as before.
-
-_decide = policy.decide
-
-
-def decide_both_ways(snapshot: Snapshot, config: Config, now: float) -> Plan:
-    plan = _decide(snapshot, config, now)
-    if snapshot.free is None and snapshot.running_index is None:
-        assert _decide(kept(snapshot), config, now) == plan, "the kept state changed the plan"
-    return plan
-
-
-@pytest.fixture(autouse=True)
-def _queue_index_from_one_job(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tests take every queue a driver keeps from its index, however short (drivers use it
-    from `pending.INDEXED_FROM` jobs on, where it pays; the plan is the same either way)."""
-    monkeypatch.setattr(pending, "INDEXED_FROM", 0)
-
-
-@pytest.fixture(autouse=True)
-def _core_decides_both_ways(request: pytest.FixtureRequest) -> Iterator[None]:
-    module = request.module
-    one_way = request.node.get_closest_marker("decides_once") is not None
-    if one_way or getattr(module, "decide", None) is not _decide or "policy" not in request.path.parts:
-        yield
-        return
-    module.decide = decide_both_ways
-    yield
-    module.decide = _decide
-
-
 @pytest.fixture
 def jobs_tried(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The ids of the jobs a decision's queue pass tries to place, in order (`Decision.place`):
-    for the tests of the jobs it goes by without trying them (mark them `decides_once`)."""
+    """The ids of the jobs a decision's queue pass tries to place, in order: for the tests of
+    the jobs it goes by without trying them (they decide once, not both ways)."""
     from gpupool.model import Job
-    from gpupool.policy.cycle import Decision
+    from gpupool.policy import queue
+    from gpupool.policy.decision import Decision, Fit
+    from gpupool.policy.drain import Orphans
 
     tried: list[str] = []
-    place = Decision.place
+    place = queue._place
 
-    def counted(self: Decision, job: Job) -> object:
+    def counted(decision: Decision, job: Job, orphans: Orphans) -> Fit:
         tried.append(job.id)
-        return place(self, job)
+        return place(decision, job, orphans)
 
-    monkeypatch.setattr(Decision, "place", counted)
+    monkeypatch.setattr(queue, "_place", counted)
     return tried

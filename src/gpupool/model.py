@@ -6,14 +6,9 @@ simulator, wall in the service); the core only ever compares and subtracts them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # the index is the core's; the vocabulary only names it
-    from gpupool.policy.pending import PendingIndex
-    from gpupool.policy.running import RunningIndex
 
 JobId = str
 
@@ -102,6 +97,16 @@ class PriorityBudget:
     priority: str
     gpu_hours: float
     window: float
+
+
+def budget_use(attempts: Iterable[tuple[float, float | None, int]], now: float, window: float) -> float:
+    """GPU-seconds the attempts, given as (start, end or None while running, GPUs), spent inside
+    the budget window of `window` seconds that ends at `now`: how the store and the simulator
+    both meter a team's use of a class (each at the class its attempts ran at)."""
+    since = now - window
+    return sum(
+        gpus * max(0.0, min(end if end is not None else now, now) - max(start, since)) for start, end, gpus in attempts
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,32 +209,18 @@ class RunningJob:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """Everything `decide` looks at. `decide` never mutates it."""
+    """The pool at one instant, as lists: what a driver that does not keep a state between
+    decisions knows (a test, a one-off read of the store). `policy.PoolState.of` makes the
+    state `decide` reads from it."""
 
     nodes: Sequence[Node]
     running: Sequence[RunningJob]
     pending: Sequence[Job]
     usage: Mapping[tuple[str, str], float] = field(default_factory=dict)
     """GPU-seconds spent by (team, priority class) inside each budget's window."""
-    free: Mapping[str, tuple[int, ...]] | None = None
-    """GPU ids free on each node, for drivers that keep them up to date; it must equal every
-    GPU outside the running placements. None derives it from `running` (and checks them)."""
-    team_gpus: Mapping[str, int] | None = None
-    """GPUs per team held by running jobs that are not draining, for drivers that keep them up
-    to date; it must equal what `running` gives. None derives it from `running`."""
-    draining: Sequence[RunningJob] | None = None
-    """The running jobs under notice, for drivers that keep them up to date; it must hold those
-    of `running` with a notice. None picks them from `running`."""
     teams: Mapping[str, Team] | None = None
     """Each team's policy (weight, guarantee, budgets) as the driver holds it: the store, in
     the service. None takes `Config.teams` (the simulator's fixed teams)."""
-    pending_index: PendingIndex | None = None
-    """The pending jobs in line, for drivers that keep them (`policy.pending`); it must hold
-    exactly those of `pending`. None orders the queue from `pending`."""
-    running_index: RunningIndex | None = None
-    """The running jobs that are not draining, indexed for victim searches, for drivers that
-    keep it up to date (`policy.running`); it must hold those of `running` without a notice, on
-    these `nodes`. None builds the candidates from `running`."""
 
 
 class QueueOrder(StrEnum):
@@ -382,3 +373,10 @@ class Plan:
     retry_at: float | None = None
     """Earliest time a protection that blocked a preemption expires, or a waiting job becomes
     senior (`Config.seniority_after`): decide again then."""
+
+    @property
+    def nominated(self) -> tuple[JobId, ...]:
+        """The jobs its notices are for. Each is nominated from its first notice: the GPUs its
+        victims free are its own, before any other pending job's, however they leave (a drain,
+        or finishing first), until it starts (else a victim, requeued, could take them back)."""
+        return tuple(dict.fromkeys(p.for_job for p in self.preemptions))

@@ -1,5 +1,5 @@
 """What the control loop tells those who watch it (the telemetry): each decision with the
-snapshot it was made from and how long it took, and each tick. Observers must be quick: they
+state it was made on and how long it took, and each tick. Observers must be quick: they
 run on the loop's thread, between a decision and the next."""
 
 from __future__ import annotations
@@ -8,12 +8,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gpupool.model import Plan, Reason, Snapshot
+from gpupool.model import Plan, Reason
+from gpupool.policy import PoolState
 
 
 class Observer(Protocol):
-    def on_decision(self, now: float, snapshot: Snapshot, plan: Plan, seconds: float) -> None:
-        """`decide` returned `plan` for `snapshot` at `now`, after `seconds` of wall time; it is
+    def on_decision(self, now: float, state: PoolState, plan: Plan, seconds: float) -> None:
+        """`decide` returned `plan` on `state` at `now`, after `seconds` of wall time; it is
         recorded and carried out next."""
 
     def on_tick(self, now: float, changed: bool) -> None:
@@ -32,7 +33,7 @@ class Lineup:
     """Whether the tick under way decided: a tick that did not (nothing was pending in line)
     leaves no place."""
 
-    def on_decision(self, now: float, snapshot: Snapshot, plan: Plan, seconds: float) -> None:
+    def on_decision(self, now: float, state: PoolState, plan: Plan, seconds: float) -> None:
         held = {Reason.DEPENDENCY, Reason.ARRAY_LIMIT, Reason.LAUNCH_RETRY}
         waiting = [int(w.job) for w in plan.waits if w.reason not in held]
         self.places = {job: place for place, job in enumerate(dict.fromkeys(waiting), start=1)}
@@ -50,9 +51,9 @@ class Observers:
 
     each: Sequence[Observer]
 
-    def on_decision(self, now: float, snapshot: Snapshot, plan: Plan, seconds: float) -> None:
+    def on_decision(self, now: float, state: PoolState, plan: Plan, seconds: float) -> None:
         for observer in self.each:
-            observer.on_decision(now, snapshot, plan, seconds)
+            observer.on_decision(now, state, plan, seconds)
 
     def on_tick(self, now: float, changed: bool) -> None:
         for observer in self.each:

@@ -27,9 +27,9 @@ from typing import BinaryIO
 from gpupool.errors import Conflict, InvalidInput
 from gpupool.executors import Executor, Exit, Key, Launch, Recorded, Started, members_of
 from gpupool.executors.users import JobUser, give, job_user
-from gpupool.model import Config, JobState, Node, Placement, Plan, Reason, Snapshot, Wait
+from gpupool.model import Config, JobState, Node, Placement, Plan, Reason, Wait
 from gpupool.observer import Observer
-from gpupool.policy import decide
+from gpupool.policy import PoolState, decide
 from gpupool.snapshots import UNEXPLAINED, KeptSnapshots
 from gpupool.store import Store
 from gpupool.store.attempts import run_time
@@ -177,19 +177,19 @@ class ControlLoop:
         changed |= self.reap(now)
         self.enforce_deadlines(now)
         changed |= self.store.settle_dependencies(now)
-        snapshot, holds = self.snapshots.read(now)
-        if not snapshot.pending and not holds:
+        state, holds = self.snapshots.read(now)
+        if not state.line and not holds:
             self.retry_at = None
             return self.ticked(now, changed)
         plan = Plan()
-        if snapshot.pending:
+        if state.line:
             began = time.perf_counter()
-            plan = decide(snapshot, self.config, now)
+            plan = decide(state, self.config, now)
             if self.observer is not None:
-                self.observer.on_decision(now, snapshot, plan, time.perf_counter() - began)
+                self.observer.on_decision(now, state, plan, time.perf_counter() - began)
         self.retry_at = plan.retry_at
         # A job's reason to wait is written when it changes, not at every decision.
-        shown = (*plan.waits, *holds, *self.past_depth(snapshot, plan))
+        shown = (*plan.waits, *holds, *self.past_depth(state, plan))
         waits = tuple(w for w in shown if self.told.get(w.job) != (w.reason, w.message))
         if not (waits or plan.starts or plan.preemptions):
             return self.ticked(now, changed)
@@ -212,7 +212,7 @@ class ControlLoop:
         self.carry_out(plan, tokens, now)
         return self.ticked(now, changed or bool(plan.starts or plan.preemptions), recorded=True)
 
-    def past_depth(self, snapshot: Snapshot, plan: Plan) -> list[Wait]:
+    def past_depth(self, state: PoolState, plan: Plan) -> list[Wait]:
         """The jobs the decision did not explain, as they are past `policy.explain_depth` in
         line, whose recorded reason says nothing of their place in it: those that came in line
         (new, requeued, no longer held back) and those that held GPUs for their victims and no
@@ -221,8 +221,7 @@ class ControlLoop:
         depth = self.config.explain_depth
         if depth is None or not self.config.explain_waits:
             return []
-        assert snapshot.pending_index is not None, "the loop decides on its kept state"
-        line = snapshot.pending_index.jobs
+        line = state.line.jobs
         self.holding &= line.keys()
         if not self.snapshots.arrived and not self.holding:
             return []

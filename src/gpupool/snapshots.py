@@ -1,6 +1,6 @@
 """The live loop's snapshots: the store read whole once, then kept up to date from its change
 journal, so that a decision reads what changed since the last one (`store/reads.py`) and the
-core decides on indexes kept between decisions (`policy/kept.py`), not on a pool read anew.
+core decides on the state kept between decisions (`policy.PoolState`), not on a pool read anew.
 
 A read takes everything again when the nodes changed, when more than a few thousand jobs
 changed, after `forget` (an error, a halt) and every `resync` seconds: a safety net that costs
@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 
 from gpupool.model import Job, Reason, RunningJob, Snapshot, Wait
-from gpupool.policy.kept import KeptState
+from gpupool.policy import PoolState
 from gpupool.store import Store
 from gpupool.store.reads import SchedulingRead
 
@@ -46,10 +46,8 @@ class KeptSnapshots:
     """Seconds after which a read takes everything again, whatever the journal says."""
     prune_every: int = 100
     """Reads between two prunes of the journal."""
-    state: KeptState | None = None
+    state: PoolState | None = None
     position: int | None = None
-    in_line: dict[int, Job] = field(default_factory=dict)
-    """Every job in line, held back or not."""
     watched: set[int] = field(default_factory=set)
     """Jobs in line whose holds are read at every read (`JobNow.watched`)."""
     holds: dict[int, Wait] = field(default_factory=dict)
@@ -61,8 +59,8 @@ class KeptSnapshots:
     """Whether the last read took everything."""
     reads: int = 0
 
-    def read(self, now: float) -> tuple[Snapshot, list[Wait]]:
-        """The snapshot to decide on at `now`, and the jobs held back from the core, with why."""
+    def read(self, now: float) -> tuple[PoolState, list[Wait]]:
+        """The state to decide on at `now`, and the jobs held back from the core, with why."""
         fresh = self.state is not None and self.read_whole_at is not None and now - self.read_whole_at < self.resync
         since = self.position if fresh else None
         read = self.store.read_scheduling(now, since, self.watched, whole=self.check and since is not None)
@@ -80,7 +78,8 @@ class KeptSnapshots:
         self.reads += 1
         if self.reads % self.prune_every == 0:
             self.store.prune_changes(read.position)
-        return self.state.snapshot(read.usage, read.teams), list(self.holds.values())
+        self.state.usage, self.state.teams = read.usage, read.teams
+        return self.state, list(self.holds.values())
 
     def forget(self) -> None:
         """Take everything again at the next read."""
@@ -88,13 +87,13 @@ class KeptSnapshots:
 
     def start_over(self, read: SchedulingRead) -> None:
         assert read.nodes is not None
-        self.state = KeptState(read.nodes)
-        self.in_line, self.watched, self.holds = {}, set(), {}
+        self.state = PoolState(read.nodes)
+        self.watched, self.holds = set(), {}
         self.apply(read)
         # The kept jobs live on, and hold no reference cycle: out of the cyclic collector's
         # sight, whose full passes over a large pool's jobs would pause decisions (as the
         # simulator freezes its jobs; what leaves the state later is freed all the same).
-        if len(self.state.running) + len(self.in_line) >= FREEZE_FROM:
+        if len(self.state.running) + len(self.state.line) + len(self.state.held) >= FREEZE_FROM:
             gc.collect()  # what is garbage now is not frozen with them
             gc.freeze()
 
@@ -108,32 +107,32 @@ class KeptSnapshots:
         """Jobs read that were in the core's line before this read (or whose reason is true)."""
         for now in read.jobs:
             key = str(now.id)
-            if state.line.jobs.get(key) is not None or (whole and now.reason not in UNEXPLAINED):
+            if key in state.line.jobs or (whole and now.reason not in UNEXPLAINED):
                 seen.add(now.id)
             state.put(key, now.running)
             if now.pending is not None:
-                self.in_line[now.id] = now.pending
+                state.hold(now.pending)  # until its holds are read below
                 touched.add(now.id)
             else:
-                self.in_line.pop(now.id, None)
                 self.holds.pop(now.id, None)
             if now.watched:
                 self.watched.add(now.id)
             else:
                 self.watched.discard(now.id)
         for job_id in touched:
-            job = self.in_line.get(job_id)
-            hold = read.holds.get(job_id)
+            key = str(job_id)
+            job = state.line.jobs.get(key) or state.held.get(key)
             if job is None:
                 continue
+            hold = read.holds.get(job_id)
             if hold is not None:
                 self.holds[job_id] = hold
-                state.unqueue(job.id)
+                state.hold(job)
             else:
                 self.holds.pop(job_id, None)
-                if job_id not in seen and state.line.jobs.get(job.id) is None:
+                if job_id not in seen and key not in state.line.jobs:
                     self.arrived.append(job_id)
-                if state.line.jobs.get(job.id) != job:
+                if state.line.jobs.get(key) != job:
                     state.queue(job)
 
     def compare(self, whole: SchedulingRead) -> None:
@@ -142,17 +141,19 @@ class KeptSnapshots:
         assert state is not None and whole.nodes is not None
         running = {r.job.id: r for j in whole.jobs if (r := j.running) is not None}
         in_line = {p.id: p for j in whole.jobs if (p := j.pending) is not None and j.id not in whole.holds}
-        expected = KeptState.of(whole.nodes, running.values(), in_line.values())
+        held = {p.id: p for j in whole.jobs if (p := j.pending) is not None and j.id in whole.holds}
+        expected = PoolState.of(Snapshot(whole.nodes, list(running.values()), list(in_line.values())))
+        not_draining = {job_id: r for job_id, r in running.items() if r.notice is None}
         problems = [
             what
             for what, same in (
                 ("nodes", list(state.nodes) == whole.nodes),
                 ("running jobs", state.running == running),
                 ("jobs in line", state.line.jobs == in_line),
-                ("held jobs", self.holds == whole.holds),
+                ("held jobs", self.holds == whole.holds and state.held == held),
                 ("free GPUs", dict(state.free) == dict(expected.free)),
                 ("GPUs per team", +state.team_gpus == +expected.team_gpus),
-                ("running index", state.index.jobs == expected.index.jobs),
+                ("running index", state.index.jobs == not_draining),
             )
             if not same
         ]

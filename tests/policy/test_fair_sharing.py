@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from tests.policy.oracle import decide
 
 from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Job, Node, PriorityScope, Reason, Snapshot, Team
-from gpupool.policy import decide
 from gpupool.testing import fill, job, on, pool, running, summary
 
 NOW = 10_000.0
@@ -255,18 +255,19 @@ def test_a_reclaim_wait_names_the_equal_class_jobs_whose_minimum_runtime_it_wait
     assert "inside their minimum runtime (normal: 5.0 min): job b0 for 4.0 min more" in wait.message
 
 
-@pytest.mark.decides_once
 def test_jobs_alike_of_teams_with_different_shares_search_for_victims_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpupool.policy import victims
+    from gpupool.policy import PoolState
+    from gpupool.policy import decide as decide_once
+    from gpupool.policy.preempt import notice
 
     calls = []
-    real = victims.find_victims
+    real = notice.find_victims
 
     def counted(*args: Any) -> Any:
         calls.append(args)
         return real(*args)
 
-    monkeypatch.setattr(victims, "find_victims", counted)
+    monkeypatch.setattr(notice, "find_victims", counted)
     names = "abcdefgh"
     nodes = pool(1, 4) + [Node(f"m{i}", 8, "other") for i in range(len(names))]
     held = [running(job("u", team="z", cls="urgent", gpus=4), on("n0", 0, 1, 2, 3))]
@@ -275,7 +276,7 @@ def test_jobs_alike_of_teams_with_different_shares_search_for_victims_once(monke
         for i, t in enumerate(names)
     ]
     pending = [job(f"p{t}", team=t, cls="high", gpus=4, gpu_type="gpu") for t in names]
-    decide(Snapshot(nodes, held, pending), config({}), NOW)
+    decide_once(PoolState.of(Snapshot(nodes, held, pending)), config({}), NOW)
     assert len(calls) == 1, "a search that found nothing for one team finds nothing for the next"
 
 

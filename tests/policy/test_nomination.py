@@ -13,9 +13,10 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 from test_properties import NOW, scenarios
+from tests.policy.oracle import decide
 
-from gpupool.model import DEFAULT_CLASSES, Config, Notice, Plan, Reason, RunningJob, Snapshot, Team
-from gpupool.policy import decide
+from gpupool.model import DEFAULT_CLASSES, Config, Plan, Reason, Snapshot, Team
+from gpupool.policy import PoolState
 from gpupool.policy.budget import budgeted_class
 from gpupool.testing import fill, job, pool
 
@@ -56,26 +57,23 @@ def reclaims(draw: st.DrawFn) -> tuple[Snapshot, Config]:
 
 
 def decisions(snapshot: Snapshot, config: Config, rounds: int) -> Iterator[tuple[Snapshot, Plan, float]]:
-    """Repeated decisions, each plan applied before the next: starts run, every victim leaves
-    and goes back in line (its preemptor nominated), time moves past every minimum runtime."""
-    running = {r.job.id: r for r in snapshot.running}
-    pending = {j.id: j for j in snapshot.pending}
+    """Repeated decisions, each plan carried out on the state before the next (`PoolState.apply`:
+    starts run, victims drain, preemptors are nominated); every victim then leaves and goes back
+    in line, and time moves past every minimum runtime. The jobs draining at the start drain for
+    jobs nominated as their notice nominated them."""
+    draining_for = {r.notice.for_job for r in snapshot.running if r.notice is not None}
+    pending = [replace(j, nominated=True) if j.id in draining_for else j for j in snapshot.pending]
+    state = PoolState.of(replace(snapshot, pending=pending))
     now = NOW
     for _ in range(rounds):
-        state = Snapshot(snapshot.nodes, list(running.values()), list(pending.values()), snapshot.usage)
-        plan = decide(state, config, now)
-        yield state, plan, now
-        for s in plan.starts:
-            started_job = replace(pending.pop(s.job), nominated=False)
-            running[s.job] = RunningJob(started_job, s.placement, now, priority=s.priority)
-        for p in plan.preemptions:
-            running[p.victim] = replace(running[p.victim], notice=Notice(p.for_job, p.deadline))
-        for r in [r for r in running.values() if r.notice is not None]:
-            del running[r.job.id]
-            pending[r.job.id] = replace(r.job, preemptions=r.job.preemptions + 1)
-            assert r.notice is not None
-            if r.notice.for_job in pending:
-                pending[r.notice.for_job] = replace(pending[r.notice.for_job], nominated=True)
+        shown = Snapshot(snapshot.nodes, list(state.running.values()), list(state.line), snapshot.usage)
+        plan = decide(shown, config, now)
+        yield shown, plan, now
+        state.apply(plan, now)
+        for job_id in list(state.draining):
+            left = state.end(job_id)
+            assert left is not None
+            state.queue(replace(left.job, preemptions=left.job.preemptions + 1))
         now += 1000.0
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpupool.model import Node
-from gpupool.policy.place import FreeGpus, FreeIndex
+from gpupool.model import Allocation, Node
+from gpupool.policy.free import FreeGpus, FreeIndex
 
 SIZES = st.lists(st.sampled_from([2, 4, 8]), min_size=1, max_size=8)
 
@@ -21,10 +21,11 @@ def test_first_fit_and_best_fit_agree_with_a_scan(data: st.DataObject) -> None:
         i = data.draw(st.integers(0, len(nodes) - 1))
         taken = [g for g in range(nodes[i].gpus) if g not in kept.free[i]]
         if len(taken) > 0 and data.draw(st.booleans()):
-            kept.give(nodes[i].name, taken[: data.draw(st.integers(1, len(taken)))])
+            kept.give((Allocation(nodes[i].name, tuple(taken[: data.draw(st.integers(1, len(taken)))])),))
         elif kept.free[i]:
-            kept.take(nodes[i].name, kept.free[i][: data.draw(st.integers(1, len(kept.free[i])))])
-    free = FreeGpus(nodes, (), kept)
+            gpus = kept.free[i][: data.draw(st.integers(1, len(kept.free[i])))]
+            kept.take((Allocation(nodes[i].name, gpus),))
+    free = FreeGpus(kept)
     for _ in range(data.draw(st.integers(0, 6))):  # a decision's own, on its overlay
         i = data.draw(st.integers(0, len(nodes) - 1))
         if free.free[i]:

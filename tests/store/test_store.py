@@ -109,9 +109,9 @@ def test_cancelling_a_running_job_asks_for_its_attempt_to_stop(store: Store) -> 
 
 def test_a_state_change_the_state_machine_forbids_is_refused(store: Store) -> None:
     job = started(store)
-    store.give_notice(job, 0, for_job=9, deadline=10.0, now=3.0, reason="priority", message="preempted")
+    store.give_notice(job, for_job=9, deadline=10.0, now=3.0, message="preempted")
     with pytest.raises(Conflict, match=r"job \d+: cannot go from preempting to preempting"):
-        store.give_notice(job, 0, for_job=9, deadline=10.0, now=4.0, reason="priority", message="again")
+        store.give_notice(job, for_job=9, deadline=10.0, now=4.0, message="again")
     assert store.job(job).state == JobState.PREEMPTING.value
 
 
@@ -143,7 +143,7 @@ def test_exit_zero_without_notice_succeeds_and_frees_the_gpus(store: Store) -> N
 
 def test_a_job_given_notice_is_requeued_even_when_it_exits_zero(store: Store) -> None:
     job = started(store, gpus=2)
-    store.give_notice(job, 0, for_job=99, deadline=40.0, now=10.0, reason="priority", message="preempted for 99")
+    store.give_notice(job, for_job=99, deadline=40.0, now=10.0, message="preempted for 99")
     assert store.job(job).state == JobState.PREEMPTING.value
     assert store.end_attempt(job, 0, 0, now=12.0) is JobState.PENDING
     row = store.job(job)
@@ -155,7 +155,7 @@ def test_a_job_given_notice_is_requeued_even_when_it_exits_zero(store: Store) ->
 
 def test_a_requeued_job_waits_from_the_end_of_its_last_attempt_that_ran(store: Store) -> None:
     requeued = started(store, gpus=2)
-    store.give_notice(requeued, 0, for_job=99, deadline=40.0, now=10.0, reason="priority", message="preempted")
+    store.give_notice(requeued, for_job=99, deadline=40.0, now=10.0, message="preempted")
     store.end_attempt(requeued, 0, 0, now=12.0)
     store.start_attempt(requeued, [Allocation("n0", (0, 1))], now=13.0, message="started")
     store.retry_launch(requeued, 1, now=14.0, why="no process left to fork")
@@ -176,7 +176,7 @@ def test_a_job_that_waited_on_a_dependency_waits_in_line_from_when_it_was_met(st
 
 def test_a_job_that_reported_completion_succeeds_even_after_notice(store: Store) -> None:
     job = started(store)
-    store.give_notice(job, 0, for_job=99, deadline=40.0, now=10.0, reason="priority", message="preempted")
+    store.give_notice(job, for_job=99, deadline=40.0, now=10.0, message="preempted")
     store.report_completed(job, 0, now=11.0)
     assert store.end_attempt(job, 0, 143, now=12.0) is JobState.SUCCEEDED
 
@@ -210,7 +210,7 @@ def test_heartbeats_and_commits_are_recorded_on_the_live_attempt(store: Store) -
     row = store.heartbeat(job, 0, now=4.0, step=1, phase="train")
     assert (row.step, row.phase, row.productive_at, row.notice_deadline) == (1, "train", 4.0, None)
     store.commit_checkpoint(job, 0, now=5.0, step=100, path="/ckpt/100")
-    store.give_notice(job, 0, for_job=7, deadline=65.0, now=6.0, reason="priority", message="preempted")
+    store.give_notice(job, for_job=7, deadline=65.0, now=6.0, message="preempted")
     assert store.heartbeat(job, 0, now=7.0, step=101, phase="save").notice_deadline == 65.0
     store.acknowledge(job, 0, now=7.5)
     with store.transaction() as s:
@@ -222,10 +222,10 @@ def test_heartbeats_and_commits_are_recorded_on_the_live_attempt(store: Store) -
 
 
 def test_a_plan_is_recorded_whole_and_the_snapshot_reads_it_back(store: Store) -> None:
-    from gpupool.policy import decide
+    from gpupool.policy import PoolState, decide
 
     low = store.submit(JobSpec(["sweep"], team="vision", priority="low", gpus=4), now=1.0)
-    plan = decide(store.snapshot(now=2.0), CONFIG, 2.0)
+    plan = decide(PoolState.of(store.snapshot(now=2.0)), CONFIG, 2.0)
     assert [s.job for s in plan.starts] == [str(low.id)]
     store.record_plan(plan, now=2.0)
     store.mark_running(low.id, 0, {"pid": 1, "started": "1"}, now=2.0)
@@ -234,7 +234,7 @@ def test_a_plan_is_recorded_whole_and_the_snapshot_reads_it_back(store: Store) -
     snapshot = store.snapshot(now=500.0)
     assert [r.job.id for r in snapshot.running] == [str(low.id)]
     assert [j.id for j in snapshot.pending] == [str(other.id), str(urgent.id)]
-    plan = decide(snapshot, CONFIG, 500.0)
+    plan = decide(PoolState.of(snapshot), CONFIG, 500.0)
     assert [(p.victim, p.for_job) for p in plan.preemptions] == [(str(low.id), str(urgent.id))]
     store.record_plan(plan, now=500.0)
     assert store.job(low.id).state == JobState.PREEMPTING.value
@@ -243,7 +243,7 @@ def test_a_plan_is_recorded_whole_and_the_snapshot_reads_it_back(store: Store) -
     assert again.running[0].notice is not None
     assert again.running[0].notice.for_job == str(urgent.id)
     # Nothing new is decided while the victim drains: the urgent job holds its placement.
-    assert decide(again, CONFIG, 501.0).preemptions == ()
+    assert decide(PoolState.of(again), CONFIG, 501.0).preemptions == ()
 
 
 def test_a_plan_that_would_hold_a_held_gpu_writes_nothing(store: Store) -> None:
@@ -297,7 +297,7 @@ def test_the_interruption_interval_counts_only_interruptions_the_job_could_not_a
     store.start_attempt(job.id, [Allocation("n0", (0,))], now=0.0, message="started")
     store.end_attempt(job.id, 0, 1, now=100.0)  # a failure: unannounced
     store.start_attempt(job.id, [Allocation("n0", (0,))], now=110.0, message="started")
-    store.give_notice(job.id, 1, for_job=99, deadline=300.0, now=200.0, reason="priority", message="for 99")
+    store.give_notice(job.id, for_job=99, deadline=300.0, now=200.0, message="for 99")
     store.acknowledge(job.id, 1, now=205.0)
     store.end_attempt(job.id, 1, 75, now=210.0)  # a notice it acted on: not counted
     store.start_attempt(job.id, [Allocation("n0", (0,))], now=220.0, message="started")  # still running

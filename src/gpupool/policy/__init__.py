@@ -1,34 +1,41 @@
-"""The pure scheduling core: `decide(snapshot, config, now) -> Plan`.
+"""The pure scheduling core: `decide(state, config, now) -> Plan`.
 
-No clock, no I/O, no randomness: the same snapshot, config and time give the same plan.
-The stages are plain modules: `order` (queue order), `place` (where), `preempt` (who could be
-a victim, and what protects it), `victims` (whom: the victim search), `bounds` (what the search
-could get from each node, to skip those that cannot help), `share` (GPUs per team), `drain`
-(GPUs held while victims drain), `budget` (priority budgets), `explain` (why nobody was given
-notice), `messages` (the words);
-`cycle` holds the working state of one decision and wires the stages together, `memo` what it
-remembers. `reference` is the exhaustive victim search the greedy one is measured against.
+No clock, no I/O, no randomness: the same state, config and time give the same plan. Every
+driver keeps one `PoolState` between decisions (`state`) and feeds it events; `decide` reads
+it and changes nothing. The stages are plain modules: `drain` (GPUs held for jobs whose victims
+drain), `queue` (the queue pass), `preempt` (the victim search, its rules and the words of why
+nobody was given notice); beside them `line` (the jobs in line and the queue order), `free`
+and `place` (free GPUs, where a job goes), `share` (GPUs per team), `budget` (priority budgets),
+`messages` (the words), `decision` (one decision's working state and what it decided) and
+`memo` (what it remembers). `reference` is the exhaustive victim search the greedy one is
+measured against.
 """
 
 from __future__ import annotations
 
-from gpupool.model import Config, Plan, Snapshot
-from gpupool.policy.cycle import Decision
+from gpupool.model import Config, Plan
+from gpupool.policy.decision import Decision
+from gpupool.policy.drain import hold_for_drains
 from gpupool.policy.place import can_ever_fit
+from gpupool.policy.preempt.candidates import ALL_SHORTCUTS, Shortcuts
+from gpupool.policy.queue import place_queue
+from gpupool.policy.state import PoolState
 
-__all__ = ["can_ever_fit", "decide"]
+__all__ = ["PoolState", "Shortcuts", "can_ever_fit", "decide"]
 
 
-def decide(snapshot: Snapshot, config: Config, now: float) -> Plan:
+def decide(state: PoolState, config: Config, now: float, shortcuts: Shortcuts = ALL_SHORTCUTS) -> Plan:
     """Decide which pending jobs start where and which running jobs get notice.
 
-    1. Build a private working state (free GPUs, GPUs per team) from the snapshot.
-    2. Jobs whose victims are draining hold the GPUs being freed for them; jobs whose victims
-       have left (nominated) come first in their class.
-    3. Take the queue in order; place each job on free GPUs, else preempt for it when the
-       policy allows and a sufficient set of victims exists, else say why it waits.
+    1. Take a working copy of what the decision changes: free GPUs, GPUs per team.
+    2. Jobs whose victims drain hold the GPUs being freed for them, in queue order; a job whose
+       held GPUs are all free starts. Drains for jobs that no longer wait are left to anyone.
+    3. Take the line in queue order: start each job on free GPUs, else hold the GPUs orphaned
+       drains free, else give notice to the cheapest sufficient victims when the policy allows,
+       else say why it waits.
+    4. Return the starts, notices and waits, and when to decide again.
     """
-    decision = Decision(snapshot, config, now)
-    decision.hold_for_drains()
-    decision.place_queue()
+    decision = Decision(state, config, now, shortcuts)
+    orphans = hold_for_drains(decision)
+    place_queue(decision, orphans)
     return decision.plan()

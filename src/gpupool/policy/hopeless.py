@@ -1,7 +1,7 @@
 """Jobs the queue pass need not try: alike to one that could neither start nor preempt.
 
 Within one decision free GPUs and candidates only shrink (see `memo.Memo`), so a job alike to
-one that could not start, found no victims or can never fit (same kind, `pending.Kind`, and
+one that could not start, found no victims or can never fit (same kind, `line.Kind`, and
 whether it is senior) meets the same fate: it waits, for the same reason. When waits are not
 explained (the simulator), nothing of such a job shows in the plan, but for when it becomes
 senior (`Plan.retry_at`). The pending index then goes by whole kinds of such jobs without the
@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from gpupool.model import Job, JobId
-from gpupool.policy.pending import Kind, PendingIndex, kind_of
+from gpupool.policy.line import Kind, Line, kind_of
 
 Alike = tuple[str, str | None, int, int | None, str, bool, bool]
-"""A pending job's kind (`pending.Kind`) and whether it is senior: jobs the queue pass treats alike."""
+"""A pending job's kind (`line.Kind`) and whether it is senior: jobs the queue pass treats alike."""
 
 F = TypeVar("F")
 
@@ -37,7 +37,7 @@ class Hopeless(Generic[F]):
 
     senior_after: float | None
     now: float
-    line: PendingIndex | None = None
+    line: Line | None = None
     skip: Set[JobId] = frozenset()
     fits: dict[Alike, F] = field(default_factory=dict)
     _left: dict[Kind, tuple[bool, bool]] = field(default_factory=dict)

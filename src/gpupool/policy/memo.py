@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpupool.model import Job
-from gpupool.policy.explain import Kept
-from gpupool.policy.place import FreeGpus, Group, Shape, fits_empty, job_shapes
+from gpupool.model import Job, PlacementRule
+from gpupool.policy.free import FreeGpus, Group, Shape, Slot
+from gpupool.policy.place import choose_slots, fits_empty, job_shapes
+from gpupool.policy.preempt.explain import Kept
 
 
 @dataclass(slots=True)
@@ -33,26 +34,32 @@ class Memo:
     explained: dict[tuple[object, ...], Kept] = field(default_factory=dict)
     """What kept waiting jobs from victims, by `explain.reading` and the teams' changes so far
     (candidates are chosen only as teams change)."""
-    _nodes_of: dict[tuple[Group, ...], list[int]] = field(default_factory=dict)
     _ever_fits: dict[tuple[Shape, ...], bool] = field(default_factory=dict)
 
     def shapes_of(self, job: Job) -> tuple[Shape, ...]:
         """Every way `job` could be laid out (computed once per kind of job and nodes' layout)."""
         key = (job.team, job.gpu_type, job.gpus, job.gpus_per_node)
-        shapes = self.free.shapes.get(key)
+        shapes = self.free.layout.shapes.get(key)
         if shapes is None:
-            shapes = self.free.shapes[key] = job_shapes(job, self.free)
+            shapes = self.free.layout.shapes[key] = job_shapes(job, self.free)
         return shapes
-
-    def nodes_in(self, groups: tuple[Group, ...]) -> list[int]:
-        """Indexes of the nodes of `groups`."""
-        if groups not in self._nodes_of:
-            self._nodes_of[groups] = [i for i, g in enumerate(self.free.group) if g in groups]
-        return self._nodes_of[groups]
 
     def nodes_of(self, shapes: tuple[Shape, ...]) -> list[int]:
         """Indexes of the nodes any of `shapes` may use, in pool order."""
-        return sorted({i for shape in shapes for i in self.nodes_in(shape.groups)})
+        return sorted({i for shape in shapes for i in self.free.nodes_in(shape.groups)})
+
+    def fit_slots(self, job: Job, rule: PlacementRule, *, lent: bool = False) -> list[Slot] | None:
+        """Slots on the first of the job's shapes that fits, by `rule`; a shape that did not fit
+        on free GPUs is remembered (see `no_fit`), unless GPUs were lent for the try."""
+        for shape in self.shapes_of(job):
+            if not lent and shape in self.no_fit:
+                continue
+            slots = choose_slots(shape, self.free, rule)
+            if slots is not None:
+                return slots
+            if not lent:
+                self.no_fit.add(shape)
+        return None
 
     def fits_ever(self, shapes: tuple[Shape, ...]) -> bool:
         """Whether one of `shapes` fits its nodes when they are all empty."""

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 from gpupool.model import Job, Node, Placement, PriorityClass, Reason
 from gpupool.policy.budget import BudgetedClass
-from gpupool.policy.explain import Kept
-from gpupool.policy.preempt import Candidate
+from gpupool.policy.preempt.candidates import Candidate
+from gpupool.policy.preempt.explain import Kept
 from gpupool.units import human_seconds, plural
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from itertools import combinations
 
 from gpupool.model import Config, Job, Node, PriorityClass, RunningJob, Snapshot
-from gpupool.policy.preempt import lost_work, protection
+from gpupool.policy.preempt.candidates import lost_work, protection
 
 Cost = tuple[tuple[int, ...], float, int]
 

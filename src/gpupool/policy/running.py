@@ -1,13 +1,12 @@
-"""The running jobs a victim search may look at, kept by a driver between decisions.
+"""The running jobs a victim search may look at, kept between decisions (`state.PoolState`).
 
-A decision that builds its preemption candidates from the running jobs pays for every one of
-them (on 10,000 nodes, 60,000 jobs), though a victim search looks at a few nodes. A driver that
-keeps a `RunningIndex` up to date (`add` at a start, `remove` at a notice or an exit,
-`checkpointed` at a commit) and gives it as `Snapshot.running_index` lets the decision build
+A decision that built its preemption candidates from every running job would pay for each of
+them (on 10,000 nodes, 60,000 jobs), though a victim search looks at a few nodes. The index is
+kept up to date as attempts start, get notice, end and commit checkpoints, and a decision builds
 only what it reads: the GPUs each (team, class) could give and the earliest end of a minimum
 runtime from the index's per-group lists, the bounds of every node from its arrays, and a
-node's candidates when a search first looks at that node. The decision is the one `decide`
-makes from the running jobs alone (tests/sim/test_kept_state.py, tests/policy/test_incremental.py).
+node's candidates when a search first looks at that node. The decision is the one candidates
+built from every running job give (tests/policy/oracle.py, the property tests' reference).
 """
 
 from __future__ import annotations
@@ -15,20 +14,28 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left, insort
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from gpupool.model import Config, JobId, Node, PriorityClass, RunningJob, Snapshot
-from gpupool.policy.bounds import Group, GroupsByNode
-from gpupool.policy.pending import PendingIndex
-from gpupool.policy.place import FreeGpus, FreeIndex
-from gpupool.policy.place import Group as NodeGroup
-from gpupool.policy.preempt import Candidate, Candidates, Crowd, ListedCrowd, lost_work, protection
+from gpupool.model import Config, JobId, Node, PriorityClass, RunningJob
+from gpupool.policy.free import FreeGpus
+from gpupool.policy.free import Group as NodeGroup
+from gpupool.policy.preempt.bounds import Group, GroupsByNode
+from gpupool.policy.preempt.candidates import (
+    ALL_SHORTCUTS,
+    Candidate,
+    Candidates,
+    Crowd,
+    ListedCrowd,
+    Shortcuts,
+    lost_work,
+    protection,
+)
 from gpupool.policy.share import TeamShares
 
 Key = tuple[str, str | None, str, int, int | None, int, frozenset[NodeGroup]]
@@ -71,26 +78,8 @@ class RunningIndex:
         self.job_gpus = array("d")
         self.since = array("d")
         self.restart = array("d")
-        self.refresh: Callable[[], None] | None = None
-        """Called once before a decision reads the index (the simulator brings checkpoints up
-        to date then, not at every decision)."""
 
-    @classmethod
-    def of(cls, nodes: Sequence[Node], running: Iterable[RunningJob]) -> RunningIndex:
-        """The index of `running`'s jobs that are not draining."""
-        index = cls(nodes)
-        for job in running:
-            if job.notice is None:
-                index.add(job)
-        return index
-
-    def read(self) -> None:
-        """Bring the index up to date before a decision reads it (see `refresh`)."""
-        if self.refresh is not None:
-            refresh, self.refresh = self.refresh, None
-            refresh()
-
-    # --- kept up to date by the driver ---------------------------------------------------
+    # --- kept up to date by the state -----------------------------------------------------
 
     def add(self, running: RunningJob) -> None:
         """A job started (or its attempt is no longer under notice)."""
@@ -212,13 +201,11 @@ class RunningIndex:
         class_of: Callable[[Key], PriorityClass],
         now: float,
         config: Config,
+        shortcuts: Shortcuts = ALL_SHORTCUTS,
     ) -> tuple[Candidates, dict[int, float]]:
         """One decision's candidates, with the earliest end of a minimum runtime per class
         value (what `Plan.retry_at` may be set to); `shares` as they stand at the decision's
         first victim search."""
-        if self.nodes is not free.nodes and list(self.nodes) != list(free.nodes):
-            raise ValueError("the running index was built for other nodes than the snapshot's")
-        self.read()
         free_nodes = len(free.free)
         classes = {k: class_of(key) for key, k in self.keys.items()}
         group_of: dict[int, Group] = {}
@@ -272,8 +259,7 @@ class RunningIndex:
             held,  # a row is one job's GPUs on one node
         )
         lazy = _LazyNodes(self, {key: classes[k] for key, k in self.keys.items()}, now, config, shares, in_min_runtime)
-        found = Candidates(free, shares, [None] * free_nodes, bounds, supply, source=lazy)
-        return found, expiring
+        return Candidates(free, shares, lazy, bounds, supply, shortcuts), expiring
 
 
 class _LazyNodes:
@@ -382,39 +368,4 @@ class _KeyCrowd:
         return (self.nodes.candidate(j) for j in self.ids if j not in self.apart and j not in self.chosen)
 
 
-def kept(snapshot: Snapshot) -> Snapshot:
-    """`snapshot` with all the state a driver keeps between decisions, built from its running
-    jobs: free GPUs (`FreeIndex`), GPUs per team, the drains, the pending jobs in line and the
-    running index. `decide`
-    must give the same plan on both (what the tests check)."""
-    free = FreeIndex(snapshot.nodes)
-    team_gpus: Counter[str] = Counter()
-    for running in snapshot.running:
-        for alloc in running.placement:
-            free.take(alloc.node, alloc.gpus)
-        if running.notice is None:
-            team_gpus[running.job.team] += running.job.gpus
-    return replace(
-        snapshot,
-        free=free,
-        team_gpus=+team_gpus,
-        draining=[r for r in snapshot.running if r.notice is not None],
-        pending_index=PendingIndex(snapshot.pending),
-        running_index=RunningIndex.of(snapshot.nodes, snapshot.running),
-    )
-
-
-def assert_matches(index: RunningIndex, running: Iterable[RunningJob]) -> None:
-    """Raise AssertionError unless `index` holds exactly the jobs of `running` not draining,
-    with one row per (job, node) (a check for tests)."""
-    expected = {r.job.id: r for r in running if r.notice is None}
-    assert index.jobs == expected, "the running index holds other jobs than the running ones"
-    held: Counter[tuple[JobId, int]] = Counter()
-    for r in expected.values():
-        for alloc in r.placement:
-            held[r.job.id, index.index[alloc.node]] += len(alloc.gpus)
-    rows = Counter({(index._row_job[k], index.node[k]): int(index.gpus[k]) for k in range(len(index._row_job))})
-    assert rows == held, "the running index's rows do not match its jobs"
-
-
-__all__ = ["Key", "RunningIndex", "assert_matches", "kept"]
+__all__ = ["Key", "RunningIndex"]

@@ -8,10 +8,10 @@ The queue order, reclaim and fair-share preemption all read them from here.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gpupool.model import RunningJob, Team
+from gpupool.model import Team
 
 
 @dataclass(slots=True)
@@ -25,20 +25,6 @@ class TeamShares:
     """How often the decision has changed them: what its memos of team rules are valid for."""
     _weights: dict[str, float] = field(default_factory=dict)
     _defaults: dict[str, Team] = field(default_factory=dict)
-
-    @classmethod
-    def of(
-        cls, teams: Mapping[str, Team], running: Iterable[RunningJob], kept: Mapping[str, int] | None = None
-    ) -> TeamShares:
-        """GPUs per team held by running jobs that are not draining (`kept` by the driver, or
-        counted from `running`)."""
-        if kept is not None:
-            return cls(teams, Counter(kept))
-        gpus: Counter[str] = Counter()
-        for job in running:
-            if job.notice is None:
-                gpus[job.job.team] += job.job.gpus
-        return cls(teams, gpus)
 
     def team(self, name: str) -> Team:
         """The team named `name` (one not configured has the defaults)."""

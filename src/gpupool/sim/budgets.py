@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import chain
 
-from gpupool.model import Team
+from gpupool.model import Team, budget_use
 
 
 @dataclass(slots=True)
@@ -38,13 +39,11 @@ class BudgetMeter:
         """GPU-seconds per (team, class) inside each budget's window ending at `now`."""
         if not self.windows:
             return {}
-        use = dict.fromkeys(self.windows, 0.0)
+        use = {}
         for key, window in self.windows.items():
-            since = now - window
             done = self.ended.get(key)
-            while done and done[0][1] <= since:
+            while done and done[0][1] <= now - window:
                 done.popleft()
-            use[key] += sum(gpus * (end - max(start, since)) for start, end, gpus in done or ())
-        for key, started, gpus in self.running.values():
-            use[key] += gpus * (now - max(started, now - self.windows[key]))
+            running = ((started, None, gpus) for of, started, gpus in self.running.values() if of == key)
+            use[key] = budget_use(chain(done or (), running), now, window)
         return use

@@ -123,13 +123,6 @@ class AttemptsStore(StoreBase):
                 if job.state == JobState.STARTING.value:
                     self.move(s, job, JobState.RUNNING, now, f"running {where}".strip(), attempt=attempt)
 
-    def give_notice(
-        self, job_id: int, attempt: int, for_job: int, deadline: float, now: float, reason: str, message: str
-    ) -> None:
-        """Record a preemption before it is carried out: RUNNING or STARTING → PREEMPTING."""
-        with self.transaction() as s:
-            self.notice_in(s, job_id, attempt, for_job, deadline, now, reason, message)
-
     def notice_in(
         self,
         s: Session,
@@ -145,9 +138,6 @@ class AttemptsStore(StoreBase):
         # A job already in the grace of its time limit keeps the earlier deadline.
         deadline = min(deadline, row.notice_deadline) if row.notice_deadline is not None else deadline
         row.notice_at, row.notice_deadline, row.notice_for = now, deadline, for_job
-        preemptor = s.get(JobRow, for_job, with_for_update=True)
-        if preemptor is not None and preemptor.nominated_at is None:
-            preemptor.nominated_at = now
         job = self.locked_job(s, job_id)
         self.move(s, job, JobState.PREEMPTING, now, message, attempt=attempt, reason=reason, deadline=deadline)
 

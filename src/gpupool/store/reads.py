@@ -30,6 +30,7 @@ from gpupool.model import (
     RunningJob,
     Team,
     Wait,
+    budget_use,
 )
 from gpupool.settle import AttemptOutcome
 from gpupool.store.base import chunks
@@ -317,10 +318,7 @@ class ReadsStore(HoldsStore):
                 .where(func.coalesce(AttemptRow.priority, JobRow.priority) == budget.priority)
                 .where((AttemptRow.ended_at.is_(None)) | (AttemptRow.ended_at > since))
             )
-            usage[(budget.team, budget.priority)] = sum(
-                gpus * max(0.0, min(ended if ended is not None else now, now) - max(started, since))
-                for started, ended, gpus in rows
-            )
+            usage[(budget.team, budget.priority)] = budget_use(rows, now, budget.window)
         return usage
 
 

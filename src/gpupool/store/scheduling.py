@@ -8,7 +8,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from gpupool.errors import Conflict
-from gpupool.model import Plan, Snapshot, Wait
+from gpupool.model import Plan, Preempt, Reason, Snapshot, Wait
 from gpupool.store.attempts import AttemptsStore
 from gpupool.store.reads import JOB_COLUMNS, TIME_LIMIT, ReadsStore, core_job
 from gpupool.store.schema import BudgetRow, JobRow
@@ -30,6 +30,12 @@ class SchedulingStore(AttemptsStore, ReadsStore):
         pending = [j.pending for j in read.jobs if j.pending is not None and j.id not in read.holds]
         return Snapshot(read.nodes, running, pending, read.usage, teams=read.teams), list(read.holds.values())
 
+    def give_notice(self, job_id: int, for_job: int, deadline: float, now: float, message: str) -> None:
+        """Record one notice, by priority, as a plan of it alone (`record_plan`)."""
+        self.record_plan(
+            Plan(preemptions=(Preempt(str(job_id), str(for_job), deadline, Reason.PRIORITY, message),)), now
+        )
+
     def budget_use(self, now: float) -> tuple[list[BudgetRow], dict[tuple[str, str], float]]:
         """Every budget, and GPU-seconds spent per (team, class) inside its window."""
         with self.reading() as s:
@@ -46,6 +52,10 @@ class SchedulingStore(AttemptsStore, ReadsStore):
                     victim = int(p.victim)
                     attempt = self.locked_job(s, victim).attempts - 1
                     self.notice_in(s, victim, attempt, int(p.for_job), p.deadline, now, p.reason.value, p.message)
+                for job_id in plan.nominated:
+                    preemptor = s.get(JobRow, int(job_id), with_for_update=True)
+                    if preemptor is not None and preemptor.nominated_at is None:
+                        preemptor.nominated_at = now
                 for start in plan.starts:
                     token = (tokens or {}).get(start.job)
                     self.start_in(s, int(start.job), start.placement, now, start.message, token, start.priority)

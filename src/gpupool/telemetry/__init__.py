@@ -31,7 +31,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import generate_latest
 
 from gpupool.accounting import AttemptRecord, goodput
-from gpupool.model import Plan, Reason, Snapshot
+from gpupool.model import Plan, Reason
+from gpupool.policy import PoolState
 from gpupool.store import Store
 from gpupool.store.telemetry import Committed, Happened
 from gpupool.telemetry.gauges import gauge, pool_gauges
@@ -170,11 +171,11 @@ class Telemetry:
 
     # --- the observer of the control loop -------------------------------------------------------
 
-    def on_decision(self, now: float, snapshot: Snapshot, plan: Plan, seconds: float) -> None:
+    def on_decision(self, now: float, state: PoolState, plan: Plan, seconds: float) -> None:
         self.decisions.observe(seconds)
-        self.snapshot_jobs.labels("pending").set(len(snapshot.pending))
-        self.snapshot_jobs.labels("running").set(len(snapshot.running))
-        self.snapshot_nodes.set(len(snapshot.nodes))
+        self.snapshot_jobs.labels("pending").set(len(state.line))
+        self.snapshot_jobs.labels("running").set(len(state.running))
+        self.snapshot_nodes.set(len(state.nodes))
         self.last_decision.set(now)
 
     def on_tick(self, now: float, changed: bool) -> None:

@@ -16,18 +16,15 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpupool.model import Job, PriorityClass, PriorityScope, Reason
-from gpupool.policy.place import Group
-from gpupool.policy.preempt import Candidate, Crowd, ProtectionRule
+from gpupool.model import Job, PriorityClass
+from gpupool.policy.free import Group
+from gpupool.policy.preempt.candidates import Candidate, Crowd, ProtectionRule
+from gpupool.policy.preempt.rules import Preemptor, by_place, could_take, refusal, takes_to_floor
 from gpupool.policy.share import TeamShares
-from gpupool.policy.victims import Leaving, Preemptor, eligibility, open_to_seniority, passed, takes_back
 from gpupool.units import human_seconds
 
 SHOWN = 3
 """Jobs named per rule; the others are counted."""
-
-_NOBODY = Leaving()
-"""The victims chosen before a candidate is read alone: none (never changed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,12 +107,12 @@ def kept_from(
             continue
         sample = crowd.sample
         rule = sample.protection.rule if sample.protection is not None else None
-        if rule is ProtectionRule.MIN_RUNTIME or one_by_one or _by_place(sample, searches):
+        if rule is ProtectionRule.MIN_RUNTIME or one_by_one or by_place(sample, searches):
             for c in crowd.members():
                 _read_one(c, job, cls, searches, strict, by_team, senior, shares, now, found)
             continue
         if rule is not None:
-            if _protects(sample, job, cls, by_team, senior, shares):
+            if could_take(sample, job.team, cls, by_team, senior, shares):
                 words, detail = _protection_words(sample, now)
                 found.lasting.setdefault(words, []).append((_Run(crowd.first(SHOWN), crowd.count()), detail))
             continue
@@ -123,7 +120,9 @@ def kept_from(
             continue
         refused = refusal(sample, searches, shares)
         if refused is not None:
-            found.refused.setdefault(refused, []).append(_Run(crowd.first(SHOWN), crowd.count()))
+            found.refused.setdefault((refused.rule, refused.numbers), []).append(
+                _Run(crowd.first(SHOWN), crowd.count())
+            )
         elif any(takes_to_floor(sample, who, shares) for who in strict):
             found.floored.setdefault(sample.team, []).append((_Run(crowd.first(SHOWN), crowd.count()), sample.gpus))
     # Each of a team's jobs may be taken alone, but not all that would be needed together.
@@ -149,7 +148,7 @@ def _read_one(
 ) -> None:
     """Read one candidate as its crowd would be read, by its own place in line."""
     if c.protection is not None:
-        if _protects(c, job, cls, by_team, senior, shares):
+        if could_take(c, job.team, cls, by_team, senior, shares):
             words, detail = _protection_words(c, now)
             if c.protection.until is not None:
                 found.protected.append((c.protection.until, c.id, words, f"job {c.id}{detail}"))
@@ -160,34 +159,9 @@ def _read_one(
         return
     refused = refusal(c, searches, shares)
     if refused is not None:
-        found.refused.setdefault(refused, []).append(_Run([c.id], 1))
+        found.refused.setdefault((refused.rule, refused.numbers), []).append(_Run([c.id], 1))
     elif any(takes_to_floor(c, who, shares) for who in strict):
         found.floored.setdefault(c.team, []).append((_Run([c.id], 1), c.gpus))
-
-
-def _by_place(c: Candidate, searches: Sequence[Preemptor]) -> bool:
-    """Whether a search could tell the members of `c`'s crowd apart by their place in line:
-    seniority takes smaller jobs submitted after its job (`passed`), and fair share leaves
-    larger ones submitted before it (`takes_back`)."""
-    for who in searches:
-        if who.place is None:
-            continue
-        if who.senior and c.gpus < who.gpus and c.cls.value <= who.cls.value:
-            return True
-        if c.cls.value >= who.cls.value and c.gpus > who.gpus:
-            return True
-    return False
-
-
-def _protects(
-    c: Candidate, job: Job, cls: PriorityClass, by_team: bool, senior: Preemptor | None, shares: TeamShares
-) -> bool:
-    """Whether `c`, protected, is a job the waiting one could otherwise take."""
-    if c.cls.value < cls.value:
-        return True
-    return c.cls.value == cls.value and (
-        (by_team and c.team != job.team) or (senior is not None and open_to_seniority(c, senior, shares))
-    )
 
 
 def _protection_words(c: Candidate, now: float) -> tuple[str, str]:
@@ -228,51 +202,3 @@ def _summary(found: _Reading) -> Kept:
         for (rule, numbers), runs in sorted(found.refused.items())
     )
     return Kept(protected, refused)
-
-
-def takes_to_floor(candidate: Candidate, who: Preemptor, shares: TeamShares) -> bool:
-    """Whether `who` (its rules without crossing a guarantee) may take `candidate` only down to
-    its team's guarantee."""
-    found = eligibility(candidate, who, shares, _NOBODY)
-    if found is None:
-        return False
-    other = candidate.team != who.team
-    scoped = who.scope is PriorityScope.ABOVE_GUARANTEE and other
-    return found[0] in (Reason.RECLAIM, Reason.FAIR_SHARE) or (found[0] is Reason.SENIORITY and other) or scoped
-
-
-def refusal(c: Candidate, searches: Sequence[Preemptor], shares: TeamShares) -> tuple[str, str] | None:
-    """The team rule that keeps the searches of a job (the last one is the widest) from taking
-    the unprotected candidate `c`, as (rule, numbers); None when no team rule does (one of
-    them may take `c`, or `c`'s class is too high)."""
-    who = searches[-1]
-    if c.team == who.team or c.cls.value > who.cls.value:
-        return None
-    if any(eligibility(c, search, shares, _NOBODY) is not None for search in searches):
-        return None
-    held, floor = shares.gpus[c.team], shares.guarantee(c.team)
-    below_floor = ("guarantee floor", f"team {c.team} holds {held} GPUs, {floor} guaranteed")
-    if passed(c, who):
-        return below_floor
-    if c.cls.value < who.cls.value and who.cls.may_preempt:
-        if who.scope is PriorityScope.TEAM:
-            return (f"priority preemption takes only team {who.team}'s own jobs (policy.priority_preemption: team)", "")
-        if who.scope is PriorityScope.ABOVE_GUARANTEE and held - c.gpus < floor:
-            return below_floor
-        return None
-    if who.reclaim and held > floor:
-        return None
-    if who.fair_share:
-        if held - c.gpus < floor:
-            return below_floor
-        if takes_back(c, who):
-            return ("seniority", "larger and submitted before it: it could take the GPUs back, so fair share leaves it")
-        after = shares.share(c.team, -c.gpus)
-        if after < who.final_share:
-            return (
-                "fair share",
-                f"team {c.team} would have a share of {after:g} after, below team {who.team}'s "
-                f"{who.final_share:g} with this job",
-            )
-        return None
-    return below_floor if who.reclaim else None

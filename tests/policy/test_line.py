@@ -1,4 +1,4 @@
-"""The pending index gives the jobs in the order `order.queue_order` gives them, and passes the
+"""The line gives the jobs in the order the sort of `oracle.queue_order` gives them, and passes the
 jobs of hopeless kinds without changing the order of the others: checked against
 `queue_order` with a consumer that, at every job it is given, changes teams' shares (up, as a
 start does, or down, as a notice to a team's job does) and marks kinds hopeless, as the queue
@@ -10,10 +10,10 @@ import random
 
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.policy.oracle import queue_order
 
 from gpupool.model import Job, QueueOrder
-from gpupool.policy.order import queue_order
-from gpupool.policy.pending import Kind, PendingIndex, kind_of
+from gpupool.policy.line import Kind, Line, kind_of
 
 TEAMS = "abc"
 
@@ -43,7 +43,7 @@ def consume(jobs: list[Job], seed: int, order: QueueOrder, indexed: bool, skip: 
     values = {"high": 100, "low": 0}
     given_ids = []
     if indexed:
-        stream = PendingIndex(jobs).queue(
+        stream = Line(jobs).in_order(
             lambda team, asked: values[asked], order, shares.__getitem__, skip, hopeless.__contains__
         )
     else:
@@ -51,7 +51,7 @@ def consume(jobs: list[Job], seed: int, order: QueueOrder, indexed: bool, skip: 
         stream = queue_order(pending, order, shares.__getitem__)
     for job in stream:
         if kind_of(job) in hopeless:
-            assert not indexed, f"the index gave {job.id}, of a kind it was told is hopeless"
+            assert not indexed, f"the line gave {job.id}, of a kind it was told is hopeless"
             continue
         given_ids.append(job.id)
         move = rng.random()
@@ -96,7 +96,7 @@ def test_a_team_whose_share_fell_keeps_its_turn_at_its_next_job_passed() -> None
     for indexed in (True, False):
         shares = {"a": 1.0, "b": 1.0}
         if indexed:
-            stream = PendingIndex(jobs).queue(
+            stream = Line(jobs).in_order(
                 lambda t, a: 0, QueueOrder.PRIORITY, shares.__getitem__, set(), hopeless.__contains__
             )
         else:

@@ -1,13 +1,17 @@
-"""The pending jobs in line, kept by a driver between decisions.
+"""The line: the pending jobs the core sees, kept between decisions, and the queue order.
 
-A decision that orders the queue from the snapshot's pending jobs reads every one of them and
-sorts them (100,000 at the scale of the largest clusters), though most decisions start a few.
-A driver that keeps a `PendingIndex` (`add` at an arrival or a requeue, `remove` at a start or
-a cancel, `add` again for a changed job) and gives it as `Snapshot.pending_index` lets the queue
-pass take the jobs as they come, from lists already in submit order: one per kind of job
-(team, class asked, nominated, size, layout, GPU type). The kinds also let the pass go by the jobs
-alike to one that could neither start nor preempt, a kind at a time, when nothing it would do
-for them shows in the plan (`Decision.place_queue`).
+Jobs are kept per kind of job (team, class asked, nominated, size, layout, GPU type), each
+kind's list in submit order (`submit_key`), so that a decision takes them in queue order as
+they come (`Line.in_order`) rather than sorting every pending job (100,000 at the scale of the
+largest clusters) though most decisions start a few. The kinds also let the queue pass go by
+the jobs alike to one that could neither start nor preempt, a kind at a time, when nothing it
+would do for them shows in the plan (`queue.place_queue`).
+
+The queue order (architecture.md, "Policy" 1): by class value (highest first); within a class
+the jobs whose victims have left (nominated) first, in submit order, then the teams' jobs by
+weighted round-robin: the team with the lowest weighted share goes next, its share read again
+each time its turn comes (a team that just got GPUs in the pass falls back behind teams that got
+none), its jobs in submit order. `FIFO` is submit order alone.
 """
 
 from __future__ import annotations
@@ -17,11 +21,6 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 
 from gpupool.model import Job, JobId, QueueOrder
-from gpupool.policy.order import submit_key
-
-INDEXED_FROM = 1000
-"""The queue pass takes the jobs from a driver's index from this many pending jobs on; a
-shorter queue is sorted as it is, which costs less at that size (the plan is the same)."""
 
 Kind = tuple[str, str | None, int, int | None, str, bool]
 """(team, gpu_type, gpus, gpus_per_node, class asked, nominated): jobs the queue pass treats
@@ -30,11 +29,16 @@ alike (with whether they are senior, which the clock decides)."""
 Entry = tuple[tuple[float, int, str], Job]
 
 
+def submit_key(job: Job) -> tuple[float, int, str]:
+    """Original submit time, then arrival order; the id keeps the order total."""
+    return (job.submit_time, job.order, job.id)
+
+
 def kind_of(job: Job) -> Kind:
     return (job.team, job.gpu_type, job.gpus, job.gpus_per_node, job.priority, job.nominated)
 
 
-class PendingIndex:
+class Line:
     """The pending jobs by id, and per kind in submit order (`submit_key`)."""
 
     def __init__(self, jobs: Iterable[Job] = ()) -> None:
@@ -64,7 +68,7 @@ class PendingIndex:
         kind = kind_of(job)
         entries = self.kinds[kind]
         at = bisect_left(entries, (submit_key(job),))
-        assert entries[at][1] is job, f"pending index lost the place of job {job_id}"
+        assert entries[at][1] is job, f"the line lost the place of job {job_id}"
         del entries[at]
         if not entries:
             del self.kinds[kind]
@@ -74,11 +78,11 @@ class PendingIndex:
         """The jobs of `job`'s kind after it in line (it must be in the index)."""
         entries = self.kinds[kind_of(job)]
         at = bisect_left(entries, (submit_key(job),))
-        assert entries[at][1] is job, f"pending index lost the place of job {job.id}"
+        assert entries[at][1] is job, f"the line lost the place of job {job.id}"
         for _, later in entries[at + 1 :]:
             yield later
 
-    def queue(
+    def in_order(
         self,
         value_of: Callable[[str, str], int],
         order: QueueOrder,
@@ -86,12 +90,13 @@ class PendingIndex:
         skip: set[JobId],
         hopeless: Callable[[Kind], bool] | None = None,
     ) -> Iterator[Job]:
-        """The jobs in the order `order.queue_order` gives them, without those of `skip`; a
-        job's class value is `value_of(team, class asked)`.
+        """The jobs in queue order (the module's docstring), without those of `skip`; a job's
+        class value is `value_of(team, class asked)`, a team's weighted share `share(team)`,
+        read again when the team's turn comes.
 
         With `hopeless`, jobs of the kinds it names are passed without being given: the caller
         says that such a job would only wait, with nothing to show for it. They are passed as
-        `queue_order` would have given them, so that the others come in the same order (see
+        the queue order would have given them, so that the others come in the same order (see
         `_pass_tied`)."""
         lines: dict[tuple[int, str | None], list[tuple[Kind, list[Entry]]]] = {}
         for kind, entries in self.kinds.items():
@@ -111,7 +116,8 @@ class PendingIndex:
             queues = {team: _Line(kinds, skip) for (v, team), kinds in lines.items() if v == value and team is not None}
             heap = [(share(team), *q.head_key(), team) for team, q in queues.items() if q.heads]
             heapq.heapify(heap)
-            # As in order.queue_order: a team's share is read again when its turn comes.
+            # A team's share is read again when its turn comes: if it got GPUs since its turn
+            # was queued, it competes again at its new share.
             while heap:
                 if (
                     hopeless is not None
@@ -161,9 +167,9 @@ def _pass_tied(
     hopeless: Callable[[Kind], bool],
     effort: _Effort,
 ) -> bool:
-    """Pass, at once, the hopeless jobs `queue_order` would give before the next job that is
+    """Pass, at once, the hopeless jobs the queue order would give before the next job that is
     not, when the first turns are all at one share that is still each team's (False, changing
-    nothing, otherwise: the caller takes one turn as `queue_order` does).
+    nothing, otherwise: the caller takes one turn as the queue order does).
 
     Teams at one share take their turns in submit order, merged; passed jobs change no share,
     so every job of these teams before the first one that is not hopeless (of any of them) is

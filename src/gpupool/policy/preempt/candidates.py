@@ -1,6 +1,6 @@
-"""Who could be given notice: running jobs as candidates, and the rules that protect them.
-
-The search for victims among them is `victims.py`."""
+"""Who could be given notice: running jobs as one decision's candidates, what protects them
+(a class that is not preemptible, a minimum runtime, a preemption cap) and what taking them
+would cost. The rules of who may take whom are `rules.py`, the search among them `search.py`."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from enum import Enum
 from typing import Protocol
 
 from gpupool.model import Config, JobId, PriorityClass, RunningJob
-from gpupool.policy.bounds import Bounds, Group, GroupsByNode, Rank, bounds_of, ranked
-from gpupool.policy.place import FreeGpus
-from gpupool.policy.place import Group as NodeGroup
+from gpupool.policy.free import FreeGpus
+from gpupool.policy.free import Group as NodeGroup
+from gpupool.policy.preempt.bounds import Bounds, Group, GroupsByNode, Rank, bounds_of, ranked, unbounded
 from gpupool.policy.share import TeamShares
 
 
@@ -158,15 +158,25 @@ class ListedCrowd:
         return (c for c in self.listed if c.id not in self.chosen)
 
 
-def crowd_key(c: Candidate, groups: frozenset[NodeGroup]) -> tuple[object, ...]:
-    """What the members of one crowd share (a minimum runtime's words are each job's own)."""
-    guard = c.protection
-    words = None if guard is None or guard.rule is ProtectionRule.MIN_RUNTIME else guard.text
-    return (c.team, c.cls, c.gpus, guard.rule if guard is not None else None, words, groups)
+@dataclass(frozen=True, slots=True)
+class Shortcuts:
+    """The victim search's shortcuts, each of which changes no choice (a property test turns
+    them off): a search gives up at once when no rule could free enough GPUs anywhere
+    (`give_up`); it looks at nodes in the order of a lower bound of their score and stops at the
+    first that cannot beat its best (`bounds`); searches that rank the candidates' groups in the
+    same order share the arrays of their bounds (`share_bounds`)."""
+
+    give_up: bool = True
+    bounds: bool = True
+    share_bounds: bool = True
+
+
+ALL_SHORTCUTS = Shortcuts()
 
 
 class NodeSource(Protocol):
-    """Where candidates built lazily come from (`running.RunningIndex`'s per-decision view)."""
+    """Where a decision's candidates come from, built as they are first read (the running
+    index's view of one decision, `running.RunningIndex.candidates`)."""
 
     def on(self, node: int) -> list[Candidate]: ...
 
@@ -181,69 +191,36 @@ class Candidates:
 
     free: FreeGpus
     shares: TeamShares
-    on_node: list[list[Candidate] | None]
-    """Candidates per node index, in snapshot order; `at` sorts a node's list in place into
-    `victim_order` when it is first read. None: not built yet, `source` builds it."""
+    source: NodeSource
     groups: GroupsByNode
-    """Per node, what the bounds of a search are made of. Built from a `source`, its rows also
-    count candidates inside their minimum runtime: a looser bound, the same choice."""
+    """Per node, what the bounds of a search are made of. Its rows may also count candidates
+    inside their minimum runtime: a looser bound, the same choice."""
     supply: Counter[Group]
     """GPUs held by the unprotected candidates not yet chosen, per group: what lets a search see
     at once that no rule could free enough anywhere."""
+    shortcuts: Shortcuts = ALL_SHORTCUTS
+    on_node: list[list[Candidate] | None] = field(init=False)
+    """Candidates per node index, in node order; `at` builds a node's list from `source` and
+    sorts it into `victim_order` when it is first read (most nodes' never are)."""
     chosen: set[JobId] = field(default_factory=set)
-    source: NodeSource | None = None
     _bounds: dict[tuple[int, ...], Bounds] = field(default_factory=dict)
-    _ordered: set[int] = field(default_factory=set)
     _crowds: list[Crowd] | None = None
 
-    @classmethod
-    def of(cls, free: FreeGpus, shares: TeamShares, candidates: Iterable[Candidate]) -> Candidates:
-        """The candidates indexed by the nodes they hold GPUs on, with their groups and supply."""
-        on_node: list[list[Candidate]] = [[] for _ in free.free]
-        supply: Counter[Group] = Counter()
-        held: dict[tuple[int, str, int], tuple[int, float, int]] = {}
-        for candidate in candidates:
-            slots = candidate.slots
-            if len(slots) == 1:
-                node, ids = slots[0]
-                on_node[node].append(candidate)
-                layout = [(node, len(ids))]
-            else:
-                layout = [(i, candidate.gpus_on(i)) for i in {i for i, _ in slots}]
-                for i, _ in layout:
-                    on_node[i].append(candidate)
-            if candidate.protection is not None:
-                continue
-            team, value, cost = candidate.team, candidate.cls.value, candidate.cost
-            for i, gpus in layout:
-                supply[team, value] += gpus
-                found = held.get((i, team, value))
-                held[i, team, value] = (
-                    (gpus, cost, gpus) if found is None else (found[0] + gpus, min(found[1], cost), max(found[2], gpus))
-                )
-        return cls(free, shares, [*on_node], GroupsByNode.of(len(on_node), held), supply)
+    def __post_init__(self) -> None:
+        self.on_node = [None] * len(self.free.free)
 
     def at(self, node: int) -> list[Candidate]:
         """The candidates of node `node`, in `victim_order` (sorted when first asked for: most
         nodes' never are)."""
         here = self.on_node[node]
         if here is None:
-            assert self.source is not None
             here = self.on_node[node] = self.source.on(node)
-        if node not in self._ordered:
-            self._ordered.add(node)
             here.sort(key=victim_order)
         return here
 
     def with_min_runtime(self, nodes: Iterable[int]) -> Iterator[Candidate]:
         """The candidates on `nodes` inside their minimum runtime (a gang on several of them
         may come more than once)."""
-        if self.source is None:
-            for i in nodes:
-                for c in self.on_node[i] or ():
-                    if c.protection is not None and c.protection.until is not None:
-                        yield c
-            return
         wanted = set(nodes)
         for c in self.source.with_min_runtime():
             if any(i in wanted for i, _ in c.slots):
@@ -252,19 +229,7 @@ class Candidates:
     def crowds(self) -> list[Crowd]:
         """Every candidate, by crowd (built when a wait is first explained)."""
         if self._crowds is None:
-            if self.source is not None:
-                self._crowds = self.source.crowds(self.chosen)
-            else:
-                by_key: dict[tuple[object, ...], tuple[list[Candidate], frozenset[NodeGroup]]] = {}
-                seen: set[JobId] = set()
-                group = self.free.group
-                for here in self.on_node:
-                    for c in here or ():
-                        if c.id not in seen:
-                            seen.add(c.id)
-                            groups = frozenset(group[i] for i, _ in c.slots)
-                            by_key.setdefault(crowd_key(c, groups), ([], groups))[0].append(c)
-                self._crowds = [ListedCrowd(listed, groups, self.chosen) for listed, groups in by_key.values()]
+            self._crowds = self.source.crowds(self.chosen)
         return self._crowds
 
     def bounds(self, ranks: Mapping[Group, Rank | None]) -> Bounds:
@@ -272,10 +237,13 @@ class Candidates:
         them in the same order share their arrays (those of one class, of one team's senior
         jobs, reclaims while the teams above their guarantees keep their order): the groups
         never change within a decision."""
+        counts = self.free.counts_at_start
+        if not self.shortcuts.bounds:
+            return unbounded(counts)
         admitted, places = ranked(self.groups, ranks)
-        found = self._bounds.get(places)
+        found = self._bounds.get(places) if self.shortcuts.share_bounds else None
         if found is None:
-            found = self._bounds[places] = bounds_of(self.groups, admitted, places, self.free.counts_at_start())
+            found = self._bounds[places] = bounds_of(self.groups, admitted, places, counts)
         elif found.ranks != admitted:
             found = replace(found, ranks=admitted)
         return found

@@ -195,3 +195,13 @@ def bounds_of(groups: GroupsByNode, admitted: list[Rank], places: Sequence[int],
         (lowest, cost, largest, gpus),
         (nodes[at_lowest], single, lowest_cost),
     )
+
+
+def unbounded(free: npt.NDArray[np.intp]) -> Bounds:
+    """`Bounds` that rule out no node (a search without this shortcut): every node could free
+    any number of GPUs at no cost, at the lowest rank."""
+    n = len(free)
+    huge = 10**9
+    arrays = (np.zeros(n, dtype=np.intp), np.full(n, -np.inf), np.full(n, huge), np.full(n, huge))
+    rows = (np.arange(n, dtype=np.intp), np.full(n, float(huge)), np.full(n, -np.inf))
+    return Bounds([huge] * n, [0] * n, [-math.inf] * n, [()], [huge] * n, np.asarray(free), arrays, rows)
