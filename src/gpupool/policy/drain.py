@@ -30,6 +30,8 @@ def hold_for_drains(decision: Decision) -> Orphans:
     """Every job whose victims drain holds their GPUs, plus free ones, before anything else is
     placed, in queue order; only then does a job whose held placement is all free GPUs start.
     Returns the drains whose preemptor no longer waits."""
+    if not decision.state.draining:
+        return Orphans([])
     draining_for, orphans = _drains(decision.state.draining.values(), decision.state.line.jobs)
     waiting = Line(decision.state.line.jobs[job_id] for job_id in draining_for)
     held: list[tuple[Job, Placement, list[RunningJob]]] = []

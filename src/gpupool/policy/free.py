@@ -8,6 +8,7 @@ one in. Building the working copy costs the same on 10 nodes as on 10,000.
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -91,8 +92,9 @@ class FreeIndex(Mapping[str, tuple[int, ...]]):
         self.nodes = nodes
         self.layout = Layout.of(nodes)
         self.free: list[tuple[int, ...]] = [tuple(range(node.gpus)) for node in nodes]
-        self.counts = np.array([node.gpus for node in nodes], dtype=np.intp)
-        """Free GPUs per node, as an array (what the victim search's bounds read)."""
+        self.counts = array("q", [node.gpus for node in nodes])
+        """Free GPUs per node, as a typed array: written one node at a time (which numpy makes
+        slow), read whole by the victim search's bounds (`count_array`)."""
         self.buckets: dict[Group, list[list[int]]] = {
             group: [[] for _ in range(self.layout.capacity + 1)] for group in self.layout.sizes
         }
@@ -108,6 +110,10 @@ class FreeIndex(Mapping[str, tuple[int, ...]]):
     def __len__(self) -> int:
         return len(self.free)
 
+    def count_array(self) -> npt.NDArray[np.intp]:
+        """Free GPUs per node as a numpy array: a view of `counts`, valid until they change."""
+        return np.frombuffer(self.counts, dtype=np.intp) if len(self.counts) else np.zeros(0, dtype=np.intp)
+
     def take(self, placement: Placement) -> None:
         """The GPUs of `placement` are now held by an attempt. A ValueError names a node that
         is not in the pool, or a GPU that is not free (held twice, or not on its node); nothing
@@ -115,19 +121,20 @@ class FreeIndex(Mapping[str, tuple[int, ...]]):
         taken = []
         for alloc in placement:
             i = self.layout.node_index(alloc.node)
-            have = self.free[i]
-            gone = set(alloc.gpus)
-            if len(gone) != len(alloc.gpus) or not gone <= set(have):
-                raise ValueError(self._not_free(i, alloc.gpus))
-            taken.append((i, gone))
-        for i, gone in taken:
-            self._replace(i, tuple(g for g in self.free[i] if g not in gone))
+            have, gpus = self.free[i], alloc.gpus
+            left = tuple(g for g in have if g not in gpus)
+            if len(have) - len(left) != len(gpus):  # a GPU of `gpus` is not free, or twice in it
+                raise ValueError(self._not_free(i, gpus))
+            taken.append((i, left))
+        for i, left in taken:
+            self._replace(i, left)
 
     def give(self, placement: Placement) -> None:
         """The GPUs of `placement` are free again."""
+        index = self.layout.index
         for alloc in placement:
-            i = self.layout.index[alloc.node]
-            self._replace(i, tuple(sorted({*self.free[i], *alloc.gpus})))
+            i = index[alloc.node]
+            self._replace(i, tuple(sorted((*self.free[i], *alloc.gpus))))
 
     def _not_free(self, i: int, gpus: Sequence[int]) -> str:
         node = self.nodes[i]
@@ -213,9 +220,16 @@ class FreeGpus:
         self._changed_buckets: dict[tuple[Group, int], _Bucket] = {}
         self.changed: set[int] = set()
         """The nodes whose free GPUs this decision has changed (taken, or lent and taken back)."""
-        self.counts_at_start: npt.NDArray[np.intp] = kept.counts
+        self._kept_counts = kept
+        self._counts: npt.NDArray[np.intp] | None = None
+
+    @property
+    def counts_at_start(self) -> npt.NDArray[np.intp]:
         """Free GPUs per node as the decision found them: exact but for the nodes in `changed`
         (read only)."""
+        if self._counts is None:
+            self._counts = self._kept_counts.count_array()
+        return self._counts
 
     def nodes_with(self, group: Group, count: int) -> Iterable[int]:
         """The nodes of `group` with `count` free GPUs: in node order as the decision found

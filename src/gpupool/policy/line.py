@@ -98,18 +98,14 @@ class Line:
         says that such a job would only wait, with nothing to show for it. They are passed as
         the queue order would have given them, so that the others come in the same order (see
         `_pass_tied`)."""
+        effort = _Effort(2 * len(self.jobs))
+        if order is QueueOrder.FIFO:
+            yield from _Line(list(self.kinds.items()), skip).jobs(hopeless, effort)
+            return
         lines: dict[tuple[int, str | None], list[tuple[Kind, list[Entry]]]] = {}
         for kind, entries in self.kinds.items():
             team, _, _, _, asked, nominated = kind
-            if order is QueueOrder.FIFO:
-                at: tuple[int, str | None] = (0, None)
-            else:
-                at = (value_of(team, asked), None if nominated else team)
-            lines.setdefault(at, []).append((kind, entries))
-        effort = _Effort(2 * len(self.jobs))
-        if order is QueueOrder.FIFO:
-            yield from _Line(lines[0, None], skip).jobs(hopeless, effort) if lines else ()
-            return
+            lines.setdefault((value_of(team, asked), None if nominated else team), []).append((kind, entries))
         for value in sorted({value for value, _ in lines}, reverse=True):
             if (value, None) in lines:
                 yield from _Line(lines[value, None], skip).jobs(hopeless, effort)

@@ -13,7 +13,7 @@ from gpupool.units import human_seconds, plural
 
 def where(placement: Placement) -> str:
     """A placement in words: `n0[0,1], n1[0,1]`."""
-    return ", ".join(f"{a.node}[{','.join(map(str, a.gpus))}]" for a in placement)
+    return ", ".join([f"{a.node}[{','.join(map(str, a.gpus))}]" for a in placement])
 
 
 def who(job: Job, priority: str | None = None) -> str:

@@ -24,7 +24,7 @@ from gpupool.settle import AttemptEnd, JobCounts, Settlement, settle
 from gpupool.sim.budgets import BudgetMeter
 from gpupool.sim.failures import NodeFailures
 from gpupool.sim.jobmodel import Attempt, JobModel, interrupt
-from gpupool.sim.lives import Live, charge, record_attempt
+from gpupool.sim.lives import Live, charge
 from gpupool.sim.outages import Outages
 from gpupool.sim.records import JobRecord, Outcome, SimJob, Usage
 
@@ -107,20 +107,21 @@ class Simulation:
         """Every instant something happens: its releases and node events, its arrivals (from
         their sorted list, not the heap: they rank after the releases and before the decision of
         their instant, in their order), then its other events and one decision."""
-        heap, state = self.heap, self.state
+        heap = self.heap
+        count = len(arrivals)
         next_arrival = 0
-        while heap or next_arrival < len(arrivals):
-            self.all_arrived = next_arrival == len(arrivals)
+        while heap or next_arrival < count:
+            self.all_arrived = next_arrival == count
             if self.all_arrived and self.stalled():
                 break
             now = heap[0][0] if heap else math.inf
-            if next_arrival < len(arrivals):
+            if next_arrival < count:
                 now = min(now, arrivals[next_arrival][1].submit)
             dirty = False
             while heap and heap[0][0] == now and heap[0][1] < Rank.ARRIVAL:
                 _, rank, _, job_id, attempt_no = heapq.heappop(heap)
-                dirty |= self.handle(now, Rank(rank), job_id, attempt_no)
-            while next_arrival < len(arrivals) and arrivals[next_arrival][1].submit == now:
+                dirty |= self.handle(now, rank, job_id, attempt_no)
+            while next_arrival < count and arrivals[next_arrival][1].submit == now:
                 self.arrive(now, *arrivals[next_arrival])
                 next_arrival += 1
                 dirty = True
@@ -128,12 +129,12 @@ class Simulation:
                     gc.freeze()
             while heap and heap[0][0] == now:
                 _, rank, _, job_id, attempt_no = heapq.heappop(heap)
-                dirty |= self.handle(now, Rank(rank), job_id, attempt_no)
-            if dirty and state.line:
+                dirty |= self.handle(now, rank, job_id, attempt_no)
+            if dirty and self.state.line:
                 self.decide_at(now)
 
-    def push(self, time: float, rank: Rank, job_id: str = "", attempt_no: int = -1) -> None:
-        heapq.heappush(self.heap, (time, int(rank), next(self.seq), job_id, attempt_no))
+    def push(self, time: float, rank: int, job_id: str = "", attempt_no: int = -1) -> None:
+        heapq.heappush(self.heap, (time, rank, next(self.seq), job_id, attempt_no))
 
     def arrive(self, now: float, order: int, job: SimJob) -> None:
         # Preempting even a first attempt costs the restart of the next one.
@@ -154,11 +155,11 @@ class Simulation:
     def restart_cost(self, job: SimJob) -> float:
         return self.model.restart_cost if job.restart_cost is None else job.restart_cost
 
-    def handle(self, now: float, rank: Rank, job_id: str, attempt_no: int) -> bool:
-        """Apply one event; True when the scheduler should look again."""
-        if rank is Rank.DECIDE:
+    def handle(self, now: float, rank: int, job_id: str, attempt_no: int) -> bool:
+        """Apply one event (of `Rank` `rank`); True when the scheduler should look again."""
+        if rank == Rank.DECIDE:
             return True
-        if rank is Rank.NODE:
+        if rank == Rank.NODE:
             return self.node_event(now, job_id, back=attempt_no == 1)
         live = self.live[job_id]
         if live.attempt is None or live.attempt_no != attempt_no:
@@ -264,10 +265,7 @@ class Simulation:
         )
         settled = settle(ending, counts)
         live.record.allocated += job.gpus * (now - attempt.start)
-        live.attempts.append(record_attempt(live, attempt, now, settled.outcome))
-        live.attempt = None
-        live.notice_at = None
-        live.cut = None
+        live.end(now, settled.outcome)
         self.budgets.end(job_id, now)
         self.usage.append(Usage(now, job.priority, -job.gpus))
         return job, settled

@@ -10,6 +10,10 @@ from gpupool.settle import AttemptOutcome
 from gpupool.sim.jobmodel import Attempt, Interruption
 from gpupool.sim.records import JobRecord
 
+Ended = tuple[int, Attempt, float, AttemptOutcome, float | None, "Interruption | None"]
+"""An attempt that ended: (its number, its progress, when it ended, its outcome, when it was
+given notice, what its notice let it keep): what its `AttemptRecord` is made of, when needed."""
+
 
 @dataclass(slots=True)
 class Live:
@@ -25,33 +29,42 @@ class Live:
     notice_at: float | None = None
     cut: Interruption | None = None
     """Set with the notice: when the attempt will release its GPUs and what it keeps."""
-    attempts: list[AttemptRecord] = field(default_factory=list)
-    """What each ended attempt did, for the accounting shared with the live service."""
+    ended: list[Ended] = field(default_factory=list)
+    """Its attempts that ended, for the accounting shared with the live service."""
+
+    def end(self, now: float, outcome: AttemptOutcome) -> None:
+        """Its attempt ended at `now` with `outcome`."""
+        assert self.attempt is not None
+        self.ended.append((self.attempt_no, self.attempt, now, outcome, self.notice_at, self.cut))
+        self.attempt = None
+        self.notice_at = None
+        self.cut = None
 
 
-def record_attempt(live: Live, attempt: Attempt, now: float, outcome: AttemptOutcome) -> AttemptRecord:
-    """The attempt as the live service would have recorded it: its checkpoint commits are
+def record_of(gpus: int, ended: Ended) -> AttemptRecord:
+    """An attempt as the live service would have recorded it: its checkpoint commits are
     the one a notice found last and the one a notice's save made (steps count milliseconds
     of the job's work, so that the next attempt's restored step names one of them)."""
+    number, attempt, now, outcome, notice_at, cut = ended
     commits = []
     if outcome in (AttemptOutcome.NODE_LOST, AttemptOutcome.FAILED):
-        at_loss = attempt.at(live.notice_at if live.notice_at is not None else now)
+        at_loss = attempt.at(notice_at if notice_at is not None else now)
         if at_loss.last_commit_at is not None:
             commits.append(Commit(at_loss.last_commit_at, _step(at_loss.committed)))
-    elif live.notice_at is not None and live.cut is not None:
-        at_notice = attempt.at(live.notice_at)
+    elif notice_at is not None and cut is not None:
+        at_notice = attempt.at(notice_at)
         if at_notice.last_commit_at is not None:
             commits.append(Commit(at_notice.last_commit_at, _step(at_notice.committed)))
-        if live.cut.committed > at_notice.committed:
-            commits.append(Commit(live.cut.release_at, _step(live.cut.committed)))
+        if cut.committed > at_notice.committed:
+            commits.append(Commit(cut.release_at, _step(cut.committed)))
     return AttemptRecord(
-        live.attempt_no,
-        live.record.job.gpus,
+        number,
+        gpus,
         attempt.start,
         now,
         attempt.productive_start,
-        live.notice_at,
-        _step(attempt.committed) if live.attempt_no > 0 else None,
+        notice_at,
+        _step(attempt.committed) if number > 0 else None,
         attempt.restore,
         tuple(commits),
         outcome.value,
@@ -59,10 +72,12 @@ def record_attempt(live: Live, attempt: Attempt, now: float, outcome: AttemptOut
 
 
 def charge(live: Live, now: float) -> None:
-    """The job has ended: charge its interruptions, as the service's accounting does."""
+    """The job has ended: charge its interruptions, as the service's accounting does (a job
+    that was never interrupted lost nothing, and its attempts need no record)."""
     job = live.record.job
-    if any(a.outcome in INTERRUPTED for a in live.attempts):  # else it lost nothing
-        for cut in account(0, job.team, job.priority, live.attempts, now).interruptions:
+    if any(ended[3] in INTERRUPTED for ended in live.ended):
+        records = [record_of(job.gpus, ended) for ended in live.ended]
+        for cut in account(0, job.team, job.priority, records, now).interruptions:
             lost = cut.wasted + cut.drain + (cut.restart or 0.0)
             live.record.wasted += cut.wasted
             live.record.drain += cut.drain
@@ -71,7 +86,7 @@ def charge(live: Live, now: float) -> None:
                 live.record.lost_to_nodes += lost
             elif cut.cause == AttemptOutcome.FAILED:
                 live.record.lost_to_failure += lost
-    live.attempts = []
+    live.ended = []
 
 
 def _step(work: float) -> int:
