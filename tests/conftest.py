@@ -43,7 +43,7 @@ def traces_dir() -> Path:
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A real PostgreSQL server on loopback, one per test process."""
-    from pgserver import postgres_server
+    from tests.support.pgserver import postgres_server
 
     with postgres_server() as url:
         yield url

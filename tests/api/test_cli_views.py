@@ -7,13 +7,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from apiworld import World, opened, populated
 from typer.testing import CliRunner
 
 from gpupool import cli_jobs
 from gpupool.api import limits
 from gpupool.cli import app as cli
 from gpupool.client import Client
+from tests.support.apiworld import World, opened, populated
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from gpupool.executors.forks import ForkServer
 from gpupool.executors.proc import process_started
 from gpupool.executors.ray_launcher import NodeLauncher
 from gpupool.executors.spawn import LAUNCHER, Spawn
-from gpupool.testing import wait_for
+from tests.support.live import wait_for
 
 SLEEPS = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
 

@@ -16,15 +16,11 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "service"))
-
-from test_up import Service, assert_no_gpu_held_twice, running, state
-
 from gpupool.executors import Executor, Exit, Launch, Member, Recorded, Started
-from gpupool.executors.proc import process_started
+from gpupool.executors.proc import kill_attempts, process_started
 from gpupool.executors.ray_loopback import LoopbackCluster
-from gpupool.testing import kill_attempts, wait_for
 from gpupool.up import free_port
+from tests.support.live import Service, assert_no_gpu_held_twice, running, state, wait_for
 
 RANK = textwrap.dedent(
     """

@@ -9,7 +9,7 @@ import pytest
 
 from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Job, Node, PriorityScope, Reason, Snapshot, Team
 from gpupool.policy import decide
-from gpupool.testing import fill, job, on, pool, running, summary
+from tests.support.builders import fill, job, on, pool, running, summary
 
 NOW = 10_000.0
 

@@ -13,7 +13,7 @@ from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Job, PriorityClass
 from gpupool.policy import decide
 from gpupool.policy.budget import budgeted_class
 from gpupool.policy.preempt import protection
-from gpupool.testing import job, on, pool
+from tests.support.builders import job, on, pool
 
 
 def team_gpus(snapshot: Snapshot) -> Counter[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpupool.model import DEFAULT_CLASSES, Config, PriorityBudget, Reason, Snapshot, Team
 from gpupool.policy import decide
-from gpupool.testing import job, on, pool, running
+from tests.support.builders import job, on, pool, running
 
 NOW = 1000.0
 

@@ -17,7 +17,7 @@ from test_properties import NOW, scenarios
 from gpupool.model import DEFAULT_CLASSES, Config, Notice, Plan, Reason, RunningJob, Snapshot, Team
 from gpupool.policy import decide
 from gpupool.policy.budget import budgeted_class
-from gpupool.testing import fill, job, pool
+from tests.support.builders import fill, job, pool
 
 TEAMS = {"a": Team("a", 2.0, 3), "b": Team("b", 1.0, 3), "c": Team("c", 1.0, 2)}
 CONFIG = Config(DEFAULT_CLASSES, TEAMS)

@@ -21,7 +21,7 @@ from gpupool.model import (
     Team,
 )
 from gpupool.policy import decide
-from gpupool.testing import fill, job, on, pool, running, summary
+from tests.support.builders import fill, job, on, pool, running, summary
 
 NOW = 10_000.0
 BASE = Config(DEFAULT_CLASSES)

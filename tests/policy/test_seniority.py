@@ -12,7 +12,7 @@ import pytest
 from gpupool.config import ConfigError, parse
 from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Job, Reason, Snapshot, Team
 from gpupool.policy import decide
-from gpupool.testing import fill, job, pool, summary
+from tests.support.builders import fill, job, pool, summary
 
 NOW = 10_000.0
 HOUR = 3600.0

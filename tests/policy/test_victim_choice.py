@@ -98,7 +98,7 @@ def _reclaims_with_bounds_built(b_jobs: int, c_jobs: int) -> tuple[list[str], in
 
     from gpupool.model import Team
     from gpupool.policy.bounds import bounds_of
-    from gpupool.testing import fill, job, pool
+    from tests.support.builders import fill, job, pool
 
     teams = {"a": Team("a", guaranteed_gpus=4), "b": Team("b"), "c": Team("c")}
     owners = ["b"] * b_jobs + ["c"] * c_jobs
@@ -133,7 +133,7 @@ def test_a_search_that_shares_another_ones_bounds_ranks_the_nodes_by_its_own_ran
 
     from gpupool.model import PriorityScope, Team
     from gpupool.policy.running import kept
-    from gpupool.testing import job, on, running
+    from tests.support.builders import job, on, running
 
     now = 10_000.0
     teams = {"a": Team("a", 3.0, 3), "b": Team("b", 1.0, 10), "c": Team("c", 0.5, 6), "d": Team("d", 0.5, 16)}

@@ -17,7 +17,7 @@ from gpupool.executors.local import LocalExecutor
 from gpupool.model import DEFAULT_CLASSES, Config, JobState, Node, Team
 from gpupool.service import ControlLoop
 from gpupool.store import JobSpec, Store
-from gpupool.testing import wait_for
+from tests.support.live import wait_for
 
 GRACE = 3.0
 CLASSES = tuple(replace(c, grace_period=GRACE, min_runtime=0.0) for c in DEFAULT_CLASSES)
@@ -150,7 +150,7 @@ def test_a_zombie_is_not_alive() -> None:
 def test_a_fresh_store_on_an_old_data_directory_shares_no_job_folder(tmp_path: Path) -> None:
     from gpupool.executors.proc import owner, recorded_exit
     from gpupool.model import DEFAULT_CLASSES, Config
-    from gpupool.testing import FakeExecutor
+    from tests.support.fakes import FakeExecutor
 
     data = tmp_path / "data"
     old, new = (Store.open(f"sqlite:///{tmp_path / name}.db") for name in ("old", "new"))

@@ -15,7 +15,7 @@ from gpupool.executors.local import LocalExecutor
 from gpupool.model import DEFAULT_CLASSES, Allocation, Config, JobState, Node, Team
 from gpupool.service import ControlLoop
 from gpupool.store import JobSpec, Store
-from gpupool.testing import FakeExecutor
+from tests.support.fakes import FakeExecutor
 
 CONFIG = Config(DEFAULT_CLASSES, {"vision": Team("vision"), "nlp": Team("nlp")})
 

@@ -22,7 +22,7 @@ from gpupool.sim.engine import Simulation
 from gpupool.sim.jobmodel import Attempt, JobModel, interrupt
 from gpupool.sim.records import SimJob
 from gpupool.store import JobSpec, Store
-from gpupool.testing import FakeExecutor
+from tests.support.fakes import FakeExecutor
 
 NODES = [Node("n0", 4), Node("n1", 4)]
 TEAMS = {"a": Team("a", 2.0, 4), "b": Team("b", 1.0, 2), "c": Team("c", 1.0, 2)}

@@ -14,7 +14,7 @@ from gpupool.service import ControlLoop
 from gpupool.store import JobSpec, Store
 from gpupool.telemetry import Telemetry
 from gpupool.telemetry.ledger import Tail
-from gpupool.testing import FakeExecutor
+from tests.support.fakes import FakeExecutor
 
 CONFIG = Config(DEFAULT_CLASSES)
 

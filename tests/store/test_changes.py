@@ -14,7 +14,7 @@ from gpupool.model import DEFAULT_CLASSES, Allocation, Config, Node, Reason, Tea
 from gpupool.snapshots import KeptSnapshots, SnapshotDrift
 from gpupool.store import JobSpec, Store
 from gpupool.store.schema import ChangeRow, JobRow
-from gpupool.testing import two_node_store
+from tests.support.fakes import two_node_store
 
 CONFIG = Config(DEFAULT_CLASSES, {"nlp": Team("nlp", guaranteed_gpus=2), "vision": Team("vision")})
 

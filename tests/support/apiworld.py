@@ -17,7 +17,7 @@ from gpupool.observer import Lineup, Observers
 from gpupool.service import ControlLoop, token_hash
 from gpupool.store import Store
 from gpupool.telemetry import Telemetry
-from gpupool.testing import FakeExecutor
+from tests.support.fakes import FakeExecutor
 
 ADMIN = "admin-secret"
 CONFIG = Config(DEFAULT_CLASSES)
