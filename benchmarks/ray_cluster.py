@@ -20,7 +20,7 @@ from pathlib import Path
 import ray
 
 from benchmarks.service_throughput import VICTIM, Service, in_state, says_ready, served
-from gpupool.executors.ray_loopback import LoopbackCluster
+from gpupool.demo.loopback import LoopbackCluster
 from gpupool.model import DEFAULT_CLASSES, Allocation, Config, Snapshot, Team
 from gpupool.policy import decide
 from tests.support.builders import job, pool, running

@@ -21,7 +21,7 @@ settings.register_profile("stress", deadline=None, max_examples=3000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
 if TYPE_CHECKING:
-    from gpupool.executors.ray_loopback import LoopbackCluster
+    from gpupool.demo.loopback import LoopbackCluster
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -73,7 +73,7 @@ def ray_cluster() -> Iterator[LoopbackCluster]:
 
     import ray
 
-    from gpupool.executors.ray_loopback import LoopbackCluster
+    from gpupool.demo.loopback import LoopbackCluster
 
     root = Path(tempfile.mkdtemp(prefix="gpupool-ray-"))
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")

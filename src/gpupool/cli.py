@@ -316,16 +316,16 @@ def demo(
     --cluster: under three minutes, needs gpupool[ray,torch])."""
     if cluster:
         try:
-            from gpupool.demo_cluster import run_cluster_demo
+            from gpupool.demo.cluster import run_cluster_demo
         except ImportError as exc:
             raise UsageError(f"--cluster needs gpupool[ray,torch] ({exc})") from None
         raise typer.Exit(run_cluster_demo(console))
     if simulated:
-        from gpupool.demo import run_demo
+        from gpupool.demo.simulated import run_demo
 
         run_demo(console)
         return
-    from gpupool.demo_live import run_live_demo
+    from gpupool.demo.live import run_live_demo
 
     run_live_demo(console)
 

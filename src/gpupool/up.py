@@ -27,8 +27,8 @@ import uvicorn
 from gpupool.api import Context, create_app
 from gpupool.config import ConfigError, ConfigSpec, ServiceSpec, build
 from gpupool.executors import Executor, NodeState, executor_of
-from gpupool.executors.gpus import discover
 from gpupool.executors.local import LocalExecutor
+from gpupool.executors.local.gpus import discover
 from gpupool.executors.users import can_switch_users
 from gpupool.leader import IDENTITY, Guard, NotLeader, StoreLease, claim_data_dir, lock_data_dir
 from gpupool.model import Config
@@ -265,7 +265,7 @@ def executor(service: ServiceSpec, store_id: str, wake: Callable[[], None]) -> t
     """The executor `service.executor` names, and what to say of its GPUs."""
     if service.executor == "ray":
         try:
-            from gpupool.executors.ray_executor import RayExecutor
+            from gpupool.executors.ray.executor import RayExecutor
         except ImportError:
             raise ConfigError("service.executor: ray needs Ray: pip install 'gpupool[ray]'") from None
         try:
