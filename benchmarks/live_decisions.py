@@ -33,10 +33,10 @@ from typing import Any
 
 from rich.progress import Progress
 
-import gpupool.service as service_module
+import gpupool.service.loop as service_module
 from benchmarks.decision_throughput import CLASSES, GPUS, TEAMS, percentile, workload
 from gpupool.model import Config, Node, Plan, Team
-from gpupool.service import ControlLoop
+from gpupool.service.loop import ControlLoop
 from gpupool.store import JobSpec, Store
 from tests.support.fakes import FakeExecutor
 from tests.support.pgserver import postgres_server

@@ -35,7 +35,8 @@ from sqlalchemy import insert
 
 from gpupool.api import Context, create_app
 from gpupool.model import DEFAULT_CLASSES, Config, Node, Plan, Snapshot
-from gpupool.service import ControlLoop, token_hash
+from gpupool.service.loop import ControlLoop
+from gpupool.service.workspace import token_hash
 from gpupool.store import Store
 from gpupool.store.schema import AttemptRow, CheckpointRow, EventRow, JobRow, PlacementRow
 from gpupool.telemetry import Telemetry

@@ -13,7 +13,7 @@ from gpupool import policy
 from gpupool.model import Config, Plan, Snapshot
 from gpupool.policy import pending
 from gpupool.policy.running import kept
-from gpupool.snapshots import CHECK
+from gpupool.service.snapshots import CHECK
 
 settings.register_profile("ci", derandomize=True, deadline=None, max_examples=200)
 settings.register_profile("dev", deadline=None, max_examples=100)

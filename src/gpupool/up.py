@@ -30,10 +30,11 @@ from gpupool.executors import Executor, NodeState, executor_of
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.local.gpus import discover
 from gpupool.executors.users import can_switch_users
-from gpupool.leader import IDENTITY, Guard, NotLeader, StoreLease, claim_data_dir, lock_data_dir
 from gpupool.model import Config
-from gpupool.observer import Lineup, Observers
-from gpupool.service import ControlLoop, token_hash
+from gpupool.service.leader import IDENTITY, Guard, NotLeader, StoreLease, claim_data_dir, lock_data_dir
+from gpupool.service.loop import ControlLoop
+from gpupool.service.observer import Lineup, Observers
+from gpupool.service.workspace import token_hash
 from gpupool.store import Store
 from gpupool.store.engine import DATABASE, open_engine, sqlite_url
 from gpupool.telemetry import Telemetry

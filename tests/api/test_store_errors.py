@@ -100,7 +100,8 @@ def make_api_on(store: Store, tmp_path: Path) -> Api:
     from fastapi.testclient import TestClient
 
     from gpupool.api import Context, create_app
-    from gpupool.service import ControlLoop, token_hash
+    from gpupool.service.loop import ControlLoop
+    from gpupool.service.workspace import token_hash
     from tests.support.fakes import FakeExecutor
 
     loop = ControlLoop(store, CONFIG, FakeExecutor(store), tmp_path / "data")

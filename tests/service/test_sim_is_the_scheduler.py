@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Node, Plan, PriorityScope, Reason, Snapshot, Team
-from gpupool.service import ControlLoop
+from gpupool.service.loop import ControlLoop
 from gpupool.sim.engine import Simulation
 from gpupool.sim.jobmodel import Attempt, JobModel, interrupt
 from gpupool.sim.records import SimJob

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select
 
 from gpupool.model import DEFAULT_CLASSES, Allocation, Config, Node, Reason, Team
-from gpupool.snapshots import KeptSnapshots, SnapshotDrift
+from gpupool.service.snapshots import KeptSnapshots, SnapshotDrift
 from gpupool.store import JobSpec, Store
 from gpupool.store.schema import ChangeRow, JobRow
 from tests.support.fakes import two_node_store

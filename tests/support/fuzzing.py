@@ -19,7 +19,7 @@ from schemathesis.checks import CHECKS
 from schemathesis.core.failures import FailureGroup
 from schemathesis.core.result import Err
 
-from gpupool.service import token_hash
+from gpupool.service.workspace import token_hash
 from gpupool.store import JobSpec
 from tests.support.apiworld import ADMIN, Api
 
@@ -139,7 +139,7 @@ def fuzz_world(api: Api) -> dict[str, str]:
     api.loop.tick(200.0)
     for job in api.store.jobs():
         for stream in ("stdout", "stderr"):
-            path = api.loop.log_file(job, max(0, job.attempts - 1), stream)
+            path = api.loop.workspace.log_file(job, max(0, job.attempts - 1), stream)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(f"{stream} of {job.id} ✓\n")
     return tokens

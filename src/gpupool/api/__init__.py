@@ -67,8 +67,9 @@ from gpupool.api.pool import add_pool_routes
 from gpupool.api.submission import check_fits, check_key, check_paths, parsed
 from gpupool.errors import Conflict, InvalidInput, NotFound, StoreUnavailable, Unauthorized
 from gpupool.model import JobState, Node
-from gpupool.observer import Lineup
-from gpupool.service import ControlLoop, token_hash
+from gpupool.service.loop import ControlLoop
+from gpupool.service.observer import Lineup
+from gpupool.service.workspace import token_hash
 from gpupool.slurm import parse_after, parse_array
 from gpupool.store import DEFAULT_TEAM, JobSpec, Store
 from gpupool.store.jobs import DuplicateSubmission

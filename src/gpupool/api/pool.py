@@ -16,7 +16,7 @@ from gpupool.api.access import Principal
 from gpupool.api.errors import responses
 from gpupool.api.models import BudgetOut, ClassOut, NodeOut, PoolOut, TeamIn, TeamOut, UserIn, UserOut
 from gpupool.errors import InvalidInput
-from gpupool.service import token_hash
+from gpupool.service.workspace import token_hash
 from gpupool.store import UNCHANGED
 from gpupool.store.schema import TeamRow
 
