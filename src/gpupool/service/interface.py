@@ -3,7 +3,8 @@ never the control loop itself. `ControlLoop` (loop.py) is one; the API's tests p
 
 The API reads and writes the store itself (jobs, teams, reports); what it needs of the loop is
 to wake it after a change, to know whether it has stopped deciding, the workspace (where jobs'
-folders and logs are) and the two things that depend on who jobs run as.
+folders and logs are) and the two things that depend on who jobs run as. Of what the loop
+tells its observers, the queue page reads the line (`Line`: observer.Lineup is one).
 """
 
 from __future__ import annotations
@@ -37,4 +38,11 @@ class Service(Protocol):
     def open_log(self, job: JobRow, attempt: int, stream: str, rank: int = 0) -> BinaryIO | None:
         """A member's log, open for reading, or None if there is none yet; a `Conflict` for a
         file a job of another OS user chose (the service never opens it)."""
+        ...
+
+
+class Line(Protocol):
+    @property
+    def places(self) -> dict[int, int]:
+        """Each pending job's place in line at the last decision (1: next)."""
         ...
