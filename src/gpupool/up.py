@@ -177,7 +177,7 @@ class Running:
     telemetry_thread: threading.Thread | None = None
 
     def serve(self) -> None:
-        """Answer the API until `server.should_exit` (a signal, see `cli_service.up`)."""
+        """Answer the API until `server.should_exit` (a signal, see `gpupool.cli.up`)."""
         self.server.run(sockets=self.sockets)
 
 

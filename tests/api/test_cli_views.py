@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpupool import cli_jobs
 from gpupool.api import limits
 from gpupool.cli import app as cli
-from gpupool.client import Client
+from gpupool.cli import jobs as cli_jobs
+from gpupool.cli.client import Client
 from tests.support.apiworld import World, opened, populated
 
 

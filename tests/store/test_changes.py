@@ -1,4 +1,4 @@
-"""The change journal and the reads of what changed (store/reads.py, snapshots.py), on both
+"""The change journal and the reads of what changed (store/reads.py, service/snapshots.py), on both
 backends: after every kind of write, the kept snapshot is the one a whole read gives, and a
 read takes only the jobs that changed, including those of a transaction still open when an
 earlier read began."""
