@@ -1,4 +1,5 @@
-"""`gpupool up`: the store, the control loop, the local executor and the API, in one process.
+"""`gpupool up`: the store, the control loop, the local executor and the API, in one process:
+the one place that puts the service (`gpupool.service`) and the API (`gpupool.api`) together.
 
 Before anything is decided: the data directory is checked (its own, private, writable), locked
 against a second scheduler, and matched with the store (`leader`); jobs' users are checked to
