@@ -12,7 +12,7 @@ The plain loop saves to a new file each time and keeps the last two, as a loop m
 to survive a crash during a save; overwriting one file in place is faster here (the page cache
 reuses its pages) but a crash mid-save loses the only checkpoint: it is shown for reference.
 
-Run: .venv/bin/python benchmarks/checkpoint_overhead.py
+Run: .venv/bin/python -m benchmarks.checkpoint_overhead
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Crash harness: `kill -9` of `gpupool up` at many moments, then proof that nothing went wrong.
 
-    .venv/bin/python benchmarks/crash_harness.py --kills 100
-    .venv/bin/python benchmarks/crash_harness.py --kills 20 --sabotage duplicate   # must fail
+    .venv/bin/python -m benchmarks.crash_harness --kills 100
+    .venv/bin/python -m benchmarks.crash_harness --kills 20 --sabotage duplicate   # must fail
 
 Not a timed benchmark: a correctness run. In a temporary folder it writes a configuration, a
 data directory for `gpupool up` and, outside it, a ledger. It submits a stream of mixed jobs
@@ -64,9 +64,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from crash_checks import TERMINAL, Submission, check_all, figures, read_ledger, read_store
+from benchmarks.crash_checks import TERMINAL, Submission, check_all, figures, read_ledger, read_store
 
 GPUS = 4
 CLASSES = {

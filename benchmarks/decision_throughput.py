@@ -47,7 +47,7 @@ from gpupool.model import (
     Team,
 )
 from gpupool.policy import PoolState, decide
-from gpupool.policy.preempt import notice
+from gpupool.policy.preempt import search
 
 GPUS = 8
 TEAMS = [f"team-{i}" for i in range(10)]
@@ -77,7 +77,7 @@ def workload(rng: random.Random, pending: int) -> list[Job]:
 
 
 def timed_victim_search(samples: list[float]) -> Callable[..., Any]:
-    original = notice.find_victims
+    original = search.find_victims
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         began = time.perf_counter()
@@ -221,8 +221,8 @@ def measure(config: Config, scale: Scale, kept: bool) -> None:
     # 2. A stream of high-priority arrivals into the full pool, the backlog still pending.
     searches: list[float] = []
     collected = 0
-    untimed = notice.find_victims
-    notice.find_victims = timed_victim_search(searches)
+    untimed = search.find_victims
+    search.find_victims = timed_victim_search(searches)
     storm_cycles: list[float] = []
     without_pauses: list[float] = []
     preempted = 0
@@ -258,7 +258,7 @@ def measure(config: Config, scale: Scale, kept: bool) -> None:
         f"       victim search ({len(searches)} calls) p50 {statistics.median(searches) * 1e3:.1f} ms, "
         f"p99 {percentile(searches, 0.99) * 1e3:.1f} ms"
     )
-    notice.find_victims = untimed
+    search.find_victims = untimed
     all_cycles = fill_cycles + storm_cycles
     print(f"all cycles: p99 {percentile(all_cycles, 0.99) * 1e3:.1f} ms over {len(all_cycles)} cycles")
     gc.unfreeze()

@@ -4,22 +4,18 @@ input, with the admin token, a team's and a user's, against the ASGI app in-proc
 store. Prints, per token, the examples, operations, answers by status and every finding (a
 server error, or an answer the document does not describe).
 
-Run: .venv/bin/python benchmarks/fuzz_api.py [--examples 500] [--seed N]
+Run: .venv/bin/python -m benchmarks.fuzz_api [--examples 500] [--seed N]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "api"))
-
-from apiworld import opened
-from fuzzing import fuzz
-from test_fuzz import fuzz_world
+from tests.support.apiworld import opened
+from tests.support.fuzzing import fuzz, fuzz_world
 
 
 def main() -> int:

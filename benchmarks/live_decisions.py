@@ -13,7 +13,7 @@ submission's commit to the commit of the plan that preempts or starts for it.
 Both ways, in one run, on one server: the loop reading the whole store at every decision (as
 before the change journal), then reading what changed since its last decision. Per way: the
 latency p50/p99 and where a tick's time goes.
-Run: .venv/bin/python benchmarks/live_decisions.py [--nodes 10000 --arrivals 100]
+Run: .venv/bin/python -m benchmarks.live_decisions [--nodes 10000 --arrivals 100]
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import argparse
 import bisect
 import random
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -34,16 +33,13 @@ from typing import Any
 
 from rich.progress import Progress
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import gpupool.service as service_module
-from decision_throughput import CLASSES, GPUS, TEAMS, percentile, workload
+import gpupool.service.loop as service_module
+from benchmarks.decision_throughput import CLASSES, GPUS, TEAMS, percentile, workload
 from gpupool.model import Config, Node, Plan, Team
-from gpupool.service import ControlLoop
+from gpupool.service.loop import ControlLoop
 from gpupool.store import JobSpec, Store
-from gpupool.testing import FakeExecutor
-from pgserver import postgres_server
+from tests.support.fakes import FakeExecutor
+from tests.support.pgserver import postgres_server
 
 
 class Cooperating(FakeExecutor):

@@ -16,7 +16,7 @@ pending; about 560,000 events. Prints:
              it may) and off, in alternating blocks of the same run: decide's own time and the
              whole tick's, p50 of each, and on / off.
 
-Run: .venv/bin/python benchmarks/observability.py [--jobs 100000] [--nodes 1000]
+Run: .venv/bin/python -m benchmarks.observability [--jobs 100000] [--nodes 1000]
 """
 
 from __future__ import annotations
@@ -36,11 +36,12 @@ from sqlalchemy import insert
 from gpupool.api import Context, create_app
 from gpupool.model import DEFAULT_CLASSES, Config, Node, Plan
 from gpupool.policy import PoolState
-from gpupool.service import ControlLoop, token_hash
+from gpupool.service.loop import ControlLoop
+from gpupool.service.workspace import token_hash
 from gpupool.store import Store
 from gpupool.store.schema import AttemptRow, CheckpointRow, EventRow, JobRow, PlacementRow
 from gpupool.telemetry import Telemetry
-from gpupool.testing import FakeExecutor
+from tests.support.fakes import FakeExecutor
 
 TEAMS = [f"team{i}" for i in range(10)]
 CLASSES = ["high", "normal", "low"]

@@ -6,7 +6,7 @@ checkpoints every 30 min (30 s blocking), restart 60 s. At the Helios sizes (sca
 load ≈ 0.17) and at high load (scale 0.2, 70 nodes, offered load ≈ 0.84).
 
 Writes out/study/scale-<s>/report.json and its plots, and prints a Markdown table.
-Run: .venv/bin/python benchmarks/philly_study.py [--scales 1,0.2] [--out out/study] [--workers 2]
+Run: .venv/bin/python -m benchmarks.philly_study [--scales 1,0.2] [--out out/study] [--workers 2]
 (`--workers`: policies replayed side by side in that many processes; each one's `wall` is its own.)
 """
 

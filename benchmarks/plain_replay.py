@@ -74,6 +74,7 @@ def floor(jobs: Sequence[SimJob], nodes: Sequence[Node]) -> dict[str, float]:
         if not waiting:
             continue
         changed: dict[int, int] = {}
+        moves = 0
         for team, line in lines.items():
             while line:
                 job = jobs[line[0]]
@@ -82,15 +83,15 @@ def floor(jobs: Sequence[SimJob], nodes: Sequence[Node]) -> dict[str, float]:
                     break
                 line.popleft()
                 waiting -= 1
-                held: list[int] = []
+                gpus: list[int] = []
                 for i, want in chosen:
                     free[i] -= want
-                    changed.pop(i, None)
-                    changed[i] = len(changed)
-                    held += [i] * want
+                    moves += 1
+                    changed[i] = moves
+                    gpus += [i] * want
                 starts[job.id] = now
                 seq += 1
-                heapq.heappush(heap, (now + job.work, seq, tuple(held)))
+                heapq.heappush(heap, (now + job.work, seq, tuple(gpus)))
     return starts
 
 

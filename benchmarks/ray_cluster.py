@@ -5,14 +5,13 @@ core's decision time with 100 Ray nodes' worth of nodes in its snapshot.
 
 A three-node Ray cluster on loopback (127.0.3.2-4, four virtual GPUs each) is started and
 stopped by this script; `gpupool up --executor ray` runs in its own process, as in production.
-Run: .venv/bin/python benchmarks/ray_cluster.py
+Run: .venv/bin/python -m benchmarks.ray_cluster
 """
 
 from __future__ import annotations
 
 import os
 import statistics
-import sys
 import tempfile
 import time
 from functools import partial
@@ -20,13 +19,12 @@ from pathlib import Path
 
 import ray
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from gpupool.executors.ray_loopback import LoopbackCluster
+from benchmarks.service_throughput import VICTIM, Service, in_state, says_ready, served
+from gpupool.demo.loopback import LoopbackCluster
 from gpupool.model import DEFAULT_CLASSES, Allocation, Config, Snapshot, Team
 from gpupool.policy import PoolState, decide
-from gpupool.testing import job, pool, running, wait_for
-from service_throughput import VICTIM, Service, in_state, says_ready, served
+from tests.support.builders import job, pool, running
+from tests.support.live import wait_for
 
 ROUNDS = 10
 SHORT_JOBS = 200

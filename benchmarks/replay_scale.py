@@ -4,7 +4,7 @@ Each job draws its (GPUs, duration, team) from Philly's jobs.csv (seeded), and a
 Poisson at the rate that offers `--load` of the pool's GPU-time, so the queue stays bounded
 and the cost per job can be compared across sizes (near-linear is the target). Each replay
 runs in a fresh process, so that its peak RSS is its own.
-Run: .venv/bin/python benchmarks/replay_scale.py [--traces ../shared/data/traces] [--sizes 10000,100000,1000000]
+Run: .venv/bin/python -m benchmarks.replay_scale [--traces ../shared/data/traces] [--sizes 10000,100000,1000000]
 """
 
 from __future__ import annotations

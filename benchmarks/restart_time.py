@@ -10,7 +10,7 @@ Before and after, in one run:
   else (the optimizer) given a copy in memory, so that nothing keeps the file mapped.
 
 The jobs report to a recorder on loopback that speaks gpupool's job protocol (heartbeats).
-Run: .venv/bin/python benchmarks/restart_time.py
+Run: .venv/bin/python -m benchmarks.restart_time
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from checkpoint_overhead import model_and_optimizer
+from benchmarks.checkpoint_overhead import model_and_optimizer
 from gpupool.job import Job, state
 from gpupool.job.checkpoints import CheckpointDir
 from gpupool.job.resume import Loader

@@ -6,7 +6,7 @@ loop, local executor, API), the clients are other processes speaking HTTP on loo
 one keep-alive connection each), and their jobs are real processes. SQLite runs as the service
 does, WAL with synchronous=FULL (every commit is synced: a 201 survives a power loss); the label
 says what the store's connections report. PostgreSQL is a throwaway server with its default
-durability (fsync on). Run: .venv/bin/python benchmarks/service_throughput.py
+durability (fsync on). Run: .venv/bin/python -m benchmarks.service_throughput
 """
 
 from __future__ import annotations
@@ -32,13 +32,11 @@ import httpx
 import yaml
 from sqlalchemy import create_engine, text
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
 from gpupool.store import Store
 from gpupool.store.engine import connect, sqlite_url
-from gpupool.testing import wait_for
 from gpupool.up import free_port
-from pgserver import postgres_server
+from tests.support.live import wait_for
+from tests.support.pgserver import postgres_server
 
 SUBMISSIONS = 2000
 SHORT_JOBS = 500

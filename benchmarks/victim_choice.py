@@ -6,7 +6,7 @@ by `decide` and by the exhaustive search of `gpupool.policy.reference`. Prints h
 decisions preempted, how many chose a set other than the cheapest, and the lost work the
 greedy choice costs over the cheapest. The cheapest is by the search's own score: the victims'
 classes highest first (so at equal classes, fewer victims), then lost work, then count.
-Run: .venv/bin/python benchmarks/victim_choice.py [--cases 20000] [--seed 7]
+Run: .venv/bin/python -m benchmarks.victim_choice [--cases 20000] [--seed 7]
 """
 
 from __future__ import annotations

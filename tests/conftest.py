@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 from hypothesis import settings
 
-from gpupool.snapshots import CHECK
+from gpupool.service.snapshots import CHECK
 
 settings.register_profile("ci", derandomize=True, deadline=None, max_examples=200)
 settings.register_profile("dev", deadline=None, max_examples=100)
@@ -17,13 +17,13 @@ settings.register_profile("stress", deadline=None, max_examples=3000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
 if TYPE_CHECKING:
-    from gpupool.executors.ray_loopback import LoopbackCluster
+    from gpupool.demo.loopback import LoopbackCluster
 
 REPO = Path(__file__).resolve().parents[1]
 
 # Every live loop of the tests (in this process or a `gpupool up` it starts) checks, at every
 # decision, that the snapshot it keeps from the store's change journal is the one a whole read
-# gives (gpupool.snapshots): a write the journal missed fails the test that made it.
+# gives (gpupool.service.snapshots): a write the journal missed fails the test that made it.
 os.environ[CHECK] = "1"
 
 
@@ -39,7 +39,7 @@ def traces_dir() -> Path:
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A real PostgreSQL server on loopback, one per test process."""
-    from pgserver import postgres_server
+    from tests.support.pgserver import postgres_server
 
     with postgres_server() as url:
         yield url
@@ -69,7 +69,7 @@ def ray_cluster() -> Iterator[LoopbackCluster]:
 
     import ray
 
-    from gpupool.executors.ray_loopback import LoopbackCluster
+    from gpupool.demo.loopback import LoopbackCluster
 
     root = Path(tempfile.mkdtemp(prefix="gpupool-ray-"))
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")

@@ -323,7 +323,7 @@ def test_a_sweep_reads_at_80_columns_and_writes_its_cells(traces_dir: Path, tmp_
 
 
 def test_a_job_submitted_from_inside_a_job_does_not_take_its_compile_caches() -> None:
-    from gpupool.cli_submit import job_environment
+    from gpupool.cli.submit import job_environment
 
     inside = {
         "GPUPOOL_CACHE_DIR": "/data/jobs/s-7/cache",

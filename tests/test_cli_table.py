@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from gpupool.cli_table import Column, table
+from gpupool.cli.table import Column, table
 
 COLUMNS = (
     Column("JOBID"),

@@ -17,9 +17,7 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-from crash_checks import (
+from benchmarks.crash_checks import (
     Attempt,
     Commit,
     Event,
@@ -39,7 +37,7 @@ from crash_checks import (
     parse_ledger,
     read_store,
 )
-from crash_harness import JOB_PROGRAM, harness_config
+from benchmarks.crash_harness import JOB_PROGRAM, harness_config
 
 NODE = "n0"
 

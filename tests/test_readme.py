@@ -19,8 +19,9 @@ import httpx
 import pytest
 import yaml
 
-from gpupool.testing import kill_attempts, wait_for
+from gpupool.executors.proc import kill_attempts
 from gpupool.up import free_port
+from tests.support.live import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"

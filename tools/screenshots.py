@@ -6,7 +6,7 @@ preempts two of them, which resume from their checkpoints; one job ignores its n
 pool shows a GPU draining and one held for its preemptor), and photographs each page with
 Debian's headless Chromium. Nothing is downloaded.
 
-Run: .venv/bin/python tools/screenshots.py [docs/screenshots]
+Run: .venv/bin/python -m tools.screenshots [docs/screenshots]
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ import httpx
 import yaml
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from gpupool.testing import kill_attempts, wait_for
-from gpupool.testing_browser import DESKTOP, PHONE, browser
+from gpupool.executors.proc import kill_attempts
 from gpupool.up import free_port
+from tests.support.browser import DESKTOP, PHONE, browser
+from tests.support.live import wait_for
 
 CONFIG = {
     "classes": {

@@ -1,4 +1,5 @@
-"""`gpupool up`: the store, the control loop, the local executor and the API, in one process.
+"""`gpupool up`: the store, the control loop, the local executor and the API, in one process:
+the one place that puts the service (`gpupool.service`) and the API (`gpupool.api`) together.
 
 Before anything is decided: the data directory is checked (its own, private, writable), locked
 against a second scheduler, and matched with the store (`leader`); jobs' users are checked to
@@ -27,13 +28,14 @@ import uvicorn
 from gpupool.api import Context, create_app
 from gpupool.config import ConfigError, ConfigSpec, ServiceSpec, build
 from gpupool.executors import Executor, NodeState, executor_of
-from gpupool.executors.gpus import discover
 from gpupool.executors.local import LocalExecutor
+from gpupool.executors.local.gpus import discover
 from gpupool.executors.users import can_switch_users
-from gpupool.leader import IDENTITY, Guard, NotLeader, StoreLease, claim_data_dir, lock_data_dir
 from gpupool.model import Config
-from gpupool.observer import Lineup, Observers
-from gpupool.service import ControlLoop, token_hash
+from gpupool.service.leader import IDENTITY, Guard, NotLeader, StoreLease, claim_data_dir, lock_data_dir
+from gpupool.service.loop import ControlLoop
+from gpupool.service.observer import Lineup, Observers
+from gpupool.service.workspace import token_hash
 from gpupool.store import Store
 from gpupool.store.engine import DATABASE, open_engine, sqlite_url
 from gpupool.telemetry import Telemetry
@@ -176,7 +178,7 @@ class Running:
     telemetry_thread: threading.Thread | None = None
 
     def serve(self) -> None:
-        """Answer the API until `server.should_exit` (a signal, see `cli_service.up`)."""
+        """Answer the API until `server.should_exit` (a signal, see `gpupool.cli.up`)."""
         self.server.run(sockets=self.sockets)
 
 
@@ -265,7 +267,7 @@ def executor(service: ServiceSpec, store_id: str, wake: Callable[[], None]) -> t
     """The executor `service.executor` names, and what to say of its GPUs."""
     if service.executor == "ray":
         try:
-            from gpupool.executors.ray_executor import RayExecutor
+            from gpupool.executors.ray.executor import RayExecutor
         except ImportError:
             raise ConfigError("service.executor: ray needs Ray: pip install 'gpupool[ray]'") from None
         try:

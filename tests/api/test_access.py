@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from apiworld import ADMIN, World, auth, opened, populated
 
 from gpupool.api.access import ROUTES, check_routes
+from tests.support.apiworld import ADMIN, World, auth, opened, populated
 
 
 @pytest.fixture

@@ -10,9 +10,10 @@ from fastapi.testclient import TestClient
 
 from gpupool.api import Context, create_app
 from gpupool.model import DEFAULT_CLASSES, Config, Node
-from gpupool.service import ControlLoop, token_hash
+from gpupool.service.loop import ControlLoop
+from gpupool.service.workspace import token_hash
 from gpupool.store import Store
-from gpupool.testing import FakeExecutor
+from tests.support.fakes import FakeExecutor
 
 ADMIN = "admin-secret"
 CONFIG = Config(DEFAULT_CLASSES)

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from apiworld import ADMIN, Api, auth, opened
+
+from tests.support.apiworld import ADMIN, Api, auth, opened
 
 BIG = 2**63
 PAST_INT32 = 2**31

@@ -7,13 +7,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from apiworld import World, opened, populated
 from typer.testing import CliRunner
 
-from gpupool import cli_jobs
 from gpupool.api import limits
 from gpupool.cli import app as cli
-from gpupool.client import Client
+from gpupool.cli import jobs as cli_jobs
+from gpupool.cli.client import Client
+from tests.support.apiworld import World, opened, populated
 
 
 @pytest.fixture
@@ -53,7 +53,7 @@ def test_cancel_by_filter_leaves_other_teams_jobs_alone(world: World, monkeypatc
 def test_logs_reads_past_what_one_answer_holds(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     job = world.api.store.job(world.job_a)
     text = "".join(f"line {i} é\n" for i in range(2000))
-    world.api.loop.log_file(job, 1, "stdout").write_text(text)
+    world.api.loop.workspace.log_file(job, 1, "stdout").write_text(text)
     monkeypatch.setattr(limits, "LOG_BYTES", 1000)
     as_token(world, monkeypatch, world.tokens["a1"])
     done = CliRunner().invoke(cli, ["logs", str(world.job_a)])

@@ -13,14 +13,14 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
-from apiworld import ADMIN, Api, opened
 from typer.testing import CliRunner
 
-from gpupool import client as client_module
 from gpupool.cli import app as cli
-from gpupool.cli_common import EXIT_UNREACHABLE
-from gpupool.client import Client, Unreachable
+from gpupool.cli import client as client_module
+from gpupool.cli.client import Client, Unreachable
+from gpupool.cli.common import EXIT_UNREACHABLE
 from gpupool.up import free_port
+from tests.support.apiworld import ADMIN, Api, opened
 
 
 @pytest.fixture

@@ -9,8 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from apiworld import ADMIN, World, auth, opened, populated
 from fastapi.testclient import TestClient
+
+from tests.support.apiworld import ADMIN, World, auth, opened, populated
 
 PAGES = ["/ui/pool", "/ui/queue", "/ui/teams", "/ui/interruptions", "/ui/jobs/1"]
 

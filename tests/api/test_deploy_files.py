@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 import yaml
-from apiworld import ADMIN, World, auth, opened, populated
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.apiworld import ADMIN, World, auth, opened, populated
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 METRIC = re.compile(r"\b(gpupool_[a-z_]+)\b")

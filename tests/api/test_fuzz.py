@@ -10,12 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from apiworld import ADMIN, Api, opened
-from fuzzing import fuzz
 
 from gpupool.api.access import ROUTES
-from gpupool.service import token_hash
-from gpupool.store import JobSpec
+from tests.support.apiworld import Api, opened
+from tests.support.fuzzing import fuzz, fuzz_world
 
 CI = bool(os.environ.get("CI"))
 EXAMPLES = 25
@@ -25,26 +23,6 @@ EXAMPLES = 25
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[Api]:
     yield from opened(tmp_path)
-
-
-def fuzz_world(api: Api) -> dict[str, str]:
-    """Team `fuzz` with a user, team `other`, jobs of both (some running, with output), made in
-    the store; the tokens to fuzz with."""
-    tokens = {"admin": ADMIN, "team": "fuzz-team-token", "user": "fuzz-user-token"}
-    api.store.set_team("fuzz", token_hash=token_hash(tokens["team"]))
-    api.store.set_team("other", token_hash=token_hash("other-token"))
-    api.store.set_user("fuzzer", team="fuzz", token_hash=token_hash(tokens["user"]))
-    for team, user in (("fuzz", "fuzzer"), ("other", None), ("fuzz", None)):
-        api.store.submit(JobSpec(["true"], team=team, user=user, workdir=str(api.workdir), max_failures=1), 1.0)
-    api.loop.tick(100.0)
-    api.executor.finish(1, 0, 1)
-    api.loop.tick(200.0)
-    for job in api.store.jobs():
-        for stream in ("stdout", "stderr"):
-            path = api.loop.log_file(job, max(0, job.attempts - 1), stream)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(f"{stream} of {job.id} ✓\n")
-    return tokens
 
 
 @pytest.mark.parametrize("who", ["admin", "team", "user"])

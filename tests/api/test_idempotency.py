@@ -10,10 +10,10 @@ from typing import Any
 
 import httpx
 import pytest
-from apiworld import ADMIN, Api, auth, opened
 
 from gpupool.store import JobSpec, Store
 from gpupool.store.jobs import DuplicateSubmission, JobsStore
+from tests.support.apiworld import ADMIN, Api, auth, opened
 
 
 @pytest.fixture

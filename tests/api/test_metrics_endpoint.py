@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from apiworld import ADMIN, Api, World, auth, opened, populated
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpupool.errors import StoreUnavailable
+from tests.support.apiworld import ADMIN, Api, World, auth, opened, populated
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from apiworld import opened
 
 from gpupool.model import JobState
+from tests.support.apiworld import opened
 
 
 @pytest.fixture

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from apiworld import ADMIN, Api, auth, opened
+
+from tests.support.apiworld import ADMIN, Api, auth, opened
 
 
 @pytest.fixture

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from apiworld import ADMIN, CONFIG, Api, auth, make_api, opened
 from sqlalchemy import create_engine, event
 
 from gpupool.store import Store
 from gpupool.store.engine import _sqlite_begin, _sqlite_pragmas
+from tests.support.apiworld import ADMIN, CONFIG, Api, auth, make_api, opened
 
 BUSY_TIMEOUT = 2.0
 
@@ -100,8 +100,9 @@ def make_api_on(store: Store, tmp_path: Path) -> Api:
     from fastapi.testclient import TestClient
 
     from gpupool.api import Context, create_app
-    from gpupool.service import ControlLoop, token_hash
-    from gpupool.testing import FakeExecutor
+    from gpupool.service.loop import ControlLoop
+    from gpupool.service.workspace import token_hash
+    from tests.support.fakes import FakeExecutor
 
     loop = ControlLoop(store, CONFIG, FakeExecutor(store), tmp_path / "data")
     app = create_app(Context(store, loop, token_hash(ADMIN)))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpupool.executors import Recorded
-from gpupool.executors.ray_adopt import GONE, UNKNOWN, lost, unrecorded
+from gpupool.executors.ray.adopt import GONE, UNKNOWN, lost, unrecorded
 
 NAME = "store:7:0"
 
@@ -66,7 +66,8 @@ def test_an_attempt_without_a_handle_ended_as_its_records_say(tmp_path: Path) ->
 
 
 def test_a_launcher_given_up_while_its_ping_was_answered_is_made_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpupool.executors import NodeState, ray_nodes
+    from gpupool.executors import NodeState
+    from gpupool.executors.ray import nodes as ray_nodes
     from gpupool.model import Node
 
     nodes = ray_nodes.RayNodes("ns", 60.0)
@@ -87,7 +88,7 @@ def test_a_launcher_given_up_while_its_ping_was_answered_is_made_again(monkeypat
 def test_a_forget_its_launcher_did_not_take_is_asked_again_then_its_node_set_aside() -> None:
     from ray.exceptions import ActorUnavailableError
 
-    from gpupool.executors.ray_executor import RayExecutor
+    from gpupool.executors.ray.executor import RayExecutor
 
     class Launcher:
         def __init__(self) -> None:

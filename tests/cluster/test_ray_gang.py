@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpupool.executors.ray_gang import attempt_exit, member_folder
+from gpupool.executors.ray.gang import attempt_exit, member_folder
 
 KEY = (7, 1)
 

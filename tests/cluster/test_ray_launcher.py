@@ -18,9 +18,9 @@ import pytest
 from gpupool.executors import forks
 from gpupool.executors.forks import ForkServer
 from gpupool.executors.proc import process_started
-from gpupool.executors.ray_launcher import NodeLauncher
+from gpupool.executors.ray.launcher import NodeLauncher
 from gpupool.executors.spawn import LAUNCHER, Spawn
-from gpupool.testing import wait_for
+from tests.support.live import wait_for
 
 SLEEPS = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
 
@@ -213,7 +213,7 @@ def test_an_end_slow_to_read_does_not_hold_up_the_next_start(tmp_path: Path, mon
         time.sleep(1.5)  # its records are on shared storage that stalls
         return real(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr("gpupool.executors.ray_gang.outcome", slowly)
+    monkeypatch.setattr("gpupool.executors.ray.gang.outcome", slowly)
     monkeypatch.setattr(forks, "ANSWER_WITHIN", 1.0)
     lost, launcher = lost_flag()
     launcher.start(member(tmp_path, "s:12:0:0", "pass"), str(tmp_path), 0)

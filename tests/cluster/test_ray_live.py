@@ -16,15 +16,11 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "service"))
-
-from test_up import Service, assert_no_gpu_held_twice, running, state
-
+from gpupool.demo.loopback import LoopbackCluster
 from gpupool.executors import Executor, Exit, Launch, Member, Recorded, Started
-from gpupool.executors.proc import process_started
-from gpupool.executors.ray_loopback import LoopbackCluster
-from gpupool.testing import kill_attempts, wait_for
+from gpupool.executors.proc import kill_attempts, process_started
 from gpupool.up import free_port
+from tests.support.live import Service, assert_no_gpu_held_twice, running, state, wait_for
 
 RANK = textwrap.dedent(
     """
@@ -199,7 +195,7 @@ def test_a_gang_whose_node_does_not_answer_in_time_is_given_back_whole(
 
     import ray
 
-    from gpupool.executors.ray_executor import RayExecutor
+    from gpupool.executors.ray.executor import RayExecutor
 
     executor = RayExecutor(cluster.address, "placement-test", start_timeout=3.0)
     hung = None
@@ -318,7 +314,7 @@ TRAP = textwrap.dedent(
 
 @pytest.fixture
 def executor(cluster: LoopbackCluster) -> Iterator[Any]:
-    from gpupool.executors.ray_executor import RayExecutor
+    from gpupool.executors.ray.executor import RayExecutor
 
     made = RayExecutor(cluster.address, "review-findings", start_timeout=20.0, wait_timeout=1.0)
     made.nodes()
@@ -389,7 +385,7 @@ def test_a_gang_whose_members_never_started_is_given_back_not_lost(
 def test_a_notice_recorded_but_not_given_is_given_when_adopted(
     executor: Any, cluster: LoopbackCluster, tmp_path: Path
 ) -> None:
-    from gpupool.executors.ray_executor import RayExecutor
+    from gpupool.executors.ray.executor import RayExecutor
 
     out = trapping(executor, cluster, tmp_path, 6)
     handle = executor.handle(executor.gangs[(6, 0)])
@@ -642,7 +638,7 @@ def test_a_rank_that_fails_before_the_others_start_fails_the_attempt_and_they_ne
 def test_a_gang_whose_handle_was_never_recorded_is_stopped_wherever_it_started(
     executor: Any, cluster: LoopbackCluster, tmp_path: Path
 ) -> None:
-    from gpupool.executors.ray_executor import RayExecutor
+    from gpupool.executors.ray.executor import RayExecutor
 
     out = tmp_path / "pids"
     out.mkdir()
@@ -703,7 +699,7 @@ def test_a_gang_whose_launcher_was_replaced_while_no_scheduler_watched_lost_its_
 ) -> None:
     import ray
 
-    from gpupool.executors.ray_executor import RayExecutor
+    from gpupool.executors.ray.executor import RayExecutor
 
     trapping(executor, cluster, tmp_path, 83)
     handle = executor.handle(executor.gangs[(83, 0)])

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpupool.executors.ray_loopback import LoopbackCluster
+from gpupool.demo.loopback import LoopbackCluster
 from gpupool.sim.cluster import load_vc_sizes
 from gpupool.sim.failures import NodeFailures
 from gpupool.sim.jobmodel import JobModel

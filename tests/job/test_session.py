@@ -16,7 +16,7 @@ import pytest
 from gpupool.job import Job, mark
 from gpupool.job.link import SchedulerLink
 from gpupool.job.session import LEAVE_CODE
-from gpupool.testing import wait_for
+from tests.support.live import wait_for
 
 
 class Counter:

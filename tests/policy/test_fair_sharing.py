@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.policy.oracle import decide
 
 from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Job, Node, PriorityScope, Reason, Snapshot, Team
-from gpupool.testing import fill, job, on, pool, running, summary
+from tests.support.builders import fill, job, on, pool, running, summary
+from tests.support.oracle import decide
 
 NOW = 10_000.0
 
@@ -258,16 +258,16 @@ def test_a_reclaim_wait_names_the_equal_class_jobs_whose_minimum_runtime_it_wait
 def test_jobs_alike_of_teams_with_different_shares_search_for_victims_once(monkeypatch: pytest.MonkeyPatch) -> None:
     from gpupool.policy import PoolState
     from gpupool.policy import decide as decide_once
-    from gpupool.policy.preempt import notice
+    from gpupool.policy.preempt import search
 
     calls = []
-    real = notice.find_victims
+    real = search.find_victims
 
     def counted(*args: Any) -> Any:
         calls.append(args)
         return real(*args)
 
-    monkeypatch.setattr(notice, "find_victims", counted)
+    monkeypatch.setattr(search, "find_victims", counted)
     names = "abcdefgh"
     nodes = pool(1, 4) + [Node(f"m{i}", 8, "other") for i in range(len(names))]
     held = [running(job("u", team="z", cls="urgent", gpus=4), on("n0", 0, 1, 2, 3))]

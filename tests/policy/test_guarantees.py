@@ -8,12 +8,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_nomination import decisions, reclaims
 from test_properties import NOW, scenarios, without_shortcuts
-from tests.policy.oracle import decide
 
 from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Job, PriorityClass, Reason, RunningJob, Snapshot, Team
 from gpupool.policy.budget import budgeted_class
 from gpupool.policy.preempt.candidates import protection
-from gpupool.testing import job, on, pool
+from tests.support.builders import job, on, pool
+from tests.support.oracle import decide
 
 
 def team_gpus(snapshot: Snapshot) -> Counter[str]:

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field, replace
 import pytest
 from hypothesis import given, target
 from hypothesis import strategies as st
-from tests.policy.oracle import assert_index_matches, decide, reference_state
 
 from gpupool.model import (
     Allocation,
@@ -28,6 +27,7 @@ from gpupool.model import (
 from gpupool.policy import PoolState
 from gpupool.policy import decide as decide_on
 from gpupool.policy.running import RunningIndex
+from tests.support.oracle import assert_index_matches, decide, reference_state
 
 # Short minimum runtimes, so that the clock's advances open victims often.
 CLASSES_FAST = (

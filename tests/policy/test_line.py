@@ -10,10 +10,10 @@ import random
 
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.policy.oracle import queue_order
 
 from gpupool.model import Job, QueueOrder
 from gpupool.policy.line import Kind, Line, kind_of
+from tests.support.oracle import queue_order
 
 TEAMS = "abc"
 

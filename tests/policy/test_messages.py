@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from tests.policy.oracle import decide
-
 from gpupool.model import DEFAULT_CLASSES, Config, PriorityBudget, Reason, Snapshot, Team
-from gpupool.testing import job, on, pool, running
+from tests.support.builders import job, on, pool, running
+from tests.support.oracle import decide
 
 NOW = 1000.0
 

@@ -13,12 +13,12 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 from test_properties import NOW, scenarios
-from tests.policy.oracle import decide
 
 from gpupool.model import DEFAULT_CLASSES, Config, Plan, Reason, Snapshot, Team
 from gpupool.policy import PoolState
 from gpupool.policy.budget import budgeted_class
-from gpupool.testing import fill, job, pool
+from tests.support.builders import fill, job, pool
+from tests.support.oracle import decide
 
 TEAMS = {"a": Team("a", 2.0, 3), "b": Team("b", 1.0, 3), "c": Team("c", 1.0, 2)}
 CONFIG = Config(DEFAULT_CLASSES, TEAMS)

@@ -9,7 +9,6 @@ from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.policy.oracle import decide, derived_free, reference_state
 
 from gpupool.model import (
     DEFAULT_CLASSES,
@@ -32,6 +31,7 @@ from gpupool.model import (
 from gpupool.policy.budget import budgeted_class
 from gpupool.policy.line import submit_key
 from gpupool.policy.preempt.candidates import Shortcuts
+from tests.support.oracle import decide, derived_free, reference_state
 
 NOW = 5_000.0
 TEAMS = ("a", "b", "c")

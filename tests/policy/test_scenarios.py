@@ -7,7 +7,6 @@ import copy
 from dataclasses import replace
 
 import pytest
-from tests.policy.oracle import decide
 
 from gpupool.model import (
     DEFAULT_CLASSES,
@@ -21,7 +20,8 @@ from gpupool.model import (
     Snapshot,
     Team,
 )
-from gpupool.testing import fill, job, on, pool, running, summary
+from tests.support.builders import fill, job, on, pool, running, summary
+from tests.support.oracle import decide
 
 NOW = 10_000.0
 BASE = Config(DEFAULT_CLASSES)

@@ -8,11 +8,11 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from tests.policy.oracle import decide
 
 from gpupool.config import ConfigError, parse
 from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Job, Reason, Snapshot, Team
-from gpupool.testing import fill, job, pool, summary
+from tests.support.builders import fill, job, pool, summary
+from tests.support.oracle import decide
 
 NOW = 10_000.0
 HOUR = 3600.0
@@ -178,10 +178,10 @@ def test_a_nominated_job_does_not_close_the_search_to_an_older_alike_one() -> No
 
 
 def test_a_one_gpu_job_never_searches_by_seniority(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpupool.policy.preempt import notice
+    from gpupool.policy.preempt import search
 
     calls: list[object] = []
-    monkeypatch.setattr(notice, "find_victims", lambda *args: calls.append(args))
+    monkeypatch.setattr(search, "find_victims", lambda *args: calls.append(args))
     plan = decide(Snapshot(pool(1, 4), backfilled(*SMALL), [small("one", team="a", submit=-5.0)]), config(), NOW)
     assert calls == [] and plan.retry_at is None
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 from test_properties import NOW, _pack
-from tests.policy.oracle import decide
 
 from gpupool.model import DEFAULT_CLASSES, Config, Job, Node, RunningJob, Snapshot
 from gpupool.policy.reference import cheapest_victims, set_cost
+from tests.support.oracle import decide
 
 CONFIG = Config(DEFAULT_CLASSES, max_preemptions=None)
 CLASSES = [c.name for c in DEFAULT_CLASSES]
@@ -99,7 +99,7 @@ def _reclaims_with_bounds_built(b_jobs: int, c_jobs: int) -> tuple[list[str], in
     from gpupool.policy import PoolState
     from gpupool.policy import decide as decide_once
     from gpupool.policy.preempt.bounds import bounds_of
-    from gpupool.testing import fill, job, pool
+    from tests.support.builders import fill, job, pool
 
     teams = {"a": Team("a", guaranteed_gpus=4), "b": Team("b"), "c": Team("c")}
     owners = ["b"] * b_jobs + ["c"] * c_jobs
@@ -130,7 +130,7 @@ def test_a_search_that_shares_another_ones_bounds_ranks_the_nodes_by_its_own_ran
     from dataclasses import replace
 
     from gpupool.model import PriorityScope, Team
-    from gpupool.testing import job, on, running
+    from tests.support.builders import job, on, running
 
     now = 10_000.0
     teams = {"a": Team("a", 3.0, 3), "b": Team("b", 1.0, 10), "c": Team("c", 0.5, 6), "d": Team("d", 0.5, 16)}

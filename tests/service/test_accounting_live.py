@@ -10,9 +10,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_up import Service, running, state
 
-from gpupool.testing import wait_for
+from tests.support.live import Service, running, state, wait_for
 
 STEP_SECONDS = 0.2
 

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_up import Service, running, state
 
-from gpupool.testing import wait_for
+from tests.support.live import Service, running, state, wait_for
 
 
 @pytest.fixture

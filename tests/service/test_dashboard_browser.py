@@ -13,10 +13,9 @@ from urllib.parse import urlsplit
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from test_up import Service, running, state
 
-from gpupool.testing import wait_for
-from gpupool.testing_browser import browser, requested
+from tests.support.browser import browser, requested
+from tests.support.live import Service, running, state, wait_for
 
 
 @pytest.fixture

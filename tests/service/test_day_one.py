@@ -8,10 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_up import Service, running, state
 
-from gpupool.testing import wait_for
 from gpupool.up import free_port
+from tests.support.live import Service, running, state, wait_for
 
 PRINT_ENV = "import json, os; print(json.dumps(dict(os.environ)))"
 

@@ -16,9 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_up import Service, running, state
 
-from gpupool.testing import wait_for
+from tests.support.live import Service, running, state, wait_for
 
 WAIT_TOLERANCE = 5.0
 """Seconds: start-ups and loop ticks, which the replay leaves out (see the module's text)."""

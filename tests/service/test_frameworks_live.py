@@ -14,9 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_up import Service, running, state
 
-from gpupool.testing import wait_for
+from tests.support.live import Service, running, state, wait_for
 
 pytest.importorskip("lightning", reason="needs gpupool[lightning]")
 pytest.importorskip("transformers", reason="needs gpupool[huggingface]")

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_up import Service, running, state
 
-from gpupool.testing import wait_for
+from tests.support.live import Service, running, state, wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="runs jobs as other OS users: needs root")
 PYTHON = "/usr/bin/python3"

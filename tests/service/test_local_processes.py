@@ -15,9 +15,9 @@ import pytest
 from gpupool.executors import NodeState
 from gpupool.executors.local import LocalExecutor
 from gpupool.model import DEFAULT_CLASSES, Config, JobState, Node, Team
-from gpupool.service import ControlLoop
+from gpupool.service.loop import ControlLoop
 from gpupool.store import JobSpec, Store
-from gpupool.testing import wait_for
+from tests.support.live import wait_for
 
 GRACE = 3.0
 CLASSES = tuple(replace(c, grace_period=GRACE, min_runtime=0.0) for c in DEFAULT_CLASSES)
@@ -77,7 +77,7 @@ def submit(store: Store, loop: ControlLoop, tmp: Path, *args: str, **spec: objec
 
 def training(loop: ControlLoop, job: int, attempt: int = 0) -> Callable[[], bool]:
     """The attempt has set up its signal handling (it prints once it has)."""
-    log = loop.attempt_dir(job, attempt) / "stdout.log"
+    log = loop.workspace.attempt_dir(job, attempt) / "stdout.log"
     return lambda: log.exists() and f"attempt {attempt}" in log.read_text()
 
 
@@ -94,7 +94,7 @@ def test_a_cooperating_victim_checkpoints_is_requeued_and_resumes(
     wait_for(lambda: store.job(low).state == JobState.SUCCEEDED.value)
     job = store.job(low)
     assert (job.attempts, job.preemptions, job.failures) == (2, 1, 0)
-    log = (loop.attempt_dir(low, 1) / "stdout.log").read_text()
+    log = (loop.workspace.attempt_dir(low, 1) / "stdout.log").read_text()
     assert "attempt 1 gpus 0,1" in log
     assert "resumed from step 42" in log
     kinds = [e.kind for e in store.events(job_id=low)]
@@ -111,7 +111,7 @@ def test_a_victim_that_ignores_its_notice_is_killed_at_the_deadline(
     latency = wait_for(lambda: store.job(high).state == JobState.RUNNING.value)
     assert GRACE - 0.5 < latency < GRACE + 1.0, f"the preemptor started after {latency:.2f} s"
     assert store.job(low).state == JobState.PENDING.value
-    assert (loop.attempt_dir(low, 0) / "notice").exists()
+    assert (loop.workspace.attempt_dir(low, 0) / "notice").exists()
 
 
 def test_a_launcher_is_found_by_its_attempt_folder_before_it_recorded_itself(tmp_path: Path) -> None:
@@ -150,20 +150,21 @@ def test_a_zombie_is_not_alive() -> None:
 def test_a_fresh_store_on_an_old_data_directory_shares_no_job_folder(tmp_path: Path) -> None:
     from gpupool.executors.proc import owner, recorded_exit
     from gpupool.model import DEFAULT_CLASSES, Config
-    from gpupool.testing import FakeExecutor
+    from tests.support.fakes import FakeExecutor
 
     data = tmp_path / "data"
     old, new = (Store.open(f"sqlite:///{tmp_path / name}.db") for name in ("old", "new"))
     loops = [ControlLoop(store, Config(DEFAULT_CLASSES), FakeExecutor(store), data) for store in (old, new)]
+    spaces = [loop.workspace for loop in loops]
     for store in (old, new):
         store.sync_config(Config(DEFAULT_CLASSES))
         assert store.submit(JobSpec(["train"]), now=0.0).id == 1
-    assert loops[0].job_dir(1) != loops[1].job_dir(1), "job 1 of each store has a folder of its own"
-    folder = loops[0].attempt_dir(1, 0)
+    assert spaces[0].job_dir(1) != spaces[1].job_dir(1), "job 1 of each store has a folder of its own"
+    folder = spaces[0].attempt_dir(1, 0)
     folder.mkdir(parents=True)
-    (folder / "exit.json").write_text(f'{{"exit_code": 3, "owner": "{owner(loops[0].store_id, 1, 0)}"}}')
-    assert recorded_exit(folder, owner(loops[0].store_id, 1, 0)) == 3
-    assert recorded_exit(folder, owner(loops[1].store_id, 1, 0)) is None, "another store's record is not taken"
+    (folder / "exit.json").write_text(f'{{"exit_code": 3, "owner": "{owner(spaces[0].store_id, 1, 0)}"}}')
+    assert recorded_exit(folder, owner(spaces[0].store_id, 1, 0)) == 3
+    assert recorded_exit(folder, owner(spaces[1].store_id, 1, 0)) is None, "another store's record is not taken"
 
 
 def test_a_command_the_launcher_cannot_start_for_the_schedulers_reasons_is_not_the_jobs_failure(

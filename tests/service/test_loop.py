@@ -13,9 +13,9 @@ import pytest
 from gpupool.executors import Launch, NodeState, Started
 from gpupool.executors.local import LocalExecutor
 from gpupool.model import DEFAULT_CLASSES, Allocation, Config, JobState, Node, Team
-from gpupool.service import ControlLoop
+from gpupool.service.loop import ControlLoop
 from gpupool.store import JobSpec, Store
-from gpupool.testing import FakeExecutor
+from tests.support.fakes import FakeExecutor
 
 CONFIG = Config(DEFAULT_CLASSES, {"vision": Team("vision"), "nlp": Team("nlp")})
 
@@ -56,9 +56,9 @@ def test_a_submitted_job_is_launched_with_the_job_protocol(loop: ControlLoop, st
     assert env["SEED"] == "1"
     assert (env["GPUPOOL_JOB_ID"], env["GPUPOOL_ATTEMPT"], env["CUDA_VISIBLE_DEVICES"]) == (str(job.id), "0", "0,1")
     assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["WORLD_SIZE"], env["RANK"]) == ("10.0.0.1", "29500", "1", "0")
-    assert env["GPUPOOL_CHECKPOINT_DIR"] == str(loop.job_dir(job.id) / "checkpoints")
-    assert env["GPUPOOL_NOTICE_FILE"] == str(loop.job_dir(job.id) / "attempt-0" / "notice")
-    assert loop.job_dir(job.id).name == f"{store.identity().id[:12]}-{job.id}"
+    assert env["GPUPOOL_CHECKPOINT_DIR"] == str(loop.workspace.job_dir(job.id) / "checkpoints")
+    assert env["GPUPOOL_NOTICE_FILE"] == str(loop.workspace.job_dir(job.id) / "attempt-0" / "notice")
+    assert loop.workspace.job_dir(job.id).name == f"{store.identity().id[:12]}-{job.id}"
     assert len(env["GPUPOOL_TOKEN"]) >= 24
     assert store.job(job.id).state == JobState.RUNNING.value
     assert "GPUPOOL_INTERRUPTION_INTERVAL" not in env, "no interruption yet to measure it by"
@@ -233,7 +233,7 @@ def test_the_scheduler_being_down_is_not_charged_to_a_time_limit(
 ) -> None:
     job = store.submit(JobSpec(["train"], team="vision", time_limit=100.0, max_failures=1), now=0.0)
     loop.tick(0.0)
-    attempt_dir = loop.attempt_dir(job.id, 0)
+    attempt_dir = loop.workspace.attempt_dir(job.id, 0)
     attempt_dir.mkdir(parents=True, exist_ok=True)
     exit_file = attempt_dir / "exit.json"
     exit_file.write_text('{"exit_code": 1}')
@@ -301,7 +301,7 @@ def test_a_launch_that_fails_for_the_schedulers_reasons_is_retried_after_a_back_
 def test_an_attempt_that_ended_while_the_scheduler_was_down_ends_when_it_did(loop: ControlLoop, store: Store) -> None:
     job = store.submit(JobSpec(["train"], team="vision", time_limit=100.0, max_failures=1), now=0.0)
     loop.tick(0.0)
-    attempt_dir = loop.attempt_dir(job.id, 0)
+    attempt_dir = loop.workspace.attempt_dir(job.id, 0)
     attempt_dir.mkdir(parents=True, exist_ok=True)
     log = attempt_dir / "stdout.log"
     log.write_text("working\n")
@@ -343,7 +343,7 @@ def test_nothing_is_decided_while_the_guard_says_the_data_or_store_is_not_the_on
 
 
 def test_the_guard_names_a_vanished_data_directory_and_a_replaced_store_file(tmp_path: Path) -> None:
-    from gpupool.leader import Guard, claim_data_dir
+    from gpupool.service.leader import Guard, claim_data_dir
 
     data = tmp_path / "data"
     data.mkdir()

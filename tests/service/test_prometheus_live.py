@@ -16,10 +16,9 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from test_up import Service, running, state
 
-from gpupool.testing import wait_for
 from gpupool.up import free_port
+from tests.support.live import Service, running, state, wait_for
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 

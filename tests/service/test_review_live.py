@@ -7,9 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_up import Service, running, state
 
-from gpupool.testing import wait_for
+from tests.support.live import Service, running, state, wait_for
 
 
 @pytest.fixture

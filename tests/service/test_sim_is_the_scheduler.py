@@ -18,12 +18,12 @@ import pytest
 
 from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Node, Plan, PriorityScope, Reason, Team
 from gpupool.policy import PoolState
-from gpupool.service import ControlLoop
+from gpupool.service.loop import ControlLoop
 from gpupool.sim.engine import Simulation
 from gpupool.sim.jobmodel import Attempt, JobModel, interrupt
 from gpupool.sim.records import SimJob
 from gpupool.store import JobSpec, Store
-from gpupool.testing import FakeExecutor
+from tests.support.fakes import FakeExecutor
 
 NODES = [Node("n0", 4), Node("n1", 4)]
 TEAMS = {"a": Team("a", 2.0, 4), "b": Team("b", 1.0, 2), "c": Team("c", 1.0, 2)}

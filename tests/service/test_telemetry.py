@@ -10,11 +10,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpupool.accounting import Totals, totals
 from gpupool.model import DEFAULT_CLASSES, Config, Node
-from gpupool.service import ControlLoop
+from gpupool.service.loop import ControlLoop
 from gpupool.store import JobSpec, Store
 from gpupool.telemetry import Telemetry
 from gpupool.telemetry.ledger import Tail
-from gpupool.testing import FakeExecutor
+from tests.support.fakes import FakeExecutor
 
 CONFIG = Config(DEFAULT_CLASSES)
 

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_up import Service, running, state
 
-from gpupool.testing import wait_for
+from tests.support.live import Service, running, state, wait_for
 
 STEPS = 40  # 16 steps an epoch
 TRAINER = [sys.executable, "-m", "gpupool.examples.torch_trainer", "--steps", str(STEPS)]

@@ -13,10 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_up import Service, running, state
 
-from gpupool.testing import wait_for
 from gpupool.up import free_port
+from tests.support.live import Service, running, state, wait_for
 
 
 @pytest.fixture

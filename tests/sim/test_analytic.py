@@ -13,7 +13,7 @@ from gpupool.sim.failures import NodeFailures
 from gpupool.sim.jobmodel import JobModel
 from gpupool.sim.metrics import summarize
 from gpupool.sim.records import SimJob
-from gpupool.testing import pool
+from tests.support.builders import pool
 
 G = 8
 T = 1800.0

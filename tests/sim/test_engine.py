@@ -10,7 +10,7 @@ from gpupool.policy import PoolState, decide
 from gpupool.sim.engine import Simulation
 from gpupool.sim.jobmodel import JobModel
 from gpupool.sim.records import SimJob
-from gpupool.testing import pool
+from tests.support.builders import pool
 
 MODEL = JobModel({}, default_interval=100.0, save_cost=5.0, restart_cost=10.0)
 

@@ -16,7 +16,7 @@ from gpupool.sim.metrics import summarize
 from gpupool.sim.records import SimJob
 from gpupool.sim.replay import ClusterSpec, Policy, Settings, replay
 from gpupool.sim.trace import Trace, TraceJob
-from gpupool.testing import pool
+from tests.support.builders import pool
 
 T, C, R = 100.0, 5.0, 10.0
 MODEL = JobModel({}, default_interval=T, save_cost=C, restart_cost=R)

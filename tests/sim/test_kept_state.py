@@ -9,7 +9,6 @@ import random
 from collections import Counter
 
 import pytest
-from tests.policy.oracle import assert_index_matches, derived_free, reference_state
 
 from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Job, Node, Plan, QueueMode, Snapshot, Team
 from gpupool.policy import PoolState, can_ever_fit, decide
@@ -17,6 +16,7 @@ from gpupool.sim.engine import Simulation
 from gpupool.sim.failures import Distribution, NodeFailures
 from gpupool.sim.jobmodel import JobModel
 from gpupool.sim.records import SimJob
+from tests.support.oracle import assert_index_matches, derived_free, reference_state
 
 CONFIGS = (
     # Unexplained waits, as the simulator's replays have them: the queue pass may stop early.

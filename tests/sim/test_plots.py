@@ -13,7 +13,7 @@ from gpupool.sim.metrics import summarize
 from gpupool.sim.plots import allocation_by_class, class_colours, write_plots
 from gpupool.sim.records import Outcome, SimJob, Usage
 from gpupool.sim.replay import Replayed
-from gpupool.testing import pool
+from tests.support.builders import pool
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -1,4 +1,4 @@
-"""The change journal and the reads of what changed (store/reads.py, snapshots.py), on both
+"""The change journal and the reads of what changed (store/reads.py, service/snapshots.py), on both
 backends: after every kind of write, the kept snapshot is the one a whole read gives, and a
 read takes only the jobs that changed, including those of a transaction still open when an
 earlier read began."""
@@ -11,10 +11,10 @@ import pytest
 from sqlalchemy import func, select
 
 from gpupool.model import DEFAULT_CLASSES, Allocation, Config, Node, Reason, Team
-from gpupool.snapshots import KeptSnapshots, SnapshotDrift
+from gpupool.service.snapshots import KeptSnapshots, SnapshotDrift
 from gpupool.store import JobSpec, Store
 from gpupool.store.schema import ChangeRow, JobRow
-from gpupool.testing import two_node_store
+from tests.support.fakes import two_node_store
 
 CONFIG = Config(DEFAULT_CLASSES, {"nlp": Team("nlp", guaranteed_gpus=2), "vision": Team("vision")})
 

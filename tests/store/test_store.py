@@ -11,7 +11,7 @@ from gpupool.errors import Conflict, InvalidInput, NotFound
 from gpupool.model import DEFAULT_CLASSES, Allocation, Config, JobState, Plan, PriorityBudget, Reason, Start, Team
 from gpupool.store import JobSpec, Store
 from gpupool.store.engine import head, migrate, revision
-from gpupool.testing import two_node_store
+from tests.support.fakes import two_node_store
 
 CONFIG = Config(
     DEFAULT_CLASSES,

@@ -4,7 +4,7 @@ itself, so that ids do not become labels), its method and its status code."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -46,9 +46,20 @@ class RequestMetrics:
             self.telemetry.on_request(method, route, status, time.perf_counter() - began)
 
     def route_of(self, scope: Scope) -> str:
-        matches = [(r.matches(scope)[0], getattr(r, "path", "")) for r in self.routes]
+        matches = [(r.matches(scope)[0], getattr(r, "path", "")) for r in every_route(self.routes)]
         for wanted in (Match.FULL, Match.PARTIAL):
             found = [path for match, path in matches if match is wanted and path]
             if found:
                 return found[0]
         return "unmatched"
+
+
+def every_route(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
+    """Each route, an included router's too: FastAPI 0.137 and later keep an included router as
+    one entry of `app.routes` (its `original_router`), where earlier versions copied its routes."""
+    for route in routes:
+        included = getattr(route, "original_router", None)
+        if included is None:
+            yield route
+        else:
+            yield from every_route(included.routes)

@@ -421,56 +421,6 @@ class UserOut(BaseModel):
     """Only when a token was just made: it is not stored and cannot be shown again."""
 
 
-class HeartbeatIn(_In):
-    step: Step | None = None
-    phase: Literal["startup", "restore", "train", "save"] | None = None
-    restored_step: Step | None = Field(default=None, description="the checkpoint step this attempt resumed from")
-    restore_seconds: float | None = Field(default=None, ge=0, description="how long the restore took")
-    since_commit: float | None = Field(default=None, ge=0, description="seconds since its last checkpoint commit")
-    restore_skipped: list[Annotated[str, Field(max_length=1000)]] = Field(
-        default_factory=list, max_length=20, description="newer checkpoints it could not use, and why"
-    )
-    process_started_at: float | None = Field(default=None, ge=0, description="Unix time the job's process started")
-    restart_phases: dict[PhaseName, Seconds] | None = Field(
-        default=None, max_length=12, description="seconds of each phase of its start-up, in order, up to the first step"
-    )
-    first_step_seconds: Seconds | None = Field(default=None, description="how long its first step took")
-    steady_step_seconds: Seconds | None = Field(default=None, description="how long the steps after it took, each")
-
-    def restart(self) -> dict[str, Any]:
-        """What it said of its start-up, as the store keeps it."""
-        said = {
-            "process_started_at": self.process_started_at,
-            "phases": self.restart_phases,
-            "first_step": self.first_step_seconds,
-            "steady_step": self.steady_step_seconds,
-        }
-        return {key: value for key, value in said.items() if value is not None}
-
-
-class NoticeOut(BaseModel):
-    deadline: float
-    seconds_left: float
-
-
-class HeartbeatOut(BaseModel):
-    notice: NoticeOut | None
-
-
-class CheckpointIn(_In):
-    step: Step | None = None
-    path: str | None = Field(default=None, max_length=limits.PATH_MAX)
-    seconds: float | None = Field(default=None, ge=0, description="how long the save blocked training")
-    background_seconds: float | None = Field(
-        default=None, ge=0, description="how long a background save was written after training went on"
-    )
-
-    @field_validator("path")
-    @classmethod
-    def _no_nul(cls, value: str | None) -> str | None:
-        return no_nul(value)
-
-
 class EventOut(BaseModel):
     id: int
     time: float

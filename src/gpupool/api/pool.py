@@ -1,29 +1,27 @@
 """The routes about the pool rather than one job: GPUs and who holds them, teams with their use,
 users, priority classes. Who may call them is the rule of each in `access.ROUTES`, applied by
-the `authorize` dependency; another team's GPUs are shown by `access.gpu_view`."""
+the `auth.authorize` dependency; another team's GPUs are shown by `access.gpu_view`."""
 
 # No `from __future__ import annotations`: FastAPI reads the dependencies from the signatures.
 import re
 import secrets
-from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import Depends, FastAPI
+from fastapi import APIRouter
 from fastapi import Path as PathParam
 
 from gpupool.api import access
-from gpupool.api.access import Principal
+from gpupool.api.auth import Who
+from gpupool.api.context import Ctx
 from gpupool.api.errors import responses
 from gpupool.api.models import BudgetOut, ClassOut, NodeOut, PoolOut, TeamIn, TeamOut, UserIn, UserOut
 from gpupool.errors import InvalidInput
-from gpupool.service import token_hash
+from gpupool.service.workspace import token_hash
 from gpupool.store import UNCHANGED
 from gpupool.store.schema import TeamRow
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
-
-Dependency = Callable[..., Principal]
 Name = Annotated[str, PathParam(max_length=200, description="Letters, digits, '.', '_', '-'; 200 at most.")]
 
 
@@ -33,79 +31,83 @@ def check_name(kind: str, name: str) -> str:
     return name
 
 
-def add_pool_routes(app: FastAPI, ctx: Any, authorize: Dependency) -> None:
-    Who = Annotated[Principal, Depends(authorize)]
-    changes = responses(400, 401, 403, 413, 422, 503)
+CHANGES = responses(400, 401, 403, 413, 422, 503)
 
-    @app.get("/pool", response_model=PoolOut, responses=responses(401, 503))
-    def pool(who: Who) -> PoolOut:
-        """Every node and GPU: idle, allocated, draining (its job has notice) or held for a
-        preemptor, with the job, team and user that hold it (another team's without its user)."""
-        nodes, gpus = ctx.store.pool_view()
-        out = []
-        for n in nodes:
-            mine = [access.gpu_view(who, g) for g in gpus if g.node == n.name]
-            out.append(NodeOut(name=n.name, gpus=n.gpus, gpu_type=n.gpu_type, virtual=n.virtual, gpu_states=mine))
-        busy = sum(1 for g in gpus if g.state in ("allocated", "draining"))
-        return PoolOut(nodes=out, gpus=len(gpus), busy=busy)
+router = APIRouter()
 
-    @app.get("/teams", response_model=list[TeamOut], responses=responses(401, 503))
-    def teams(who: Who) -> list[TeamOut]:
-        """Every team's policy, its GPUs in use and pending jobs, and each budget's use."""
-        using, pending = ctx.store.team_use()
-        budgets, spent = ctx.store.budget_use(ctx.clock())
-        return [
-            team_out(
-                t,
-                using=using[t.name],
-                pending=pending[t.name],
-                budgets=[
-                    BudgetOut(
-                        priority=b.priority,
-                        gpu_hours=b.gpu_hours,
-                        window=b.window,
-                        used_gpu_hours=spent.get((b.team, b.priority), 0.0) / 3600,
-                    )
-                    for b in budgets
-                    if b.team == t.name
-                ],
-            )
-            for t in ctx.store.teams()
-        ]
 
-    @app.put("/teams/{name}", response_model=TeamOut, responses=changes)
-    def set_team(name: Name, body: TeamIn, who: Who) -> TeamOut:
-        """Create or change a team: only the fields sent change."""
-        token = secrets.token_urlsafe(24) if body.new_token else None
-        row = ctx.store.set_team(
-            check_name("team", name),
-            weight=body.weight,
-            guaranteed_gpus=body.guaranteed_gpus,
-            allowed_classes=body.classes if "classes" in body.model_fields_set else UNCHANGED,
-            token_hash=token_hash(token) if token else None,
+@router.get("/pool", response_model=PoolOut, responses=responses(401, 503))
+def pool(who: Who, ctx: Ctx) -> PoolOut:
+    """Every node and GPU: idle, allocated, draining (its job has notice) or held for a
+    preemptor, with the job, team and user that hold it (another team's without its user)."""
+    nodes, gpus = ctx.store.pool_view()
+    out = []
+    for n in nodes:
+        mine = [access.gpu_view(who, g) for g in gpus if g.node == n.name]
+        out.append(NodeOut(name=n.name, gpus=n.gpus, gpu_type=n.gpu_type, virtual=n.virtual, gpu_states=mine))
+    busy = sum(1 for g in gpus if g.state in ("allocated", "draining"))
+    return PoolOut(nodes=out, gpus=len(gpus), busy=busy)
+
+
+@router.get("/teams", response_model=list[TeamOut], responses=responses(401, 503))
+def teams(who: Who, ctx: Ctx) -> list[TeamOut]:
+    """Every team's policy, its GPUs in use and pending jobs, and each budget's use."""
+    using, pending = ctx.store.team_use()
+    budgets, spent = ctx.store.budget_use(ctx.clock())
+    return [
+        team_out(
+            t,
+            using=using[t.name],
+            pending=pending[t.name],
+            budgets=[
+                BudgetOut(
+                    priority=b.priority,
+                    gpu_hours=b.gpu_hours,
+                    window=b.window,
+                    used_gpu_hours=spent.get((b.team, b.priority), 0.0) / 3600,
+                )
+                for b in budgets
+                if b.team == t.name
+            ],
         )
-        ctx.loop.wakeup.set()  # a new guarantee or weight may change what the loop decides
-        return team_out(row, token=token)
+        for t in ctx.store.teams()
+    ]
 
-    @app.get("/users", response_model=list[UserOut], responses=responses(401, 503))
-    def users(who: Who) -> list[UserOut]:
-        """Users and their teams (a team's token sees its own team's)."""
-        team = access.own_team(who)
-        return [UserOut(name=u.name, team=u.team) for u in ctx.store.users() if team is None or u.team == team]
 
-    @app.put("/users/{name}", response_model=UserOut, responses=changes)
-    def set_user(name: Name, body: UserIn, who: Who) -> UserOut:
-        """Create a user in a team (or move one); `new_token` makes their token, shown once."""
-        token = secrets.token_urlsafe(24) if body.new_token else None
-        row = ctx.store.set_user(
-            check_name("user", name), team=body.team, token_hash=token_hash(token) if token else None
-        )
-        return UserOut(name=row.name, team=row.team, token=token)
+@router.put("/teams/{name}", response_model=TeamOut, responses=CHANGES)
+def set_team(name: Name, body: TeamIn, who: Who, ctx: Ctx) -> TeamOut:
+    """Create or change a team: only the fields sent change."""
+    token = secrets.token_urlsafe(24) if body.new_token else None
+    row = ctx.store.set_team(
+        check_name("team", name),
+        weight=body.weight,
+        guaranteed_gpus=body.guaranteed_gpus,
+        allowed_classes=body.classes if "classes" in body.model_fields_set else UNCHANGED,
+        token_hash=token_hash(token) if token else None,
+    )
+    ctx.service.wake()  # a new guarantee or weight may change what the loop decides
+    return team_out(row, token=token)
 
-    @app.get("/classes", response_model=list[ClassOut], responses=responses(401, 503))
-    def classes(who: Who) -> list[ClassOut]:
-        """The priority classes, most important first."""
-        return [ClassOut.model_validate(c, from_attributes=True) for c in ctx.store.classes()]
+
+@router.get("/users", response_model=list[UserOut], responses=responses(401, 503))
+def users(who: Who, ctx: Ctx) -> list[UserOut]:
+    """Users and their teams (a team's token sees its own team's)."""
+    team = access.own_team(who)
+    return [UserOut(name=u.name, team=u.team) for u in ctx.store.users() if team is None or u.team == team]
+
+
+@router.put("/users/{name}", response_model=UserOut, responses=CHANGES)
+def set_user(name: Name, body: UserIn, who: Who, ctx: Ctx) -> UserOut:
+    """Create a user in a team (or move one); `new_token` makes their token, shown once."""
+    token = secrets.token_urlsafe(24) if body.new_token else None
+    row = ctx.store.set_user(check_name("user", name), team=body.team, token_hash=token_hash(token) if token else None)
+    return UserOut(name=row.name, team=row.team, token=token)
+
+
+@router.get("/classes", response_model=list[ClassOut], responses=responses(401, 503))
+def classes(who: Who, ctx: Ctx) -> list[ClassOut]:
+    """The priority classes, most important first."""
+    return [ClassOut.model_validate(c, from_attributes=True) for c in ctx.store.classes()]
 
 
 def team_out(

@@ -14,7 +14,7 @@ from gpupool.api.models import JobIn
 from gpupool.errors import InvalidInput
 from gpupool.model import Job, Node, gang_split_problem
 from gpupool.policy import can_ever_fit, messages
-from gpupool.service import expand_log_path, inside
+from gpupool.service.workspace import expand_log_path, inside
 from gpupool.store.jobs import job_name
 
 T = TypeVar("T")

@@ -1,4 +1,12 @@
-"""Executors run attempts: one small interface, a local implementation, a fake for tests.
+"""Executors run attempts: one small interface (here), and two implementations of it.
+
+- `local/`: attempts as process groups on this machine (`LocalExecutor`), and its GPUs.
+- `ray/`: attempts as gangs over the nodes of a Ray cluster (`RayExecutor`, with adoption
+  after a restart); only this package imports Ray, an optional extra.
+- What runs a member on one machine, for the local executor and for each Ray node's launcher
+  actor: `spawn` (start one under the launcher), `launcher` (the launcher process, and its
+  fork server), `forks` (the fork server's client), `proc` (what the system says of a process
+  and an attempt's folder), `users` (OS users).
 
 An executor knows processes and machines, not policy. The control loop tells it to start an
 attempt (one process per gang member, where the core placed it), to give one notice, or to kill

@@ -1,10 +1,12 @@
-"""What the operating system says about a process and an attempt's folder."""
+"""What the operating system says about a process and an attempt's folder, and the last resort
+against what outlived its scheduler (`kill_attempts`, for the demos and the tests)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -128,3 +130,18 @@ def recorded_launcher(attempt_dir: Path, expected_owner: str | None = None) -> t
             if started is not None:
                 return pid, started
     return None
+
+
+def kill_attempts(data_dir: Path) -> None:
+    """SIGKILL the process group of every attempt launched under `data_dir` (its launcher names
+    its attempt folder; the launcher outlives a SIGTERM by design, so `pkill` would not do)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            group = os.getpgid(int(proc.name))
+            if str(data_dir) in command and group != os.getpgid(0):  # never the caller's own group
+                os.killpg(group, signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue

@@ -6,7 +6,7 @@ kept up to date as attempts start, get notice, end and commit checkpoints, and a
 only what it reads: the GPUs each (team, class) could give and the earliest end of a minimum
 runtime from the index's per-group lists, the bounds of every node from its arrays, and a
 node's candidates when a search first looks at that node. The decision is the one candidates
-built from every running job give (tests/policy/oracle.py, the property tests' reference).
+built from every running job give (tests/support/oracle.py, the property tests' reference).
 """
 
 from __future__ import annotations

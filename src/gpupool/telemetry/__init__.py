@@ -5,8 +5,8 @@ Three feeds, one registry:
 - the **store**, read by a thread of its own at most once a second (and soon after a tick that
   changed something): the event log and checkpoint commits into counters and histograms
   (`ledger`), and the pool's current state into gauges (`gauges`);
-- the **control loop**, through `gpupool.observer.Observer`: how long each decision took, the
-  size of its snapshot, when the loop last ticked;
+- the **control loop**, through `gpupool.service.observer.Observer`: how long each decision
+  took, the size of its snapshot, when the loop last ticked;
 - the **API**: requests by route and status, and their latency.
 
 A scrape only formats what is in memory: it never reads the store. Names follow Prometheus'

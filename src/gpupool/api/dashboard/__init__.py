@@ -12,14 +12,13 @@ and replace it when it differs; without JavaScript the page reloads itself every
 """
 
 # No `from __future__ import annotations`: FastAPI reads the parameters from the signatures.
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
@@ -29,6 +28,8 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from gpupool.api import limits
 from gpupool.api.access import Principal
+from gpupool.api.auth import identify
+from gpupool.api.context import Context, Ctx
 from gpupool.api.dashboard import views
 from gpupool.errors import GpupoolError, InvalidInput, Unauthorized
 from gpupool.units import human_seconds
@@ -42,133 +43,143 @@ STATUS = {"InvalidInput": 400, "Unauthorized": 401, "Forbidden": 403, "NotFound"
 FRESH = 0.25
 """Seconds a rendered fragment is served again to the same token (half a poll)."""
 
-Identify = Callable[[str | None], Principal]
+router = APIRouter()
 
 
-def add_dashboard(app: FastAPI, ctx: Any, identify: Identify) -> None:
-    app.mount(STATIC, StaticFiles(directory=HERE / "static"), name="dashboard-static")
-    recent: dict[tuple[str, str, Principal], tuple[float, Response]] = {}
-    drawn = threading.Lock()
+def static_files() -> StaticFiles:
+    """The pages' CSS and script, mounted at `STATIC` (a router cannot hold a mount)."""
+    return StaticFiles(directory=HERE / "static")
 
-    def principal(request: Request) -> Principal | None:
-        try:
-            return identify(request.cookies.get(COOKIE))
-        except Unauthorized:
-            return None
 
-    def render(request: Request, name: str, who: Principal | None, status: int = 200, **data: Any) -> Response:
-        fragment = request.query_params.get("fragment") == "1"
-        template = f"_{name}.html" if fragment else f"{name}.html"
-        query = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "fragment"])
-        context = {"who": who, "page": name, "status": status, "query": query, **data}
-        return templates.TemplateResponse(request, template, context, status_code=status)
+def principal(ctx: Context, request: Request) -> Principal | None:
+    try:
+        return identify(ctx, request.cookies.get(COOKIE))
+    except Unauthorized:
+        return None
 
-    def page(request: Request, name: str, build: Callable[[Principal], dict[str, Any]]) -> Response:
-        """A page for the signed-in token; to sign in first if there is none (a fragment: 401).
-        Whatever goes wrong is a page that says so, never JSON. A fragment is drawn at most
-        once per `FRESH` seconds for each token's view of it: every open tab polls it, and a
-        pool of 1,000 nodes takes a fifth of a second to draw."""
-        fragment = request.query_params.get("fragment") == "1"
-        who: Principal | None = None
-        try:
-            who = principal(request)
-            if who is None:
-                if fragment:
-                    return PlainTextResponse("sign in again", status_code=401)
-                here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-                return RedirectResponse(f"/ui/signin?next={quote(here, safe='/')}", status_code=303)
-            key = (request.url.path, request.url.query, who)
-            now = time.monotonic()
-            with drawn:
-                cached = recent.get(key)
-            if fragment and cached is not None and now - cached[0] < FRESH:
-                return cached[1]
-            answer = render(request, name, who, **build(who))
-        except (GpupoolError, DBAPIError, PoolTimeout) as exc:
-            status, message = problem(exc)
-            return render(request, "error", who, status=status, message=message)
-        if fragment:
-            with drawn:
-                for stale in [k for k, (at, _) in list(recent.items()) if now - at >= FRESH]:
-                    recent.pop(stale, None)
-                recent[key] = (now, answer)
-        return answer
 
-    @app.get("/", include_in_schema=False)
-    def home() -> Response:
-        return RedirectResponse("/ui/pool", status_code=303)
+def render(request: Request, name: str, who: Principal | None, status: int = 200, **data: Any) -> Response:
+    fragment = request.query_params.get("fragment") == "1"
+    template = f"_{name}.html" if fragment else f"{name}.html"
+    query = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "fragment"])
+    context = {"who": who, "page": name, "status": status, "query": query, **data}
+    return templates.TemplateResponse(request, template, context, status_code=status)
 
-    @app.get("/ui/signin", include_in_schema=False)
-    def signin_page(request: Request) -> Response:
-        return render(request, "signin", None, next=safe_next(request.query_params.get("next")))
 
-    @app.post("/ui/signin", include_in_schema=False)
-    async def signin(request: Request) -> Response:
-        if not same_origin(request):
-            return PlainTextResponse("sign-in from another site refused", status_code=403)
-        form = parse_qs((await request.body())[: limits.NAME_MAX * 4].decode(errors="replace"))
-        token = (form.get("token") or [""])[0].strip()
-        target = safe_next((form.get("next") or [""])[0])
-        try:
-            who = await run_in_threadpool(identify, token)
-        except Unauthorized as exc:
-            return render(request, "signin", None, status=401, next=target, message=str(exc))
-        except (GpupoolError, DBAPIError, PoolTimeout) as exc:
-            status, message = problem(exc)
-            return render(request, "signin", None, status=status, next=target, message=message)
-        if who.attempt is not None:
-            return render(request, "signin", None, status=401, next=target, message="a job's token cannot sign in")
-        answer = RedirectResponse(target, status_code=303)
-        answer.set_cookie(
-            COOKIE, token, httponly=True, samesite="strict", path="/ui", secure=request.url.scheme == "https"
-        )
-        return answer
+def page(ctx: Context, request: Request, name: str, build: Callable[[Principal], dict[str, Any]]) -> Response:
+    """A page for the signed-in token; to sign in first if there is none (a fragment: 401).
+    Whatever goes wrong is a page that says so, never JSON. A fragment is drawn at most
+    once per `FRESH` seconds for each token's view of it: every open tab polls it, and a
+    pool of 1,000 nodes takes a fifth of a second to draw."""
+    fragment = request.query_params.get("fragment") == "1"
+    who: Principal | None = None
+    try:
+        who = principal(ctx, request)
+        if who is None:
+            if fragment:
+                return PlainTextResponse("sign in again", status_code=401)
+            here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            return RedirectResponse(f"/ui/signin?next={quote(here, safe='/')}", status_code=303)
+        key = (request.url.path, request.url.query, who)
+        now = time.monotonic()
+        with ctx.drawing:
+            cached = ctx.drawn.get(key)
+        if fragment and cached is not None and now - cached[0] < FRESH:
+            return cached[1]
+        answer = render(request, name, who, **build(who))
+    except (GpupoolError, DBAPIError, PoolTimeout) as exc:
+        status, message = problem(exc)
+        return render(request, "error", who, status=status, message=message)
+    if fragment:
+        with ctx.drawing:
+            for stale in [k for k, (at, _) in list(ctx.drawn.items()) if now - at >= FRESH]:
+                ctx.drawn.pop(stale, None)
+            ctx.drawn[key] = (now, answer)
+    return answer
 
-    @app.post("/ui/signout", include_in_schema=False)
-    def signout(request: Request) -> Response:
-        if not same_origin(request):
-            return PlainTextResponse("sign-out from another site refused", status_code=403)
-        answer = RedirectResponse("/ui/signin", status_code=303)
-        answer.delete_cookie(COOKIE, path="/ui")
-        return answer
 
-    # The pages read their parameters themselves: a bad one is a page that says so (400).
+@router.get("/", include_in_schema=False)
+def home() -> Response:
+    return RedirectResponse("/ui/pool", status_code=303)
 
-    @app.get("/ui/pool", include_in_schema=False)
-    def pool(request: Request) -> Response:
-        def build(who: Principal) -> dict[str, Any]:
-            state = choice(request, "state", views.GPU_STATES)
-            return views.pool(ctx, who, number(request, "page", 1, 1, limits.INT32), state)
 
-        return page(request, "pool", build)
+@router.get("/ui/signin", include_in_schema=False)
+def signin_page(request: Request) -> Response:
+    return render(request, "signin", None, next=safe_next(request.query_params.get("next")))
 
-    @app.get("/ui/queue", include_in_schema=False)
-    def queue(request: Request) -> Response:
-        def build(who: Principal) -> dict[str, Any]:
-            team, cls = text(request, "team"), text(request, "class")
-            return views.queue(ctx, who, ctx.clock(), team, cls)
 
-        return page(request, "queue", build)
+@router.post("/ui/signin", include_in_schema=False)
+async def signin(request: Request, ctx: Ctx) -> Response:
+    if not same_origin(request):
+        return PlainTextResponse("sign-in from another site refused", status_code=403)
+    form = parse_qs((await request.body())[: limits.NAME_MAX * 4].decode(errors="replace"))
+    token = (form.get("token") or [""])[0].strip()
+    target = safe_next((form.get("next") or [""])[0])
+    try:
+        who = await run_in_threadpool(identify, ctx, token)
+    except Unauthorized as exc:
+        return render(request, "signin", None, status=401, next=target, message=str(exc))
+    except (GpupoolError, DBAPIError, PoolTimeout) as exc:
+        status, message = problem(exc)
+        return render(request, "signin", None, status=status, next=target, message=message)
+    if who.attempt is not None:
+        return render(request, "signin", None, status=401, next=target, message="a job's token cannot sign in")
+    answer = RedirectResponse(target, status_code=303)
+    answer.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/ui", secure=request.url.scheme == "https")
+    return answer
 
-    @app.get("/ui/teams", include_in_schema=False)
-    def teams(request: Request) -> Response:
-        return page(request, "teams", lambda who: views.teams(ctx, ctx.clock()))
 
-    @app.get("/ui/interruptions", include_in_schema=False)
-    def interruptions(request: Request) -> Response:
-        def build(who: Principal) -> dict[str, Any]:
-            days = number(request, "days", 7, 1, 3650)
-            now = ctx.clock()
-            return views.interruptions(ctx, who, now, now - days * 86400)
+@router.post("/ui/signout", include_in_schema=False)
+def signout(request: Request) -> Response:
+    if not same_origin(request):
+        return PlainTextResponse("sign-out from another site refused", status_code=403)
+    answer = RedirectResponse("/ui/signin", status_code=303)
+    answer.delete_cookie(COOKIE, path="/ui")
+    return answer
 
-        return page(request, "interruptions", build)
 
-    @app.get("/ui/jobs/{job_id}", include_in_schema=False)
-    def job(request: Request, job_id: str) -> Response:
-        def build(who: Principal) -> dict[str, Any]:
-            return views.job(ctx, who, whole("job", job_id, 0, limits.INT32), ctx.clock())
+# The pages read their parameters themselves: a bad one is a page that says so (400).
 
-        return page(request, "job", build)
+
+@router.get("/ui/pool", include_in_schema=False)
+def pool(request: Request, ctx: Ctx) -> Response:
+    def build(who: Principal) -> dict[str, Any]:
+        state = choice(request, "state", views.GPU_STATES)
+        return views.pool(ctx, who, number(request, "page", 1, 1, limits.INT32), state)
+
+    return page(ctx, request, "pool", build)
+
+
+@router.get("/ui/queue", include_in_schema=False)
+def queue(request: Request, ctx: Ctx) -> Response:
+    def build(who: Principal) -> dict[str, Any]:
+        team, cls = text(request, "team"), text(request, "class")
+        return views.queue(ctx, who, ctx.clock(), team, cls)
+
+    return page(ctx, request, "queue", build)
+
+
+@router.get("/ui/teams", include_in_schema=False)
+def teams(request: Request, ctx: Ctx) -> Response:
+    return page(ctx, request, "teams", lambda who: views.teams(ctx, ctx.clock()))
+
+
+@router.get("/ui/interruptions", include_in_schema=False)
+def interruptions(request: Request, ctx: Ctx) -> Response:
+    def build(who: Principal) -> dict[str, Any]:
+        days = number(request, "days", 7, 1, 3650)
+        now = ctx.clock()
+        return views.interruptions(ctx, who, now, now - days * 86400)
+
+    return page(ctx, request, "interruptions", build)
+
+
+@router.get("/ui/jobs/{job_id}", include_in_schema=False)
+def job(request: Request, ctx: Ctx, job_id: str) -> Response:
+    def build(who: Principal) -> dict[str, Any]:
+        return views.job(ctx, who, whole("job", job_id, 0, limits.INT32), ctx.clock())
+
+    return page(ctx, request, "job", build)
 
 
 def problem(exc: Exception) -> tuple[int, str]:

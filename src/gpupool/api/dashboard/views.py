@@ -13,6 +13,7 @@ from typing import Any
 from gpupool.accounting import Interruption
 from gpupool.api import access
 from gpupool.api.access import Principal
+from gpupool.api.context import Context
 from gpupool.api.dashboard import svg
 from gpupool.api.logs import read_part
 from gpupool.errors import Forbidden, GpupoolError
@@ -59,7 +60,7 @@ NODES_SHOWN = 64
 """Nodes per page of the pool (its counts are of every node)."""
 
 
-def pool(ctx: Any, who: Principal, page: int = 1, state: str | None = None) -> dict[str, Any]:
+def pool(ctx: Context, who: Principal, page: int = 1, state: str | None = None) -> dict[str, Any]:
     """Every GPU's state counted (grouped in the store), and a page of nodes in full (those
     with a GPU in `state`, if given)."""
     every = ctx.store.node_gpus()
@@ -122,7 +123,7 @@ SHOWN = 200
 """Rows of each table of the queue page at most (filters narrow it; the API lists all)."""
 
 
-def queue(ctx: Any, who: Principal, now: float, team: str | None, cls: str | None) -> dict[str, Any]:
+def queue(ctx: Context, who: Principal, now: float, team: str | None, cls: str | None) -> dict[str, Any]:
     places: dict[int, int] = ctx.lineup.places if ctx.lineup is not None else {}
     live = [s.value for s in LIVE]
     running = ctx.store.listing(live, team, cls)
@@ -156,13 +157,13 @@ def queue(ctx: Any, who: Principal, now: float, team: str | None, cls: str | Non
     }
 
 
-def teams(ctx: Any, now: float, window: float = 86400.0) -> dict[str, Any]:
+def teams(ctx: Context, now: float, window: float = 86400.0) -> dict[str, Any]:
     """Every team's policy, use and budgets, and its GPUs held over the last `window` (pool
     aggregates: open to every token, as `/teams` and the report's team totals are)."""
     using, pending = ctx.store.team_use()
     budgets, spent = ctx.store.budget_use(now)
     goodput = ctx.telemetry.goodput_by_team() if ctx.telemetry is not None else {}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for t in ctx.store.teams():
         mine = [b for b in budgets if b.team == t.name]
         rows.append(
@@ -210,7 +211,7 @@ class Cut:
     next_attempt: str
 
 
-def interruptions(ctx: Any, who: Principal, now: float, since: float, shown: int = 200) -> dict[str, Any]:
+def interruptions(ctx: Context, who: Principal, now: float, since: float, shown: int = 200) -> dict[str, Any]:
     """The interruptions since `since` of the jobs most recently interrupted (the token's own
     team's, as in the report), each with its cost, newest first; totals by kind, and lost
     GPU-hours over time, of those."""
@@ -258,7 +259,7 @@ def interruptions(ctx: Any, who: Principal, now: float, since: float, shown: int
     }
 
 
-def job(ctx: Any, who: Principal, job_id: int, now: float) -> dict[str, Any]:
+def job(ctx: Context, who: Principal, job_id: int, now: float) -> dict[str, Any]:
     row = ctx.store.job(job_id)
     if not access.sees_in_full(who, row.team):
         raise Forbidden(f"{who} may not see job {job_id} of team {row.team}")
@@ -270,7 +271,7 @@ def job(ctx: Any, who: Principal, job_id: int, now: float) -> dict[str, Any]:
     log = ""
     if row.attempts:
         try:
-            reader = ctx.loop.open_log(row, row.attempts - 1, "stdout")
+            reader = ctx.service.open_log(row, row.attempts - 1, "stdout")
             if reader is not None:
                 with reader:
                     size = os.fstat(reader.fileno()).st_size  # not read to its end: it may have none

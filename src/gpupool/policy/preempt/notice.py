@@ -12,7 +12,8 @@ from gpupool.policy.decision import Decision, Fit
 from gpupool.policy.free import Shape, Slot
 from gpupool.policy.line import submit_key
 from gpupool.policy.preempt.rules import Preemptor, open_to_seniority
-from gpupool.policy.preempt.search import Victim, find_victims
+from gpupool.policy.preempt import search
+from gpupool.policy.preempt.search import Victim
 
 
 def preempt_for(decision: Decision, job: Job, shapes: tuple[Shape, ...]) -> Fit:
@@ -41,7 +42,7 @@ def preempt_for(decision: Decision, job: Job, shapes: tuple[Shape, ...]) -> Fit:
             if key in memo.no_victims:
                 found_none = False
                 continue
-            found = find_victims(who, shape, decision.candidates)
+            found = search.find_victims(who, shape, decision.candidates)
             if found is None or not _within_guarantee(decision, job, found[1]):
                 found_none = found_none and found is None
                 memo.no_victims.add(key)

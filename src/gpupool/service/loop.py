@@ -11,56 +11,29 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import re
 import secrets
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from functools import cached_property
-from hashlib import sha256
 from pathlib import Path
 from typing import BinaryIO
 
 from gpupool.errors import Conflict, InvalidInput
-from gpupool.executors import Executor, Exit, Key, Launch, Recorded, Started, members_of
-from gpupool.executors.users import JobUser, give, job_user
+from gpupool.executors import Executor, Exit, Key, Recorded, Started
+from gpupool.executors.users import JobUser, job_user
 from gpupool.model import Config, JobState, Node, Placement, Plan, Reason, Wait
-from gpupool.observer import Observer
 from gpupool.policy import PoolState, decide
-from gpupool.snapshots import UNEXPLAINED, KeptSnapshots
+from gpupool.service.launches import prepare_launch, protocol_env
+from gpupool.service.observer import Observer
+from gpupool.service.snapshots import UNEXPLAINED, KeptSnapshots
+from gpupool.service.workspace import Workspace, token_hash
 from gpupool.store import Store
 from gpupool.store.attempts import run_time
-from gpupool.store.schema import AttemptRow, JobRow, StoreIdentityRow
+from gpupool.store.schema import AttemptRow, JobRow
 
 log = logging.getLogger("gpupool.service")
-
-
-def token_hash(token: str) -> str:
-    return sha256(token.encode()).hexdigest()
-
-
-def expand_log_path(
-    template: str, job: int, attempt: int, name: str, array: int | None = None, index: int | None = None
-) -> str:
-    """Slurm's patterns in a log path: `%j` the job, `%A` its array, `%a` its index in the array,
-    `%t` the attempt, `%x` the job's name, `%%` a percent sign."""
-    values = {
-        "j": str(job),
-        "A": str(array if array is not None else job),
-        "a": str(index if index is not None else ""),
-        "t": str(attempt),
-        "x": name,
-        "%": "%",
-    }
-    return re.sub(r"%([jAatx%])", lambda m: values[m.group(1)], template)
-
-
-def inside(path: Path, folder: Path) -> bool:
-    """Whether `path`, its links followed, is `folder` or lies in it."""
-    return path.resolve().is_relative_to(folder.resolve())
 
 
 @dataclass
@@ -103,61 +76,24 @@ class ControlLoop:
     out, as the simulator's `on_plan`) and of every tick: the telemetry."""
     snapshots: KeptSnapshots = field(init=False)
     """What the loop decides on: the store read whole once, then what changed (snapshots.py)."""
+    workspace: Workspace = field(init=False)
+    """Where jobs' folders and logs are, under `data_dir` (workspace.py)."""
     _intervals: tuple[float, dict[str, float]] | None = None
 
     def __post_init__(self) -> None:
         self.snapshots = KeptSnapshots(self.store)
+        self.workspace = Workspace(self.data_dir, self.store.identity)
 
-    # --- where an attempt lives on disk -------------------------------------------------------
+    # --- what the API may ask (interface.Service) ------------------------------------------------
 
-    @cached_property
-    def identity(self) -> StoreIdentityRow:
-        return self.store.identity()
-
-    @property
-    def store_id(self) -> str:
-        return self.identity.id
-
-    def job_dir(self, job_id: int) -> Path:
-        """`jobs/<store id>-<job id>`: a job of another store with the same id never shares
-        its checkpoints, logs or exit records (jobs made before store ids keep `jobs/<id>`)."""
-        if job_id < self.identity.legacy_below:
-            return self.data_dir / "jobs" / str(job_id)
-        return self.data_dir / "jobs" / f"{self.identity.id[:12]}-{job_id}"
-
-    def attempt_dir(self, job_id: int, attempt: int) -> Path:
-        return self.job_dir(job_id) / f"attempt-{attempt}"
-
-    @staticmethod
-    def log_template(job: JobRow, stream: str) -> str | None:
-        """The job's own path for `stdout` or `stderr` (`-o`/`-e`), or None for its folder."""
-        if stream == "stdout" or job.error is None:
-            return job.output  # as sbatch: without -e, errors go where -o says
-        return job.error
-
-    def log_file(self, job: JobRow, attempt: int, stream: str) -> Path:
-        """Where an attempt's `stdout` or `stderr` goes: the job's `-o`/`-e` path, or its folder."""
-        template = self.log_template(job, stream)
-        if template is None:
-            return self.attempt_dir(job.id, attempt) / f"{stream}.log"
-        expanded = expand_log_path(template, job.id, attempt, job.name, job.array_id, job.array_index)
-        return Path(job.workdir) / expanded
+    def wake(self) -> None:
+        """Decide soon: a job was submitted or cancelled, a team's policy changed."""
+        self.wakeup.set()
 
     def open_log(self, job: JobRow, attempt: int, stream: str, rank: int = 0) -> BinaryIO | None:
-        """A member's log, open for reading, or None if there is none yet. A job whose user
-        is not the scheduler's chose where its `-o`/`-e` files are: the scheduler never opens
-        such a path (a link, a FIFO or a device there would be opened with its rights), so it
-        is refused with where to read it; the logs in the job's own folder come from the
-        executor, wherever the member ran."""
-        if self.log_template(job, stream) is None or rank != 0:
-            return self.executor.logs(job.id, attempt, rank, stream, self.attempt_dir(job.id, attempt))
-        path = self.log_file(job, attempt, stream)
-        if self.job_user is not None:
-            raise Conflict(f"job {job.id} writes its {stream} to {path}, a file of its user's: read it there")
-        try:
-            return path.open("rb")
-        except OSError:
-            return None
+        """A member's log, open for reading, or None if there is none yet (`Workspace.open_log`:
+        a file a job of another OS user chose is never opened)."""
+        return self.workspace.open_log(job, attempt, stream, rank, self.executor.logs, self.job_user is not None)
 
     def check_runnable(self, user: str | None, team: str) -> None:
         """Refuse, at submit, a job no OS user could run: `InvalidInput` saying why."""
@@ -370,64 +306,14 @@ class ControlLoop:
         self, job: JobRow, placement: Placement, token: str, interruption_interval: float | None = None
     ) -> tuple[int, int, dict[str, object], bool, str]:
         """Start the job's newest attempt; returns what `mark_started` records of it."""
-        attempt = job.attempts - 1
-        attempt_dir = self.attempt_dir(job.id, attempt)
-        user = self.user_of(job)
-        checkpoints = self.job_dir(job.id) / "checkpoints"
-        cache = self.job_dir(job.id) / "cache"
-        for folder in (checkpoints, cache):
-            folder.mkdir(parents=True, exist_ok=True)
-        # Nobody but the scheduler lists its folders; a job's user reaches its own by name.
-        for folder in (self.data_dir / "jobs", self.job_dir(job.id)):
-            give(folder, None, 0o711 if user is not None else 0o700)
-        for folder in (checkpoints, cache):
-            give(folder, user, 0o700)
-        command = list(job.command)
-        if job.script is not None:
-            command[0] = str(self.script_file(job, user))
-        env = {
-            **compile_caches(cache),  # the job's own settings win
-            **{k: str(v) for k, v in job.env.items()},
-            **({"USER": user.name, "LOGNAME": user.name, "HOME": user.home} if user is not None else {}),
-            "GPUPOOL_JOB_ID": str(job.id),
-            "GPUPOOL_ATTEMPT": str(attempt),
-            "GPUPOOL_CHECKPOINT_DIR": str(checkpoints),
-            "GPUPOOL_CACHE_DIR": str(cache),
-            "GPUPOOL_NOTICE_FILE": str(attempt_dir / "notice"),
-            "GPUPOOL_API": self.api_url,
-            "GPUPOOL_TOKEN": token,
-        }
-        if interruption_interval is not None:
-            env["GPUPOOL_INTERRUPTION_INTERVAL"] = f"{interruption_interval:.0f}"
-        if job.array_id is not None:
-            env["GPUPOOL_ARRAY_ID"] = str(job.array_id)
-            env["GPUPOOL_ARRAY_INDEX"] = str(job.array_index)
-        stdout, stderr = (self.log_file(job, attempt, stream) for stream in ("stdout", "stderr"))
-        if job.output is not None or job.error is not None:
-            # Checked at submit, and again now: a link made since must not lead into the data.
-            for path in (stdout, stderr):
-                if inside(path, self.data_dir) and not inside(path, attempt_dir):
-                    raise ValueError(f"{path} is in the scheduler's data directory")
-        members = members_of(placement)
-        launch = Launch(job.id, attempt, command, Path(job.workdir), env, attempt_dir, members, stdout, stderr, user)
+        protocol = protocol_env(self.api_url, token, interruption_interval)
+        launch = prepare_launch(self.workspace, job, placement, self.user_of(job), protocol)
         started = self.executor.start(launch)
-        return (job.id, attempt, started.handle, started.running, started.where)
+        return (job.id, launch.attempt, started.handle, started.running, started.where)
 
     def user_of(self, job: JobRow) -> JobUser | None:
         """The OS user the job runs as (None: the scheduler's); raises `NoSuchUser`."""
         return job_user(self.job_user, job.user, job.team)
-
-    def script_file(self, job: JobRow, user: JobUser | None = None) -> Path:
-        """The job's batch script as submitted, written once into its folder (its user's only)."""
-        path = self.job_dir(job.id) / "script"
-        if not path.exists():
-            partial = path.with_suffix(".tmp")
-            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700)
-            with os.fdopen(fd, "w") as stream:
-                stream.write(job.script or "")
-            os.replace(partial, path)
-        give(path, user, 0o700)
-        return path
 
     # --- after a restart -----------------------------------------------------------------------
 
@@ -446,8 +332,8 @@ class ControlLoop:
         recorded = Recorded(
             *key,
             attempt.handle,
-            self.attempt_dir(*key),
-            tuple(self.log_file(job, attempt.attempt, stream) for stream in ("stdout", "stderr")),
+            self.workspace.attempt_dir(*key),
+            tuple(self.workspace.log_file(job, attempt.attempt, stream) for stream in ("stdout", "stderr")),
             attempt.last_heartbeat_at or attempt.started_at,
             attempt.notice_deadline,
         )
@@ -503,15 +389,3 @@ class ControlLoop:
                 pause = 2 * min(recent, default=0.0) - (time.perf_counter() - ended)
                 time.sleep(max(self.settle, pause))
             self.wakeup.clear()
-
-
-def compile_caches(cache: Path) -> dict[str, str]:
-    """Where compilers keep what they made, in the job's folder that outlives its attempts: a
-    resumed attempt (on any node, where the folder is shared) finds the kernels and graphs the
-    earlier ones compiled, instead of compiling them again (PyTorch Inductor's FX graph and
-    AOTAutograd caches, Triton's kernels, CUDA's JIT cache)."""
-    return {
-        "TORCHINDUCTOR_CACHE_DIR": str(cache / "torchinductor"),
-        "TRITON_CACHE_DIR": str(cache / "triton"),
-        "CUDA_CACHE_PATH": str(cache / "cuda"),
-    }

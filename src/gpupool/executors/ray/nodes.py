@@ -1,5 +1,5 @@
 """The pool's nodes on a Ray cluster: every alive Ray node with GPUs, once Ray has reserved all
-of its GPUs for the pool and the node's launcher actor (`ray_launcher.py`) is up in that
+of its GPUs for the pool and the node's launcher actor (`launcher.py`) is up in that
 reservation.
 
 A node's reservation is a detached placement group of one bundle holding every GPU of the
@@ -32,7 +32,7 @@ from ray.util.placement_group import (
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from gpupool.executors import NodeState
-from gpupool.executors.ray_launcher import NodeLauncher
+from gpupool.executors.ray.launcher import NodeLauncher
 from gpupool.model import Node
 
 log = logging.getLogger("gpupool.ray")

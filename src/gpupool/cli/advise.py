@@ -10,8 +10,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gpupool.cli_common import console, errors, prepare_output
-from gpupool.cli_replay import (
+from gpupool.cli.common import console, errors, prepare_output
+from gpupool.cli.replay import (
     CheckpointIntervalOption,
     ConfigFileOption,
     FromOption,

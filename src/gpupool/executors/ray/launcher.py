@@ -1,4 +1,4 @@
-"""The launcher actor: one per node of the pool, in that node's reservation (`ray_nodes.py`),
+"""The launcher actor: one per node of the pool, in that node's reservation (`nodes.py`),
 kept between attempts. It starts each member the core places on its node under gpupool's
 launcher (`spawn.py`: a session of its own, the job's OS user, a clean environment), and
 tells the scheduler how its members end. The launchers are forked from a fork server it
@@ -32,7 +32,7 @@ from typing import Any
 
 from gpupool.executors.forks import ForkServer
 from gpupool.executors.proc import process_started
-from gpupool.executors.ray_gang import attempt_of, member_end
+from gpupool.executors.ray.gang import attempt_of, member_end
 from gpupool.executors.spawn import Spawn, signal_group, write_notice
 from gpupool.executors.users import lookup
 

@@ -11,7 +11,7 @@ from typing import Annotated, TypeVar
 import typer
 
 from gpupool import config as configuration
-from gpupool.cli_common import EXIT_USAGE, fail
+from gpupool.cli.common import EXIT_USAGE, fail
 from gpupool.model import Config, PlacementRule
 from gpupool.sim.cluster import MAX_POOL_GPUS, load_machines, load_vc_sizes, scale_sizes
 from gpupool.sim.failures import Distribution, NodeFailures

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpupool.cli_common import (
+from gpupool.cli.common import (
     ApiOption,
     ConfigOption,
     JsonOption,
@@ -21,8 +21,8 @@ from gpupool.cli_common import (
     prepare_output,
     print_json,
 )
-from gpupool.cli_jobs import interruptions_table
-from gpupool.cli_table import Column, table
+from gpupool.cli.jobs import interruptions_table
+from gpupool.cli.table import Column, table
 from gpupool.units import gpu_time, gpu_unit, parse_duration
 
 BUCKETS = ("startup", "checkpoint", "drain", "wasted", "unreported")
@@ -76,7 +76,7 @@ def report(
             cuts.title = f"the {len(costly)} costliest of {len(data['interruptions'])} interruptions"
             console.print(cuts)
     if plots is not None:
-        from gpupool.report_plots import plot_report
+        from gpupool.cli.report_plots import plot_report
 
         for path in plot_report(data, plots):
             errors.print(f"wrote {path}", highlight=False, markup=False)

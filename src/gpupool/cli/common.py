@@ -28,7 +28,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from gpupool.client import Client, Unavailable, Unreachable
+from gpupool.cli.client import Client, Unavailable, Unreachable
 from gpupool.config import load_spec
 from gpupool.errors import Conflict, Forbidden, GpupoolError, NotFound, Unauthorized
 from gpupool.model import ENDED, JobState

@@ -1,71 +1,25 @@
 """A gang on Ray after the scheduler restarted: found again through its nodes' launchers, which
-outlived the scheduler, or how it ended, from its members' records on shared storage."""
+outlived the scheduler, or how it ended, from its members' records on shared storage.
+`RayExecutor.adopt` (executor.py) puts these together; nothing here knows the executor."""
 
 from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import ray
 from ray.util.placement_group import get_placement_group, remove_placement_group
 
-from gpupool.executors import Exit, Recorded, Started
-from gpupool.executors.proc import owner, recorded_exit_time
-from gpupool.executors.ray_gang import Gang, attempt_exit, member_end, member_folder, member_owner
-
-if TYPE_CHECKING:
-    from gpupool.executors.ray_executor import RayExecutor
+from gpupool.executors import Exit, Recorded
+from gpupool.executors.proc import recorded_exit_time
+from gpupool.executors.ray.gang import attempt_exit, member_end, member_folder, member_owner
+from gpupool.executors.ray.nodes import RayNodes
 
 GONE = "gone"
 """A rank whose node's launcher is gone (with its members), or does not answer."""
 UNKNOWN = "unknown"
 """A rank its node's launcher never started, or has forgotten."""
-
-
-def adopt(executor: RayExecutor, recorded: Recorded) -> Started | Exit:
-    """Watched again if every member is still known to its node's launcher, having started;
-    else how it ended (`lost`), and no member of it runs on. An attempt this executor tracks
-    already (adopted again after a halt) is left as it is."""
-    key = (recorded.job_id, recorded.attempt)
-    with executor.lock:
-        known = executor.gangs.get(key)
-        if known is not None:
-            return Started(executor.handle(known), known.phase in ("running", "ending"), "adopted")
-        queued = next((e for e in executor.ended if (e.job_id, e.attempt) == key), None)
-        if queued is not None:
-            executor.ended.remove(queued)
-            return queued
-    name = owner(executor.store_id, *key)
-    if recorded.handle is None:
-        # The scheduler died between its start calls and recording the handle: wherever they
-        # went, nothing of it may run; what its members' records say is how it ended.
-        forget_everywhere(executor, name)
-        return unrecorded(recorded, name)
-    handle = recorded.handle
-    if "node_ids" not in handle:
-        return stop_older(executor, recorded, name)
-    nodes, ids = list(handle.get("nodes", [])), list(handle.get("node_ids", []))
-    if len(nodes) != len(ids):
-        nodes = ids = []
-    ranks = len(ids)
-    launchers = [executor.pool.existing_launcher(node_id) for node_id in ids]
-    incarnations = list(handle.get("incarnations", [])) or [None] * ranks
-    found = members(launchers, [member_owner(name, r) for r in range(ranks)], incarnations)
-    gang = Gang(key, name, recorded.attempt_dir, nodes, ids, launchers, "running")
-    if ranks and all(f not in (GONE, UNKNOWN) and not forgotten(f) for f in found):
-        with executor.lock:
-            executor.register(gang)
-            for rank, end in enumerate(found):
-                if end is not None:
-                    executor._member_ended(gang, rank, end)
-            if recorded.notice_deadline is not None and not (recorded.attempt_dir / "notice").exists():
-                executor.notify(*key, recorded.notice_deadline)  # recorded, but the scheduler died before giving it
-            gang.notice = recorded.notice_deadline
-        return Started(executor.handle(gang), True, "adopted")
-    ended = lost(recorded, name, found)
-    executor.forget(gang, ran=ended.started)  # not all there: what is left of it is killed, and never starts
-    return ended
 
 
 def lost(recorded: Recorded, name: str, found: list[Any]) -> Exit:
@@ -94,23 +48,23 @@ def forgotten(found: Any) -> bool:
     return isinstance(found, dict) and "forgotten" in found
 
 
-def forget_everywhere(executor: RayExecutor, name: str) -> None:
+def forget_everywhere(pool: RayNodes, name: str) -> None:
     """Every launcher of the pool forgets the attempt (kills any member of it, refuses any start
     of it still on its way), and has done so when this returns."""
-    calls = [launcher.forget.remote([name], False) for launcher in executor.pool.launchers()]
+    calls = [launcher.forget.remote([name], False) for launcher in pool.launchers()]
     for call in calls:
         with contextlib.suppress(Exception):  # a launcher that is gone has no member left
             ray.get(call, timeout=30)
 
 
-def stop_older(executor: RayExecutor, recorded: Recorded, name: str) -> Exit:
+def stop_older(namespace: str, recorded: Recorded, name: str) -> Exit:
     """A gang an older gpupool started (a placement group and a launcher actor per member, both
     named after the attempt): stopped, so that its GPUs come back to the pool, and requeued as
     a node loss (not the job's failure)."""
     handle = recorded.handle or {}
     for rank in range(int(handle.get("ranks", 0))):
         with contextlib.suppress(Exception):
-            ray.kill(ray.get_actor(member_owner(name, rank), namespace=executor.namespace), no_restart=True)
+            ray.kill(ray.get_actor(member_owner(name, rank), namespace=namespace), no_restart=True)
     with contextlib.suppress(Exception):
         remove_placement_group(get_placement_group(name))
     why = "started by an older gpupool, whose gangs this one cannot adopt: stopped"

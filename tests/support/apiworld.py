@@ -13,11 +13,12 @@ from fastapi.testclient import TestClient
 
 from gpupool.api import Context, create_app
 from gpupool.model import DEFAULT_CLASSES, Config, Node
-from gpupool.observer import Lineup, Observers
-from gpupool.service import ControlLoop, token_hash
+from gpupool.service.loop import ControlLoop
+from gpupool.service.observer import Lineup, Observers
+from gpupool.service.workspace import token_hash
 from gpupool.store import Store
 from gpupool.telemetry import Telemetry
-from gpupool.testing import FakeExecutor
+from tests.support.fakes import FakeExecutor
 
 ADMIN = "admin-secret"
 CONFIG = Config(DEFAULT_CLASSES)
@@ -114,7 +115,7 @@ def populated(api: Api) -> World:
     launched = {launch.job_id: launch for launch in api.executor.started if launch.attempt == 1}
     for job in (job_a, job_b):
         for stream in ("stdout", "stderr"):
-            path = api.loop.log_file(api.store.job(job), 1, stream)
+            path = api.loop.workspace.log_file(api.store.job(job), 1, stream)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(f"{stream} of job {job}\n")
     attempt_tokens = {job: launched[job].env["GPUPOOL_TOKEN"] for job in (job_a, job_b)}

@@ -1,6 +1,6 @@
 """Attempts on a Ray cluster: every alive Ray node with GPUs is a node of the pool
-(`ray_nodes.py`), and each attempt is a gang of members, one per node the core chose, each
-started by its node's launcher actor (`ray_launcher.py`) with the GPUs the core chose there.
+(`nodes.py`), and each attempt is a gang of members, one per node the core chose, each
+started by its node's launcher actor (`launcher.py`) with the GPUs the core chose there.
 
 How a gang goes: at `start` each member's launcher is asked to start it (rank 0's launcher
 picks the rendezvous port first when there are several); when every member has started the
@@ -11,7 +11,7 @@ member has ended, or as soon as one fails or its node is lost: the others are ki
 
 A thread waits on Ray for all of this (one `ended` call at a time per node, and the `start`
 calls) and wakes the control loop (`on_change`); `poll` hands over what it found. Ray is
-imported here only: `gpupool[ray]` is an extra.
+imported in this package only (`executors/ray/`): `gpupool[ray]` is an extra.
 """
 
 from __future__ import annotations
@@ -29,9 +29,18 @@ from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
 from gpupool.executors import Exit, Handle, Key, Launch, NodeState, Progress, Recorded, Started
 from gpupool.executors.proc import owner
-from gpupool.executors.ray_adopt import adopt
-from gpupool.executors.ray_gang import Gang, attempt_exit, member_folder
-from gpupool.executors.ray_nodes import RayNodes
+from gpupool.executors.ray.adopt import (
+    GONE,
+    UNKNOWN,
+    forget_everywhere,
+    forgotten,
+    lost,
+    members,
+    stop_older,
+    unrecorded,
+)
+from gpupool.executors.ray.gang import Gang, attempt_exit, member_folder, member_owner
+from gpupool.executors.ray.nodes import RayNodes
 from gpupool.executors.spawn import Spawn
 
 log = logging.getLogger("gpupool.ray")
@@ -182,7 +191,48 @@ class RayExecutor:
             return None
 
     def adopt(self, recorded: Recorded) -> Started | Exit:
-        return adopt(self, recorded)
+        """Watched again if every member is still known to its node's launcher, having started;
+        else how it ended (`lost`), and no member of it runs on. An attempt this executor tracks
+        already (adopted again after a halt) is left as it is."""
+        key = (recorded.job_id, recorded.attempt)
+        with self.lock:
+            known = self.gangs.get(key)
+            if known is not None:
+                return Started(self.handle(known), known.phase in ("running", "ending"), "adopted")
+            queued = next((e for e in self.ended if (e.job_id, e.attempt) == key), None)
+            if queued is not None:
+                self.ended.remove(queued)
+                return queued
+        name = owner(self.store_id, *key)
+        if recorded.handle is None:
+            # The scheduler died between its start calls and recording the handle: wherever they
+            # went, nothing of it may run; what its members' records say is how it ended.
+            forget_everywhere(self.pool, name)
+            return unrecorded(recorded, name)
+        handle = recorded.handle
+        if "node_ids" not in handle:
+            return stop_older(self.namespace, recorded, name)
+        nodes, ids = list(handle.get("nodes", [])), list(handle.get("node_ids", []))
+        if len(nodes) != len(ids):
+            nodes = ids = []
+        ranks = len(ids)
+        launchers = [self.pool.existing_launcher(node_id) for node_id in ids]
+        incarnations = list(handle.get("incarnations", [])) or [None] * ranks
+        found = members(launchers, [member_owner(name, r) for r in range(ranks)], incarnations)
+        gang = Gang(key, name, recorded.attempt_dir, nodes, ids, launchers, "running")
+        if ranks and all(f not in (GONE, UNKNOWN) and not forgotten(f) for f in found):
+            with self.lock:
+                self.register(gang)
+                for rank, end in enumerate(found):
+                    if end is not None:
+                        self._member_ended(gang, rank, end)
+                if recorded.notice_deadline is not None and not (recorded.attempt_dir / "notice").exists():
+                    self.notify(*key, recorded.notice_deadline)  # recorded, but the scheduler died before giving it
+                gang.notice = recorded.notice_deadline
+            return Started(self.handle(gang), True, "adopted")
+        ended = lost(recorded, name, found)
+        self.forget(gang, ran=ended.started)  # not all there: what is left of it is killed, and never starts
+        return ended
 
     def handle(self, gang: Gang) -> Handle:
         return {

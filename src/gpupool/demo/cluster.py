@@ -30,11 +30,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from gpupool.config import parse_spec
-from gpupool.demo_live import Narrator, costs, wait
-from gpupool.executors.ray_loopback import LoopbackCluster, unused_k
+from gpupool.demo.live import Narrator, costs, wait
+from gpupool.demo.loopback import LoopbackCluster, unused_k
+from gpupool.executors.proc import kill_attempts
 from gpupool.model import ENDED, JobState
 from gpupool.store import JobSpec
-from gpupool.testing import kill_attempts
 from gpupool.up import Running, free_port, shut_down, start
 
 CONFIG = """

@@ -14,7 +14,8 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from gpupool.cli_common import (
+from gpupool.cli.client import Client
+from gpupool.cli.common import (
     EXIT_PREEMPTED,
     EXIT_REFUSED,
     ApiOption,
@@ -31,8 +32,7 @@ from gpupool.cli_common import (
     print_json,
     when,
 )
-from gpupool.cli_table import Column, table
-from gpupool.client import Client
+from gpupool.cli.table import Column, table
 from gpupool.errors import GpupoolError, InvalidInput, NotFound
 from gpupool.units import brief_seconds, clock_time, gpu_time, gpu_unit, human_seconds, plural
 

@@ -1,20 +1,19 @@
-"""The `gpupool` command line."""
+"""`gpupool simulate`: replay a trace through the scheduling core, under one policy or several,
+or over a grid of settings (`--sweep`), with progress bars while it runs."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from importlib.metadata import version
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gpupool.cli_advise import advise_command
-from gpupool.cli_common import HELP, console, errors, prepare_output
-from gpupool.cli_replay import (
+from gpupool.cli.common import console, errors, prepare_output
+from gpupool.cli.replay import (
     CheckpointIntervalOption,
     ConfigFileOption,
     FromOption,
@@ -42,37 +41,12 @@ from gpupool.cli_replay import (
     require_jobs,
     seniority_option,
 )
-from gpupool.cli_service import register
 from gpupool.config import ConfigError
 from gpupool.sim.replay import ClusterSpec, Policy, Replayed, Settings, compare
 from gpupool.sim.sweep import Axis
 from gpupool.sim.trace import Trace, TraceError, load_trace
 
-app = typer.Typer(
-    help="gpupool: one shared GPU pool, priority as a job attribute.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings=HELP,
-)
 
-
-def show_version(value: bool) -> None:
-    if value:
-        console.print(f"gpupool {version('gpupool')}", highlight=False)
-        raise typer.Exit()
-
-
-@app.callback()
-def main_options(
-    _version: Annotated[
-        bool | None, typer.Option("--version", "-V", callback=show_version, is_eager=True, help="Print the version.")
-    ] = None,
-) -> None:
-    """gpupool: one shared GPU pool, priority as a job attribute."""
-
-
-@app.command(context_settings=HELP)
 def simulate(
     trace: TraceOption,
     vc_sizes: VcSizesOption = None,
@@ -302,37 +276,3 @@ def sweep_with_progress(
             ray_address=ray_address,
         )
     return as_json(done)
-
-
-@app.command(context_settings=HELP)
-def demo(
-    simulated: Annotated[bool, typer.Option(help="Replay the demonstration in the simulator instead.")] = False,
-    cluster: Annotated[
-        bool,
-        typer.Option(help="One pool over a 3-node Ray cluster it starts on loopback, a 2-node PyTorch job in it."),
-    ] = False,
-) -> None:
-    """A short demonstration: the live scheduler on virtual GPUs with real jobs (under a minute;
-    --cluster: under three minutes, needs gpupool[ray,torch])."""
-    if cluster:
-        try:
-            from gpupool.demo_cluster import run_cluster_demo
-        except ImportError as exc:
-            raise UsageError(f"--cluster needs gpupool[ray,torch] ({exc})") from None
-        raise typer.Exit(run_cluster_demo(console))
-    if simulated:
-        from gpupool.demo import run_demo
-
-        run_demo(console)
-        return
-    from gpupool.demo_live import run_live_demo
-
-    run_live_demo(console)
-
-
-register(app)
-app.command("advise", context_settings=HELP)(advise_command)
-
-
-def main() -> None:
-    app()

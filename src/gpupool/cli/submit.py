@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from gpupool.cli_common import ApiOption, ConfigOption, call, client, console, fail, wait_for_outcome
+from gpupool.cli.common import ApiOption, ConfigOption, call, client, console, fail, wait_for_outcome
 from gpupool.slurm import DIRECTIVE, directives
 from gpupool.units import parse_time_limit
 

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from gpupool.cli_common import ApiOption, ConfigOption, call, client, console, fail, prepare_output
+from gpupool.cli.common import ApiOption, ConfigOption, call, client, console, fail, prepare_output
 from gpupool.units import parse_duration, plural
 
 

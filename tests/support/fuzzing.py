@@ -1,7 +1,7 @@
 """A property-based fuzz of the whole API from its own OpenAPI document (schemathesis): every
 operation, with valid and with invalid input, against the ASGI app in-process. Each answer must
 not be a server error and must match the document (status, content type, schema). Used by
-tests/api/test_fuzz.py (bounded) and benchmarks/fuzz_api.py (long)."""
+tests/api/test_fuzz.py (bounded) and benchmarks/fuzz_api.py (long), on the world `fuzz_world` makes."""
 
 from __future__ import annotations
 
@@ -18,6 +18,10 @@ from schemathesis import GenerationMode
 from schemathesis.checks import CHECKS
 from schemathesis.core.failures import FailureGroup
 from schemathesis.core.result import Err
+
+from gpupool.service.workspace import token_hash
+from gpupool.store import JobSpec
+from tests.support.apiworld import ADMIN, Api
 
 CHECK_NAMES = (
     "not_a_server_error",
@@ -119,3 +123,23 @@ def run_operation(
         one()
     except Unsatisfiable:  # no such input exists (nothing to make invalid): not a finding
         report.unsatisfiable.append(f"{operation.label} ({mode.value})")
+
+
+def fuzz_world(api: Api) -> dict[str, str]:
+    """Team `fuzz` with a user, team `other`, jobs of both (some running, with output), made in
+    the store; the tokens to fuzz with."""
+    tokens = {"admin": ADMIN, "team": "fuzz-team-token", "user": "fuzz-user-token"}
+    api.store.set_team("fuzz", token_hash=token_hash(tokens["team"]))
+    api.store.set_team("other", token_hash=token_hash("other-token"))
+    api.store.set_user("fuzzer", team="fuzz", token_hash=token_hash(tokens["user"]))
+    for team, user in (("fuzz", "fuzzer"), ("other", None), ("fuzz", None)):
+        api.store.submit(JobSpec(["true"], team=team, user=user, workdir=str(api.workdir), max_failures=1), 1.0)
+    api.loop.tick(100.0)
+    api.executor.finish(1, 0, 1)
+    api.loop.tick(200.0)
+    for job in api.store.jobs():
+        for stream in ("stdout", "stderr"):
+            path = api.loop.workspace.log_file(job, max(0, job.attempts - 1), stream)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"{stream} of {job.id} ✓\n")
+    return tokens

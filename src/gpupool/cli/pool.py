@@ -1,5 +1,5 @@
-"""The command line of the live service: `up`, and the pool as a whole: `pool` (as sinfo),
-`team`, `user`, `classes`. Job commands are in `cli_jobs`, `submit` in `cli_submit`."""
+"""The pool as a whole, from the live service: `pool` (as sinfo), `team`, `user`, `classes`.
+Starting the service is `up`'s; job commands are `jobs`'s, `submit` `submit`'s."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ from collections import Counter
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
-from gpupool.cli_common import (
+from gpupool.cli.common import (
     HELP,
     ApiOption,
     ConfigOption,
@@ -17,80 +16,10 @@ from gpupool.cli_common import (
     call,
     client,
     console,
-    fail,
     print_json,
 )
-from gpupool.cli_table import Column, table
-from gpupool.config import load_spec, parse_spec
+from gpupool.cli.table import Column, table
 from gpupool.units import human_seconds, plural
-
-RunAsOption = Annotated[
-    str | None,
-    typer.Option(
-        "--run-as",
-        help="Whose OS user jobs run as: submitter, team or service (overrides service.run_as).",
-        show_default=False,
-    ),
-]
-
-
-ExecutorOption = Annotated[
-    str | None,
-    typer.Option(
-        "--executor",
-        help="Where jobs run: local (this machine) or ray (every node of a Ray cluster; overrides service.executor).",
-        show_default=False,
-    ),
-]
-RayAddressOption = Annotated[
-    str | None,
-    typer.Option(
-        "--ray-address", help="The Ray cluster's head, host:port (overrides service.ray_address).", show_default=False
-    ),
-]
-StoreOption = Annotated[
-    str | None,
-    typer.Option("--store", help="The store's URL: postgresql://… (overrides service.store).", show_default=False),
-]
-
-
-def up(
-    config: ConfigOption = None,
-    run_as: RunAsOption = None,
-    executor: ExecutorOption = None,
-    ray_address: RayAddressOption = None,
-    store: StoreOption = None,
-) -> None:
-    """Run gpupool: API, control loop and executor, until SIGINT (Ctrl-C) or SIGTERM. Either
-    stops it the same way: no new decision, running jobs go on and are adopted by the next
-    `gpupool up`; it exits 0. With --executor ray, the pool is every node of the Ray cluster."""
-    from gpupool.errors import GpupoolError
-    from gpupool.up import shut_down, start
-
-    try:
-        spec = load_spec(config)
-        given = {"run_as": run_as, "executor": executor, "ray_address": ray_address, "store": store}
-        options = {key: value for key, value in given.items() if value is not None}
-        if options:
-            named = ", ".join(f"--{key.replace('_', '-')}" for key in options)
-            service = parse_spec({"service": {**spec.service.model_dump(), **options}}, named).service
-            spec = spec.model_copy(update={"service": service})
-        running = start(spec)
-    except (GpupoolError, ValueError, OSError) as exc:
-        raise fail(str(exc)) from None
-    label = "[yellow]virtual[/]" if running.gpus.virtual else "[green]real[/]"
-    console.print(f"gpupool listening on [bold]{spec.service.url}[/] (API docs: {spec.service.url}/docs)")
-    console.print(f"dashboard: {spec.service.url}/ (sign in with a token); metrics: {spec.service.url}/metrics")
-    console.print(f"GPUs: {escape(running.gpus.detail)} ({label}); data: {escape(str(spec.service.data_path))}")
-    console.print(f"jobs run as: {spec.service.run_as}", markup=False)
-    console.print(f"admin token: {spec.service.data_path / 'admin.token'}", markup=False)
-    try:
-        running.serve()
-    finally:
-        shut_down(running)
-    signal = {2: "SIGINT", 15: "SIGTERM"}.get(running.server.stopped_by or 0, "a stop")
-    console.print(f"gpupool stopped ({signal}); running jobs go on and are adopted by the next gpupool up")
-
 
 POOL_COLUMNS = (
     Column("NODE", shrink=3, minimum=8),
@@ -297,15 +226,3 @@ def classes(as_json: JsonOption = False, config: ConfigOption = None, api: ApiOp
         for c in found
     ]
     console.print(table(columns, rows, console.width))
-
-
-def register(app: typer.Typer) -> None:
-    from gpupool.cli_history import export
-    from gpupool.cli_jobs import cancel, events, logs, queue, show
-    from gpupool.cli_report import report
-    from gpupool.cli_submit import submit
-
-    for command in (up, submit, queue, show, cancel, logs, events, pool, classes, report, export):
-        app.command(context_settings=HELP)(command)
-    app.add_typer(team_app, name="team")
-    app.add_typer(user_app, name="user")

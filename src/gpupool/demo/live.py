@@ -23,7 +23,7 @@ from rich.table import Table
 
 from gpupool.config import parse_spec
 from gpupool.model import ENDED, JobState
-from gpupool.service import ControlLoop
+from gpupool.service.loop import ControlLoop
 from gpupool.store import JobSpec, Store
 from gpupool.store.schema import AttemptRow, JobRow
 from gpupool.units import gpu_time
@@ -143,7 +143,7 @@ def costs(store: Store, loop: ControlLoop) -> str:
     names = {job.id: job.name for job in store.jobs()}
     for account in store.accounts(time.time()):
         for cut in account.interruptions:
-            log = loop.attempt_dir(account.job_id, cut.attempt + 1) / "stdout.log"
+            log = loop.workspace.attempt_dir(account.job_id, cut.attempt + 1) / "stdout.log"
             said = next(iter(log.read_text().splitlines()), "") if log.exists() else ""  # empty: it said nothing yet
             lines.append(
                 f"job {account.job_id} ({names[account.job_id]}) {cut.cause}: wasted {gpu_time(cut.wasted)}, "

@@ -1,0 +1,79 @@
+"""`gpupool up`: the service (API, control loop and executor) in the foreground, until SIGINT
+or SIGTERM; the options that override the configuration's `service` section."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from gpupool.cli.common import ConfigOption, console, fail
+from gpupool.config import load_spec, parse_spec
+
+RunAsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--run-as",
+        help="Whose OS user jobs run as: submitter, team or service (overrides service.run_as).",
+        show_default=False,
+    ),
+]
+
+
+ExecutorOption = Annotated[
+    str | None,
+    typer.Option(
+        "--executor",
+        help="Where jobs run: local (this machine) or ray (every node of a Ray cluster; overrides service.executor).",
+        show_default=False,
+    ),
+]
+RayAddressOption = Annotated[
+    str | None,
+    typer.Option(
+        "--ray-address", help="The Ray cluster's head, host:port (overrides service.ray_address).", show_default=False
+    ),
+]
+StoreOption = Annotated[
+    str | None,
+    typer.Option("--store", help="The store's URL: postgresql://… (overrides service.store).", show_default=False),
+]
+
+
+def up(
+    config: ConfigOption = None,
+    run_as: RunAsOption = None,
+    executor: ExecutorOption = None,
+    ray_address: RayAddressOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Run gpupool: API, control loop and executor, until SIGINT (Ctrl-C) or SIGTERM. Either
+    stops it the same way: no new decision, running jobs go on and are adopted by the next
+    `gpupool up`; it exits 0. With --executor ray, the pool is every node of the Ray cluster."""
+    from gpupool.errors import GpupoolError
+    from gpupool.up import shut_down, start
+
+    try:
+        spec = load_spec(config)
+        given = {"run_as": run_as, "executor": executor, "ray_address": ray_address, "store": store}
+        options = {key: value for key, value in given.items() if value is not None}
+        if options:
+            named = ", ".join(f"--{key.replace('_', '-')}" for key in options)
+            service = parse_spec({"service": {**spec.service.model_dump(), **options}}, named).service
+            spec = spec.model_copy(update={"service": service})
+        running = start(spec)
+    except (GpupoolError, ValueError, OSError) as exc:
+        raise fail(str(exc)) from None
+    label = "[yellow]virtual[/]" if running.gpus.virtual else "[green]real[/]"
+    console.print(f"gpupool listening on [bold]{spec.service.url}[/] (API docs: {spec.service.url}/docs)")
+    console.print(f"dashboard: {spec.service.url}/ (sign in with a token); metrics: {spec.service.url}/metrics")
+    console.print(f"GPUs: {escape(running.gpus.detail)} ({label}); data: {escape(str(spec.service.data_path))}")
+    console.print(f"jobs run as: {spec.service.run_as}", markup=False)
+    console.print(f"admin token: {spec.service.data_path / 'admin.token'}", markup=False)
+    try:
+        running.serve()
+    finally:
+        shut_down(running)
+    signal = {2: "SIGINT", 15: "SIGTERM"}.get(running.server.stopped_by or 0, "a stop")
+    console.print(f"gpupool stopped ({signal}); running jobs go on and are adopted by the next gpupool up")

@@ -1,0 +1,48 @@
+"""What the API may ask of the running service, and nothing more: the API holds a `Service`,
+never the control loop itself. `ControlLoop` (loop.py) is one; the API's tests pass it too.
+
+The API reads and writes the store itself (jobs, teams, reports); what it needs of the loop is
+to wake it after a change, to know whether it has stopped deciding, the workspace (where jobs'
+folders and logs are) and the two things that depend on who jobs run as. Of what the loop
+tells its observers, the queue page reads the line (`Line`: observer.Lineup is one).
+"""
+
+from __future__ import annotations
+
+from typing import BinaryIO, Protocol
+
+from gpupool.service.workspace import Workspace
+from gpupool.store.schema import JobRow
+
+
+class Service(Protocol):
+    @property
+    def halted(self) -> str | None:
+        """Why the scheduler decides nothing now (its data directory or its store is not the one
+        it started with, or another scheduler leads), or None while it decides."""
+        ...
+
+    @property
+    def workspace(self) -> Workspace:
+        """The data directory: jobs' folders, their attempts' folders and logs."""
+        ...
+
+    def wake(self) -> None:
+        """Decide soon: a job was submitted or cancelled, or a team's policy changed."""
+        ...
+
+    def check_runnable(self, user: str | None, team: str) -> None:
+        """Refuse, at submit, a job no OS user could run: `InvalidInput` saying why."""
+        ...
+
+    def open_log(self, job: JobRow, attempt: int, stream: str, rank: int = 0) -> BinaryIO | None:
+        """A member's log, open for reading, or None if there is none yet; a `Conflict` for a
+        file a job of another OS user chose (the service never opens it)."""
+        ...
+
+
+class Line(Protocol):
+    @property
+    def places(self) -> dict[int, int]:
+        """Each pending job's place in line at the last decision (1: next)."""
+        ...

@@ -1,0 +1,125 @@
+"""Driving a live service: `gpupool up` as a real process with its command line (`Service`),
+and waiting for what it does (`wait_for`). For the live tests and the benchmarks."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+from sqlalchemy import select
+
+from gpupool.executors.proc import kill_attempts
+from gpupool.store import Store
+from gpupool.store.engine import sqlite_url
+from gpupool.store.schema import PlacementRow
+from gpupool.up import free_port
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 30.0, every: float = 0.02) -> float:
+    """Poll `condition` until it holds; return the seconds it took, or fail after `timeout`."""
+    began = time.monotonic()
+    while not condition():
+        if time.monotonic() - began > timeout:
+            raise AssertionError(f"timed out after {timeout} s")
+        time.sleep(every)
+    return time.monotonic() - began
+
+
+class Service:
+    def __init__(self, tmp: Path, grace: str = "2s") -> None:
+        self.config = tmp / "gpupool.yaml"
+        self.data = tmp / "data"
+        self.port = free_port()
+        self.config.write_text(
+            f"service: {{data_dir: {self.data}, port: {self.port}, virtual_gpus: 2, interval: 0.2, run_as: service}}\n"
+            "classes:\n"
+            f"  high: {{value: 100, may_preempt: true, preemptible: false, grace_period: {grace}}}\n"
+            f"  low: {{value: 0, may_preempt: false, preemptible: true, grace_period: {grace}}}\n"
+        )
+        self.process: subprocess.Popen[str] | None = None
+        self.env = {**os.environ, "COLUMNS": "200"}
+        self.env.pop("GPUPOOL_TOKEN", None)
+
+    def up(self) -> None:
+        command = [sys.executable, "-m", "gpupool", "up", "--config", str(self.config)]
+        self.process = subprocess.Popen(
+            command, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        process = self.process
+        # A generous ceiling for a loaded machine; a service that exited says why at once.
+        wait_for(lambda: self.ready() or process.poll() is not None, timeout=90)
+        if process.poll() is not None:
+            output = process.stdout.read() if process.stdout is not None else ""
+            raise AssertionError(f"gpupool up exited with {process.returncode}: {output[-2000:]}")
+
+    def get(self, path: str) -> httpx.Response | None:
+        """GET on the API with the admin token; None while the service does not answer."""
+        try:
+            token = (self.data / "admin.token").read_text().strip()
+            return httpx.get(f"http://127.0.0.1:{self.port}{path}", headers={"Authorization": f"Bearer {token}"})
+        except (OSError, httpx.TransportError):
+            return None
+
+    def ready(self) -> bool:
+        response = self.get("/pool")
+        return response is not None and response.is_success
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return self.run_cli(self.env, *args)
+
+    def submit(self, *args: str, env: dict[str, str] | None = None) -> int:
+        """`gpupool submit --parsable --priority low ARGS`, which must succeed: the job's id."""
+        done = self.run_cli(env or self.env, "submit", "--parsable", "--priority", "low", *args)
+        assert done.returncode == 0, done.stderr
+        return int(done.stdout)
+
+    def run_cli(self, env: dict[str, str], *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        """The command line with this configuration, in the environment `env` (and folder `cwd`)."""
+        command = [sys.executable, "-m", "gpupool", *args]
+        if args[0] != "submit" or "--" not in args:
+            command += ["--config", str(self.config)]
+        else:
+            split = command.index("--")
+            command[split:split] = ["--config", str(self.config)]
+        return subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=60, check=False)
+
+
+def state(service: Service, job: int) -> str:
+    response = service.get(f"/jobs/{job}")
+    return str(response.json()["state"]) if response is not None and response.is_success else ""
+
+
+def assert_no_gpu_held_twice(service: Service) -> None:
+    """From the recorded placements: no GPU was held by two attempts over overlapping times."""
+    store = Store.open(sqlite_url(service.data))
+    with store.transaction() as s:
+        rows = s.scalars(select(PlacementRow)).all()
+        placements = sorted((p.node, p.gpu, p.held_from, p.held_until or float("inf")) for p in rows)
+    store.close()
+    for (node, gpu, _, end), (node2, gpu2, start2, _) in itertools.pairwise(placements):
+        if (node, gpu) == (node2, gpu2):
+            assert start2 >= end, f"GPU {node}:{gpu} held by two attempts at once"
+
+
+def running(service: Service) -> Iterator[Service]:
+    """A fixture's body: `gpupool up`, then stop it and whatever it left running."""
+    service.up()
+    yield service
+    process = service.process
+    if process is not None and process.poll() is None:
+        process.terminate()
+        output, _ = process.communicate(timeout=10)
+        assert "SnapshotDrift" not in output, output[-3000:]
+    kill_attempts(service.data)
