@@ -206,37 +206,18 @@ class RunningIndex:
         """One decision's candidates, with the earliest end of a minimum runtime per class
         value (what `Plan.retry_at` may be set to); `shares` as they stand at the decision's
         first victim search."""
-        free_nodes = len(free.free)
         classes = {k: class_of(key) for key, k in self.keys.items()}
-        group_of: dict[int, Group] = {}
-        supply: Counter[Group] = Counter()
-        expiring: dict[int, float] = {}
-        in_min_runtime: list[JobId] = []
-        for (team, _, _, preemptions, own_cap, _, _), k in self.keys.items():
-            cls = classes[k]
-            if not cls.preemptible:
-                continue
-            kept = self.by_key[k]
-            cap = own_cap if own_cap is not None else config.max_preemptions
-            capped = cap is not None and preemptions >= cap
-            gpus = kept.gpus
-            # Starts in order: those whose minimum runtime has not ended are the last ones.
-            for started_at, job_id in reversed(kept.started):
-                if not started_at + cls.min_runtime > now:
-                    break
-                until = started_at + cls.min_runtime
-                expiring[cls.value] = min(expiring.get(cls.value, until), until)
-                in_min_runtime.append(job_id)
-                if not capped:
-                    gpus -= sum(len(a.gpus) for a in self.jobs[job_id].placement)
-            if not capped:
-                group_of[k] = (team, cls.value)
-                if gpus:
-                    supply[team, cls.value] += gpus
-        # The bounds' groups are those with GPUs to give, as `Candidates.of` has them.
-        groups = {group: n for n, group in enumerate(supply)}
+        supply = _Supply.of(self, classes, now, config)
+        bounds = self._groups_by_node(len(free.free), supply, now)
+        lazy = _LazyNodes(self, {key: classes[k] for key, k in self.keys.items()}, now, config, shares, supply.recent)
+        return Candidates(free, shares, lazy, bounds, supply.gpus, shortcuts), supply.expiring
+
+    def _groups_by_node(self, nodes: int, supply: _Supply, now: float) -> GroupsByNode:
+        """The rows of the candidates a search could take (those of the groups with GPUs to
+        give) by node and group, with their lost work `now`: what the bounds are made of."""
+        groups = {group: n for n, group in enumerate(supply.gpus)}
         key_group = np.full(max(len(self.by_key), 1), -1, dtype=np.intp)
-        for k, group in group_of.items():
+        for k, group in supply.group_of.items():
             key_group[k] = groups.get(group, -1)
 
         def read(column: array[int] | array[float], dtype: type) -> npt.NDArray[Any]:
@@ -249,17 +230,48 @@ class RunningIndex:
             np.maximum(0.0, now - since) + read(self.restart, np.float64)[taken]
         )
         held = read(self.gpus, np.float64)[taken]
-        bounds = GroupsByNode(
-            free_nodes,
-            list(groups),
-            read(self.node, np.int64)[taken].astype(np.intp),
-            row_group[taken],
-            held,
-            cost,
-            held,  # a row is one job's GPUs on one node
-        )
-        lazy = _LazyNodes(self, {key: classes[k] for key, k in self.keys.items()}, now, config, shares, in_min_runtime)
-        return Candidates(free, shares, lazy, bounds, supply, shortcuts), expiring
+        node = read(self.node, np.int64)[taken].astype(np.intp)
+        return GroupsByNode(nodes, list(groups), node, row_group[taken], held, cost, held)  # a row: one job, one node
+
+
+@dataclass(slots=True)
+class _Supply:
+    """What each group (team, class value) of candidates could give one decision's searches:
+    the GPUs of its jobs neither protected nor at their preemption cap, with the jobs inside
+    their minimum runtime and when the first of those ends per class value."""
+
+    gpus: Counter[Group] = field(default_factory=Counter)
+    group_of: dict[int, Group] = field(default_factory=dict)
+    """Per key not at its cap, its group."""
+    expiring: dict[int, float] = field(default_factory=dict)
+    recent: list[JobId] = field(default_factory=list)
+    """The jobs inside their minimum runtime."""
+
+    @classmethod
+    def of(cls, index: RunningIndex, classes: Mapping[int, PriorityClass], now: float, config: Config) -> _Supply:
+        found = cls()
+        for (team, _, _, preemptions, own_cap, _, _), k in index.keys.items():
+            cls_ = classes[k]
+            if not cls_.preemptible:
+                continue
+            kept = index.by_key[k]
+            cap = own_cap if own_cap is not None else config.max_preemptions
+            capped = cap is not None and preemptions >= cap
+            gpus = kept.gpus
+            # Starts in order: those whose minimum runtime has not ended are the last ones.
+            for started_at, job_id in reversed(kept.started):
+                if not started_at + cls_.min_runtime > now:
+                    break
+                until = started_at + cls_.min_runtime
+                found.expiring[cls_.value] = min(found.expiring.get(cls_.value, until), until)
+                found.recent.append(job_id)
+                if not capped:
+                    gpus -= sum(len(a.gpus) for a in index.jobs[job_id].placement)
+            if not capped:
+                found.group_of[k] = (team, cls_.value)
+                if gpus:
+                    found.gpus[team, cls_.value] += gpus
+        return found
 
 
 class _LazyNodes:

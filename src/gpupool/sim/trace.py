@@ -14,7 +14,7 @@ import csv
 import gzip
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TextIO
@@ -207,146 +207,215 @@ def load_trace(
     TraceError naming the file, line and column of the first problem, ValueError for a bad
     window.
     """
-    windowed = start is not None or end is not None
     for bound in (start, end):
         if bound is not None and bound.tzinfo is not None:
             raise ValueError(f"window bound {bound.isoformat()} must be naive, like the trace's datetimes")
     if start is not None and end is not None and start >= end:
         raise ValueError(f"empty window: start {start} is not before end {end}")
-
     jobs: list[TraceJob] = []
-    first_line: dict[str, int] = {}
-    zero_gpu = 0
-    outside = 0
-    unrecorded = 0
     with open_text(path) as stream:
         header, rows = read_rows(path, stream, REQUIRED_COLUMNS)
-        i_id, i_submit, i_gpus, i_duration, i_vc = (header.index(name) for name in REQUIRED_COLUMNS)
-        i_dt = header.index("submit_datetime") if "submit_datetime" in header else None
-        type_column = next((name for name in ("gpu_type", "gpu_spec") if name in header), None)
-        i_type = header.index(type_column) if type_column is not None else None
-        i_milli = header.index("gpu_milli") if "gpu_milli" in header else None
-        i_status = header.index("status") if "status" in header else None
-        extra = ("gpus_per_node", "save_cost", "restart_cost")
-        optional: dict[str, int] = {name: header.index(name) for name in extra if name in header}
-        if priority_from is not None and priority_from not in header:
-            raise TraceError(
-                path, f"no column {priority_from!r} to take priorities from (columns: {', '.join(header)})"
-            )
-        i_label = header.index(priority_from) if priority_from is not None else None
-        if team_from is not None and team_from not in header:
-            raise TraceError(path, f"no column {team_from!r} to take teams from (columns: {', '.join(header)})")
-        i_team = header.index(team_from) if team_from is not None else i_vc
-        if windowed and i_dt is None:
+        reading = _Reading(path, _Columns.of(path, header, priority_from, team_from), start, end)
+        if reading.windowed and reading.columns.submitted is None:
             raise TraceError(path, "a window was asked but the trace has no submit_datetime column")
-        isfinite = math.isfinite
-        fractional = 0
         for line, row in rows:
-            job_id = row[i_id].strip()
-            if not job_id:
-                raise TraceError(path, "empty", line=line, column="job_id")
-            seen = first_line.get(job_id)
-            if seen is not None:
-                raise TraceError(path, f"job_id {job_id!r} already used on line {seen}", line=line, column="job_id")
-            first_line[job_id] = line
-
-            text = row[i_submit]
-            try:
-                submit_time = float(text)
-            except ValueError:
-                submit_time = math.nan
-            if not (isfinite(submit_time) and submit_time >= 0):
-                raise TraceError(path, f"{text!r} is not a number ≥ 0", line=line, column="submit_time")
-
-            text = row[i_gpus]
-            try:
-                gpus = int(text)
-            except ValueError:
-                try:
-                    as_float = float(text)
-                except ValueError:
-                    as_float = math.nan
-                gpus = int(as_float) if as_float.is_integer() else -1
-            if gpus < 0:
-                raise TraceError(path, f"{text!r} is not a positive integer", line=line, column="num_gpus")
-
-            # Checked before any skip: every row is validated.
-            shape, costs = _shape_and_costs(path, line, row, optional, gpus)
-
-            text = row[i_duration]
-            try:
-                duration = float(text) if text.strip() else -1.0
-            except ValueError:
-                duration = math.nan
-            if duration == -1.0 and not text.strip():
-                unrecorded += 1
-                continue
-            if not (isfinite(duration) and duration >= 0):
-                raise TraceError(path, f"{text!r} is not a number ≥ 0", line=line, column="duration")
-
-            submitted: datetime | None = None
-            if i_dt is not None:
-                text = row[i_dt].strip()
-                if text:
-                    submitted = _parse_datetime(text)
-                    if submitted is None:
-                        raise TraceError(
-                            path,
-                            f"{text!r} is not a {DATETIME_FORMAT} time",
-                            line=line,
-                            column="submit_datetime",
-                        )
-                elif windowed:
-                    raise TraceError(
-                        path,
-                        "empty, but a window needs every submit time",
-                        line=line,
-                        column="submit_datetime",
-                    )
-
-            if gpus == 0:
-                zero_gpu += 1
-                continue
-            if submitted is not None and (
-                (start is not None and submitted < start) or (end is not None and submitted >= end)
-            ):
-                outside += 1
-                continue
-            gpu_type = None
-            if i_type is not None:
-                gpu_type = row[i_type].strip() or None
-                if gpu_type is not None and "|" in gpu_type:
-                    detail = f"{gpu_type!r}: a job may need one GPU type here, not a choice of several"
-                    raise TraceError(path, detail, line=line, column=type_column)
-            if i_milli is not None and (text := row[i_milli].strip()):
-                try:
-                    milli = float(text)
-                except ValueError:
-                    milli = math.nan
-                if not (isfinite(milli) and 0 < milli <= 1000):
-                    raise TraceError(path, f"{text!r} is not a number in (0, 1000]", line=line, column="gpu_milli")
-                fractional += milli < 1000
-            label = None
-            if i_label is not None:
-                label = row[i_label].strip()
-                if not label:
-                    raise TraceError(path, "empty, but priorities are taken from it", line=line, column=priority_from)
-            team = row[i_team].strip()
-            if not team and team_from is not None:
-                raise TraceError(path, "empty, but teams are taken from it", line=line, column=team_from)
-            team = team or DEFAULT_TEAM
-            failed = i_status is not None and row[i_status].strip().lower() in FAILED_STATUSES
-            jobs.append(
-                TraceJob(job_id, submit_time, gpus, duration, team, submitted, gpu_type, label, failed, shape, *costs)
-            )
-
+            job = reading.job(line, row)
+            if job is not None:
+                jobs.append(job)
     jobs.sort(key=lambda job: job.submit_time)
     return Trace(
         path=path,
         jobs=tuple(jobs),
-        zero_gpu_jobs=zero_gpu,
-        outside_window=outside,
-        no_duration=unrecorded,
-        fractional=fractional,
+        zero_gpu_jobs=reading.zero_gpu,
+        outside_window=reading.outside,
+        no_duration=reading.unrecorded,
+        fractional=reading.fractional,
         failed=sum(job.failed for job in jobs),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    """Where each field is in a trace's rows (None: the trace has no such column)."""
+
+    id: int
+    submit: int
+    gpus: int
+    duration: int
+    team: int
+    team_from: str | None
+    submitted: int | None
+    gpu_type: int | None
+    gpu_type_name: str | None
+    milli: int | None
+    status: int | None
+    label: int | None
+    label_name: str | None
+    optional: dict[str, int]
+
+    @classmethod
+    def of(cls, path: Path, header: list[str], priority_from: str | None, team_from: str | None) -> _Columns:
+        """The columns of `header`; a TraceError names a column `priority_from` or `team_from`
+        asks for that is not there."""
+        i_id, i_submit, i_gpus, i_duration, i_vc = (header.index(name) for name in REQUIRED_COLUMNS)
+        type_column = next((name for name in ("gpu_type", "gpu_spec") if name in header), None)
+        if priority_from is not None and priority_from not in header:
+            raise TraceError(
+                path, f"no column {priority_from!r} to take priorities from (columns: {', '.join(header)})"
+            )
+        if team_from is not None and team_from not in header:
+            raise TraceError(path, f"no column {team_from!r} to take teams from (columns: {', '.join(header)})")
+
+        def at(name: str | None) -> int | None:
+            return header.index(name) if name is not None and name in header else None
+
+        return cls(
+            i_id,
+            i_submit,
+            i_gpus,
+            i_duration,
+            header.index(team_from) if team_from is not None else i_vc,
+            team_from,
+            at("submit_datetime"),
+            at(type_column),
+            type_column,
+            at("gpu_milli"),
+            at("status"),
+            at(priority_from),
+            priority_from,
+            {name: header.index(name) for name in ("gpus_per_node", "save_cost", "restart_cost") if name in header},
+        )
+
+
+@dataclass(slots=True)
+class _Reading:
+    """One trace's rows read in order: the ids seen, and the rows skipped or rounded so far."""
+
+    path: Path
+    columns: _Columns
+    start: datetime | None
+    end: datetime | None
+    first_line: dict[str, int] = field(default_factory=dict)
+    zero_gpu: int = 0
+    outside: int = 0
+    unrecorded: int = 0
+    fractional: int = 0
+
+    @property
+    def windowed(self) -> bool:
+        return self.start is not None or self.end is not None
+
+    def job(self, line: int, row: list[str]) -> TraceJob | None:
+        """The job of a row, validated whole first; None for a row skipped (and counted)."""
+        path, columns = self.path, self.columns
+        job_id = self._job_id(line, row)
+        submit_time = _number(path, line, row[columns.submit], "submit_time", "is not a number ≥ 0")
+        gpus = _gpus(path, line, row[columns.gpus])
+        # Checked before any skip: every row is validated.
+        shape, costs = _shape_and_costs(path, line, row, columns.optional, gpus)
+        text = row[columns.duration]
+        if not text.strip():
+            self.unrecorded += 1
+            return None
+        duration = _number(path, line, text, "duration", "is not a number ≥ 0")
+        submitted = self._submitted(line, row)
+        if gpus == 0:
+            self.zero_gpu += 1
+            return None
+        start, end = self.start, self.end
+        if submitted is not None and (
+            (start is not None and submitted < start) or (end is not None and submitted >= end)
+        ):
+            self.outside += 1
+            return None
+        gpu_type = self._gpu_type(line, row)
+        self._milli(line, row)
+        label = self._label(line, row)
+        team = row[columns.team].strip()
+        if not team and columns.team_from is not None:
+            raise TraceError(path, "empty, but teams are taken from it", line=line, column=columns.team_from)
+        failed = columns.status is not None and row[columns.status].strip().lower() in FAILED_STATUSES
+        team = team or DEFAULT_TEAM
+        return TraceJob(job_id, submit_time, gpus, duration, team, submitted, gpu_type, label, failed, shape, *costs)
+
+    def _job_id(self, line: int, row: list[str]) -> str:
+        job_id = row[self.columns.id].strip()
+        if not job_id:
+            raise TraceError(self.path, "empty", line=line, column="job_id")
+        seen = self.first_line.get(job_id)
+        if seen is not None:
+            raise TraceError(self.path, f"job_id {job_id!r} already used on line {seen}", line=line, column="job_id")
+        self.first_line[job_id] = line
+        return job_id
+
+    def _submitted(self, line: int, row: list[str]) -> datetime | None:
+        if self.columns.submitted is None:
+            return None
+        text = row[self.columns.submitted].strip()
+        if text:
+            submitted = _parse_datetime(text)
+            if submitted is None:
+                raise TraceError(
+                    self.path, f"{text!r} is not a {DATETIME_FORMAT} time", line=line, column="submit_datetime"
+                )
+            return submitted
+        if self.windowed:
+            detail = "empty, but a window needs every submit time"
+            raise TraceError(self.path, detail, line=line, column="submit_datetime")
+        return None
+
+    def _gpu_type(self, line: int, row: list[str]) -> str | None:
+        if self.columns.gpu_type is None:
+            return None
+        gpu_type = row[self.columns.gpu_type].strip() or None
+        if gpu_type is not None and "|" in gpu_type:
+            detail = f"{gpu_type!r}: a job may need one GPU type here, not a choice of several"
+            raise TraceError(self.path, detail, line=line, column=self.columns.gpu_type_name)
+        return gpu_type
+
+    def _milli(self, line: int, row: list[str]) -> None:
+        """A fractional GPU (`gpu_milli` below 1000) is counted; the job takes a whole one."""
+        if self.columns.milli is None or not (text := row[self.columns.milli].strip()):
+            return
+        try:
+            milli = float(text)
+        except ValueError:
+            milli = math.nan
+        if not (math.isfinite(milli) and 0 < milli <= 1000):
+            raise TraceError(self.path, f"{text!r} is not a number in (0, 1000]", line=line, column="gpu_milli")
+        self.fractional += milli < 1000
+
+    def _label(self, line: int, row: list[str]) -> str | None:
+        if self.columns.label is None:
+            return None
+        label = row[self.columns.label].strip()
+        if not label:
+            detail = "empty, but priorities are taken from it"
+            raise TraceError(self.path, detail, line=line, column=self.columns.label_name)
+        return label
+
+
+def _number(path: Path, line: int, text: str, column: str, problem: str) -> float:
+    """A finite number ≥ 0 from `text`; a TraceError says `problem` of it otherwise."""
+    try:
+        number = float(text)
+    except ValueError:
+        number = math.nan
+    if not (math.isfinite(number) and number >= 0):
+        raise TraceError(path, f"{text!r} {problem}", line=line, column=column)
+    return number
+
+
+def _gpus(path: Path, line: int, text: str) -> int:
+    """A number of GPUs ≥ 0 from `text` (an integer, or a float with no fraction)."""
+    try:
+        gpus = int(text)
+    except ValueError:
+        try:
+            as_float = float(text)
+        except ValueError:
+            as_float = math.nan
+        gpus = int(as_float) if as_float.is_integer() else -1
+    if gpus < 0:
+        raise TraceError(path, f"{text!r} is not a positive integer", line=line, column="num_gpus")
+    return gpus

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from gpupool.store.accounts import AccountsStore
 from gpupool.store.engine import migrate, open_engine
-from gpupool.store.jobs import DEFAULT_TEAM, UNCHANGED, JobSpec, JobsStore
+from gpupool.store.jobs import JobSpec, JobsStore
+from gpupool.store.pool import DEFAULT_TEAM, UNCHANGED, PoolStore
 from gpupool.store.scheduling import SchedulingStore
 from gpupool.store.telemetry import TelemetryStore
 from gpupool.store.views import ViewsStore
@@ -16,7 +17,7 @@ from gpupool.store.views import ViewsStore
 __all__ = ["DEFAULT_TEAM", "UNCHANGED", "JobSpec", "Store"]
 
 
-class Store(JobsStore, SchedulingStore, AccountsStore, ViewsStore, TelemetryStore):
+class Store(PoolStore, JobsStore, SchedulingStore, AccountsStore, ViewsStore, TelemetryStore):
     @classmethod
     def open(cls, url: str) -> Store:
         """Connect to `url` and bring its schema to the newest revision. A store that cannot be

@@ -11,8 +11,8 @@ from gpupool.policy import messages
 from gpupool.policy.decision import Decision, Fit
 from gpupool.policy.free import Shape, Slot
 from gpupool.policy.line import submit_key
-from gpupool.policy.preempt.rules import Preemptor, open_to_seniority
 from gpupool.policy.preempt import search
+from gpupool.policy.preempt.rules import Preemptor, open_to_seniority
 from gpupool.policy.preempt.search import Victim
 
 

@@ -140,60 +140,87 @@ def eligibility(
     `Taken`); else None, or, asked `why`, the team rule that keeps `who` from another team's
     `c` (a `Refused`): seniority's, then priority preemption's scope, then reclaim's, then fair
     share's, the first that refuses it (None: no team rule is to blame, or the class is too high).
-
-    Reclaim across a guarantee takes a team below it by one whole job at most: the team stays
-    above its guarantee without its largest victim, whatever order the victims were chosen in.
-    Fair share never takes a job that could take the GPUs back by seniority (`takes_back`).
-    """
+    Each rule says what it refuses only when asked `why` (a search never is: no words are made)."""
     own = c.team == who.team
     floor = shares.guarantee(c.team)
     gone = leaving.gpus[c.team] + c.gpus
     left = shares.gpus[c.team] - gone
-    by_priority: Refused | None = None
-    if c.cls.value < who.cls.value and who.cls.may_preempt:
-        if own or who.scope is PriorityScope.POOL:
-            return _PRIORITY
-        if who.scope is PriorityScope.ABOVE_GUARANTEE:
-            if left >= floor:
-                return _PRIORITY_FLOORED
-            by_priority = _below_floor(c, shares)
-        else:
-            scope = f"priority preemption takes only team {who.team}'s own jobs (policy.priority_preemption: team)"
-            by_priority = Refused(scope)
-    if c.cls.value > who.cls.value:
-        return None
+    by_priority = _priority(c, who, own, left >= floor, shares, why)
+    if isinstance(by_priority, Taken) or c.cls.value > who.cls.value:
+        return by_priority if isinstance(by_priority, Taken) else None
     by_reclaim = by_fair_share = by_seniority = None
     if not own and who.reclaim:
-        if left >= floor:
-            return _RECLAIM
-        if who.cross and left + max(leaving.largest[c.team], c.gpus) > floor:
-            return Taken(Reason.RECLAIM, floor - left)
-        by_reclaim = _SILENT if left + gone > floor else _below_floor(c, shares)
+        by_reclaim = _reclaim(c, left, floor, leaving, shares, cross=who.cross, why=why)
+        if isinstance(by_reclaim, Taken):
+            return by_reclaim
     if not own and who.fair_share:
-        if left < floor:
-            by_fair_share = _below_floor(c, shares)
-        elif takes_back(c, who):
-            by_fair_share = Refused(
-                "seniority", "larger and submitted before it: it could take the GPUs back, so fair share leaves it"
-            )
-        elif (after := shares.share(c.team, -gone)) < who.final_share:
-            by_fair_share = Refused(
-                "fair share",
-                f"team {c.team} would have a share of {after:g} after, below team {who.team}'s "
-                f"{who.final_share:g} with this job",
-            )
-        else:
-            return _FAIR_SHARE
+        by_fair_share = _fair_share(c, who, left >= floor, shares.share(c.team, -gone), shares, why)
+        if isinstance(by_fair_share, Taken):
+            return by_fair_share
     if passed(c, who):
         if own:
             return _SENIORITY
         if left >= floor:
             return _SENIORITY_FLOORED
-        by_seniority = _below_floor(c, shares)
-    if not why:
-        return None
+        by_seniority = _below_floor(c, shares) if why else None
     refused = by_seniority or by_priority or by_reclaim or by_fair_share
     return None if refused is _SILENT else refused
+
+
+def _priority(
+    c: Candidate, who: Preemptor, own: bool, stays: bool, shares: TeamShares, why: bool
+) -> Taken | Refused | None:
+    """Priority preemption: a lower class, within the scope the policy gives it (`stays`: the
+    candidate's team stays at or above its guarantee without it). None: it does not apply."""
+    if not (c.cls.value < who.cls.value and who.cls.may_preempt):
+        return None
+    if own or who.scope is PriorityScope.POOL:
+        return _PRIORITY
+    if who.scope is PriorityScope.ABOVE_GUARANTEE:
+        if stays:
+            return _PRIORITY_FLOORED
+        return _below_floor(c, shares) if why else None
+    if not why:
+        return None
+    return Refused(f"priority preemption takes only team {who.team}'s own jobs (policy.priority_preemption: team)")
+
+
+def _reclaim(
+    c: Candidate, left: int, floor: int, leaving: Leaving, shares: TeamShares, *, cross: bool, why: bool
+) -> Taken | Refused | None:
+    """Reclaim of another team's job, leaving its team `left` GPUs: down to its guarantee, or
+    across it by one whole job at most where the search may cross (the team stays above its
+    guarantee without its largest victim, whatever order the victims were chosen in)."""
+    if left >= floor:
+        return _RECLAIM
+    if cross and left + max(leaving.largest[c.team], c.gpus) > floor:
+        return Taken(Reason.RECLAIM, floor - left)
+    if not why:
+        return None
+    return _SILENT if shares.gpus[c.team] > floor else _below_floor(c, shares)
+
+
+def _fair_share(
+    c: Candidate, who: Preemptor, stays: bool, after: float, shares: TeamShares, why: bool
+) -> Taken | Refused | None:
+    """Fair share from another team, which stays at or above its guarantee (`stays`) with a
+    share `after` at or above the claimant's; never a job that could take the GPUs back by
+    seniority (`takes_back`)."""
+    if stays and not takes_back(c, who) and after >= who.final_share:
+        return _FAIR_SHARE
+    if not why:
+        return None
+    if not stays:
+        return _below_floor(c, shares)
+    if takes_back(c, who):
+        return Refused(
+            "seniority", "larger and submitted before it: it could take the GPUs back, so fair share leaves it"
+        )
+    return Refused(
+        "fair share",
+        f"team {c.team} would have a share of {after:g} after, below team {who.team}'s "
+        f"{who.final_share:g} with this job",
+    )
 
 
 def _below_floor(c: Candidate, shares: TeamShares) -> Refused:

@@ -1,0 +1,195 @@
+"""The pool in the store: the configuration's classes and teams, the nodes, the teams' and
+users' policy and tokens (the one source of truth the core decides by)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import Enum
+from typing import Any, Final
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpupool.errors import InvalidInput
+from gpupool.model import Config, Node, Team
+from gpupool.store.base import StoreBase
+from gpupool.store.schema import BudgetRow, NodeRow, PriorityClassRow, TeamRow, UserRow
+
+DEFAULT_TEAM = "default"
+
+
+class Unchanged(Enum):
+    """A field a partial update leaves as it is (None is a value of its own)."""
+
+    UNCHANGED = "unchanged"
+
+
+UNCHANGED: Final = Unchanged.UNCHANGED
+
+
+class PoolStore(StoreBase):
+    # --- configuration -----------------------------------------------------------------
+
+    def sync_config(self, config: Config) -> None:
+        """Make the classes, teams and budgets match `config` (team tokens are kept)."""
+        with self.transaction() as s:
+            for cls in config.classes:
+                s.merge(
+                    PriorityClassRow(
+                        name=cls.name,
+                        value=cls.value,
+                        may_preempt=cls.may_preempt,
+                        preemptible=cls.preemptible,
+                        min_runtime=cls.min_runtime,
+                        grace_period=cls.grace_period,
+                    )
+                )
+            teams = {DEFAULT_TEAM: config.team(DEFAULT_TEAM), **config.teams}
+            for team in teams.values():
+                self._seed_team(s, team)
+
+    @staticmethod
+    def _seed_team(s: Session, team: Team) -> None:
+        """Seed a team from the file. The store is the source of truth: a field the file gives
+        as it gave it last time keeps what the store has (the API may have changed it); a field
+        the file changed since its last seeding, or any field of a new team, takes the file's."""
+        row = s.get(TeamRow, team.name)
+        given: dict[str, Any] = {
+            "weight": team.weight,
+            "guaranteed_gpus": team.guaranteed_gpus,
+            "budgets": sorted([b.priority, b.gpu_hours, b.window] for b in team.budgets),
+        }
+        last = (row.seeded or {}) if row is not None else {}
+        changed = {key for key, value in given.items() if row is None or row.seeded is None or last.get(key) != value}
+        if row is None:
+            row = TeamRow(name=team.name)
+        if "weight" in changed:
+            row.weight = team.weight
+        if "guaranteed_gpus" in changed:
+            row.guaranteed_gpus = team.guaranteed_gpus
+        row.seeded = given
+        s.add(row)
+        s.flush()
+        if "budgets" in changed:
+            for old in s.scalars(select(BudgetRow).where(BudgetRow.team == team.name)):
+                s.delete(old)
+            s.flush()
+            for budget in team.budgets:
+                s.add(
+                    BudgetRow(
+                        team=team.name, priority=budget.priority, gpu_hours=budget.gpu_hours, window=budget.window
+                    )
+                )
+
+    def set_nodes(self, nodes: Sequence[Node], *, virtual: bool) -> None:
+        """Add or change nodes, up; the others stay as they are."""
+        with self.transaction() as s:
+            for node in nodes:
+                s.merge(
+                    NodeRow(
+                        name=node.name, gpus=node.gpus, gpu_type=node.gpu_type, virtual=virtual, team=node.team, up=True
+                    )
+                )
+
+    def sync_nodes(self, nodes: Sequence[tuple[Node, bool]]) -> bool:
+        """Make (node, virtual) the nodes that are up: new ones are added, changed ones changed,
+        and the others marked down (a node keeps the team it was given). Whether anything
+        changed."""
+        wanted = {node.name: (node, virtual) for node, virtual in nodes}
+        changed = False
+        with self.transaction() as s:
+            for row in s.scalars(select(NodeRow).with_for_update()):
+                if row.name not in wanted:
+                    changed |= row.up
+                    row.up = False
+                    continue
+                node, virtual = wanted.pop(row.name)
+                now = (node.gpus, node.gpu_type, virtual, node.team or row.team, True)
+                if (row.gpus, row.gpu_type, row.virtual, row.team, row.up) != now:
+                    row.gpus, row.gpu_type, row.virtual, row.team, row.up = now
+                    changed = True
+            for node, virtual in wanted.values():
+                s.add(NodeRow(name=node.name, gpus=node.gpus, gpu_type=node.gpu_type, virtual=virtual, team=node.team))
+                changed = True
+        return changed
+
+    def nodes_as_core(self, every: bool = False) -> list[Node]:
+        return [Node(n.name, n.gpus, n.gpu_type, n.team) for n in self.nodes(every)]
+
+    def nodes(self, every: bool = False) -> list[NodeRow]:
+        """The nodes that are up (`every`: and those that were and are not now)."""
+        query = select(NodeRow).order_by(NodeRow.name)
+        with self.reading() as s:
+            return list(s.scalars(query if every else query.where(NodeRow.up)))
+
+    def teams(self) -> list[TeamRow]:
+        with self.reading() as s:
+            return list(s.scalars(select(TeamRow).order_by(TeamRow.name)))
+
+    def classes(self) -> list[PriorityClassRow]:
+        with self.reading() as s:
+            return list(s.scalars(select(PriorityClassRow).order_by(PriorityClassRow.value.desc())))
+
+    def team(self, name: str) -> TeamRow | None:
+        with self.reading() as s:
+            return s.get(TeamRow, name)
+
+    def holder_of(self, token_hash: str) -> tuple[str, str | None] | None:
+        """(team, user) whose token this is: a user's own, or a team's (no user); None if nobody's."""
+        with self.reading() as s:
+            user = s.scalars(select(UserRow).where(UserRow.token_hash == token_hash)).first()
+            if user is not None:
+                return user.team, user.name
+            team = s.scalars(select(TeamRow).where(TeamRow.token_hash == token_hash)).first()
+            return (team.name, None) if team is not None else None
+
+    def users(self) -> list[UserRow]:
+        with self.reading() as s:
+            return list(s.scalars(select(UserRow).order_by(UserRow.team, UserRow.name)))
+
+    def set_user(self, name: str, *, team: str | None, token_hash: str | None) -> UserRow:
+        """Create a user in `team`, or move one to another team; a new `token_hash` replaces the
+        old token. A new user needs a team."""
+        with self.transaction() as s:
+            user = s.get(UserRow, name)
+            if team is not None and s.get(TeamRow, team) is None:
+                raise InvalidInput(f"team: unknown team {team!r}")
+            if user is None:
+                if team is None:
+                    raise InvalidInput(f"team: give the team of the new user {name!r}")
+                user = UserRow(name=name, team=team)
+            elif team is not None:
+                user.team = team
+            if token_hash is not None:
+                user.token_hash = token_hash
+            s.add(user)
+            return user
+
+    def set_team(
+        self,
+        name: str,
+        *,
+        weight: float | None = None,
+        guaranteed_gpus: int | None = None,
+        allowed_classes: list[str] | Unchanged | None = UNCHANGED,
+        token_hash: str | None = None,
+    ) -> TeamRow:
+        """Create or change a team: only the fields given change (a new team starts from the
+        defaults); `allowed_classes=None` allows every class; a new `token_hash` replaces the
+        old token."""
+        with self.transaction() as s:
+            if not isinstance(allowed_classes, Unchanged):
+                for cls in allowed_classes or []:
+                    if s.get(PriorityClassRow, cls) is None:
+                        raise InvalidInput(f"classes: unknown priority class {cls!r}")
+            team = s.get(TeamRow, name) or TeamRow(name=name, weight=1.0, guaranteed_gpus=0, allowed_classes=None)
+            if weight is not None:
+                team.weight = weight
+            if guaranteed_gpus is not None:
+                team.guaranteed_gpus = guaranteed_gpus
+            if not isinstance(allowed_classes, Unchanged):
+                team.allowed_classes = allowed_classes
+            if token_hash is not None:
+                team.token_hash = token_hash
+            s.add(team)
+            return team
