@@ -91,6 +91,36 @@ def test_the_docs_pages_have_submit_examples_and_each_that_cannot_run_says_why()
     assert set(NEEDS_A_CLUSTER) <= firsts, set(NEEDS_A_CLUSTER) - firsts
 
 
+def headings(page: Path) -> set[str]:
+    """The anchors of a page's headings, as GitHub makes them (lower case, punctuation but - and _
+    dropped, spaces to -, -1 for the second of a name)."""
+    found: set[str] = set()
+    seen: dict[str, int] = {}
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.DOTALL)
+    for heading in re.findall(r"^#{1,6} +(.*?) *$", text, flags=re.MULTILINE):
+        title = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link's text only
+        slug = re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+        found.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
+        seen[slug] = seen.get(slug, 0) + 1
+    return found
+
+
+def test_every_local_link_of_the_readme_and_the_docs_leads_somewhere() -> None:
+    broken = []
+    for page in pages():
+        text = re.sub(r"`[^`\n]*`", "", re.sub(r"```.*?```", "", page.read_text(), flags=re.DOTALL))
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"^[a-z]+:", target):
+                continue  # a web address
+            file, _, anchor = target.partition("#")
+            dest = (page.parent / file).resolve() if file else page
+            if not dest.exists():
+                broken.append(f"{page.name}: {target}: no such file")
+            elif anchor and dest.suffix == ".md" and anchor not in headings(dest):
+                broken.append(f"{page.name}: {target}: no such heading")
+    assert not broken, broken
+
+
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
     """`gpupool up` with the README's lab configuration, its data in a fresh folder."""
