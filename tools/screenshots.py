@@ -1,4 +1,4 @@
-"""Screenshots of every dashboard page, at 1280×800 and at a phone's 390×844, for the README.
+"""Screenshots of every dashboard page, at 1280×800 and at a phone's 390×844, for docs/metrics.md.
 
 Starts `gpupool up` on a throwaway data directory with 8 virtual GPUs on loopback, runs a small
 day through it (team vision's low-priority trainers fill the pool; team nlp's high-priority job

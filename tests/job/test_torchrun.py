@@ -1,4 +1,4 @@
-"""The plain-`torchrun` recipe of the README: `torchrun --standalone --nproc-per-node 2 -m
+"""The plain-`torchrun` recipe of docs/job-library.md: `torchrun --standalone --nproc-per-node 2 -m
 gpupool.examples.fsdp_trainer`, given notice as gpupool gives it (the notice file, then SIGTERM
 to the process group), leaves with every rank's shards saved, and the next `torchrun` resumes
 bit-identical to a run nobody interrupted."""

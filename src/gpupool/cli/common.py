@@ -1,6 +1,6 @@
 """What every command of the live service shares: the client, errors and exit codes.
 
-Exit codes (documented in the README), distinct so that scripts can tell them apart:
+Exit codes (documented in docs/slurm.md, "Exit codes"), distinct so that scripts can tell them apart:
 
     0  done
     1  the job failed (`submit --wait`, `logs -f`: the job's own exit code when it has one)

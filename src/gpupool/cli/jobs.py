@@ -392,7 +392,7 @@ def logs(
     """Print a job's output.
 
     With -f, follow it (through each new attempt unless --attempt) and end with the job's
-    outcome as the exit code (see the README's exit codes)."""
+    outcome as the exit code (see docs/slurm.md, "Exit codes")."""
     api_client = client(config, api)
     job = resolve(api_client, job_ref)
     stream = "stderr" if stderr else "stdout"
