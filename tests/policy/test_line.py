@@ -7,6 +7,7 @@ pass does."""
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -42,9 +43,13 @@ def consume(jobs: list[Job], seed: int, order: QueueOrder, indexed: bool, skip: 
     hopeless: set[Kind] = {kind_of(job) for job in jobs if rng.random() < 0.2}
     values = {"high": 100, "low": 0}
     given_ids = []
+    stream: Iterator[Job]
     if indexed:
-        stream = Line(jobs).in_order(
-            lambda team, asked: values[asked], order, shares.__getitem__, skip, hopeless.__contains__
+        stream = (
+            job
+            for _, job in Line(jobs).in_order(
+                lambda team, asked: values[asked], order, shares.__getitem__, skip, hopeless.__contains__
+            )
         )
     else:
         pending = [(values[j.priority], j) for j in jobs if j.id not in skip]
@@ -95,9 +100,13 @@ def test_a_team_whose_share_fell_keeps_its_turn_at_its_next_job_passed() -> None
     orders = []
     for indexed in (True, False):
         shares = {"a": 1.0, "b": 1.0}
+        stream: Iterator[Job]
         if indexed:
-            stream = Line(jobs).in_order(
-                lambda t, a: 0, QueueOrder.PRIORITY, shares.__getitem__, set(), hopeless.__contains__
+            stream = (
+                job
+                for _, job in Line(jobs).in_order(
+                    lambda t, a: 0, QueueOrder.PRIORITY, shares.__getitem__, set(), hopeless.__contains__
+                )
             )
         else:
             stream = queue_order([(0, j) for j in jobs], QueueOrder.PRIORITY, shares.__getitem__)

@@ -20,7 +20,7 @@ from gpupool.policy import PoolState
 from gpupool.policy import decide as decide_on
 from gpupool.policy.free import FreeGpus
 from gpupool.policy.free import Group as NodeGroup
-from gpupool.policy.line import Kind, Line, submit_key
+from gpupool.policy.line import Kind, Line, kind_of, submit_key
 from gpupool.policy.preempt.bounds import Group, GroupsByNode
 from gpupool.policy.preempt.candidates import (
     ALL_SHORTCUTS,
@@ -102,9 +102,9 @@ class SortedLine(Line):
         share: Callable[[str], float],
         skip: set[JobId],
         hopeless: Callable[[Kind], bool] | None = None,
-    ) -> Iterator[Job]:
+    ) -> Iterator[tuple[Kind, Job]]:
         pending = [(value_of(j.team, j.priority), j) for j in self.jobs.values() if j.id not in skip]
-        return queue_order(pending, order, share)
+        return ((kind_of(job), job) for job in queue_order(pending, order, share))
 
 
 # --- the candidates, from every running job --------------------------------------------------

@@ -81,7 +81,9 @@ class Decision:
         state = self.state
         self.free = FreeGpus(state.free)
         teams = state.teams if state.teams is not None else self.config.teams
-        self.shares = TeamShares(teams, Counter(state.team_gpus))
+        gpus: Counter[str] = Counter()
+        dict.update(gpus, state.team_gpus)  # a copy without Counter's checks of what it is given
+        self.shares = TeamShares(teams, gpus)
         self.memo = Memo(self.free)
         self.depth = self.config.explain_depth if self.config.explain_waits else 0
 

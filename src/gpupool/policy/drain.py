@@ -35,7 +35,7 @@ def hold_for_drains(decision: Decision) -> Orphans:
     draining_for, orphans = _drains(decision.state.draining.values(), decision.state.line.jobs)
     waiting = Line(decision.state.line.jobs[job_id] for job_id in draining_for)
     held: list[tuple[Job, Placement, list[RunningJob]]] = []
-    for job in waiting.in_order(decision.class_value, decision.config.order, decision.shares.share, set()):
+    for _, job in waiting.in_order(decision.class_value, decision.config.order, decision.shares.share, set()):
         victims = draining_for[job.id]
         placement = _place_on_lent(decision, job, victims)
         if placement:

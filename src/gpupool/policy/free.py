@@ -216,11 +216,11 @@ class FreeGpus:
         self.group = layout.group
         self.capacity = layout.capacity
         self.free = list(kept.free)
-        self._kept = kept.buckets
-        self._changed_buckets: dict[tuple[Group, int], _Bucket] = {}
+        self._kept = kept
+        self._changed: dict[Group, list[_Bucket | None]] = {}
+        """Per group, per free count, the bucket this decision changed (None: as kept)."""
         self.changed: set[int] = set()
         """The nodes whose free GPUs this decision has changed (taken, or lent and taken back)."""
-        self._kept_counts = kept
         self._counts: npt.NDArray[np.intp] | None = None
 
     @property
@@ -228,28 +228,36 @@ class FreeGpus:
         """Free GPUs per node as the decision found them: exact but for the nodes in `changed`
         (read only)."""
         if self._counts is None:
-            self._counts = self._kept_counts.count_array()
+            self._counts = self._kept.count_array()
         return self._counts
 
-    def nodes_with(self, group: Group, count: int) -> Iterable[int]:
-        """The nodes of `group` with `count` free GPUs: in node order as the decision found
-        them, then those it changed to that count, in the order it did."""
-        changed = self._changed_buckets.get((group, count))
-        return changed if changed is not None else self._kept[group][count]
+    def _nodes(self, group: Group, count: int) -> _Bucket | list[int] | None:
+        """The nodes of `group` with `count` free GPUs (None: the pool has no node of `group`):
+        in node order as the decision found them, then those it changed to that count, in the
+        order it did."""
+        kept = self._kept.buckets.get(group)
+        if kept is None:
+            return None
+        changed = self._changed.get(group)
+        bucket = changed[count] if changed is not None else None
+        return bucket if bucket is not None else kept[count]
 
     def first_with(self, group: Group, count: int, exclude: set[int]) -> int | None:
         """The first node in node order of `group` with `count` free GPUs that is not in
         `exclude`, or None."""
-        changed = self._changed_buckets.get((group, count))
-        if changed is not None:
-            return changed.first(exclude)
-        return next((i for i in self._kept[group][count] if i not in exclude), None)
+        nodes = self._nodes(group, count)
+        if isinstance(nodes, _Bucket):
+            return nodes.first(exclude)
+        return next((i for i in nodes if i not in exclude), None) if nodes is not None else None
 
     def _bucket(self, i: int, count: int) -> _Bucket:
-        key = (self.group[i], count)
-        found = self._changed_buckets.get(key)
+        group = self.group[i]
+        changed = self._changed.get(group)
+        if changed is None:
+            changed = self._changed[group] = [None] * (self.capacity + 1)
+        found = changed[count]
         if found is None:
-            found = self._changed_buckets[key] = _Bucket(self._kept[key[0]][count])
+            found = changed[count] = _Bucket(self._kept.buckets[group][count])
         return found
 
     def sizes_in(self, groups: tuple[Group, ...]) -> tuple[int, ...]:
@@ -272,31 +280,30 @@ class FreeGpus:
         """The index of the node named `name`; a ValueError names an unknown one."""
         return self.layout.node_index(name)
 
-    def take(self, i: int, gpus: Iterable[int]) -> None:
-        """Mark `gpus` of node `i` taken."""
+    def _move(self, i: int, free: tuple[int, ...]) -> None:
+        """Node `i` has `free` GPUs now."""
         self.changed.add(i)
         self._bucket(i, len(self.free[i])).remove(i)
+        self.free[i] = free
+        self._bucket(i, len(free)).add(i)
+
+    def take(self, i: int, gpus: Iterable[int]) -> None:
+        """Mark `gpus` of node `i` taken."""
         gone = set(gpus)
-        self.free[i] = tuple(g for g in self.free[i] if g not in gone)
-        self._bucket(i, len(self.free[i])).add(i)
+        self._move(i, tuple(g for g in self.free[i] if g not in gone))
 
     def give(self, i: int, gpus: Iterable[int]) -> None:
         """Mark `gpus` of node `i` free again (GPUs lent by draining jobs)."""
-        self.changed.add(i)
-        self._bucket(i, len(self.free[i])).remove(i)
-        self.free[i] = tuple(sorted({*self.free[i], *gpus}))
-        self._bucket(i, len(self.free[i])).add(i)
+        self._move(i, tuple(sorted({*self.free[i], *gpus})))
 
     def best_fit(self, want: int, groups: Sequence[Group], exclude: set[int]) -> int | None:
         """The node of `groups` with the fewest free GPUs that still has `want`, or None."""
-        kept, changed = self._kept, self._changed_buckets
+        present = [group for group in groups if group in self._kept.buckets]
         for count in range(want, self.capacity + 1):
-            for group in groups:
-                buckets = kept.get(group)
-                if buckets is None:
-                    continue
-                bucket = changed.get((group, count))
-                for i in bucket if bucket is not None else buckets[count]:
+            for group in present:
+                nodes = self._nodes(group, count)
+                assert nodes is not None
+                for i in nodes:
                     if i not in exclude:
                         return i
         return None
@@ -305,7 +312,7 @@ class FreeGpus:
         """The first node of `groups` in node order that has `want` free GPUs, or None."""
         found = None
         for group in groups:
-            if group not in self._kept:
+            if group not in self._kept.buckets:
                 continue
             for count in range(want, self.capacity + 1):
                 i = self.first_with(group, count, exclude)
@@ -317,19 +324,18 @@ class FreeGpus:
         """Free GPUs in all the nodes of `groups`."""
         total = 0
         for group in groups:
-            buckets = self._kept.get(group)
-            if buckets is None:
-                continue
             for count in range(1, self.capacity + 1):
-                changed = self._changed_buckets.get((group, count))
-                total += count * (len(changed) if changed is not None else len(buckets[count]))
+                nodes = self._nodes(group, count)
+                if nodes is None:
+                    break
+                total += count * len(nodes)
         return total
 
     def allocate(self, slots: Sequence[Slot]) -> Placement:
         """Take the lowest free GPU ids for each slot and return them as a placement."""
         placement = []
         for i, want in slots:
-            gpus = tuple(self.free[i][:want])
-            self.take(i, gpus)
-            placement.append(Allocation(self.nodes[i].name, gpus))
+            free = self.free[i]
+            self._move(i, free[want:])
+            placement.append(Allocation(self.nodes[i].name, free[:want]))
         return tuple(placement)

@@ -24,8 +24,9 @@ Alike = tuple[str, str | None, int, int | None, str, bool, bool]
 F = TypeVar("F")
 
 
-def alike_of(job: Job, senior: bool) -> Alike:
-    return (*kind_of(job), senior)
+def alike_of(kind: Kind, senior: bool) -> Alike:
+    """The `Alike` of a job of `kind`, senior or not."""
+    return (*kind, senior)
 
 
 @dataclass(slots=True)
@@ -73,6 +74,8 @@ class Hopeless(Generic[F]):
         """Whether every job of `kind` left in line is alike to a hopeless one: a 1-GPU job is
         never senior (no job is smaller); a larger one may be, so both of its alikes that are
         left must be hopeless."""
+        if not self.fits:
+            return False
         if self.senior_after is None or kind[2] == 1:
             return (*kind, False) in self.fits
         left = self._left.get(kind)

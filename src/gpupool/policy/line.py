@@ -89,8 +89,8 @@ class Line:
         share: Callable[[str], float],
         skip: set[JobId],
         hopeless: Callable[[Kind], bool] | None = None,
-    ) -> Iterator[Job]:
-        """The jobs in queue order (the module's docstring), without those of `skip`; a job's
+    ) -> Iterator[tuple[Kind, Job]]:
+        """The jobs in queue order (the module's docstring), with their kinds, without those of `skip`; a job's
         class value is `value_of(team, class asked)`, a team's weighted share `share(team)`,
         read again when the team's turn comes.
 
@@ -130,7 +130,7 @@ class Line:
                     continue
                 kind, job = queue.take()
                 if hopeless is None or not hopeless(kind):
-                    yield job
+                    yield kind, job
                 if queue.heads:
                     heapq.heappush(heap, (share(team), *queue.head_key(), team))
 
@@ -230,8 +230,9 @@ class _Line:
         self._push(k)
         return self.kinds[k], job
 
-    def jobs(self, hopeless: Callable[[Kind], bool] | None, effort: _Effort) -> Iterator[Job]:
-        """Its jobs in order, those of `hopeless` kinds passed (no share is read here)."""
+    def jobs(self, hopeless: Callable[[Kind], bool] | None, effort: _Effort) -> Iterator[tuple[Kind, Job]]:
+        """Its jobs in order with their kinds, those of `hopeless` kinds passed (no share is
+        read here)."""
         while self.heads:
             if hopeless is not None and hopeless(self.head_kind()):
                 if effort.worth:
@@ -240,7 +241,7 @@ class _Line:
                 else:
                     self.take()
                 continue
-            yield self.take()[1]
+            yield self.take()
 
     def first_not(self, hopeless: Callable[[Kind], bool]) -> tuple[float, int, str] | None:
         """The submit key of its first job not of a hopeless kind (None: there is none)."""

@@ -35,12 +35,12 @@ def place_queue(decision: Decision, orphans: Orphans) -> None:
     # Waits past the explained depth are not in the plan: past it, the line goes by the jobs of
     # kinds alike to hopeless ones. Every wait explained, none may be passed.
     passing = None if decision.depth is None else _passable(decision, hopeless)
-    for job in line.in_order(decision.class_value, config.order, decision.shares.share, before, passing):
+    for kind, job in line.in_order(decision.class_value, config.order, decision.shares.share, before, passing):
         if job.id in decision.settled:
             continue
         # Alike jobs come in their place in line (nominated ones first), so a senior one
         # that found no victims leaves later senior ones none either (they may take fewer).
-        alike = alike_of(job, decision.is_senior(job))
+        alike = alike_of(kind, decision.is_senior(job))
         fit = hopeless.get(alike)
         if fit is None:
             fit = _place(decision, job, orphans)
