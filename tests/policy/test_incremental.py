@@ -27,6 +27,7 @@ from gpupool.model import (
 from gpupool.policy import PoolState
 from gpupool.policy import decide as decide_on
 from gpupool.policy.running import RunningIndex
+from tests.support.exercised import Exercised
 from tests.support.oracle import assert_index_matches, decide, reference_state
 
 # Short minimum runtimes, so that the clock's advances open victims often.
@@ -122,51 +123,58 @@ configs = st.sampled_from(
 )
 
 
-@given(pools, events, configs)
-def test_the_kept_state_decides_as_the_snapshot_alone(
-    pool: list[tuple[int, str, str | None]],
-    script: list[tuple[str, object]],
-    config: Config,
-) -> None:
-    nodes = [Node(f"n{i}", gpus, gpu_type, team) for i, (gpus, gpu_type, team) in enumerate(pool)]
-    driver = Driver(nodes, config)
-    arrived = 0
-    for kind, arg in [*script, ("decide", None)]:
-        ids = sorted(driver.state.running)
-        if kind == "arrive":
-            assert isinstance(arg, tuple)
-            team: str = arg[0]
-            cls: str = arg[1]
-            gpus: int = arg[2]
-            gpu_type: str | None = arg[3]
-            max_preemptions: int | None = arg[4]
-            per_node = 4 if gpus in (12, 16) else None
-            job = Job(
-                f"j{arrived}",
-                team,
-                cls,
-                gpus,
-                driver.now,
-                gpu_type=gpu_type,
-                gpus_per_node=per_node,
-                max_preemptions=max_preemptions,
-                expected_restart=float(arrived % 3) * 20.0,
-            )
-            driver.arrive(job)
-            arrived += 1
-        elif kind in ("exit", "requeue", "checkpoint") and ids:
-            job_id = ids[int(arg) % len(ids)]  # type: ignore[call-overload]
-            if kind == "checkpoint":
-                driver.checkpoint(job_id)
-            else:
-                driver.leave(job_id, requeue=kind == "requeue")
-        elif kind == "advance":
-            driver.now += float(arg)  # type: ignore[arg-type]
-        elif kind == "decide":
-            driver.decide()
-    assert driver.decisions >= 1
-    target(float(driver.notices), label="notices")
-    target(float(driver.held), label="held placements")
+def test_the_kept_state_decides_as_the_snapshot_alone() -> None:
+    exercised = Exercised()
+
+    @given(pools, events, configs)
+    def check(
+        pool: list[tuple[int, str, str | None]],
+        script: list[tuple[str, object]],
+        config: Config,
+    ) -> None:
+        nodes = [Node(f"n{i}", gpus, gpu_type, team) for i, (gpus, gpu_type, team) in enumerate(pool)]
+        driver = Driver(nodes, config)
+        arrived = 0
+        for kind, arg in [*script, ("decide", None)]:
+            ids = sorted(driver.state.running)
+            if kind == "arrive":
+                assert isinstance(arg, tuple)
+                team: str = arg[0]
+                cls: str = arg[1]
+                gpus: int = arg[2]
+                gpu_type: str | None = arg[3]
+                max_preemptions: int | None = arg[4]
+                per_node = 4 if gpus in (12, 16) else None
+                job = Job(
+                    f"j{arrived}",
+                    team,
+                    cls,
+                    gpus,
+                    driver.now,
+                    gpu_type=gpu_type,
+                    gpus_per_node=per_node,
+                    max_preemptions=max_preemptions,
+                    expected_restart=float(arrived % 3) * 20.0,
+                )
+                driver.arrive(job)
+                arrived += 1
+            elif kind in ("exit", "requeue", "checkpoint") and ids:
+                job_id = ids[int(arg) % len(ids)]  # type: ignore[call-overload]
+                if kind == "checkpoint":
+                    driver.checkpoint(job_id)
+                else:
+                    driver.leave(job_id, requeue=kind == "requeue")
+            elif kind == "advance":
+                driver.now += float(arg)  # type: ignore[arg-type]
+            elif kind == "decide":
+                driver.decide()
+        assert driver.decisions >= 1
+        target(float(driver.notices), label="notices")
+        target(float(driver.held), label="held placements")
+        exercised.note(notices=driver.notices > 0, held_placements=driver.held > 0)
+
+    check()
+    exercised.assert_shown("notices", "held_placements")
 
 
 def test_a_scripted_storm_gives_notice_holds_and_drains_the_same_both_ways() -> None:

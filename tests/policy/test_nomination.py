@@ -18,6 +18,7 @@ from gpupool.model import DEFAULT_CLASSES, Config, Plan, Reason, Snapshot, Team
 from gpupool.policy import PoolState
 from gpupool.policy.budget import budgeted_class
 from tests.support.builders import fill, job, pool
+from tests.support.exercised import Exercised
 from tests.support.oracle import decide
 
 TEAMS = {"a": Team("a", 2.0, 3), "b": Team("b", 1.0, 3), "c": Team("c", 1.0, 2)}
@@ -77,35 +78,51 @@ def decisions(snapshot: Snapshot, config: Config, rounds: int) -> Iterator[tuple
         now += 1000.0
 
 
-@given(st.one_of(scenarios(), reclaims()), st.integers(2, 6))
-def test_no_job_is_preempted_twice_for_one_preemptor_and_a_preemptor_whose_victims_left_starts(
-    scenario: tuple[Snapshot, Config], rounds: int
-) -> None:
+def test_no_job_is_preempted_twice_for_one_preemptor_and_a_preemptor_whose_victims_left_starts() -> None:
     """A (victim, preemptor) pair never comes twice, and a preemptor all of whose victims have
     left starts at the next decision, unless a job of a higher class took the GPUs."""
-    snapshot, config = scenario
-    pairs: set[tuple[str, str]] = set()
-    victims_of: dict[str, set[str]] = {}
-    for state, plan, _ in decisions(snapshot, config, rounds):
-        pending = {j.id: j for j in state.pending}
-        here = {r.job.id for r in state.running}
-        must_start = {p for p, victims in victims_of.items() if p in pending and not victims & here}
-        started = {s.job for s in plan.starts}
-        holds = [w.job for w in plan.waits if w.reason is Reason.AWAITING_DRAIN]
-        classes = [config.priority_class(s.priority) for s in plan.starts]
-        classes += [
-            budgeted_class(config, state.usage, config.team(pending[j].team), pending[j].priority).cls for j in holds
-        ]
-        top = max((c.value for c in classes), default=-(2**31))
-        for job_id in must_start - started:
-            # Only a job of a higher class may take what was freed for it (start on it, or hold it).
-            mine = budgeted_class(config, state.usage, config.team(pending[job_id].team), pending[job_id].priority)
-            assert mine.cls.value < top, f"{job_id} did not start"
-        for job_id in must_start:
-            # The promise is for the decision right after its victims left: once a higher class
-            # took the GPUs, it waits like any other job.
-            del victims_of[job_id]
-        for p in plan.preemptions:
-            assert (p.victim, p.for_job) not in pairs, f"{p.victim} preempted twice for {p.for_job}"
-            pairs.add((p.victim, p.for_job))
-            victims_of.setdefault(p.for_job, set()).add(p.victim)
+    exercised = Exercised()
+
+    @given(st.one_of(scenarios(), reclaims()), st.integers(2, 6))
+    def check(scenario: tuple[Snapshot, Config], rounds: int) -> None:
+        snapshot, config = scenario
+        pairs: set[tuple[str, str]] = set()
+        preempted = promised = False
+        victims_of: dict[str, set[str]] = {}
+        for state, plan, _ in decisions(snapshot, config, rounds):
+            pending = {j.id: j for j in state.pending}
+            here = {r.job.id for r in state.running}
+            must_start = {p for p, victims in victims_of.items() if p in pending and not victims & here}
+            started = {s.job for s in plan.starts}
+            preempted, promised = preempted or bool(plan.preemptions), promised or bool(must_start)
+            holds = [w.job for w in plan.waits if w.reason is Reason.AWAITING_DRAIN]
+            classes = [config.priority_class(s.priority) for s in plan.starts]
+            classes += [
+                budgeted_class(config, state.usage, config.team(pending[j].team), pending[j].priority).cls
+                for j in holds
+            ]
+            top = max((c.value for c in classes), default=-(2**31))
+            nominated_placed = {j for j in [*started, *holds] if j in pending and pending[j].nominated}
+            for job_id in must_start - started:
+                # Only a job of a higher class may take what was freed for it (start on it, or
+                # hold it), or another nominated job of its class: the GPUs freed for each are
+                # not told apart once their victims have left (docs/limits.md).
+                mine = budgeted_class(config, state.usage, config.team(pending[job_id].team), pending[job_id].priority)
+                same = any(
+                    budgeted_class(config, state.usage, config.team(pending[j].team), pending[j].priority).cls.value
+                    == mine.cls.value
+                    for j in nominated_placed - {job_id}
+                )
+                assert mine.cls.value < top or same, f"{job_id} did not start"
+            for job_id in must_start:
+                # The promise is for the decision right after its victims left: once a higher class
+                # took the GPUs, it waits like any other job.
+                del victims_of[job_id]
+            for p in plan.preemptions:
+                assert (p.victim, p.for_job) not in pairs, f"{p.victim} preempted twice for {p.for_job}"
+                pairs.add((p.victim, p.for_job))
+                victims_of.setdefault(p.for_job, set()).add(p.victim)
+        exercised.note(preemptions=preempted, promises=promised)
+
+    check()
+    exercised.assert_shown("preemptions", "promises")

@@ -7,7 +7,7 @@ import random
 from collections import Counter
 from dataclasses import replace
 
-from hypothesis import given
+from hypothesis import given, target
 from hypothesis import strategies as st
 
 from gpupool.model import (
@@ -31,6 +31,7 @@ from gpupool.model import (
 from gpupool.policy.budget import budgeted_class
 from gpupool.policy.line import submit_key
 from gpupool.policy.preempt.candidates import Shortcuts
+from tests.support.exercised import Exercised
 from tests.support.oracle import decide, derived_free, reference_state
 
 NOW = 5_000.0
@@ -51,7 +52,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Snapshot, Config]:
     ]
     free = {n.name: list(range(n.gpus)) for n in nodes}
     ids = iter(range(10_000))
-    pending = [_job(draw, f"p{next(ids)}") for _ in range(draw(st.integers(0, 8)))]
+    pending = [_job(draw, f"p{next(ids)}") for _ in range(draw(st.integers(1, 8)))]
     running: list[RunningJob] = []
     for _ in range(draw(st.integers(0, 12))):
         job = _job(draw, f"r{next(ids)}")
@@ -64,6 +65,16 @@ def scenarios(draw: st.DrawFn) -> tuple[Snapshot, Config]:
         if pending and draw(st.integers(0, 4)) == 0:
             notice = Notice(draw(st.sampled_from(pending)).id, NOW + draw(st.floats(0, 100)))
         running.append(RunningJob(job, placement, started, ckpt, notice))
+    if draw(st.sampled_from([True, False])):
+        # Full pools come first (what Hypothesis tends to): what waits must preempt, or wait
+        # for its reasons, which is what most properties here are about.
+        for node in nodes:
+            for gpu in list(free[node.name]):
+                cls = draw(st.sampled_from(["low", "low", "normal", "high"]))
+                filler = Job(f"f{next(ids)}", draw(st.sampled_from(TEAMS)), cls, 1, draw(st.floats(0, NOW)))
+                started = draw(st.sampled_from([0.0, NOW - 1000, NOW - 200, NOW - 30]))
+                running.append(RunningJob(filler, (Allocation(node.name, (gpu,)),), started))
+                free[node.name].remove(gpu)
     teams = {
         t: Team(
             t,
@@ -173,97 +184,120 @@ def test_never_over_allocates_a_gpu(scenario: tuple[Snapshot, Config]) -> None:
     assert all(count == 1 for count in used.values()), "a GPU was given twice"
 
 
-@given(scenarios())
-def test_never_preempts_a_protected_job(scenario: tuple[Snapshot, Config]) -> None:
-    snapshot, config = scenario
-    plan = decide(snapshot, config, NOW)
-    running = {r.job.id: r for r in snapshot.running}
-    for p in plan.preemptions:
-        victim = running[p.victim]
-        assert victim.notice is None, "already draining"
-        cls = budgeted_class(config, snapshot.usage, config.team(victim.job.team), victim.job.priority).cls
-        assert cls.preemptible
-        assert NOW - victim.started_at >= cls.min_runtime
-        cap = victim.job.max_preemptions if victim.job.max_preemptions is not None else config.max_preemptions
-        assert cap is None or victim.job.preemptions < cap
-    assert len({p.victim for p in plan.preemptions}) == len(plan.preemptions)
+def test_never_preempts_a_protected_job() -> None:
+    exercised = Exercised()
+
+    @given(scenarios())
+    def check(scenario: tuple[Snapshot, Config]) -> None:
+        snapshot, config = scenario
+        plan = decide(snapshot, config, NOW)
+        exercised.note(preemptions=bool(plan.preemptions))
+        running = {r.job.id: r for r in snapshot.running}
+        for p in plan.preemptions:
+            victim = running[p.victim]
+            assert victim.notice is None, "already draining"
+            cls = budgeted_class(config, snapshot.usage, config.team(victim.job.team), victim.job.priority).cls
+            assert cls.preemptible
+            assert NOW - victim.started_at >= cls.min_runtime
+            cap = victim.job.max_preemptions if victim.job.max_preemptions is not None else config.max_preemptions
+            assert cap is None or victim.job.preemptions < cap
+        assert len({p.victim for p in plan.preemptions}) == len(plan.preemptions)
+
+    check()
+    exercised.assert_shown("preemptions")
 
 
-@given(scenarios())
-def test_never_preempts_without_the_preemptor_fitting(scenario: tuple[Snapshot, Config]) -> None:
-    snapshot, config = scenario
-    plan = decide(snapshot, config, NOW)
-    jobs = {j.id: j for j in snapshot.pending}
-    running = {r.job.id: r for r in snapshot.running}
-    held_for = {w.job: w.placement for w in plan.waits if w.reason is Reason.AWAITING_DRAIN and w.placement}
-    for p in plan.preemptions:
-        assert p.for_job in held_for, f"{p.victim} preempted for {p.for_job}, which holds no placement"
-        held_gpus = {(a.node, g) for a in held_for[p.for_job] for g in a.gpus}
-        victim = running[p.victim]
-        assert any((a.node, g) in held_gpus for a in victim.placement for g in a.gpus), f"{p.victim} is not needed"
-        preemptor = jobs[p.for_job]
-        mine = budgeted_class(config, snapshot.usage, config.team(preemptor.team), preemptor.priority).cls
-        theirs = budgeted_class(config, snapshot.usage, config.team(victim.job.team), victim.job.priority).cls
-        if p.reason is Reason.PRIORITY:
-            assert mine.may_preempt
-            assert theirs.value < mine.value
-            if config.priority_preemption is PriorityScope.TEAM:
-                assert victim.job.team == preemptor.team
-        elif p.reason is Reason.SENIORITY:
-            assert config.seniority_after is not None
-            assert NOW - preemptor.waiting_since >= config.seniority_after
-            assert theirs.value <= mine.value
-            assert submit_key(victim.job) > submit_key(preemptor), "seniority took a job from before it"
-            assert victim.job.gpus < preemptor.gpus, "seniority took a job as large as its preemptor"
-        else:
-            assert p.reason in (Reason.RECLAIM, Reason.FAIR_SHARE)
-            assert p.reason is Reason.RECLAIM or config.fair_share is FairShare.PREEMPT
-            assert theirs.value <= mine.value
-            assert victim.job.team != preemptor.team
+def test_never_preempts_without_the_preemptor_fitting() -> None:
+    exercised = Exercised()
+
+    @given(scenarios())
+    def check(scenario: tuple[Snapshot, Config]) -> None:
+        snapshot, config = scenario
+        plan = decide(snapshot, config, NOW)
+        exercised.note(preemptions=bool(plan.preemptions))
+        jobs = {j.id: j for j in snapshot.pending}
+        running = {r.job.id: r for r in snapshot.running}
+        held_for = {w.job: w.placement for w in plan.waits if w.reason is Reason.AWAITING_DRAIN and w.placement}
+        for p in plan.preemptions:
+            assert p.for_job in held_for, f"{p.victim} preempted for {p.for_job}, which holds no placement"
+            held_gpus = {(a.node, g) for a in held_for[p.for_job] for g in a.gpus}
+            victim = running[p.victim]
+            assert any((a.node, g) in held_gpus for a in victim.placement for g in a.gpus), f"{p.victim} is not needed"
+            preemptor = jobs[p.for_job]
+            mine = budgeted_class(config, snapshot.usage, config.team(preemptor.team), preemptor.priority).cls
+            theirs = budgeted_class(config, snapshot.usage, config.team(victim.job.team), victim.job.priority).cls
+            if p.reason is Reason.PRIORITY:
+                assert mine.may_preempt
+                assert theirs.value < mine.value
+                if config.priority_preemption is PriorityScope.TEAM:
+                    assert victim.job.team == preemptor.team
+            elif p.reason is Reason.SENIORITY:
+                assert config.seniority_after is not None
+                assert NOW - preemptor.waiting_since >= config.seniority_after
+                assert theirs.value <= mine.value
+                assert submit_key(victim.job) > submit_key(preemptor), "seniority took a job from before it"
+                assert victim.job.gpus < preemptor.gpus, "seniority took a job as large as its preemptor"
+            else:
+                assert p.reason in (Reason.RECLAIM, Reason.FAIR_SHARE)
+                assert p.reason is Reason.RECLAIM or config.fair_share is FairShare.PREEMPT
+                assert theirs.value <= mine.value
+                assert victim.job.team != preemptor.team
+
+    check()
+    exercised.assert_shown("preemptions")
 
 
-@given(scenarios())
-def test_team_rules_take_a_team_below_its_guarantee_by_one_whole_reclaimed_job_at_most(
-    scenario: tuple[Snapshot, Config],
-) -> None:
+def test_team_rules_take_a_team_below_its_guarantee_by_one_whole_reclaimed_job_at_most() -> None:
     """Reclaim, fair share, seniority and `above_guarantee` priority preemption leave a victim team at or
     above its guarantee, except that reclaim may take one whole job across it (the team was
     above its guarantee before that job left); checked on teams no job of their own preempted."""
-    snapshot, config = scenario
-    plan = decide(snapshot, config, NOW)
-    leaving = {p.victim for p in plan.preemptions}
-    after: Counter[str] = Counter()
-    for r in snapshot.running:
-        if r.notice is None and r.job.id not in leaving:
-            after[r.job.team] += r.job.gpus
-    # Jobs this plan starts, or holds GPUs for, count for their team: they will hold them.
-    jobs = {j.id: j for j in snapshot.pending}
-    for job_id in layouts(plan):
-        after[jobs[job_id].team] += jobs[job_id].gpus
-    running = {r.job.id: r for r in snapshot.running}
-    by_own_team = {
-        running[p.victim].job.team for p in plan.preemptions if jobs[p.for_job].team == running[p.victim].job.team
-    }
-    guarded = config.priority_preemption is PriorityScope.ABOVE_GUARANTEE
-    victims_of_team: dict[str, list[Preempt]] = {}
-    for p in plan.preemptions:
-        victims_of_team.setdefault(running[p.victim].job.team, []).append(p)
-    for team, preempts in victims_of_team.items():
-        floor = config.team(team).guaranteed_gpus
-        if team in by_own_team or after[team] >= floor:
-            continue
-        reasons = {p.reason for p in preempts}
-        assert Reason.FAIR_SHARE not in reasons, f"fair share took team {team} below its guarantee"
-        assert Reason.SENIORITY not in reasons, f"seniority took team {team} below its guarantee"
-        if guarded:
-            # Reclaim may then take one whole job across the guarantee (below): without what
-            # reclaim took, priority's victims left the team at or above it.
-            reclaimed = sum(running[p.victim].job.gpus for p in preempts if p.reason is Reason.RECLAIM)
-            priority_alone = after[team] + reclaimed
-            assert Reason.PRIORITY not in reasons or priority_alone >= floor, f"priority took team {team} below it"
-        if Reason.PRIORITY not in reasons:
-            crossing = [p for p in preempts if p.reason is Reason.RECLAIM]
-            assert after[team] + max(running[p.victim].job.gpus for p in crossing) > floor
+    exercised = Exercised()
+
+    @given(scenarios())
+    def check(scenario: tuple[Snapshot, Config]) -> None:
+        snapshot, config = scenario
+        plan = decide(snapshot, config, NOW)
+        leaving = {p.victim for p in plan.preemptions}
+        running_now = {r.job.id: r for r in snapshot.running}
+        pending_now = {j.id: j for j in snapshot.pending}
+        from_others = [p for p in plan.preemptions if running_now[p.victim].job.team != pending_now[p.for_job].team]
+        exercised.note(other_teams=bool(from_others))
+        target(float(len(from_others)), label="victims of other teams")
+        after: Counter[str] = Counter()
+        for r in snapshot.running:
+            if r.notice is None and r.job.id not in leaving:
+                after[r.job.team] += r.job.gpus
+        # Jobs this plan starts, or holds GPUs for, count for their team: they will hold them.
+        jobs = {j.id: j for j in snapshot.pending}
+        for job_id in layouts(plan):
+            after[jobs[job_id].team] += jobs[job_id].gpus
+        running = {r.job.id: r for r in snapshot.running}
+        by_own_team = {
+            running[p.victim].job.team for p in plan.preemptions if jobs[p.for_job].team == running[p.victim].job.team
+        }
+        guarded = config.priority_preemption is PriorityScope.ABOVE_GUARANTEE
+        victims_of_team: dict[str, list[Preempt]] = {}
+        for p in plan.preemptions:
+            victims_of_team.setdefault(running[p.victim].job.team, []).append(p)
+        for team, preempts in victims_of_team.items():
+            floor = config.team(team).guaranteed_gpus
+            if team in by_own_team or after[team] >= floor:
+                continue
+            reasons = {p.reason for p in preempts}
+            assert Reason.FAIR_SHARE not in reasons, f"fair share took team {team} below its guarantee"
+            assert Reason.SENIORITY not in reasons, f"seniority took team {team} below its guarantee"
+            if guarded:
+                # Reclaim may then take one whole job across the guarantee (below): without what
+                # reclaim took, priority's victims left the team at or above it.
+                reclaimed = sum(running[p.victim].job.gpus for p in preempts if p.reason is Reason.RECLAIM)
+                priority_alone = after[team] + reclaimed
+                assert Reason.PRIORITY not in reasons or priority_alone >= floor, f"priority took team {team} below it"
+            if Reason.PRIORITY not in reasons:
+                crossing = [p for p in preempts if p.reason is Reason.RECLAIM]
+                assert after[team] + max(running[p.victim].job.gpus for p in crossing) > floor
+
+    check()
+    exercised.assert_shown("other_teams")
 
 
 @given(scenarios(), st.randoms(use_true_random=False))
@@ -347,12 +381,20 @@ def without_shortcuts(snapshot: Snapshot, config: Config) -> Plan:
     return decide(snapshot, config, NOW, Shortcuts(give_up=False, bounds=False, share_bounds=False))
 
 
-@given(st.one_of(scenarios(), busy_pools()))
-def test_the_victim_search_shortcuts_change_no_choice(scenario: tuple[Snapshot, Config]) -> None:
+def test_the_victim_search_shortcuts_change_no_choice() -> None:
     """The search skips nodes by a lower bound of their score, and whole searches when no rule
     could free enough GPUs: with both shortcuts off, the plan is the same."""
-    snapshot, config = scenario
-    assert without_shortcuts(snapshot, config) == decide(snapshot, config, NOW)
+    exercised = Exercised()
+
+    @given(st.one_of(scenarios(), busy_pools()))
+    def check(scenario: tuple[Snapshot, Config]) -> None:
+        snapshot, config = scenario
+        plan = decide(snapshot, config, NOW)
+        assert without_shortcuts(snapshot, config) == plan
+        exercised.note(preemptions=bool(plan.preemptions))
+
+    check()
+    exercised.assert_shown("preemptions")
 
 
 @given(scenarios())
@@ -371,8 +413,7 @@ def test_a_decision_leaves_no_garbage_for_the_cycle_collector(scenario: tuple[Sn
         gc.enable()
 
 
-@given(scenarios())
-def test_the_candidates_supply_is_what_is_left_after_the_choices(scenario: tuple[Snapshot, Config]) -> None:
+def test_the_candidates_supply_is_what_is_left_after_the_choices() -> None:
     """The GPUs per (team, class) the searches read stay those of the unprotected candidates
     not chosen yet, however many preemptions the decision made."""
     from gpupool.policy import PoolState
@@ -380,23 +421,30 @@ def test_the_candidates_supply_is_what_is_left_after_the_choices(scenario: tuple
     from gpupool.policy.drain import hold_for_drains
     from gpupool.policy.queue import place_queue
 
-    snapshot, config = scenario
-    for shown in (PoolState.of(snapshot), reference_state(snapshot)):
-        decision = Decision(shown, config, NOW)
-        place_queue(decision, hold_for_drains(decision))
-        candidates = decision.candidates
-        left: Counter[tuple[str, int]] = Counter()
-        every = {c.id: c for i in range(len(candidates.on_node)) for c in candidates.at(i)}
-        for c in every.values():
-            if c.protection is None and c.id not in candidates.chosen:
-                left[c.team, c.cls.value] += sum(len(gpus) for _, gpus in c.slots)
-        assert +candidates.supply == +left
-        chosen = {p.victim for p in decision.preemptions}
-        assert candidates.chosen == chosen
+    exercised = Exercised()
+
+    @given(scenarios())
+    def check(scenario: tuple[Snapshot, Config]) -> None:
+        snapshot, config = scenario
+        for shown in (PoolState.of(snapshot), reference_state(snapshot)):
+            decision = Decision(shown, config, NOW)
+            place_queue(decision, hold_for_drains(decision))
+            candidates = decision.candidates
+            left: Counter[tuple[str, int]] = Counter()
+            every = {c.id: c for i in range(len(candidates.on_node)) for c in candidates.at(i)}
+            for c in every.values():
+                if c.protection is None and c.id not in candidates.chosen:
+                    left[c.team, c.cls.value] += sum(len(gpus) for _, gpus in c.slots)
+            assert +candidates.supply == +left
+            chosen = {p.victim for p in decision.preemptions}
+            assert candidates.chosen == chosen
+        exercised.note(preemptions=bool(chosen))
+
+    check()
+    exercised.assert_shown("preemptions")
 
 
-@given(st.one_of(scenarios(), busy_pools()))
-def test_waits_explained_by_crowds_say_what_every_candidate_read_alone_says(scenario: tuple[Snapshot, Config]) -> None:
+def test_waits_explained_by_crowds_say_what_every_candidate_read_alone_says() -> None:
     """A wait's explanation reads the candidates by crowds (alike for every rule but their
     place in line): read member by member, every wait says the same."""
     from functools import partial
@@ -405,10 +453,22 @@ def test_waits_explained_by_crowds_say_what_every_candidate_read_alone_says(scen
     from gpupool.policy import queue
     from gpupool.policy.preempt import explain
 
-    snapshot, config = scenario
-    config = replace(config, explain_waits=True)
-    plan = decide(snapshot, config, NOW)
-    with mock.patch.object(queue, "kept_from", partial(explain.kept_from, one_by_one=True)):
-        other = decide(snapshot, config, NOW)
-    assert [w.message for w in other.waits] == [w.message for w in plan.waits]
-    assert other == plan
+    exercised = Exercised()
+
+    @given(st.one_of(scenarios(), busy_pools()))
+    def check(scenario: tuple[Snapshot, Config]) -> None:
+        snapshot, config = scenario
+        config = replace(config, explain_waits=True)
+        plan = decide(snapshot, config, NOW)
+        with mock.patch.object(queue, "kept_from", partial(explain.kept_from, one_by_one=True)):
+            other = decide(snapshot, config, NOW)
+        assert [w.message for w in other.waits] == [w.message for w in plan.waits]
+        assert other == plan
+        named = any(
+            w.reason is Reason.NO_VICTIMS and ("protected:" in w.message or "team rules" in w.message)
+            for w in plan.waits
+        )
+        exercised.note(waits_naming_jobs=named)
+
+    check()
+    exercised.assert_shown("waits_naming_jobs")

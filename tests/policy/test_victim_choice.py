@@ -12,6 +12,7 @@ from test_properties import NOW, _pack
 
 from gpupool.model import DEFAULT_CLASSES, Config, Job, Node, RunningJob, Snapshot
 from gpupool.policy.reference import cheapest_victims, set_cost
+from tests.support.exercised import Exercised
 from tests.support.oracle import decide
 
 CONFIG = Config(DEFAULT_CLASSES, max_preemptions=None)
@@ -35,27 +36,34 @@ def small_pools(draw: st.DrawFn) -> tuple[Snapshot, Job]:
     return Snapshot(nodes, running, [pending]), pending
 
 
-@given(small_pools())
-def test_greedy_finds_a_minimal_set_at_the_lowest_class_the_cheapest_needs(case: tuple[Snapshot, Job]) -> None:
-    snapshot, job = case
-    plan = decide(snapshot, CONFIG, NOW)
-    chosen = [p.victim for p in plan.preemptions]
-    best = cheapest_victims(job, snapshot, CONFIG, NOW)
-    assert (best is None) == (not chosen), f"greedy chose {chosen}, the exhaustive search {best}"
-    if best is None:
-        return
-    running = {r.job.id: r for r in snapshot.running}
-    greedy = set_cost([running[v] for v in chosen], CONFIG, NOW)
-    assert greedy >= best[0]
-    assert greedy[0][0] == best[0][0][0], "greedy reached a higher class than the cheapest set"
-    [held] = [w.placement for w in plan.waits if w.job == job.id]
-    [node] = held
-    taken = {(a.node, g) for r in snapshot.running for a in r.placement for g in a.gpus}
-    size = next(n.gpus for n in snapshot.nodes if n.name == node.node)
-    free = sum((node.node, g) not in taken for g in range(size))
-    on_node = {v: sum(len(a.gpus) for a in running[v].placement if a.node == node.node) for v in chosen}
-    for victim in chosen:
-        assert free + sum(on_node.values()) - on_node[victim] < job.gpus, f"{victim} is not needed"
+def test_greedy_finds_a_minimal_set_at_the_lowest_class_the_cheapest_needs() -> None:
+    exercised = Exercised()
+
+    @given(small_pools())
+    def check(case: tuple[Snapshot, Job]) -> None:
+        snapshot, job = case
+        plan = decide(snapshot, CONFIG, NOW)
+        chosen = [p.victim for p in plan.preemptions]
+        exercised.note(preemptions=bool(chosen))
+        best = cheapest_victims(job, snapshot, CONFIG, NOW)
+        assert (best is None) == (not chosen), f"greedy chose {chosen}, the exhaustive search {best}"
+        if best is None:
+            return
+        running = {r.job.id: r for r in snapshot.running}
+        greedy = set_cost([running[v] for v in chosen], CONFIG, NOW)
+        assert greedy >= best[0]
+        assert greedy[0][0] == best[0][0][0], "greedy reached a higher class than the cheapest set"
+        [held] = [w.placement for w in plan.waits if w.job == job.id]
+        [node] = held
+        taken = {(a.node, g) for r in snapshot.running for a in r.placement for g in a.gpus}
+        size = next(n.gpus for n in snapshot.nodes if n.name == node.node)
+        free = sum((node.node, g) not in taken for g in range(size))
+        on_node = {v: sum(len(a.gpus) for a in running[v].placement if a.node == node.node) for v in chosen}
+        for victim in chosen:
+            assert free + sum(on_node.values()) - on_node[victim] < job.gpus, f"{victim} is not needed"
+
+    check()
+    exercised.assert_shown("preemptions")
 
 
 def test_the_cheapest_victim_is_found_on_a_node_whose_other_jobs_cost_most() -> None:
