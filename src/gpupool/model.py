@@ -294,13 +294,21 @@ class Config:
     """With `explain_waits`, only the first this many jobs in line that wait get a `Wait` (the
     later ones keep the reason they were last given, as Slurm's `default_queue_depth`): what a
     decision costs then does not grow with the queue. None: every one."""
+    _by_name: Mapping[str, PriorityClass] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def priority_class(self, name: str) -> PriorityClass:
+        found = self._by_name.get(name)
+        if found is None:
+            known = ", ".join(c.name for c in self.classes)
+            raise ValueError(f"unknown priority class {name!r} (known: {known})")
+        return found
+
+    def __post_init__(self) -> None:
+        # The first class of each name, as a search of `classes` would find it.
+        by_name: dict[str, PriorityClass] = {}
         for cls in self.classes:
-            if cls.name == name:
-                return cls
-        known = ", ".join(c.name for c in self.classes)
-        raise ValueError(f"unknown priority class {name!r} (known: {known})")
+            by_name.setdefault(cls.name, cls)
+        object.__setattr__(self, "_by_name", by_name)
 
     def team(self, name: str) -> Team:
         return self.teams.get(name) or Team(name)

@@ -298,12 +298,12 @@ class FreeGpus:
 
     def best_fit(self, want: int, groups: Sequence[Group], exclude: set[int]) -> int | None:
         """The node of `groups` with the fewest free GPUs that still has `want`, or None."""
-        present = [group for group in groups if group in self._kept.buckets]
+        kept, changed = self._kept.buckets, self._changed
+        present = [(kept[group], changed.get(group)) for group in groups if group in kept]
         for count in range(want, self.capacity + 1):
-            for group in present:
-                nodes = self._nodes(group, count)
-                assert nodes is not None
-                for i in nodes:
+            for buckets, moved in present:
+                bucket = moved[count] if moved is not None else None
+                for i in bucket if bucket is not None else buckets[count]:
                     if i not in exclude:
                         return i
         return None

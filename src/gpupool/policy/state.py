@@ -178,6 +178,8 @@ class PoolState:
             if job.nominated:
                 job = replace(job, nominated=False)
             self.start(RunningJob(job, start.placement, now, priority=start.priority))
+        if not plan.preemptions:
+            return
         for preempt in plan.preemptions:
             self.notice(preempt.victim, Notice(preempt.for_job, preempt.deadline))
         for job_id in plan.nominated:
