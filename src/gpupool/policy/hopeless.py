@@ -1,10 +1,11 @@
 """Jobs the queue pass need not try: alike to one that could neither start nor preempt.
 
-Within one decision free GPUs and candidates only shrink (see `memo.Memo`), so a job alike to
-one that could not start, found no victims or can never fit (same kind, `line.Kind`, and
-whether it is senior) meets the same fate: it waits, for the same reason. When waits are not
+Within one decision free GPUs and candidates only shrink (see `memo.Memo`), and a strict
+queue's blocks only grow, so a job alike to one that could not start, found no victims, can
+never fit or waits behind a block (same kind, `line.Kind`, and whether it is senior) meets the
+same fate: it waits, for the same reason. When waits are not
 explained (the simulator), nothing of such a job shows in the plan, but for when it becomes
-senior (`Plan.retry_at`). The pending index then goes by whole kinds of such jobs without the
+senior (`Plan.retry_at`). The line then goes by whole kinds of such jobs without the
 pass taking them one by one (`passable`), and the time they become senior is noted for them
 all at once (`learn`).
 """
@@ -33,12 +34,12 @@ def alike_of(kind: Kind, senior: bool) -> Alike:
 class Hopeless(Generic[F]):
     """What became of the first hopeless job of each `Alike` in one decision's queue pass.
 
-    `line` is the pending index the pass reads, when it passes hopeless kinds (None: it tries
-    every job); `skip` the jobs it leaves out; `senior_after` the policy's seniority."""
+    `line` is the line the pass reads; `skip` the jobs it leaves out; `senior_after` the
+    policy's seniority."""
 
     senior_after: float | None
     now: float
-    line: Line | None = None
+    line: Line
     skip: Set[JobId] = frozenset()
     fits: dict[Alike, F] = field(default_factory=dict)
     _left: dict[Kind, tuple[bool, bool]] = field(default_factory=dict)
@@ -54,7 +55,7 @@ class Hopeless(Generic[F]):
         and `becomes_senior` says their wait notes it (None: nothing to note)."""
         self.fits[alike] = fit
         after = self.senior_after
-        if self.line is None or after is None or job.gpus == 1:
+        if after is None or job.gpus == 1:
             return None
         junior = senior = False
         first: float | None = None

@@ -1,5 +1,5 @@
 """The cheapest sufficient set of victims by exhaustive search: the reference the greedy
-victim search (`victims.find_victims`) is measured against, on small pools only.
+victim search (`preempt.search.find_victims`) is measured against, on small pools only.
 
 It covers what can be enumerated plainly: one job that fits on one node, priority preemption
 in the whole pool (no reclaim, no fair share), every running job that is not draining,

@@ -60,7 +60,7 @@ class GroupsByNode:
 @dataclass(slots=True)
 class Bounds:
     """Per node index, what a search could get there: an upper bound of the GPUs it could free,
-    and a lower bound of what the victims it needs there cost (`victims.node_score`).
+    and a lower bound of what the victims it needs there cost (`search.node_score`).
 
     The candidates it might take on a node rank no lower than the lowest of them. A set of
     victims whose worst rank is that lowest one holds only candidates of that rank, each
