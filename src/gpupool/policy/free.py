@@ -119,10 +119,14 @@ class FreeIndex(Mapping[str, tuple[int, ...]]):
         is not in the pool, or a GPU that is not free (held twice, or not on its node); nothing
         is taken then."""
         taken = []
+        index = self.layout.index
         for alloc in placement:
-            i = self.layout.node_index(alloc.node)
+            i = index.get(alloc.node)
+            if i is None:
+                raise ValueError(f"unknown node {alloc.node!r}")
             have, gpus = self.free[i], alloc.gpus
-            left = tuple(g for g in have if g not in gpus)
+            # A decision places on a node's lowest free GPUs: what is left is the rest of them.
+            left = have[len(gpus) :] if have[: len(gpus)] == gpus else tuple(g for g in have if g not in gpus)
             if len(have) - len(left) != len(gpus):  # a GPU of `gpus` is not free, or twice in it
                 raise ValueError(self._not_free(i, gpus))
             taken.append((i, left))
