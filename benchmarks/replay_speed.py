@@ -2,7 +2,7 @@
 
 The first 1k, 10k and all 82k jobs (in submit order), under pool-priority and, as the
 baseline, pool-fifo. Each replay runs in a fresh process so that its peak RSS is its own.
-Run: .venv/bin/python benchmarks/replay_speed.py [--traces ../shared/data/traces]
+Run: .venv/bin/python -m benchmarks.replay_speed [--traces ../shared/data/traces]
 """
 
 from __future__ import annotations

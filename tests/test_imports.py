@@ -1,4 +1,4 @@
-"""The arrows of the layout point one way (docs/architecture.md, "Layout"): no module of gpupool
+"""The arrows of the layout point one way (docs/layout.md): no module of gpupool
 imports itself through others, and each layer imports only what it may.
 
 Two kinds of check. Static ones read every module's imports from its source (`imports()`: at
@@ -308,7 +308,7 @@ def loaded_by(module: str) -> list[str]:
 
 def test_the_core_imports_only_the_vocabulary_the_standard_library_and_numpy() -> None:
     """numpy is arithmetic on arrays, no clock and no I/O: the victim search's bounds are
-    worked out with it (policy/bounds.py). Nothing else from outside comes in."""
+    worked out with it (policy/preempt/bounds.py). Nothing else from outside comes in."""
     modules = loaded_by("gpupool.policy")
     ours = {m for m in modules if m.startswith("gpupool")}
     assert ours <= {"gpupool", "gpupool.model", "gpupool.units"} | {m for m in ours if m.startswith("gpupool.policy")}

@@ -159,8 +159,9 @@ class Job:
     """Arrival order: breaks ties between equal submit times (file order in a trace, the id
     in the service), so that `j10` never goes before `j9`."""
     nominated: bool = False
-    """Jobs were preempted for it and have left: the GPUs they freed are its own, before any
-    other pending job's, until it starts (else a victim, requeued, could take them back)."""
+    """Jobs were given notice for it (`Plan.nominated`): the GPUs they free are its own, before
+    any other pending job's of its class, until it starts (else a victim, requeued, could take
+    them back)."""
     queued_at: float | None = None
     """When its present wait in line began, if not at `submit_time`: the end of its last attempt
     that ran (a requeued job) or when its dependency was met, whichever is later."""

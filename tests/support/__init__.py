@@ -9,4 +9,6 @@ repository root (pytest's `pythonpath`, or `python -m benchmarks.NAME`).
 - `fuzzing`: schemathesis over the API's own OpenAPI document.
 - `pgserver`: a real PostgreSQL server on loopback.
 - `browser`: Debian's headless Chromium, for the dashboard.
+- `oracle`: the core's reference, decided from the jobs alone, that every core test compares with.
+- `exercised`: what a property test's examples exercised, asserted over its run.
 """

@@ -7,8 +7,8 @@ largest clusters) though most decisions start a few. The kinds also let the queu
 the jobs alike to one that could neither start nor preempt, a kind at a time, when nothing it
 would do for them shows in the plan (`queue.place_queue`).
 
-The queue order (architecture.md, "Policy" 1): by class value (highest first); within a class
-the jobs whose victims have left (nominated) first, in submit order, then the teams' jobs by
+The queue order (docs/policy.md): by class value (highest first); within a class
+the jobs given victims (nominated) first, in submit order, then the teams' jobs by
 weighted round-robin: the team with the lowest weighted share goes next, its share read again
 each time its turn comes (a team that just got GPUs in the pass falls back behind teams that got
 none), its jobs in submit order. `FIFO` is submit order alone.

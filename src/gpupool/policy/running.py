@@ -41,7 +41,7 @@ from gpupool.policy.share import TeamShares
 Key = tuple[str, str | None, str, int, int | None, int, frozenset[NodeGroup]]
 """(team, the attempt's class or None, the job's class, preemptions, the job's preemption cap,
 its GPUs, the groups of the nodes it runs on): running jobs whose class and static protection
-every decision sees alike, and whose waits' explanations read alike (`preempt.Crowd`)."""
+every decision sees alike, and whose waits' explanations read alike (`candidates.Crowd`)."""
 
 
 @dataclass(slots=True)

@@ -23,7 +23,9 @@ from gpupool.policy.running import RunningIndex
 
 class PoolState:
     """Running attempts, free GPUs, GPUs per team, the line and the running index, kept up to
-    date by the events a driver gives it (the module's docstring)."""
+    date by the events a driver gives it (the module's docstring). `line` and `index` are what
+    the line and the running index are made of: the tests' reference gives its own, which read
+    the jobs alone (tests/support/oracle.py)."""
 
     def __init__(
         self, nodes: Sequence[Node], *, line: Line | None = None, index: type[RunningIndex] = RunningIndex

@@ -2,7 +2,7 @@
 with their numbers (what a `no_victims` wait says).
 
 Every rule reads a candidate by its team, class, size and protection, and seniority by its
-place in line too. So the candidates are read by crowds (`preempt.Crowd`: alike in all of
+place in line too. So the candidates are read by crowds (`candidates.Crowd`: alike in all of
 these but the place in line), each crowd once, and member by member only where a search with
 seniority could tell its members apart: what a wait costs does not grow with the pool, and the
 words are those a reading of every candidate gives (a property test reads every crowd member

@@ -1,10 +1,11 @@
 """The victim search: the cheapest sufficient set of candidates that makes a gang fit.
 
 Who may be taken is `rules.eligibility`; which of them go first is `rules.rank`, then
-`candidates.victim_order`; how nodes compare is `node_score`. The search has two shortcuts,
-neither of which changes its choice (a property test turns them off, `Search`): it gives up at
-once when no rule could free enough GPUs anywhere, and it looks at nodes in the order of a lower
-bound of their score (`bounds.Bounds`), stopping at the first bound no better than its best.
+`candidates.victim_order`; how nodes compare is `node_score`. The search's shortcuts change no
+choice (a property test turns them off, `candidates.Shortcuts`): it gives up at once when no
+rule could free enough GPUs anywhere, it looks at nodes in the order of a lower bound of their
+score (`bounds.Bounds`), stopping at the first bound no better than its best, and searches that
+rank the candidates' groups alike share their bounds.
 """
 
 from __future__ import annotations
