@@ -1,7 +1,8 @@
 """The state a driver keeps between decisions, fed event by event, gives at every decision the
-plan the reference makes on a state built anew from the jobs alone (tests/support/oracle.py): over random pools (GPU types, dedicated nodes),
-arrivals of single jobs and gangs, exits, checkpoints, notices and drains ending, budgets'
-classes left to the core, preemption caps, minimum runtimes and clock advances."""
+plan the reference makes on a state built anew from the jobs alone (tests/support/oracle.py):
+over random pools (GPU types, dedicated nodes), arrivals of single jobs and gangs, exits,
+checkpoints, notices and drains ending, budgets' classes left to the core, preemption caps,
+minimum runtimes and clock advances."""
 
 from __future__ import annotations
 
