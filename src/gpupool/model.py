@@ -104,9 +104,10 @@ def budget_use(attempts: Iterable[tuple[float, float | None, int]], now: float, 
     the budget window of `window` seconds that ends at `now`: how the store and the simulator
     both meter a team's use of a class (each at the class its attempts ran at)."""
     since = now - window
-    return sum(
-        gpus * max(0.0, min(end if end is not None else now, now) - max(start, since)) for start, end, gpus in attempts
-    )
+    use = 0.0
+    for start, end, gpus in attempts:  # added one by one, in order: the same sum on every Python
+        use += gpus * max(0.0, min(end if end is not None else now, now) - max(start, since))
+    return use
 
 
 @dataclass(frozen=True, slots=True)

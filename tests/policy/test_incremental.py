@@ -50,7 +50,12 @@ class Driver:
     nodes: list[Node]
     config: Config
     now: float = 1000.0
+    eager_index: bool = True
+    """Read the running index before every decision (built at the first); else only where a
+    decision built it, so that it is built after any events."""
     state: PoolState = field(init=False)
+    alive: set[str] = field(default_factory=set)
+    """The jobs that arrived and did not leave: each must be running or in line."""
     decisions: int = 0
     notices: int = 0
     held: int = 0
@@ -60,10 +65,14 @@ class Driver:
 
     def decide(self) -> None:
         state = self.state
+        assert state.running.keys() | state.line.jobs.keys() == self.alive, "a job was lost or made up"
         snapshot = Snapshot(self.nodes, list(state.running.values()), list(state.line), state.usage)
-        assert_index_matches(state.index, snapshot.running)
+        if self.eager_index:
+            assert_index_matches(state.index, snapshot.running)
         plan = decide_on(state, self.config, self.now)
         assert plan == decide_on(reference_state(snapshot), self.config, self.now), f"decision {self.decisions} differs"
+        if state._index is not None:
+            assert_index_matches(state.index, snapshot.running)
         self.decisions += 1
         self.notices += len(plan.preemptions)
         self.held += sum(1 for wait in plan.waits if wait.placement)
@@ -71,11 +80,14 @@ class Driver:
 
     def arrive(self, job: Job) -> None:
         self.state.queue(job)
+        self.alive.add(job.id)
 
     def leave(self, job_id: str, requeue: bool) -> None:
         running = self.state.end(job_id)
         assert running is not None
-        if requeue:
+        if not requeue:
+            self.alive.discard(job_id)
+        else:
             job = running.job
             self.state.queue(replace(job, preemptions=job.preemptions + 1, queued_at=self.now))
 
@@ -127,14 +139,15 @@ configs = st.sampled_from(
 def test_the_kept_state_decides_as_the_snapshot_alone() -> None:
     exercised = Exercised()
 
-    @given(pools, events, configs)
+    @given(pools, events, configs, st.booleans())
     def check(
         pool: list[tuple[int, str, str | None]],
         script: list[tuple[str, object]],
         config: Config,
+        eager_index: bool,
     ) -> None:
         nodes = [Node(f"n{i}", gpus, gpu_type, team) for i, (gpus, gpu_type, team) in enumerate(pool)]
-        driver = Driver(nodes, config)
+        driver = Driver(nodes, config, eager_index=eager_index)
         arrived = 0
         for kind, arg in [*script, ("decide", None)]:
             ids = sorted(driver.state.running)
@@ -273,3 +286,45 @@ def test_a_team_named_with_nothing_is_in_line() -> None:
     for explain in (True, False):
         config = Config(CLASSES_FAST, explain_waits=explain)
         assert [s.job for s in decide(snapshot, config, 0.0).starts] == ["j"]
+
+
+# Review of issue 32's kept state.
+
+
+def test_a_placement_naming_one_node_twice_takes_both_and_gives_both_back() -> None:
+    """The review found the second allocation of one node overwrite the first in the free
+    GPUs (GPU 0 listed free while held), a GPU named twice accepted, and its end listing a GPU
+    twice."""
+    state = PoolState([Node("n0", 4)])
+    twice = RunningJob(Job("j", "t", "low", 2, 0.0), (Allocation("n0", (0,)), Allocation("n0", (1,))), 0.0)
+    state.start(twice)
+    assert list(state.free["n0"]) == [2, 3]
+    same = RunningJob(Job("k", "t", "low", 2, 0.0), (Allocation("n0", (2,)), Allocation("n0", (2,))), 0.0)
+    with pytest.raises(ValueError, match="GPU 2 of node n0 is held twice"):
+        state.start(same)
+    assert list(state.free["n0"]) == [2, 3] and "k" not in state.running
+    state.end("j")
+    assert list(state.free["n0"]) == [0, 1, 2, 3]
+
+
+def test_a_refused_start_leaves_the_plan_and_the_put_undone() -> None:
+    """The review found `apply` take a started job out of line before its GPUs were checked (the
+    job then neither ran nor waited), and `put` end the old attempt before checking the new."""
+    from gpupool.model import Plan, Reason, Start
+
+    state = PoolState([Node("n0", 2)])
+    a = RunningJob(Job("a", "t", "low", 1, 0.0), (Allocation("n0", (0,)),), 0.0)
+    state.start(a)
+    state.queue(Job("b", "t", "low", 1, 1.0))
+    state.queue(Job("c", "t", "low", 1, 2.0, order=1))
+    start = [
+        Start("c", (Allocation("n0", (1,)),), "low", Reason.FREE_GPUS, ""),
+        Start("b", (Allocation("n0", (0,)),), "low", Reason.FREE_GPUS, ""),
+    ]
+    with pytest.raises(ValueError, match="GPU 0 of node n0 is held twice"):
+        state.apply(Plan(tuple(start)), 5.0)
+    assert list(state.running) == ["a"] and sorted(state.line.jobs) == ["b", "c"] and state.free["n0"] == (1,)
+    moved = RunningJob(a.job, (Allocation("n0", (3,)),), 0.0)
+    with pytest.raises(ValueError, match="node n0 has no GPU 3"):
+        state.put("a", moved)
+    assert state.running == {"a": a} and state.free["n0"] == (1,) and dict(state.team_gpus) == {"t": 1}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -548,3 +549,30 @@ def test_past_the_explained_depth_the_pass_goes_by_jobs_alike_to_hopeless_ones(j
     plan = decide_once(state, replace(BASE, explain_depth=2), 1000.0)
     assert [w.job for w in plan.waits] == ["w0", "w1"]
     assert jobs_tried == ["w0"], "w1 was explained as alike to w0; the others were passed"
+
+
+def test_the_reference_orders_the_jobs_whose_victims_drain_by_its_own_sort() -> None:
+    """The review found the drain stage order its jobs with the product's line on both sides, so
+    the reference could not see a wrong order there: a line that gives them reversed must be
+    caught."""
+    from gpupool.policy import PoolState
+    from gpupool.policy import decide as decide_on
+    from gpupool.policy.line import Line
+    from tests.support.oracle import reference_state
+
+    class Reversed(Line):
+        def in_order(self, *args: Any, **kwargs: Any) -> Any:
+            return iter(list(super().in_order(*args, **kwargs))[::-1])
+
+    nodes = [Node("n0", 8)]
+    first, second = job("p1", cls="high", gpus=3, submit=1.0), job("p2", cls="high", gpus=3, submit=2.0)
+    running_jobs = [
+        running(job("v1", cls="low", gpus=2), on("n0", 0, 1), notice_for="p1", deadline=100.0),
+        running(job("v2", cls="low", gpus=2), on("n0", 2, 3), notice_for="p2", deadline=100.0),
+        running(job("r", cls="urgent", gpus=3), on("n0", 4, 5, 6)),
+    ]
+    snapshot = Snapshot(nodes, running_jobs, [first, second])
+    config = replace(BASE, preemption=False)
+    bugged = PoolState(nodes, line=Reversed())
+    bugged.fill(snapshot)
+    assert decide_on(bugged, config, 50.0) != decide_on(reference_state(snapshot), config, 50.0)

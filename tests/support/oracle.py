@@ -15,7 +15,7 @@ from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from gpupool.model import Config, Job, JobId, Plan, PriorityClass, QueueOrder, RunningJob, Snapshot
+from gpupool.model import Config, Job, JobId, Node, Plan, PriorityClass, QueueOrder, RunningJob, Snapshot
 from gpupool.policy import PoolState
 from gpupool.policy import decide as decide_on
 from gpupool.policy.free import FreeGpus
@@ -46,11 +46,17 @@ def decide(snapshot: Snapshot, config: Config, now: float, shortcuts: Shortcuts 
 
 
 def reference_state(snapshot: Snapshot) -> PoolState:
-    """The state of `snapshot` with the reference line and running index, its free GPUs
-    checked against the placements."""
+    """The state of `snapshot` with the reference line and running index, its free GPUs, GPUs
+    per team and drains checked against what the jobs alone give."""
     state = PoolState(snapshot.nodes, line=SortedLine(), index=ScratchIndex)
     state.fill(snapshot)
     assert dict(state.free) == derived_free(snapshot), "the free GPUs are not those outside the placements"
+    teams: Counter[str] = Counter()
+    for r in snapshot.running:
+        if r.notice is None:
+            teams[r.job.team] += r.job.gpus
+    assert dict(state.team_gpus) == dict(+teams), "the GPUs per team are not those of the jobs not draining"
+    assert state.draining == {r.job.id: r for r in snapshot.running if r.notice is not None}, "other drains"
     return state
 
 
@@ -111,7 +117,23 @@ class SortedLine(Line):
 
 
 class ScratchIndex(RunningIndex):
-    """The running index, whose candidates are built from every running job at once."""
+    """The running index as a plain dict of the jobs not draining, whose candidates are built
+    from every one of them at once, each at the class its attempt runs at (none of the index's
+    own bookkeeping is used)."""
+
+    def __init__(self, nodes: Sequence[Node]) -> None:
+        super().__init__(nodes)
+        self.plain: dict[JobId, RunningJob] = {}
+
+    def add(self, running: RunningJob) -> None:
+        assert running.job.id not in self.plain and running.notice is None
+        self.plain[running.job.id] = running
+
+    def remove(self, job_id: JobId) -> RunningJob:
+        return self.plain.pop(job_id)
+
+    def checkpointed(self, running: RunningJob) -> None:
+        self.plain[running.job.id] = running
 
     def candidates(
         self,
@@ -124,9 +146,13 @@ class ScratchIndex(RunningIndex):
     ) -> tuple[Candidates, dict[int, float]]:
         expiring: dict[int, float] = {}
         built = []
-        for running in self.jobs.values():
+        for running in self.plain.values():
+            job = running.job
             slots = tuple((free.index[a.node], a.gpus) for a in running.placement)
-            candidate = Candidate(running, class_of(self.key_of[running.job.id]), slots)
+            # The class an attempt runs at: its own when it started demoted, else its job's as
+            # the team's budget use has it now (what a key of its attempt's and job's class reads).
+            runs_at = class_of((job.team, running.priority, job.priority, 0, None, 0, frozenset()))
+            candidate = Candidate(running, runs_at, slots)
             candidate.protection = guard = protection(running, candidate.cls, now, config)
             candidate.cost = lost_work(running, now)
             candidate.share = shares.share(candidate.team)

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from gpupool.model import Allocation, Job, JobId, Placement, RunningJob
 from gpupool.policy.decision import Decision
 from gpupool.policy.free import FreeGpus, Slot
-from gpupool.policy.line import Line
 
 
 @dataclass(slots=True)
@@ -33,7 +32,7 @@ def hold_for_drains(decision: Decision) -> Orphans:
     if not decision.state.draining:
         return Orphans([])
     draining_for, orphans = _drains(decision.state.draining.values(), decision.state.line.jobs)
-    waiting = Line(decision.state.line.jobs[job_id] for job_id in draining_for)
+    waiting = decision.state.line.of(draining_for)
     held: list[tuple[Job, Placement, list[RunningJob]]] = []
     for _, job in waiting.in_order(decision.class_value, decision.config.order, decision.shares.share, set()):
         victims = draining_for[job.id]

@@ -118,34 +118,45 @@ class FreeIndex(Mapping[str, tuple[int, ...]]):
         """The GPUs of `placement` are now held by an attempt. A ValueError names a node that
         is not in the pool, or a GPU that is not free (held twice, or not on its node); nothing
         is taken then."""
-        taken = []
-        index = self.layout.index
-        for alloc in placement:
-            i = index.get(alloc.node)
-            if i is None:
-                raise ValueError(f"unknown node {alloc.node!r}")
-            have, gpus = self.free[i], alloc.gpus
-            # A decision places on a node's lowest free GPUs: what is left is the rest of them.
-            left = have[len(gpus) :] if have[: len(gpus)] == gpus else tuple(g for g in have if g not in gpus)
-            if len(have) - len(left) != len(gpus):  # a GPU of `gpus` is not free, or twice in it
-                raise ValueError(self._not_free(i, gpus))
-            taken.append((i, left))
-        for i, left in taken:
+        for i, left in self._left_after([placement]).items():
             self._replace(i, left)
+
+    def check(self, placements: Iterable[Placement]) -> None:
+        """Raise the ValueError `take` would, for `placements` taken one after the other."""
+        self._left_after(placements)
 
     def give(self, placement: Placement) -> None:
         """The GPUs of `placement` are free again."""
         index = self.layout.index
         for alloc in placement:
             i = index[alloc.node]
-            self._replace(i, tuple(sorted((*self.free[i], *alloc.gpus))))
+            self._replace(i, tuple(sorted({*self.free[i], *alloc.gpus})))
 
-    def _not_free(self, i: int, gpus: Sequence[int]) -> str:
+    def _left_after(self, placements: Iterable[Placement]) -> dict[int, tuple[int, ...]]:
+        """The free GPUs of each node `placements` use, once they are taken one after the other
+        (a node may come in several allocations)."""
+        left_of: dict[int, tuple[int, ...]] = {}
+        index = self.layout.index
+        for placement in placements:
+            for alloc in placement:
+                i = index.get(alloc.node)
+                if i is None:
+                    raise ValueError(f"unknown node {alloc.node!r}")
+                have = left_of.get(i, self.free[i])
+                gpus = alloc.gpus
+                # A decision places on a node's lowest free GPUs: what is left is the rest.
+                left = have[len(gpus) :] if have[: len(gpus)] == gpus else tuple(g for g in have if g not in gpus)
+                if len(have) - len(left) != len(gpus):  # a GPU of `gpus` is not free, or twice in it
+                    raise ValueError(self._not_free(i, have, gpus))
+                left_of[i] = left
+        return left_of
+
+    def _not_free(self, i: int, have: tuple[int, ...], gpus: Sequence[int]) -> str:
         node = self.nodes[i]
         for at, gpu in enumerate(gpus):
             if not 0 <= gpu < node.gpus:
                 return f"node {node.name} has no GPU {gpu}"
-            if gpu not in self.free[i] or gpu in gpus[:at]:
+            if gpu not in have or gpu in gpus[:at]:
                 return f"GPU {gpu} of node {node.name} is held twice"
         raise AssertionError("every GPU is free")
 

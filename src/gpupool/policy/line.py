@@ -62,6 +62,10 @@ class Line:
         key = submit_key(job)
         entries.insert(bisect_left(entries, (key,)), (key, job))
 
+    def of(self, job_ids: Iterable[JobId]) -> Line:
+        """A line of its own of the jobs of `job_ids` (in this line), as this line orders them."""
+        return type(self)(self.jobs[job_id] for job_id in job_ids)
+
     def remove(self, job_id: JobId) -> Job:
         """The job left the line (it started, or was cancelled)."""
         job = self.jobs.pop(job_id)

@@ -78,6 +78,7 @@ class PoolState:
         for running in self.running.values():
             state.start(running)
         state.held, state.usage, state.teams = self.held, self.usage, self.teams
+        state.follow_commits = self.follow_commits
         return state
 
     # --- what a decision reads ---------------------------------------------------------------
@@ -145,11 +146,23 @@ class PoolState:
     def put(self, job_id: JobId, running: RunningJob | None) -> None:
         """Job `job_id`'s attempt is now `running` (None: it has none), and the job is out of
         line until it is `queue`d or `hold`en again: how a driver that reads jobs as they are
-        now (the live loop) gives any change."""
+        now (the live loop) gives any change. A ValueError (the new attempt cannot hold its
+        GPUs) leaves the job as it was."""
+        ran, waited, held = self.running.get(job_id), self.line.jobs.get(job_id), self.held.get(job_id)
         self.end(job_id)
         self.unqueue(job_id)
-        if running is not None:
+        if running is None:
+            return
+        try:
             self.start(running)
+        except ValueError:  # as it was: the new attempt cannot hold its GPUs
+            if ran is not None:
+                self.start(ran)
+            if waited is not None:
+                self.queue(waited)
+            if held is not None:
+                self.hold(held)
+            raise
 
     def notice(self, job_id: JobId, notice: Notice) -> RunningJob:
         """The job's attempt was given notice: it drains, and its GPUs are no longer its team's."""
@@ -174,7 +187,13 @@ class PoolState:
         """Carry `plan` out at `now`: each started job leaves the line and runs (no longer
         nominated: what was freed for it is taken); each victim drains, and the job it drains
         for is nominated from its first notice, so that the GPUs freed for it are its own
-        however its victims leave (a drain, or finishing first)."""
+        however its victims leave (a drain, or finishing first). A ValueError (a start's GPUs
+        are not free) changes nothing."""
+        unknown = [s.job for s in plan.starts if s.job not in self.line.jobs]
+        unknown += [p.victim for p in plan.preemptions if p.victim not in self.running]
+        if unknown:
+            raise ValueError(f"the plan names job(s) {', '.join(unknown)}, not in line or not running")
+        self.free.check(start.placement for start in plan.starts)
         for start in plan.starts:
             job = self.line.remove(start.job)
             if job.nominated:

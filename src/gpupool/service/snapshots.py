@@ -149,7 +149,8 @@ class KeptSnapshots:
             for what, same in (
                 ("nodes", list(state.nodes) == whole.nodes),
                 ("running jobs", state.running == running),
-                ("jobs in line", state.line.jobs == in_line),
+                ("drains", state.draining == expected.draining),
+                ("jobs in line", state.line.jobs == in_line and state.line.kinds == expected.line.kinds),
                 ("held jobs", self.holds == whole.holds and state.held == held),
                 ("free GPUs", dict(state.free) == dict(expected.free)),
                 ("GPUs per team", +state.team_gpus == +expected.team_gpus),

@@ -48,14 +48,16 @@ class SchedulingStore(AttemptsStore, ReadsStore):
         already held, nothing is written."""
         try:
             with self.transaction() as s:
+                nominated = set(plan.nominated)
                 for p in plan.preemptions:
                     victim = int(p.victim)
                     attempt = self.locked_job(s, victim).attempts - 1
                     self.notice_in(s, victim, attempt, int(p.for_job), p.deadline, now, p.reason.value, p.message)
-                for job_id in plan.nominated:
-                    preemptor = s.get(JobRow, int(job_id), with_for_update=True)
-                    if preemptor is not None and preemptor.nominated_at is None:
-                        preemptor.nominated_at = now
+                    if p.for_job in nominated:  # each job its notices are for, at its first
+                        nominated.discard(p.for_job)
+                        preemptor = s.get(JobRow, int(p.for_job), with_for_update=True)
+                        if preemptor is not None and preemptor.nominated_at is None:
+                            preemptor.nominated_at = now
                 for start in plan.starts:
                     token = (tokens or {}).get(start.job)
                     self.start_in(s, int(start.job), start.placement, now, start.message, token, start.priority)
