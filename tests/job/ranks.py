@@ -1,6 +1,6 @@
-"""What the tests' rank scripts (`two_ranks.py`, `sharded_ranks.py`) share: each rank's job, a
-notice that one rank alone sends itself, and the ranks spawned, ending as the scheduler sees
-a job end."""
+"""What the tests' rank scripts (`two_ranks.py`, `sharded_ranks.py`) share: each rank's job, its
+training with a notice that one rank alone sends itself, and the ranks spawned, ending as the
+scheduler sees a job end."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.multiprocessing as mp
+from torch.utils.data import DataLoader
 
-from gpupool.examples.ddp_trainer import say
+from gpupool.examples.ddp_trainer import say, train
 from gpupool.job import Batches, Job
 
 
@@ -35,15 +37,25 @@ def rank_job(
     return job
 
 
-def notice_after(step: int | None) -> Callable[[int], None]:
-    """What runs after each training step: SIGTERM to this rank after `step` (None: never), a
-    notice that it alone sees."""
+def train_to_the_end(
+    job: Job,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loader: DataLoader[Any],
+    args: argparse.Namespace,
+    rank: int,
+    step_seconds: float,
+    notice_at: int | None,
+) -> None:
+    """Train to `--steps` (`ddp_trainer.train`), this rank sending itself SIGTERM after step
+    `notice_at` (None: never), a notice that it alone sees; then finish the job."""
 
-    def notice(done: int) -> None:
-        if done == step:
+    def notice(step: int) -> None:
+        if step == notice_at:
             os.kill(os.getpid(), signal.SIGTERM)
 
-    return notice
+    train(job, model, optimizer, loader, args.steps, rank, step_seconds, notice)
+    job.finish()
 
 
 def spawn(worker: Callable[[int, argparse.Namespace], None], args: argparse.Namespace, ranks: int) -> None:

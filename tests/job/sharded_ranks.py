@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 
 import torch.distributed as dist
-from ranks import notice_after, rank_job, spawn
+from ranks import rank_job, spawn, train_to_the_end
 
-from gpupool.examples.ddp_trainer import say, train
+from gpupool.examples.ddp_trainer import say
 from gpupool.examples.fsdp_trainer import build, full_state_hash
 
 
@@ -27,9 +27,7 @@ def worker(rank: int, args: argparse.Namespace) -> None:
         digest = full_state_hash(model, optimizer)
         if rank == 0:
             say(f"resumed at step {job.step}: state {digest}")
-    notice = notice_after(args.notice_at if rank == 0 else None)
-    train(job, model, optimizer, loader, args.steps, rank, 0.01, notice)
-    job.finish()
+    train_to_the_end(job, model, optimizer, loader, args, rank, 0.01, args.notice_at if rank == 0 else None)
     digest = full_state_hash(model, optimizer)
     if rank == 0:
         say(f"done at step {job.step}: state {digest}")

@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 
 import torch.distributed as dist
-from ranks import notice_after, rank_job, spawn
+from ranks import rank_job, spawn, train_to_the_end
 
-from gpupool.examples.ddp_trainer import build, say, train
+from gpupool.examples.ddp_trainer import build, say
 from gpupool.examples.torch_trainer import state_hash
 
 
@@ -22,9 +22,7 @@ def worker(rank: int, args: argparse.Namespace) -> None:
     model, optimizer, batches, loader = build(rank, 2, samples=256)
     # Steps of about 20 ms, ranks agreeing about every 0.1 s: every 5 steps or so.
     job = rank_job(rank, args, model, optimizer, batches, agree_every=0.1)
-    notice = notice_after(args.notice_rank1_at if rank == 1 else None)
-    train(job, model, optimizer, loader, args.steps, rank, 0.02, notice)
-    job.finish()
+    train_to_the_end(job, model, optimizer, loader, args, rank, 0.02, args.notice_rank1_at if rank == 1 else None)
     if rank == 0:
         say(f"done: state {state_hash(model, optimizer)}")
     dist.destroy_process_group()
