@@ -100,10 +100,32 @@ def test_bad_configuration_names_the_key(data: object, message: str) -> None:
         parse(data, "c.yaml")
 
 
-def test_malformed_yaml_names_the_line(tmp_path: Path) -> None:
-    path = tmp_path / "bad.yaml"
-    path.write_text("teams:\n  nlp: {weight: 2\n")
-    with pytest.raises(ConfigError, match=r"bad.yaml: line \d+, column \d+: not valid YAML"):
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        pytest.param(
+            "bad.yaml", "teams:\n  nlp: {weight: 2\n", r"bad.yaml: line \d+, column \d+: not valid YAML", id="malformed"
+        ),
+        pytest.param(
+            "dup.yaml",
+            "teams:\n  nlp: {weight: 2}\n  vision: {}\n  nlp: {weight: 3}\n",
+            r"dup\.yaml: line 4, column 3: duplicate key 'nlp' \(first on line 2\)",
+            id="duplicate-key",
+        ),
+        pytest.param(
+            "dup.yaml",
+            "service: {port: 1, port: 2}\n",
+            r"dup\.yaml: line 1, column \d+: duplicate key 'port'",
+            id="duplicate-key-in-a-flow-mapping",
+        ),
+    ],
+)
+def test_yaml_that_is_malformed_or_repeats_a_key_is_refused_at_its_line(
+    tmp_path: Path, name: str, text: str, message: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
         load(path)
 
 
@@ -204,20 +226,6 @@ def test_without_job_user_each_run_as_has_its_user(run_as: str, template: str | 
 def test_a_job_user_for_jobs_that_run_as_the_service_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"c\.yaml: service: job_user is used only with run_as: submitter or team"):
         parse({"service": {"run_as": "service", "job_user": "gp-{team}"}}, "c.yaml")
-
-
-def test_duplicate_keys_are_refused_with_the_key_and_its_line(tmp_path: Path) -> None:
-    path = tmp_path / "dup.yaml"
-    path.write_text("teams:\n  nlp: {weight: 2}\n  vision: {}\n  nlp: {weight: 3}\n")
-    with pytest.raises(ConfigError, match=r"dup\.yaml: line 4, column 3: duplicate key 'nlp' \(first on line 2\)"):
-        load(path)
-
-
-def test_duplicate_keys_inside_a_flow_mapping_are_refused(tmp_path: Path) -> None:
-    path = tmp_path / "dup.yaml"
-    path.write_text("service: {port: 1, port: 2}\n")
-    with pytest.raises(ConfigError, match=r"dup\.yaml: line 1, column \d+: duplicate key 'port'"):
-        load(path)
 
 
 def test_a_bad_value_stops_up_before_the_data_directory_is_made(tmp_path: Path) -> None:

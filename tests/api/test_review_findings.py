@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -31,6 +32,13 @@ def api(store_url: str, tmp_path: Path) -> Iterator[tuple[TestClient, Store, Pat
     loop = ControlLoop(store, CONFIG, FakeExecutor(store), data)
     yield TestClient(create_app(Context(store, loop, token_hash(ADMIN)))), store, data
     store.close()
+
+
+def refusal(client: TestClient, job: dict[str, Any], codes: tuple[int, ...] = (400,)) -> str:
+    """The message of the API's refusal of `job`, refused with one of `codes`."""
+    response = client.post("/jobs", json=job, headers=HEADERS)
+    assert response.status_code in codes, response.text
+    return str(response.json()["message"])
 
 
 def test_an_array_lists_every_task_past_a_thousand(api: tuple[TestClient, Store, Path], tmp_path: Path) -> None:
@@ -66,18 +74,14 @@ def test_bad_job_fields_are_refused_at_submit(
 ) -> None:
     client, _, _ = api
     (tmp_path / "logs").mkdir()
-    response = client.post("/jobs", json={"command": ["true"], "workdir": str(tmp_path), **fields}, headers=HEADERS)
-    assert response.status_code in (400, 422), response.text
-    assert message in response.json()["message"]
+    assert message in refusal(client, {"command": ["true"], "workdir": str(tmp_path), **fields}, codes=(400, 422))
 
 
 def test_logs_and_work_never_go_into_the_data_directory(api: tuple[TestClient, Store, Path]) -> None:
     client, _, data = api
     (data / "admin.token").write_text("secret\n")
     for fields in ({"workdir": str(data)}, {"workdir": "/", "error": str(data / "admin.token")}):
-        response = client.post("/jobs", json={"command": ["true"], **fields}, headers=HEADERS)
-        assert response.status_code == 400, response.text
-        assert "data directory" in response.json()["message"]
+        assert "data directory" in refusal(client, {"command": ["true"], **fields})
 
 
 def test_a_dependency_on_an_array_and_on_one_of_its_tasks_waits_for_both(
@@ -99,9 +103,7 @@ def test_a_path_the_system_refuses_is_a_clear_error_not_a_500(
 ) -> None:
     client, _, _ = api
     body = {"command": ["true"], "workdir": str(tmp_path), field: value}
-    response = client.post("/jobs", json=body, headers=HEADERS)
-    assert response.status_code in (400, 422), response.text
-    assert f"{field}: " in response.json()["message"]
+    assert f"{field}: " in refusal(client, body, codes=(400, 422))
 
 
 def test_an_array_limit_past_what_the_store_keeps_is_refused(
@@ -109,9 +111,7 @@ def test_an_array_limit_past_what_the_store_keeps_is_refused(
 ) -> None:
     client, _, _ = api
     body = {"command": ["true"], "workdir": str(tmp_path), "array": "0-3%99999999999999999999"}
-    response = client.post("/jobs", json=body, headers=HEADERS)
-    assert response.status_code == 400, response.text
-    assert "array: " in response.json()["message"]
+    assert "array: " in refusal(client, body)
 
 
 def test_the_name_a_log_path_checks_is_the_one_the_job_gets(
@@ -120,9 +120,7 @@ def test_the_name_a_log_path_checks_is_the_one_the_job_gets(
     client, _, _ = api
     (tmp_path / "train").mkdir()  # the job is named after its command: train
     body = {"command": ["train"], "workdir": str(tmp_path), "output": "%x"}
-    response = client.post("/jobs", json=body, headers=HEADERS)
-    assert response.status_code == 400, response.text
-    assert "is a folder" in response.json()["message"]
+    assert "is a folder" in refusal(client, body)
 
 
 def test_logs_leave_a_character_cut_at_the_end_for_the_next_read(tmp_path: Path) -> None:

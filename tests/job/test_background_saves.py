@@ -55,6 +55,13 @@ def slowed(monkeypatch: pytest.MonkeyPatch, step: int, until: threading.Event, f
     monkeypatch.setattr(state, "write", slow)
 
 
+def slow_second_save(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Job, threading.Event]:
+    """A job saving every 2 steps in the background, whose write of step 2 waits for the event."""
+    released = threading.Event()
+    slowed(monkeypatch, 2, released)
+    return Job(weights=Weights(), save_every=2, link=link(tmp_path)), released
+
+
 def notice(tmp_path: Path, seconds: float) -> None:
     (tmp_path / "notice").write_text(json.dumps({"deadline": time.time() + seconds}))
 
@@ -96,9 +103,7 @@ def test_the_checkpoint_holds_the_state_of_its_step_though_training_changed_it_d
 def test_a_notice_during_a_background_save_lets_it_commit_then_saves_the_steps_since(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    released = threading.Event()
-    slowed(monkeypatch, 2, released)
-    job = Job(weights=Weights(), save_every=2, link=link(tmp_path))
+    job, released = slow_second_save(tmp_path, monkeypatch)
 
     def noticed() -> None:
         notice(tmp_path, 60)
@@ -113,9 +118,7 @@ def test_a_notice_during_a_background_save_lets_it_commit_then_saves_the_steps_s
 def test_a_notice_whose_deadline_the_save_in_flight_cannot_meet_abandons_it_and_leaves_in_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    released = threading.Event()
-    slowed(monkeypatch, 2, released)
-    job = Job(weights=Weights(), save_every=2, link=link(tmp_path))
+    job, released = slow_second_save(tmp_path, monkeypatch)
     given = []
 
     def noticed_briefly() -> None:

@@ -5,17 +5,14 @@ victim saves at its notice (nothing wasted), and the restart's phases add up to 
 from __future__ import annotations
 
 import itertools
-import os
 import re
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.support.live import Service, running, state, wait_for
+from tests.support.live import Service, preempted, running, uninterrupted
 
 pytest.importorskip("lightning", reason="needs gpupool[lightning]")
 pytest.importorskip("transformers", reason="needs gpupool[huggingface]")
@@ -48,30 +45,11 @@ def test_a_framework_job_preempted_twice_by_the_scheduler_is_bit_identical(
 ) -> None:
     example, *options = trainer.split()
     command = [sys.executable, "-m", f"gpupool.examples.{example}", *options, "--steps", str(steps)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPOOL_")}
-    env["GPUPOOL_CHECKPOINT_DIR"] = str(tmp_path / "golden")
-    golden = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180, check=True).stdout
+    golden = uninterrupted(command, tmp_path / "golden", timeout=180)
+    job, outputs = preempted(service, [*command, "--step-seconds", "0.1"], notices, timeout=90)
 
-    token = (service.data / "admin.token").read_text().strip()
-    api = httpx.Client(base_url=f"http://127.0.0.1:{service.port}", headers={"Authorization": f"Bearer {token}"})
-
-    def log(attempt: int) -> str:
-        response = api.get("/jobs/1/logs", params={"attempt": attempt})
-        return response.text if response.is_success else ""
-
-    api.post(
-        "/jobs", json={"command": [*command, "--step-seconds", "0.1"], "priority": "low", "gpus": 2}
-    ).raise_for_status()
-    urgent = {"command": ["sleep", "0.3"], "priority": "high", "gpus": 2}
-    for attempt, after in enumerate(notices):
-        wait_for(lambda a=attempt, s=after: s in log(a), timeout=90)  # type: ignore[misc]
-        api.post("/jobs", json=urgent).raise_for_status()
-    wait_for(lambda: state(service, 1) == "succeeded", timeout=180)
-
-    job = api.get("/jobs/1").json()
     assert (job["attempts"], job["preemptions"]) == (3, 2)
     assert job["history"][-1]["step"] == steps, "the final step reaches gpupool before the end"
-    outputs = [log(a) for a in range(3)]
     for earlier, later in itertools.pairwise(outputs):
         last = max(int(key.split("step ")[1].split()[0]) for key in losses(earlier))
         assert f"step-{last + 1:09d}" in later, "resumed from the step after the last one it trained"

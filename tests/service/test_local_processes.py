@@ -81,14 +81,21 @@ def training(loop: ControlLoop, job: int, attempt: int = 0) -> Callable[[], bool
     return lambda: log.exists() and f"attempt {attempt}" in log.read_text()
 
 
+def preempted(store: Store, loop: ControlLoop, tmp: Path, victim: str) -> tuple[int, int, float]:
+    """A low job of vision on both GPUs that does as `victim` says on notice (cooperate or
+    ignore), then, once it trains, a high job of nlp that preempts it: their ids, and the
+    seconds the high job took to run."""
+    low = submit(store, loop, tmp, victim, "60", team="vision", priority="low", gpus=2)
+    wait_for(training(loop, low))
+    high = submit(store, loop, tmp, "cooperate", "0.2", team="nlp", priority="high", gpus=2)
+    return low, high, wait_for(lambda: store.job(high).state == JobState.RUNNING.value)
+
+
 def test_a_cooperating_victim_checkpoints_is_requeued_and_resumes(
     service: tuple[Store, ControlLoop], tmp_path: Path
 ) -> None:
     store, loop = service
-    low = submit(store, loop, tmp_path, "cooperate", "60", team="vision", priority="low", gpus=2)
-    wait_for(training(loop, low))
-    high = submit(store, loop, tmp_path, "cooperate", "0.2", team="nlp", priority="high", gpus=2)
-    latency = wait_for(lambda: store.job(high).state == JobState.RUNNING.value)
+    low, high, latency = preempted(store, loop, tmp_path, "cooperate")
     assert latency < 1.0, f"the preemptor took {latency:.2f} s to start"
     wait_for(lambda: store.job(high).state == JobState.SUCCEEDED.value)
     wait_for(lambda: store.job(low).state == JobState.SUCCEEDED.value)
@@ -105,10 +112,7 @@ def test_a_victim_that_ignores_its_notice_is_killed_at_the_deadline(
     service: tuple[Store, ControlLoop], tmp_path: Path
 ) -> None:
     store, loop = service
-    low = submit(store, loop, tmp_path, "ignore", "60", team="vision", priority="low", gpus=2)
-    wait_for(training(loop, low))
-    high = submit(store, loop, tmp_path, "cooperate", "0.2", team="nlp", priority="high", gpus=2)
-    latency = wait_for(lambda: store.job(high).state == JobState.RUNNING.value)
+    low, _, latency = preempted(store, loop, tmp_path, "ignore")
     assert GRACE - 0.5 < latency < GRACE + 1.0, f"the preemptor started after {latency:.2f} s"
     assert store.job(low).state == JobState.PENDING.value
     assert (loop.workspace.attempt_dir(low, 0) / "notice").exists()

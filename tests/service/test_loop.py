@@ -46,6 +46,21 @@ def restarted(loop: ControlLoop) -> ControlLoop:
     return loop
 
 
+def ended_while_down(loop: ControlLoop, store: Store, name: str, text: str, at: float) -> int:
+    """A job (100 s of time limit, one failure allowed) starts at 0; the file `name` of its
+    attempt's folder says `text` and was last written at `at`; the scheduler, down meanwhile,
+    starts again at 500 and reconciles. The job's id."""
+    job = store.submit(JobSpec(["train"], team="vision", time_limit=100.0, max_failures=1), now=0.0)
+    loop.tick(0.0)
+    attempt_dir = loop.workspace.attempt_dir(job.id, 0)
+    attempt_dir.mkdir(parents=True, exist_ok=True)
+    written = attempt_dir / name
+    written.write_text(text)
+    os.utime(written, (at, at))
+    restarted(loop).reconcile(now=500.0)
+    return job.id
+
+
 def test_a_submitted_job_is_launched_with_the_job_protocol(loop: ControlLoop, store: Store) -> None:
     job = store.submit(JobSpec(["python", "train.py"], team="vision", gpus=2, env={"SEED": "1"}), now=0.0)
     assert loop.tick(1.0)
@@ -231,16 +246,9 @@ def test_a_job_out_of_time_after_a_failure_ends_as_timeout_instead_of_a_retry(lo
 def test_the_scheduler_being_down_is_not_charged_to_a_time_limit(
     loop: ControlLoop, store: Store, tmp_path: Path
 ) -> None:
-    job = store.submit(JobSpec(["train"], team="vision", time_limit=100.0, max_failures=1), now=0.0)
-    loop.tick(0.0)
-    attempt_dir = loop.workspace.attempt_dir(job.id, 0)
-    attempt_dir.mkdir(parents=True, exist_ok=True)
-    exit_file = attempt_dir / "exit.json"
-    exit_file.write_text('{"exit_code": 1}')
-    os.utime(exit_file, (10.0, 10.0))  # it ended 10 s in, while the scheduler was down
-    restarted(loop).reconcile(now=500.0)
-    assert store.job(job.id).run_seconds == 10.0
-    assert store.job(job.id).state == JobState.PENDING.value, "90 s are left for its retry"
+    job = ended_while_down(loop, store, "exit.json", '{"exit_code": 1}', at=10.0)  # it ended 10 s in
+    assert store.job(job).run_seconds == 10.0
+    assert store.job(job).state == JobState.PENDING.value, "90 s are left for its retry"
 
 
 def test_a_job_in_its_time_limit_grace_is_draining_for_the_core(loop: ControlLoop, store: Store) -> None:
@@ -299,16 +307,10 @@ def test_a_launch_that_fails_for_the_schedulers_reasons_is_retried_after_a_back_
 
 
 def test_an_attempt_that_ended_while_the_scheduler_was_down_ends_when_it_did(loop: ControlLoop, store: Store) -> None:
-    job = store.submit(JobSpec(["train"], team="vision", time_limit=100.0, max_failures=1), now=0.0)
-    loop.tick(0.0)
-    attempt_dir = loop.workspace.attempt_dir(job.id, 0)
-    attempt_dir.mkdir(parents=True, exist_ok=True)
-    log = attempt_dir / "stdout.log"
-    log.write_text("working\n")
-    os.utime(log, (30.0, 30.0))  # its last sign of life: no exit was recorded (a reboot)
-    restarted(loop).reconcile(now=500.0)
-    assert store.job(job.id).run_seconds == 30.0
-    [attempt] = store.attempts(job.id)
+    # Its log's last write is its last sign of life: no exit was recorded (a reboot).
+    job = ended_while_down(loop, store, "stdout.log", "working\n", at=30.0)
+    assert store.job(job).run_seconds == 30.0
+    [attempt] = store.attempts(job)
     assert attempt.ended_at == 30.0, "budgets and accounting are not charged the downtime either"
     assert all(p.held_until is None or p.held_until == 30.0 for p in store.held()) and not store.held()
 

@@ -5,17 +5,14 @@ bits, and end with the same state hash, as a run that nobody interrupted."""
 from __future__ import annotations
 
 import itertools
-import os
 import re
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.support.live import Service, running, state, wait_for
+from tests.support.live import Service, preempted, running, uninterrupted
 
 STEPS = 40  # 16 steps an epoch
 TRAINER = [sys.executable, "-m", "gpupool.examples.torch_trainer", "--steps", str(STEPS)]
@@ -31,28 +28,10 @@ def service(tmp_path: Path) -> Iterator[Service]:
 
 
 def test_a_pytorch_job_preempted_twice_by_the_scheduler_is_bit_identical(service: Service, tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPOOL_")}
-    env["GPUPOOL_CHECKPOINT_DIR"] = str(tmp_path / "golden")
-    golden = subprocess.run(TRAINER, env=env, capture_output=True, text=True, timeout=120, check=True).stdout
+    golden = uninterrupted(TRAINER, tmp_path / "golden", timeout=120)
+    job, outputs = preempted(service, [*TRAINER, "--step-seconds", "0.1"], ("step 7 ", "step 20 "), timeout=60)
 
-    token = (service.data / "admin.token").read_text().strip()
-    api = httpx.Client(base_url=f"http://127.0.0.1:{service.port}", headers={"Authorization": f"Bearer {token}"})
-
-    def log(attempt: int) -> str:
-        response = api.get("/jobs/1/logs", params={"attempt": attempt})
-        return response.text if response.is_success else ""
-
-    command = [*TRAINER, "--step-seconds", "0.1"]
-    api.post("/jobs", json={"command": command, "priority": "low", "gpus": 2}).raise_for_status()
-    urgent = {"command": ["sleep", "0.3"], "priority": "high", "gpus": 2}
-    for attempt, after in ((0, "step 7 "), (1, "step 20 ")):
-        wait_for(lambda a=attempt, s=after: s in log(a), timeout=60)  # type: ignore[misc]
-        api.post("/jobs", json=urgent).raise_for_status()
-    wait_for(lambda: state(service, 1) == "succeeded", timeout=120)
-
-    job = api.get("/jobs/1").json()
     assert (job["attempts"], job["preemptions"]) == (3, 2)
-    outputs = [log(a) for a in range(3)]
     for earlier, later in itertools.pairwise(outputs):
         assert f"from step {max(losses(earlier)) + 1}" in later, "resumed right after its last step"
     merged: dict[int, str] = {}

@@ -1,5 +1,6 @@
 """Driving a live service: `gpupool up` as a real process with its command line (`Service`),
-and waiting for what it does (`wait_for`). For the live tests and the benchmarks."""
+waiting for what it does (`wait_for`), and a job preempted through it (`preempted`). For the
+live tests and the benchmarks."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 from sqlalchemy import select
@@ -123,3 +125,33 @@ def running(service: Service) -> Iterator[Service]:
         output, _ = process.communicate(timeout=10)
         assert "SnapshotDrift" not in output, output[-3000:]
     kill_attempts(service.data)
+
+
+def uninterrupted(command: list[str], checkpoints: Path, timeout: float) -> str:
+    """What `command` prints run outside gpupool (no `GPUPOOL_` variable but its checkpoint
+    folder): the output of a run that nobody interrupts."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPOOL_")}
+    env["GPUPOOL_CHECKPOINT_DIR"] = str(checkpoints)
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, check=True).stdout
+
+
+def preempted(
+    service: Service, command: list[str], notices: Sequence[str], timeout: float
+) -> tuple[dict[str, Any], list[str]]:
+    """Job 1, `command` at class low on 2 GPUs, given notice by a high job once the log of its
+    attempt N shows `notices[N]`, each awaited up to `timeout` seconds; once it has succeeded
+    (within twice that), its record and the logs of its attempts."""
+    token = (service.data / "admin.token").read_text().strip()
+    api = httpx.Client(base_url=f"http://127.0.0.1:{service.port}", headers={"Authorization": f"Bearer {token}"})
+
+    def log(attempt: int) -> str:
+        response = api.get("/jobs/1/logs", params={"attempt": attempt})
+        return response.text if response.is_success else ""
+
+    api.post("/jobs", json={"command": command, "priority": "low", "gpus": 2}).raise_for_status()
+    urgent = {"command": ["sleep", "0.3"], "priority": "high", "gpus": 2}
+    for attempt, after in enumerate(notices):
+        wait_for(lambda a=attempt, s=after: s in log(a), timeout=timeout)  # type: ignore[misc]
+        api.post("/jobs", json=urgent).raise_for_status()
+    wait_for(lambda: state(service, 1) == "succeeded", timeout=2 * timeout)
+    return api.get("/jobs/1").json(), [log(a) for a in range(len(notices) + 1)]

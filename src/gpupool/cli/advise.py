@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gpupool.cli.common import console, errors, prepare_output
+from gpupool.cli.common import console, prepare_output
 from gpupool.cli.replay import (
     CheckpointIntervalOption,
     ConfigFileOption,
@@ -31,15 +30,16 @@ from gpupool.cli.replay import (
     UsageError,
     VcSizesOption,
     duration_option,
-    parse_when,
+    progress_bar,
+    read_trace,
     replay_inputs,
-    require_jobs,
+    trace_window,
 )
 from gpupool.config import ConfigError
 from gpupool.sim.advise import Advice, Target, advice_yaml, advise, parse_target
 from gpupool.sim.replay import Policy
 from gpupool.sim.report import ordered_classes
-from gpupool.sim.trace import TraceError, load_trace
+from gpupool.sim.trace import TraceError
 from gpupool.units import NONE, human_seconds
 
 
@@ -97,16 +97,8 @@ def advise_command(
             raise UsageError("give --workers or --ray, not both")
         if output is not None:
             prepare_output(output, "--output")
-        loaded = load_trace(
-            trace,
-            start=parse_when(start, "--from") if start else None,
-            end=parse_when(end, "--to") if end else None,
-            priority_from=priority_from,
-            team_from=team_from,
-        )
-        require_jobs(trace, loaded)
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=errors, transient=True) as progress:
+        loaded = read_trace(trace, trace_window(start, end), priority_from, team_from)
+        with progress_bar() as progress:
             task = progress.add_task("replaying", total=None)
 
             def run(runs: Any) -> list[dict[str, Any]]:

@@ -1,5 +1,6 @@
 """The options `gpupool simulate` and `gpupool advise` share, and how they become a cluster and
-the replay's settings: one place, so that both read a trace, a pool and the classes alike."""
+the replay's settings: one place, so that both read a trace, a pool and the classes alike, and
+show the same progress bar while they replay."""
 
 from __future__ import annotations
 
@@ -9,15 +10,16 @@ from pathlib import Path
 from typing import Annotated, TypeVar
 
 import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gpupool import config as configuration
-from gpupool.cli.common import EXIT_USAGE, fail
+from gpupool.cli.common import EXIT_USAGE, errors, fail
 from gpupool.model import Config, PlacementRule
 from gpupool.sim.cluster import MAX_POOL_GPUS, load_machines, load_vc_sizes, scale_sizes
 from gpupool.sim.failures import Distribution, NodeFailures
 from gpupool.sim.jobmodel import JobModel
 from gpupool.sim.replay import DEFAULT_MIX, ClusterSpec, Policy, Settings
-from gpupool.sim.trace import Trace
+from gpupool.sim.trace import Trace, load_trace
 from gpupool.sim.workload import parse_priority_map, parse_priority_mix
 from gpupool.units import parse_duration
 
@@ -79,6 +81,11 @@ def parse_when(text: str, option: str) -> datetime:
         except ValueError:
             continue
     raise UsageError(f"{option} {text!r}: use YYYY-MM-DD or 'YYYY-MM-DD HH:MM:SS'")
+
+
+def trace_window(start: str | None, end: str | None) -> tuple[datetime | None, datetime | None]:
+    """`--from` and `--to`: the bounds of the jobs' submit times (None: no bound)."""
+    return (parse_when(start, "--from") if start else None, parse_when(end, "--to") if end else None)
 
 
 def parse_policies(policy: str | None, compared: str | None) -> list[Policy]:
@@ -192,6 +199,22 @@ def seniority_option(text: str | None, default: float | None) -> float | None:
     if text is None:
         return default
     return None if text == "off" else duration_option(text, "--seniority-after")
+
+
+def read_trace(
+    path: Path, window: tuple[datetime | None, datetime | None], priority_from: str | None, team_from: str | None
+) -> Trace:
+    """The trace's jobs submitted within `window`, refused when none is left to replay. Raises
+    TraceError for the file."""
+    loaded = load_trace(path, start=window[0], end=window[1], priority_from=priority_from, team_from=team_from)
+    require_jobs(path, loaded)
+    return loaded
+
+
+def progress_bar() -> Progress:
+    """The bars a replay shows on standard error while it runs, gone once it ends."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    return Progress(*columns, console=errors, transient=True)
 
 
 def require_jobs(path: Path, trace: Trace) -> None:

@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gpupool.cli.common import console, errors, prepare_output
+from gpupool.cli.common import console, prepare_output
 from gpupool.cli.replay import (
     CheckpointIntervalOption,
     ConfigFileOption,
@@ -35,16 +34,17 @@ from gpupool.cli.replay import (
     choice,
     failures_option,
     parse_policies,
-    parse_when,
     placement_option,
+    progress_bar,
+    read_trace,
     replay_inputs,
-    require_jobs,
     seniority_option,
+    trace_window,
 )
 from gpupool.config import ConfigError
 from gpupool.sim.replay import ClusterSpec, Policy, Replayed, Settings, compare
 from gpupool.sim.sweep import Axis
-from gpupool.sim.trace import Trace, TraceError, load_trace
+from gpupool.sim.trace import Trace, TraceError
 
 
 def simulate(
@@ -154,16 +154,12 @@ def simulate(
         for flag, given in options:
             if given is not None and Policy.POOL_PRIORITY not in chosen:
                 raise UsageError(f"{flag} sets an option of pool-priority, which is not among the policies replayed")
-        window = (
-            parse_when(start, "--from") if start else None,
-            parse_when(end, "--to") if end else None,
-        )
+        window = trace_window(start, end)
         if json_file is not None:
             prepare_output(json_file, "--json")
         if plots is not None:
             prepare_output(plots, "--plots", folder=True)
-        loaded = load_trace(trace, start=window[0], end=window[1], priority_from=priority_from, team_from=team_from)
-        require_jobs(trace, loaded)
+        loaded = read_trace(trace, window, priority_from, team_from)
         if axes:
             swept = sweep_with_progress(loaded, spec, chosen, settings, axes, workers, ray)
         else:
@@ -206,13 +202,7 @@ def simulate(
 
 
 def replay_with_progress(trace: Trace, spec: ClusterSpec, policies: list[Policy], settings: Settings) -> list[Replayed]:
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=errors, transient=True) as progress:
+    with progress_bar() as progress:
         tasks = {p: progress.add_task(f"replaying {p.value}", total=len(trace.jobs)) for p in policies}
         return compare(trace, spec, policies, settings, lambda p, done: progress.update(tasks[p], completed=done))
 
@@ -262,8 +252,7 @@ def sweep_with_progress(
     from gpupool.sim.sweep import as_json, grid, sweep
 
     total = len(grid(axes)) * len(policies)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=errors, transient=True) as progress:
+    with progress_bar() as progress:
         task = progress.add_task("replaying the grid", total=total)
         done = sweep(
             trace,

@@ -74,6 +74,27 @@ def train(
         after_step(step)
 
 
+def train_and_finish(
+    job: Job,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loader: DataLoader[Any],
+    rank: int,
+    args: argparse.Namespace,
+    digest_of: Callable[[nn.Module, torch.optim.Optimizer], str],
+) -> int:
+    """Train to `--steps`, tell gpupool the job is done, print on rank 0 the hash of the final
+    state, and leave the process group; the exit code. `digest_of` runs on every rank (a
+    sharded state is gathered by all of them)."""
+    train(job, model, optimizer, loader, args.steps, rank, args.step_seconds)
+    job.finish()
+    digest = digest_of(model, optimizer)
+    if rank == 0:
+        say(f"done: {args.steps} steps, state {digest}")
+    dist.destroy_process_group()
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=60)
@@ -85,12 +106,7 @@ def main() -> int:
     job = Job(model=model, optimizer=optimizer, data=batches, save_every="auto", agree_every=0.1)
     node = os.environ.get("GPUPOOL_NODE", "here")
     say(f"rank {rank} of {world} on {node} [{os.environ.get('CUDA_VISIBLE_DEVICES', '')}]: from step {job.step}")
-    train(job, model, optimizer, loader, args.steps, rank, args.step_seconds)
-    job.finish()
-    if rank == 0:
-        say(f"done: {args.steps} steps, state {state_hash(model, optimizer)}")
-    dist.destroy_process_group()
-    return 0
+    return train_and_finish(job, model, optimizer, loader, rank, args, state_hash)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.utils.data import DataLoader, TensorDataset
 
-from gpupool.examples.ddp_trainer import say, train
+from gpupool.examples.ddp_trainer import say, train_and_finish
 from gpupool.job import Batches, Job
 
 
@@ -81,13 +81,7 @@ def main() -> int:
     save_every = int(args.save_every) if args.save_every.isdigit() else args.save_every
     job = Job(model=model, optimizer=optimizer, data=batches, save_every=save_every, agree_every=0.1)
     say(f"rank {rank} of {world} on {os.environ.get('GPUPOOL_NODE', 'here')}: from step {job.step}")
-    train(job, model, optimizer, loader, args.steps, rank, args.step_seconds)
-    job.finish()
-    digest = full_state_hash(model, optimizer)
-    if rank == 0:
-        say(f"done: {args.steps} steps, state {digest}")
-    dist.destroy_process_group()
-    return 0
+    return train_and_finish(job, model, optimizer, loader, rank, args, full_state_hash)
 
 
 if __name__ == "__main__":

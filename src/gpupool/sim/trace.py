@@ -175,16 +175,7 @@ def _shape_and_costs(
     costs: list[float | None] = []
     for name in ("save_cost", "restart_cost"):
         text = row[columns[name]].strip() if name in columns else ""
-        if not text:
-            costs.append(None)
-            continue
-        try:
-            seconds = float(text)
-        except ValueError:
-            seconds = math.nan
-        if not (math.isfinite(seconds) and seconds >= 0):
-            raise TraceError(path, f"{text!r} is not a number of seconds ≥ 0", line=line, column=name)
-        costs.append(seconds)
+        costs.append(_number(path, line, text, name, "is not a number of seconds ≥ 0") if text else None)
     return shape, (costs[0], costs[1])
 
 
