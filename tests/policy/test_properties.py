@@ -184,7 +184,7 @@ def test_never_over_allocates_a_gpu(scenario: tuple[Snapshot, Config]) -> None:
     assert all(count == 1 for count in used.values()), "a GPU was given twice"
 
 
-def test_never_preempts_a_protected_job() -> None:
+def test_every_notice_goes_to_an_unprotected_job_its_preemptor_needs_by_a_rule_that_allows_it() -> None:
     exercised = Exercised()
 
     @given(scenarios())
@@ -192,59 +192,58 @@ def test_never_preempts_a_protected_job() -> None:
         snapshot, config = scenario
         plan = decide(snapshot, config, NOW)
         exercised.note(preemptions=bool(plan.preemptions))
-        running = {r.job.id: r for r in snapshot.running}
-        for p in plan.preemptions:
-            victim = running[p.victim]
-            assert victim.notice is None, "already draining"
-            cls = budgeted_class(config, snapshot.usage, config.team(victim.job.team), victim.job.priority).cls
-            assert cls.preemptible
-            assert NOW - victim.started_at >= cls.min_runtime
-            cap = victim.job.max_preemptions if victim.job.max_preemptions is not None else config.max_preemptions
-            assert cap is None or victim.job.preemptions < cap
-        assert len({p.victim for p in plan.preemptions}) == len(plan.preemptions)
+        _assert_unprotected(snapshot, config, plan)
+        _assert_needed_and_allowed(snapshot, config, plan)
 
     check()
     exercised.assert_shown("preemptions")
 
 
-def test_never_preempts_without_the_preemptor_fitting() -> None:
-    exercised = Exercised()
+def _assert_unprotected(snapshot: Snapshot, config: Config, plan: Plan) -> None:
+    """No victim is draining already, of a class that is not preemptible, inside its minimum
+    runtime or at its preemption cap; none is given notice twice."""
+    running = {r.job.id: r for r in snapshot.running}
+    for p in plan.preemptions:
+        victim = running[p.victim]
+        assert victim.notice is None, "already draining"
+        cls = budgeted_class(config, snapshot.usage, config.team(victim.job.team), victim.job.priority).cls
+        assert cls.preemptible
+        assert NOW - victim.started_at >= cls.min_runtime
+        cap = victim.job.max_preemptions if victim.job.max_preemptions is not None else config.max_preemptions
+        assert cap is None or victim.job.preemptions < cap
+    assert len({p.victim for p in plan.preemptions}) == len(plan.preemptions)
 
-    @given(scenarios())
-    def check(scenario: tuple[Snapshot, Config]) -> None:
-        snapshot, config = scenario
-        plan = decide(snapshot, config, NOW)
-        exercised.note(preemptions=bool(plan.preemptions))
-        jobs = {j.id: j for j in snapshot.pending}
-        running = {r.job.id: r for r in snapshot.running}
-        held_for = {w.job: w.placement for w in plan.waits if w.reason is Reason.AWAITING_DRAIN and w.placement}
-        for p in plan.preemptions:
-            assert p.for_job in held_for, f"{p.victim} preempted for {p.for_job}, which holds no placement"
-            held_gpus = {(a.node, g) for a in held_for[p.for_job] for g in a.gpus}
-            victim = running[p.victim]
-            assert any((a.node, g) in held_gpus for a in victim.placement for g in a.gpus), f"{p.victim} is not needed"
-            preemptor = jobs[p.for_job]
-            mine = budgeted_class(config, snapshot.usage, config.team(preemptor.team), preemptor.priority).cls
-            theirs = budgeted_class(config, snapshot.usage, config.team(victim.job.team), victim.job.priority).cls
-            if p.reason is Reason.PRIORITY:
-                assert mine.may_preempt
-                assert theirs.value < mine.value
-                if config.priority_preemption is PriorityScope.TEAM:
-                    assert victim.job.team == preemptor.team
-            elif p.reason is Reason.SENIORITY:
-                assert config.seniority_after is not None
-                assert NOW - preemptor.waiting_since >= config.seniority_after
-                assert theirs.value <= mine.value
-                assert submit_key(victim.job) > submit_key(preemptor), "seniority took a job from before it"
-                assert victim.job.gpus < preemptor.gpus, "seniority took a job as large as its preemptor"
-            else:
-                assert p.reason in (Reason.RECLAIM, Reason.FAIR_SHARE)
-                assert p.reason is Reason.RECLAIM or config.fair_share is FairShare.PREEMPT
-                assert theirs.value <= mine.value
-                assert victim.job.team != preemptor.team
 
-    check()
-    exercised.assert_shown("preemptions")
+def _assert_needed_and_allowed(snapshot: Snapshot, config: Config, plan: Plan) -> None:
+    """Each victim holds a GPU of the placement held for its preemptor, and the rule its notice
+    names allows it."""
+    jobs = {j.id: j for j in snapshot.pending}
+    running = {r.job.id: r for r in snapshot.running}
+    held_for = {w.job: w.placement for w in plan.waits if w.reason is Reason.AWAITING_DRAIN and w.placement}
+    for p in plan.preemptions:
+        assert p.for_job in held_for, f"{p.victim} preempted for {p.for_job}, which holds no placement"
+        held_gpus = {(a.node, g) for a in held_for[p.for_job] for g in a.gpus}
+        victim = running[p.victim]
+        assert any((a.node, g) in held_gpus for a in victim.placement for g in a.gpus), f"{p.victim} is not needed"
+        preemptor = jobs[p.for_job]
+        mine = budgeted_class(config, snapshot.usage, config.team(preemptor.team), preemptor.priority).cls
+        theirs = budgeted_class(config, snapshot.usage, config.team(victim.job.team), victim.job.priority).cls
+        if p.reason is Reason.PRIORITY:
+            assert mine.may_preempt
+            assert theirs.value < mine.value
+            if config.priority_preemption is PriorityScope.TEAM:
+                assert victim.job.team == preemptor.team
+        elif p.reason is Reason.SENIORITY:
+            assert config.seniority_after is not None
+            assert NOW - preemptor.waiting_since >= config.seniority_after
+            assert theirs.value <= mine.value
+            assert submit_key(victim.job) > submit_key(preemptor), "seniority took a job from before it"
+            assert victim.job.gpus < preemptor.gpus, "seniority took a job as large as its preemptor"
+        else:
+            assert p.reason in (Reason.RECLAIM, Reason.FAIR_SHARE)
+            assert p.reason is Reason.RECLAIM or config.fair_share is FairShare.PREEMPT
+            assert theirs.value <= mine.value
+            assert victim.job.team != preemptor.team
 
 
 def test_team_rules_take_a_team_below_its_guarantee_by_one_whole_reclaimed_job_at_most() -> None:
