@@ -30,7 +30,6 @@ from gpupool.model import (
     Job,
     Node,
     Notice,
-    Placement,
     PlacementRule,
     Plan,
     PriorityBudget,
@@ -41,6 +40,7 @@ from gpupool.model import (
     Snapshot,
     Team,
 )
+from tests.support.builders import packed
 
 NOW = 5000.0
 TEAMS = ("a", "b", "c")
@@ -76,21 +76,6 @@ def job(rng: random.Random, job_id: str) -> Job:
         order=rng.randint(0, 3),
         nominated=rng.random() < 0.1,
     )
-
-
-def packed(j: Job, nodes: list[Node], free: dict[str, list[int]]) -> Placement | None:
-    """A first-fit layout (any split is legal for a job already running), or None."""
-    placement, left = [], j.gpus
-    for node in nodes:
-        if left and free[node.name]:
-            take = free[node.name][: min(left, len(free[node.name]))]
-            placement.append(Allocation(node.name, tuple(take)))
-            left -= len(take)
-    if left:
-        return None
-    for alloc in placement:
-        del free[alloc.node][: len(alloc.gpus)]
-    return tuple(placement)
 
 
 def config_of(rng: random.Random, teams: dict[str, Team]) -> Config:

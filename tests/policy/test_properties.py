@@ -31,6 +31,7 @@ from gpupool.model import (
 from gpupool.policy.budget import budgeted_class
 from gpupool.policy.line import submit_key
 from gpupool.policy.preempt.candidates import Shortcuts
+from tests.support.builders import packed
 from tests.support.exercised import Exercised
 from tests.support.oracle import decide, derived_free, reference_state
 
@@ -56,7 +57,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Snapshot, Config]:
     running: list[RunningJob] = []
     for _ in range(draw(st.integers(0, 12))):
         job = _job(draw, f"r{next(ids)}")
-        placement = _pack(job, nodes, free)
+        placement = packed(job, nodes, free)
         if placement is None:
             continue
         started = draw(st.floats(0, NOW))
@@ -115,22 +116,6 @@ def _job(draw: st.DrawFn, id: str) -> Job:
         expected_restart=draw(st.floats(0, 120)),
         queued_at=draw(st.one_of(st.none(), st.floats(0, NOW))),
     )
-
-
-def _pack(job: Job, nodes: list[Node], free: dict[str, list[int]]) -> tuple[Allocation, ...] | None:
-    """A simple first-fit layout for generated running jobs (any split is legal for them)."""
-    placement = []
-    left = job.gpus
-    for node in nodes:
-        if left and free[node.name]:
-            take = free[node.name][: min(left, len(free[node.name]))]
-            placement.append(Allocation(node.name, tuple(take)))
-            left -= len(take)
-    if left:
-        return None
-    for alloc in placement:
-        del free[alloc.node][: len(alloc.gpus)]
-    return tuple(placement)
 
 
 def held(snapshot: Snapshot) -> dict[tuple[str, int], RunningJob]:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-from test_properties import NOW, _pack
+from test_properties import NOW
 
 from gpupool.model import DEFAULT_CLASSES, Config, Job, Node, RunningJob, Snapshot
 from gpupool.policy.reference import cheapest_victims, set_cost
+from tests.support.builders import packed
 from tests.support.exercised import Exercised
 from tests.support.oracle import decide
 
@@ -26,7 +27,7 @@ def small_pools(draw: st.DrawFn) -> tuple[Snapshot, Job]:
     running: list[RunningJob] = []
     for i in range(draw(st.integers(1, 8))):
         job = Job(f"r{i}", "a", draw(st.sampled_from(CLASSES)), draw(st.sampled_from([1, 1, 2, 3, 4, 8])), 0.0)
-        placement = _pack(job, nodes, free)
+        placement = packed(job, nodes, free)
         if placement is not None:
             started = draw(st.floats(0, NOW - 700))
             checkpoint = draw(st.one_of(st.none(), st.floats(started, NOW)))

@@ -75,3 +75,20 @@ def summary(plan: Plan) -> list[tuple[object, ...]]:
     rows += [("preempt", p.victim, p.for_job, p.reason.value) for p in plan.preemptions]
     rows += [("wait", w.job, w.reason.value) for w in plan.waits]
     return rows
+
+
+def packed(job: Job, nodes: list[Node], free: dict[str, list[int]]) -> Placement | None:
+    """A first-fit layout of `job` on the GPUs `free` lists per node, taken out of it (any split
+    is legal for a job already running); None, taking nothing, if they do not hold it."""
+    placement = []
+    left = job.gpus
+    for node in nodes:
+        if left and free[node.name]:
+            take = free[node.name][: min(left, len(free[node.name]))]
+            placement.append(Allocation(node.name, tuple(take)))
+            left -= len(take)
+    if left:
+        return None
+    for alloc in placement:
+        del free[alloc.node][: len(alloc.gpus)]
+    return tuple(placement)
