@@ -60,8 +60,22 @@ def train_to_the_end(
 
 def spawn(worker: Callable[[int, argparse.Namespace], None], args: argparse.Namespace, ranks: int) -> None:
     """`worker(rank, args)` on `ranks` processes; exits as they ended: 75 when they left on
-    notice, 128 + N when a rank was killed by signal N."""
+    notice, 128 + N when a rank was killed by signal N.
+
+    A rank killed outright (SIGKILL: a failpoint, the OOM killer) breaks the others'
+    collectives, which then fail too (an error, or gloo's abort) and torch terminates the ranks
+    left (SIGTERM), reporting whichever failure it noticed first: the killed rank is what the
+    job died of, whatever came first (CI runs saw the other rank's error, or its abort, first)."""
+    context = mp.spawn(worker, args=(args,), nprocs=ranks, join=False)  # type: ignore[attr-defined,no-untyped-call]
     try:
-        mp.spawn(worker, args=(args,), nprocs=ranks)  # type: ignore[attr-defined,no-untyped-call]
-    except mp.ProcessExitedException as exc:  # type: ignore[attr-defined]
-        sys.exit(exc.exit_code if exc.exit_code >= 0 else 128 - exc.exit_code)
+        while not context.join():
+            pass
+    except (mp.ProcessExitedException, mp.ProcessRaisedException) as exc:  # type: ignore[attr-defined]
+        for process in context.processes:
+            process.join()
+        codes = [process.exitcode for process in context.processes]
+        if -signal.SIGKILL in codes:
+            sys.exit(128 + signal.SIGKILL)
+        if isinstance(exc, mp.ProcessExitedException):  # type: ignore[attr-defined]
+            sys.exit(exc.exit_code if exc.exit_code >= 0 else 128 - exc.exit_code)
+        raise
