@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 
 from gpupool.examples.ddp_trainer import say, train
 from gpupool.job import Batches, Job
+from gpupool.job.session import LEAVE_CODE
 
 
 def rank_job(
@@ -62,10 +63,11 @@ def spawn(worker: Callable[[int, argparse.Namespace], None], args: argparse.Name
     """`worker(rank, args)` on `ranks` processes; exits as they ended: 75 when they left on
     notice, 128 + N when a rank was killed by signal N.
 
-    A rank killed outright (SIGKILL: a failpoint, the OOM killer) breaks the others'
-    collectives, which then fail too (an error, or gloo's abort) and torch terminates the ranks
-    left (SIGTERM), reporting whichever failure it noticed first: the killed rank is what the
-    job died of, whatever came first (CI runs saw the other rank's error, or its abort, first)."""
+    A rank killed outright (SIGKILL: a failpoint, the OOM killer), or one that left on notice
+    before the others were out of their last collective, breaks theirs, which then fail too (an
+    error, or gloo's abort) and torch terminates the ranks left (SIGTERM), reporting whichever
+    failure it noticed first: the killed rank, else the rank that left on notice, is what the
+    job ended of, whatever came first (CI runs and loaded machines saw the others' first)."""
     context = mp.spawn(worker, args=(args,), nprocs=ranks, join=False)  # type: ignore[attr-defined,no-untyped-call]
     try:
         while not context.join():
@@ -76,6 +78,8 @@ def spawn(worker: Callable[[int, argparse.Namespace], None], args: argparse.Name
         codes = [process.exitcode for process in context.processes]
         if -signal.SIGKILL in codes:
             sys.exit(128 + signal.SIGKILL)
+        if LEAVE_CODE in codes:
+            sys.exit(LEAVE_CODE)
         if isinstance(exc, mp.ProcessExitedException):  # type: ignore[attr-defined]
             sys.exit(exc.exit_code if exc.exit_code >= 0 else 128 - exc.exit_code)
         raise
