@@ -92,6 +92,9 @@ def last_step(attempt: int) -> object:
 def environment(checkpoints: Path, api: str | None = None, attempt: int = 0) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPOOL_")}
     env |= {"GPUPOOL_CHECKPOINT_DIR": str(checkpoints), "GPUPOOL_ATTEMPT": str(attempt)}
+    # One thread per run: a CI run's uninterrupted Trainer printed a step's loss a bit apart from
+    # its resumed runs' (a few steps, the state itself alike); bit for bit is what is compared.
+    env |= {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     return env | ({"GPUPOOL_API": api, "GPUPOOL_JOB_ID": "1"} if api else {})
 
 
