@@ -24,6 +24,14 @@ class Ranks:
             self.rank, self.world = dist.get_rank(), dist.get_world_size()
             self._group = dist.new_group(backend="gloo")  # collective: every rank makes it
 
+    def close(self) -> None:
+        """Destroy the group of their own (the process is about to end)."""
+        if self._group is not None:
+            import torch
+
+            torch.distributed.destroy_process_group(self._group)
+            self._group = None
+
     @property
     def group(self) -> Any:
         """The gloo group (None alone)."""

@@ -173,6 +173,7 @@ class Job:
         if self.ranks.first:
             self.link.report("ack", {})
         self.link.restore_signals()
+        self.ranks.close()
         raise SystemExit(LEAVE_CODE)
 
     def finish(self) -> None:
