@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # kind of machine has on disk (a bare `torch` would fetch a CUDA build of several GB).
 TORCH ?= torch==2.13.0
 
-.PHONY: test lint typecheck pytest demo bench clean
+.PHONY: test system lint typecheck pytest demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/pip || $(PYTHON) -m venv --clear $(VENV)  # a venv cut short is made again
@@ -17,7 +17,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test,torch,ray,lightning,huggingface]'
 	touch $(STAMP)
 
-test: lint typecheck pytest
+test: system lint typecheck pytest
+
+# Debian's postgresql, prometheus, chromium and chromium-driver: installed when run as root,
+# otherwise named with the line that installs them (tools/system-packages).
+system:
+	tools/system-packages
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks tools

@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -191,3 +192,32 @@ def test_the_readmes_and_the_docs_submit_examples_work_as_written(lab: tuple[Pat
             assert refused.returncode == 2, (page.name, line, refused.stdout + refused.stderr)
             assert "can never fit" in refused.stderr, (page.name, line, refused.stderr)
             assert "the pool has 1" in refused.stderr, (page.name, line, refused.stderr)
+
+
+def test_the_test_command_names_the_debian_packages_it_misses_when_it_cannot_install_them() -> None:
+    """`make test` as a user who is not root, on a machine without Prometheus and Chromium: it
+    stops before anything runs and names the one line that installs them."""
+    top = Path(tempfile.mkdtemp(prefix="gpupool-packages-"))  # where `nobody` may pass
+    try:
+        top.chmod(0o755)
+        for tool in ("bash", "ls", "id"):
+            found = shutil.which(tool)
+            assert found is not None
+            (top / tool).symlink_to(found)
+        script = top / "system-packages"
+        shutil.copy(REPO / "tools" / "system-packages", script)
+        done = subprocess.run(
+            [str(top / "bash"), str(script)],
+            env={"PATH": str(top)},
+            user="nobody",
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    finally:
+        shutil.rmtree(top)
+    assert done.returncode == 1, done.stderr
+    assert "sudo apt-get install prometheus chromium chromium-driver" in done.stderr
+    with_them = subprocess.run([str(REPO / "tools" / "system-packages")], capture_output=True, text=True, check=False)
+    assert with_them.returncode == 0 and with_them.stderr == "", "this machine has them all: nothing to say"
