@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from gpupool.model import JobState
-from gpupool.slurm import directives, parse_after, parse_array
+from gpupool.slurm import directives, parse_after, parse_array, parse_states
 from gpupool.store.holds import Verdict, judge
 
 
@@ -98,3 +98,13 @@ def test_a_bare_id_is_ok_whatever_came_before_it() -> None:
 def test_ids_and_indexes_stay_within_what_the_store_keeps(parse: Any, text: str) -> None:
     with pytest.raises(ValueError, match="2,147,483,647"):
         parse(text)
+
+
+def test_state_names_are_gpupools_and_slurms_in_any_case_and_cover_every_state() -> None:
+    assert parse_states("PD,r") == ["pending", "running"]
+    assert parse_states("PENDING") == ["pending"]
+    assert parse_states("cd, F ,Ca,TO") == ["succeeded", "failed", "cancelled", "timeout"]
+    assert parse_states("all") == [s.value for s in JobState]
+    assert all(parse_states(s.value) == [s.value] for s in JobState)
+    with pytest.raises(ValueError, match="'bogus' is not a job state: give pending, starting"):
+        parse_states("R,bogus")

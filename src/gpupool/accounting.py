@@ -134,6 +134,8 @@ class JobAccount:
     interruptions: tuple[Interruption, ...]
     user: str = ""
     """Who submitted it, where the driver knows."""
+    ended: bool = False
+    """The job has ended: an interruption with no next attempt never will have one."""
 
     @property
     def allocated(self) -> float:
@@ -203,7 +205,13 @@ class Totals:
 
 
 def account(
-    job_id: int, team: str, priority: str, attempts: Sequence[AttemptRecord], now: float, user: str = ""
+    job_id: int,
+    team: str,
+    priority: str,
+    attempts: Sequence[AttemptRecord],
+    now: float,
+    user: str = "",
+    ended: bool = False,
 ) -> JobAccount:
     """The account of one job from its attempts in order."""
     ordered = sorted(attempts, key=lambda a: a.attempt)
@@ -236,7 +244,7 @@ def account(
                 phases,
             )
         )
-    return JobAccount(job_id, team, priority, tuple(costs), tuple(interruptions), user)
+    return JobAccount(job_id, team, priority, tuple(costs), tuple(interruptions), user, ended)
 
 
 def _cost(

@@ -13,6 +13,11 @@ from enum import StrEnum
 JobId = str
 
 
+def job_label(job_id: int | str, array_id: int | None, array_index: int | None) -> str:
+    """How people name a job: `ARRAYID_INDEX` (Slurm's form) for a task of an array, else its id."""
+    return f"{array_id}_{array_index}" if array_id is not None else str(job_id)
+
+
 class JobState(StrEnum):
     PENDING = "pending"
     STARTING = "starting"
@@ -166,6 +171,13 @@ class Job:
     queued_at: float | None = None
     """When its present wait in line began, if not at `submit_time`: the end of its last attempt
     that ran (a requeued job) or when its dependency was met, whichever is later."""
+    task: str | None = None
+    """`ARRAYID_INDEX` for a task of a job array: the id people read (`label`)."""
+
+    @property
+    def label(self) -> str:
+        """The job as people name it, in every message: its task, else its id."""
+        return self.task or self.id
 
     @property
     def waiting_since(self) -> float:

@@ -100,3 +100,45 @@ def directives(script: str) -> list[str]:
         elif stripped and not stripped.startswith("#"):
             break
     return options
+
+
+STATE_NAMES = {
+    "pending": "pending",
+    "pd": "pending",
+    "starting": "starting",
+    "configuring": "starting",
+    "cf": "starting",
+    "running": "running",
+    "r": "running",
+    "preempting": "preempting",
+    "preempted": "preempting",
+    "pr": "preempting",
+    "succeeded": "succeeded",
+    "completed": "succeeded",
+    "cd": "succeeded",
+    "failed": "failed",
+    "f": "failed",
+    "cancelled": "cancelled",
+    "ca": "cancelled",
+    "timeout": "timeout",
+    "to": "timeout",
+}
+"""gpupool's job states by their own names and by Slurm's names and short codes (squeue's
+`--states`): PENDING/PD, CONFIGURING/CF (starting), RUNNING/R, PREEMPTED/PR (preempting: given
+notice, leaving), COMPLETED/CD (succeeded), FAILED/F, CANCELLED/CA, TIMEOUT/TO."""
+
+
+def parse_states(text: str) -> list[str]:
+    """`pd,R` → ["pending", "running"]: comma-separated states, any case, by gpupool's names or
+    Slurm's (`STATE_NAMES`); `all` is every state."""
+    names = [part.strip().lower() for part in text.split(",")]
+    if names == ["all"]:
+        return list(dict.fromkeys(STATE_NAMES.values()))
+    states: list[str] = []
+    for name in names:
+        if name not in STATE_NAMES:
+            ours = ", ".join(dict.fromkeys(STATE_NAMES.values()))
+            raise ValueError(f"{name!r} is not a job state: give {ours}, or Slurm's (PD, R, CD, F, CA, TO...)")
+        if STATE_NAMES[name] not in states:
+            states.append(STATE_NAMES[name])
+    return states

@@ -113,6 +113,21 @@ def _writable(folder: Path) -> bool:
     return True
 
 
+def warn_of_guarantees(store: Store) -> None:
+    """Say loudly when the teams' guarantees add up to more than the pool (the file may say so,
+    or nodes may be down): the scheduler still starts, and reclaims what it can
+    (docs/configuration.md, "Guarantees")."""
+    over = store.guarantees_over_pool()
+    if over is not None:
+        guaranteed, pool = over
+        log.warning(
+            "the teams' guarantees add up to %s and the pool has %s: not every team can have its "
+            "guarantee at once (gpupool team list; lower one with gpupool team set NAME --guaranteed-gpus N)",
+            plural(guaranteed, "GPU"),
+            plural(pool, "GPU"),
+        )
+
+
 def check_run_as(service: ServiceSpec) -> None:
     """Refuse a `run_as` this process cannot carry out; warn loudly about `service`."""
     if service.run_as == "service":
@@ -234,6 +249,7 @@ def _start(spec: ConfigSpec, config: Config, data_dir: Path, lock: int) -> Runni
         guard=Guard(data_dir, identity.id, database, lease),
     )
     loop.sync_nodes()
+    warn_of_guarantees(store)
     telemetry, lineup = Telemetry(store), Lineup()
     loop.observer = Observers([telemetry, lineup])
     app = create_app(Context(store, loop, token_hash(admin_token(data_dir)), telemetry=telemetry, lineup=lineup))

@@ -19,7 +19,7 @@ def world(tmp_path: Path) -> Iterator[World]:
         yield populated(api)
 
 
-BRIEF_FIELDS = {"id", "team", "priority", "state", "gpus", "brief"}
+BRIEF_FIELDS = {"id", "label", "team", "priority", "state", "gpus", "brief"}
 
 
 def health(w: World) -> None:
@@ -102,6 +102,7 @@ def list_jobs(w: World) -> None:
         assert set(theirs) == BRIEF_FIELDS
         assert theirs == {
             "id": w.job_b,
+            "label": str(w.job_b),
             "team": "b",
             "priority": "normal",
             "state": "running",

@@ -64,7 +64,7 @@ def test_a_team_submits_lists_shows_and_cancels_its_job(setup: tuple[TestClient,
 @pytest.mark.parametrize(
     ("body", "status", "message"),
     [
-        ({"command": ["x"], "priority": "vip"}, 400, "unknown priority class 'vip'"),
+        ({"command": ["x"], "priority": "vip"}, 404, "unknown priority class 'vip'"),
         (
             {"command": ["x"], "gpus": 16},
             400,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpupool.api.batching import SubmissionWriter
-from gpupool.errors import GpupoolError, InvalidInput
+from gpupool.errors import GpupoolError, NotFound
 from gpupool.model import DEFAULT_CLASSES, Config
 from gpupool.store import JobSpec, Store
 from gpupool.store.schema import JobRow
@@ -48,7 +48,7 @@ def test_concurrent_submissions_share_a_commit_and_each_gets_its_own_answer(stor
         return await asyncio.gather(*(writer.submit(spec) for spec in specs), return_exceptions=True)
 
     *jobs, bad = asyncio.run(burst())
-    assert isinstance(bad, InvalidInput)
+    assert isinstance(bad, NotFound)
     assert [j.name for j in jobs if isinstance(j, JobRow)] == [f"job{i}" for i in range(5)]
     assert store.batches == [6]
     assert woken == [True]

@@ -96,7 +96,7 @@ def test_lists_of_jobs_are_full_or_brief_by_their_brief_field(document: dict[str
     schema = operation(document, "GET", "/jobs")["responses"]["200"]["content"]["application/json"]["schema"]
     assert schema["items"]["discriminator"]["propertyName"] == "brief"
     brief = document["components"]["schemas"]["JobBriefOut"]
-    assert set(brief["properties"]) == {"id", "team", "priority", "state", "gpus", "brief"}
+    assert set(brief["properties"]) == {"id", "label", "team", "priority", "state", "gpus", "brief"}
 
 
 def test_classes_have_a_response_model(document: dict[str, Any]) -> None:

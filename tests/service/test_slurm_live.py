@@ -45,7 +45,7 @@ def test_dependencies_wait_for_the_outcome_and_a_dependency_that_cannot_be_met_c
     events = service.cli("events", "--job", str(never)).stdout
     assert f"job {doomed} ended failed, so it can never succeed" in events
     unknown = service.cli("submit", "--priority", "low", "--after", "999", "--", "true")
-    assert unknown.returncode == 2
+    assert unknown.returncode == 3, "not found, as the exit codes' table says"
     assert "after: no job 999" in unknown.stderr
 
 

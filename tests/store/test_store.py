@@ -51,17 +51,24 @@ def test_jobs_are_listed_by_state_and_team(store: Store) -> None:
 
 
 @pytest.mark.parametrize(
-    ("spec", "message"),
+    ("spec", "kind", "message"),
     [
-        (JobSpec(["x"], team="nobody"), "team: unknown team 'nobody'"),
-        (JobSpec(["x"], priority="vip"), "priority: unknown priority class 'vip' (known: urgent, high, normal, low)"),
-        (JobSpec(["x"], gpus=0), "gpus: 0 is not a positive number of GPUs"),
-        (JobSpec(["x"], gpus=6, gpus_per_node=4), "gpus_per_node: 6 GPUs do not split into members of 4"),
-        (JobSpec([]), "command: give the command to run"),
+        (JobSpec(["x"], team="nobody"), NotFound, "team: unknown team 'nobody'"),
+        (
+            JobSpec(["x"], priority="vip"),
+            NotFound,
+            "priority: unknown priority class 'vip' (known: urgent, high, normal, low)",
+        ),
+        (JobSpec(["x"], dependencies=[("ok", 999)]), NotFound, "after: no job 999"),
+        (JobSpec(["x"], gpus=0), InvalidInput, "gpus: 0 is not a positive number of GPUs"),
+        (JobSpec(["x"], gpus=6, gpus_per_node=4), InvalidInput, "gpus_per_node: 6 GPUs do not split into members of 4"),
+        (JobSpec([]), InvalidInput, "command: give the command to run"),
     ],
 )
-def test_bad_submissions_say_what_is_wrong_and_change_nothing(store: Store, spec: JobSpec, message: str) -> None:
-    with pytest.raises(InvalidInput) as caught:
+def test_bad_submissions_say_what_is_wrong_and_change_nothing(
+    store: Store, spec: JobSpec, kind: type[Exception], message: str
+) -> None:
+    with pytest.raises(kind) as caught:
         store.submit(spec, now=1.0)
     assert str(caught.value) == message
     assert store.jobs() == []
@@ -71,7 +78,7 @@ def test_bad_submissions_say_what_is_wrong_and_change_nothing(store: Store, spec
 def test_submissions_share_one_transaction_and_a_bad_one_harms_no_other(store: Store) -> None:
     specs = [JobSpec(["a"], team="nlp"), JobSpec(["b"], team="nobody"), JobSpec(["c"], priority="high")]
     good, bad, other = store.submit_many(specs, now=5.0)
-    assert isinstance(bad, InvalidInput)
+    assert isinstance(bad, NotFound)
     assert "unknown team 'nobody'" in str(bad)
     assert not isinstance(good, Exception)
     assert not isinstance(other, Exception)
@@ -328,11 +335,27 @@ def test_a_partial_team_update_changes_only_what_it_gives(store: Store) -> None:
 
 
 def test_the_snapshot_carries_each_teams_policy_as_the_store_holds_it(store: Store) -> None:
+    store.set_team("nlp", guaranteed_gpus=6)  # room in the pool of 8 for vision's
     store.set_team("vision", weight=3.0, guaranteed_gpus=2)
     teams = store.snapshot(now=5.0).teams
     assert teams is not None
     assert (teams["vision"].weight, teams["vision"].guaranteed_gpus) == (3.0, 2)
     assert teams["nlp"].budgets == (PriorityBudget("high", 100.0, 86400.0),)
+
+
+def test_a_guarantee_that_would_bring_the_teams_above_the_pool_is_refused_and_changes_nothing(store: Store) -> None:
+    """nlp holds all 8 GPUs of the pool as its guarantee: vision may not add one, may once nlp
+    lowers its own; lowering is always taken. The file may say more (nodes may be down): the
+    service warns of it."""
+    with pytest.raises(Conflict, match=r"would bring the teams' guarantees to 9 GPUs, and the pool has 8"):
+        store.set_team("vision", weight=2.0, guaranteed_gpus=1)
+    vision = store.team("vision")
+    assert vision is not None and (vision.weight, vision.guaranteed_gpus) == (1.0, 0), "nothing changed"
+    assert store.guarantees_over_pool() is None
+    store.set_team("nlp", guaranteed_gpus=5)
+    assert store.set_team("vision", guaranteed_gpus=3).guaranteed_gpus == 3
+    store.sync_config(Config(DEFAULT_CLASSES, {"nlp": Team("nlp", 2.0, 12)}))
+    assert store.guarantees_over_pool() == (15, 8)
 
 
 def test_the_file_seeds_teams_and_what_the_api_set_survives_a_restart_unless_the_file_changed(store: Store) -> None:

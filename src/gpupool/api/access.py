@@ -131,10 +131,10 @@ def enforce(who: Principal, rule: Rule, job: JobRow | None = None) -> None:
     if job is None:
         return
     if not sees_in_full(who, job.team):
-        raise Forbidden(f"{who} may not see nor act on job {job.id} of team {job.team}")
+        raise Forbidden(f"{who} may not see nor act on job {job.label} of team {job.team}")
     if rule is Rule.ACT and not who.admin and who.user is not None and job.user != who.user:
         by = f"user {job.user}" if job.user else f"team {job.team}'s token"
-        raise Forbidden(f"{who} may act only on the jobs {who.user} submitted; job {job.id} was submitted by {by}")
+        raise Forbidden(f"{who} may act only on the jobs {who.user} submitted; job {job.label} was submitted by {by}")
 
 
 def require_may_submit(who: Principal, team: str) -> None:

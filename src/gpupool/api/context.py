@@ -36,17 +36,10 @@ class Context:
     drawing: threading.Lock = field(default_factory=threading.Lock)
     writer: SubmissionWriter = field(init=False)
     """Submissions, committed in groups; each commit wakes the service."""
-    _classes: list[str] | None = None
     _nodes: tuple[float, list[Node]] | None = None
 
     def __post_init__(self) -> None:
         self.writer = SubmissionWriter(self.store, self.clock, self.service.wake)
-
-    # Classes are set when the service starts and do not change while it runs.
-    def class_names(self) -> list[str]:
-        if self._classes is None:
-            self._classes = [c.name for c in self.store.classes()]
-        return self._classes
 
     def nodes(self) -> list[Node]:
         """Every node the pool has known, up or not, read at most once a second: a job that fits

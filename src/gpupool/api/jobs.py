@@ -32,7 +32,7 @@ from gpupool.api.models import (
     TotalsOut,
 )
 from gpupool.api.submission import check_fits, check_key, check_paths, parsed
-from gpupool.errors import Conflict, InvalidInput, StoreUnavailable
+from gpupool.errors import Conflict, StoreUnavailable
 from gpupool.model import JobState
 from gpupool.slurm import parse_after, parse_array
 from gpupool.store import DEFAULT_TEAM, JobSpec
@@ -105,9 +105,6 @@ def prepare(ctx: Context, body: JobIn, who: Principal, key: str | None) -> JobSp
     access.require_may_submit(who, team)
     user = who.user if not who.admin else body.user
     ctx.service.check_runnable(user, team)
-    known = ctx.class_names()
-    if body.priority not in known:
-        raise InvalidInput(f"priority: unknown priority class {body.priority!r} (known: {', '.join(known)})")
     check_fits(ctx.nodes(), body, team)
     check_paths(body, ctx.service.workspace.data_dir)
     dependencies = parsed("after", parse_after, body.after) or []
@@ -202,6 +199,7 @@ def report(
     team = access.own_team(who)
     own = [a for a in accounts if team is None or a.team == team]
     pool = totals(accounts, lambda _: "pool").get("pool") or Totals()
+    labels = ctx.store.labels(a.job_id for a in own if a.interruptions)
     return ReportOut(
         since=since,
         until=now,
@@ -211,7 +209,14 @@ def report(
         classes={k: TotalsOut.of(v) for k, v in totals(accounts, lambda a: a.priority).items()},
         interruptions=[
             JobInterruptionOut.model_validate(
-                {**InterruptionOut.of(i).model_dump(), "job": a.job_id, "team": a.team, "priority": a.priority}
+                {
+                    **InterruptionOut.of(i).model_dump(),
+                    "job": a.job_id,
+                    "job_label": labels.get(a.job_id, str(a.job_id)),
+                    "team": a.team,
+                    "priority": a.priority,
+                    "job_ended": a.ended,
+                }
             )
             for a in own
             for i in a.interruptions
@@ -271,10 +276,9 @@ def events(
 ) -> list[EventOut]:
     """Decisions and state changes, oldest first: of one job, or of the token's team's jobs."""
     team = access.own_team(who) if job is None else None
-    return [
-        EventOut.model_validate(e, from_attributes=True)
-        for e in ctx.store.events(job_id=job, after=after, limit=limit, team=team)
-    ]
+    found = ctx.store.events(job_id=job, after=after, limit=limit, team=team)
+    labels = ctx.store.labels(e.job_id for e in found if e.job_id is not None)
+    return [EventOut.of(e, labels) for e in found]
 
 
 def placements(ctx: Context) -> dict[int, dict[str, list[int]]]:

@@ -4,14 +4,16 @@ system takes when the job starts (`limits`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpupool.accounting import AttemptCost, Interruption, JobAccount, Totals
 from gpupool.api import limits
+from gpupool.model import JobState
 from gpupool.store.jobs import job_name
-from gpupool.store.schema import AttemptRow, JobRow
+from gpupool.store.schema import AttemptRow, EventRow, JobRow
 
 
 class _In(BaseModel):
@@ -232,8 +234,12 @@ class TotalsOut(BaseModel):
 
 class JobInterruptionOut(InterruptionOut):
     job: int
+    job_label: str
+    """The job as people name it: `ARRAYID_INDEX` for a task of an array, else its id."""
     team: str
     priority: str
+    job_ended: bool
+    """The job has ended: an interruption with no next attempt (`delay` null) never gets one."""
 
 
 class ReportOut(BaseModel):
@@ -260,6 +266,8 @@ class JobOut(_Out):
 
     brief: Literal[False] = False
     id: int
+    label: str
+    """The job as people name it: `ARRAYID_INDEX` for a task of an array, else its id."""
     name: str
     team: str
     priority: str
@@ -278,6 +286,7 @@ class JobOut(_Out):
     exit_code: int | None
     wait_reason: str | None
     wait_message: str | None
+    """Why it waits: a pending job's only (null once it has started or ended)."""
     time_limit: float | None
     run_seconds: float
     """Run time of its ended attempts (what counts against `time_limit`, with the live one's)."""
@@ -303,8 +312,11 @@ class JobOut(_Out):
     def of(cls, row: JobRow, **extra: Any) -> JobOut:
         fields = {name: getattr(row, name) for name in cls.model_fields if hasattr(row, name) and name not in extra}
         fields.pop("brief", None)
+        fields["label"] = row.label
+        if row.state != JobState.PENDING.value:  # why it waited, before it started or ended
+            fields["wait_reason"] = fields["wait_message"] = None
         if row.array_id is not None:
-            fields["task"] = f"{row.array_id}_{row.array_index}"
+            fields["task"] = fields["label"]
         return cls(**fields, **extra)
 
     @classmethod
@@ -334,6 +346,8 @@ class JobBriefOut(_Out):
 
     brief: Literal[True] = True
     id: int
+    label: str
+    """The job as people name it: `ARRAYID_INDEX` for a task of an array, else its id."""
     team: str
     priority: str
     state: str
@@ -341,7 +355,7 @@ class JobBriefOut(_Out):
 
     @classmethod
     def of(cls, row: JobRow) -> JobBriefOut:
-        return cls(id=row.id, team=row.team, priority=row.priority, state=row.state, gpus=row.gpus)
+        return cls(id=row.id, label=row.label, team=row.team, priority=row.priority, state=row.state, gpus=row.gpus)
 
 
 JobListed = Annotated[JobOut | JobBriefOut, Field(discriminator="brief")]
@@ -389,8 +403,10 @@ class GpuOut(BaseModel):
     user: str | None
     for_job: int | None
     """For draining and held GPUs: the job they are freed or kept for."""
-    task: str | None
-    """`ARRAY_INDEX` when the holder is a task of a job array."""
+    job_label: str | None
+    """The holder as people name it: `ARRAYID_INDEX` for a task of an array, else its id."""
+    for_label: str | None
+    """`for_job` as people name it."""
 
 
 class NodeOut(BaseModel):
@@ -426,9 +442,26 @@ class EventOut(BaseModel):
     time: float
     kind: str
     job_id: int | None
+    job_label: str | None
+    """Its job as people name it: `ARRAYID_INDEX` for a task of an array, else its id."""
     attempt: int | None
     reason: str | None
     message: str
+
+    @classmethod
+    def of(cls, row: EventRow, labels: Mapping[int, str]) -> EventOut:
+        """The event, its job named as in `labels` (`Store.labels`)."""
+        label = None if row.job_id is None else labels.get(row.job_id, str(row.job_id))
+        return cls(
+            id=row.id,
+            time=row.time,
+            kind=row.kind,
+            job_id=row.job_id,
+            job_label=label,
+            attempt=row.attempt,
+            reason=row.reason,
+            message=row.message,
+        )
 
 
 class ErrorOut(BaseModel):

@@ -103,7 +103,7 @@ def wait_for_outcome(api: Client, job_id: int, *, quiet: bool = False, every: fl
         time.sleep(every)
     if not quiet:
         for job in jobs:
-            who = job["task"] or job["id"]
+            who = job["label"]
             code = "" if job["exit_code"] is None else f" (exit code {job['exit_code']})"
             errors.print(f"job {who}: {job['state']}{code}", highlight=False, markup=False)
     return max(outcome_code(j) for j in jobs)

@@ -34,6 +34,7 @@ from gpupool.cli.common import (
 )
 from gpupool.cli.table import Column, table
 from gpupool.errors import GpupoolError, InvalidInput, NotFound
+from gpupool.slurm import parse_states
 from gpupool.units import brief_seconds, clock_time, gpu_time, gpu_unit, human_seconds, plural
 
 LIVE = "pending,starting,running,preempting"
@@ -59,12 +60,18 @@ def resolve(api: Client, ref: str) -> dict[str, Any]:
 
 
 def label(job: dict[str, Any]) -> str:
-    return str(job.get("task") or job["id"])
+    return str(job["label"])
 
 
 def states_option(state: str | None) -> str | None:
-    """`--state` as the API takes it: lower case, no spaces."""
-    return "".join(state.lower().split()) if state else None
+    """`--state` as the API takes it: gpupool's or Slurm's state names and codes, any case
+    (`slurm.parse_states`), as gpupool's names, comma-separated."""
+    if not state:
+        return None
+    try:
+        return ",".join(parse_states(state))
+    except ValueError as exc:
+        raise fail(f"--state: {exc}") from None
 
 
 def ranges(numbers: list[int]) -> str:
@@ -182,19 +189,36 @@ ATTEMPT_COLUMNS = (
 
 
 def show(
-    job_ref: Annotated[str, typer.Argument(metavar="JOB", help="A job id, or ARRAY_INDEX.")],
+    job_ref: Annotated[str, typer.Argument(metavar="JOB", help="A job id, ARRAY_INDEX, or an array's id.")],
     as_json: JsonOption = False,
     config: ConfigOption = None,
     api: ApiOption = None,
 ) -> None:
-    """A job: what it asked, why it waits, its attempts and what each interruption cost."""
+    """A job: what it asked, why it waits, its attempts and what each interruption cost. An
+    array's id shows every task, as scontrol does."""
     api_client = client(config, api)
     job = resolve(api_client, job_ref)
-    if "history" not in job or not job.get("account"):
-        job = call(api_client.job, job["id"])
+    tasks = call(whole_array, api_client, job, job_ref)
+    shown = [call(api_client.job, t["id"]) for t in tasks] if tasks else [job]
+    if "history" not in shown[0] or not shown[0].get("account"):
+        shown[0] = call(api_client.job, job["id"])
     if as_json:
-        print_json(job)
+        print_json(shown if tasks else shown[0])
         return
+    for one in shown:
+        show_job(one)
+
+
+def whole_array(api: Client, job: dict[str, Any], ref: str) -> list[dict[str, Any]]:
+    """The tasks of the array `ref` names by its id alone (`14`, not `14_0`), in index order;
+    empty when `ref` names one job."""
+    if "_" in ref or job.get("array_id") != job["id"]:
+        return []
+    return sorted(api.jobs(array=job["id"]), key=lambda t: t["array_index"])
+
+
+def show_job(job: dict[str, Any]) -> None:
+    """`show` of one job, in full."""
     now = time.time()
     by = f", user {escape(job['user'])}" if job["user"] else ""
     console.print(
@@ -279,8 +303,9 @@ def restart_line(cost: dict[str, Any], job: dict[str, Any]) -> str:
 def interruptions_table(
     interruptions: list[dict[str, Any]], *, width: int, jobs: bool = False, ended: bool = False
 ) -> Any:
-    """Each interruption with its cause, its reason and what it cost (GPU time). `ended`: the
-    job has ended, so one with no next attempt waits for nothing."""
+    """Each interruption with its cause, its reason and what it cost (GPU time). `ended` (or an
+    interruption's `job_ended`): the job has ended, so one with no next attempt waits for
+    nothing."""
     first = (Column("JOB"), Column("TEAM", shrink=3, drop=4), Column("CLASS", drop=5)) if jobs else (Column("#"),)
     unit, size = gpu_unit(max((i["lost"] for i in interruptions), default=0.0))
     columns = (
@@ -297,7 +322,7 @@ def interruptions_table(
     now = time.time()
     rows = []
     for i in interruptions:
-        who = [str(i["job"]), i["team"], i["priority"]] if jobs else [str(i["attempt"])]
+        who = [i["job_label"], i["team"], i["priority"]] if jobs else [str(i["attempt"])]
         rows.append(
             [
                 *who,
@@ -307,7 +332,7 @@ def interruptions_table(
                 f"{i['drain'] / size:.1f}",
                 "" if i["restart"] is None else f"{i['restart'] / size:.1f}",
                 f"{i['lost'] / size:.1f}",
-                ("—" if ended else "waiting") if i["delay"] is None else clock_time(i["delay"]),
+                ("—" if ended or i.get("job_ended") else "waiting") if i["delay"] is None else clock_time(i["delay"]),
                 i["reason"],
             ]
         )
@@ -339,12 +364,12 @@ def cancel(
     for ref in jobs or []:
         try:
             job = find(api_client, ref)
-            tasks = api_client.jobs(array=job["id"]) if "_" not in ref else []
+            tasks = whole_array(api_client, job, ref)
         except GpupoolError as exc:
             errors.print(f"[bold red]error:[/] {escape(ref)}: {escape(str(exc))}", highlight=False)
             worst = max(worst, exit_code(exc))
             continue
-        if tasks and tasks[0]["array_id"] == job["id"]:
+        if tasks:
             live = [t for t in tasks if not ended(t)]  # as scancel: the array's live tasks
             if not live:
                 errors.print(f"[bold red]error:[/] array {job['id']} has already ended", highlight=False)
@@ -395,6 +420,10 @@ def logs(
     outcome as the exit code (see docs/slurm.md, "Exit codes")."""
     api_client = client(config, api)
     job = resolve(api_client, job_ref)
+    tasks = call(whole_array, api_client, job, job_ref)
+    if tasks:
+        last = tasks[-1]["array_index"]
+        raise fail(f"{job_ref} is an array of {len(tasks)} tasks: name one, as {job_ref}_0 to {job_ref}_{last}")
     stream = "stderr" if stderr else "stdout"
     number = attempt if attempt is not None else max(0, job["attempts"] - 1)
     offset = 0
@@ -453,7 +482,5 @@ def events(
         return
     now = time.time()
     columns = (Column("TIME"), Column("KIND"), Column("JOB", drop=1), Column("WHAT", shrink=1, minimum=20, wrap=True))
-    rows = [
-        [when(e["time"], now), e["kind"], "" if e["job_id"] is None else str(e["job_id"]), e["message"]] for e in found
-    ]
+    rows = [[when(e["time"], now), e["kind"], e["job_label"] or "", e["message"]] for e in found]
     console.print(table(columns, rows, console.width))

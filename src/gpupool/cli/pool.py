@@ -48,10 +48,10 @@ def pool(as_json: JsonOption = False, config: ConfigOption = None, api: ApiOptio
         holders: dict[str, list[int]] = {}
         for g in node["gpu_states"]:
             if g["state"] in ("allocated", "draining"):
-                towards = f"→{g['for_job']}" if g["state"] == "draining" and g["for_job"] else ""
-                who = f"{g['team']}/{g['task'] or g['job']}{towards}"
+                towards = f"→{g['for_label']}" if g["state"] == "draining" and g["for_job"] else ""
+                who = f"{g['team']}/{g['job_label']}{towards}"
             elif g["state"] == "held":
-                who = f"held→{g['for_job']}"
+                who = f"held→{g['for_label']}"
             else:
                 continue
             holders.setdefault(who, []).append(g["gpu"])

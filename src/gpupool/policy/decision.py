@@ -140,8 +140,9 @@ class Decision:
             Start(job.id, placement, budgeted.cls.name, reason, messages.started(job, placement, budgeted))
         )
 
-    def hold(self, job: Job, placement: Placement, victims: list[JobId], deadline: float) -> None:
-        """`job` holds `placement` while `victims` drain (its team counts those GPUs already)."""
+    def hold(self, job: Job, placement: Placement, victims: list[str], deadline: float) -> None:
+        """`job` holds `placement` while `victims` (their labels) drain (its team counts those GPUs
+        already)."""
         self.settled.add(job.id)
         message = messages.awaiting_drain(victims, deadline, self.now)
         self.waits.append(Wait(job.id, Reason.AWAITING_DRAIN, message, placement))

@@ -43,7 +43,7 @@ def hold_for_drains(decision: Decision) -> Orphans:
             held.append((job, placement, victims))
     for job, placement, victims in held:
         if _draining_in(placement, victims):
-            decision.hold(job, placement, [r.job.id for r in victims], _last_deadline(victims))
+            decision.hold(job, placement, [r.job.label for r in victims], _last_deadline(victims))
         else:
             decision.start(job, placement)
             orphans.draining.extend(victims)
@@ -58,7 +58,7 @@ def hold_orphans(decision: Decision, job: Job, orphans: Orphans) -> bool:
     claimed = _draining_in(placement, orphans.draining)
     orphans.draining = [r for r in orphans.draining if r not in claimed]
     decision.shares.add(job.team, job.gpus)
-    decision.hold(job, placement, [r.job.id for r in claimed], _last_deadline(claimed))
+    decision.hold(job, placement, [r.job.label for r in claimed], _last_deadline(claimed))
     return True
 
 

@@ -18,7 +18,7 @@ def where(placement: Placement) -> str:
 
 def who(job: Job, priority: str | None = None) -> str:
     """A job in words: `job 7 (team nlp, high)`."""
-    return f"job {job.id} (team {job.team}, {priority or job.priority})"
+    return f"job {job.label} (team {job.team}, {priority or job.priority})"
 
 
 def started(job: Job, placement: Placement, budgeted: BudgetedClass) -> str:
@@ -36,14 +36,14 @@ def preempted(victim: Candidate, job: Job, budgeted: BudgetedClass, reason: Reas
         checkpoint = f"no checkpoint in {human_seconds(now - running.started_at)} of running"
     v = running.job
     text = (
-        f"preempted job {v.id} (team {v.team}, {victim.cls.name}, {checkpoint}) "
-        f"for job {job.id} (team {job.team}, {budgeted.cls.name})"
+        f"preempted job {v.label} (team {v.team}, {victim.cls.name}, {checkpoint}) "
+        f"for job {job.label} (team {job.team}, {budgeted.cls.name})"
     )
     if reason is Reason.RECLAIM:
         text += f": team {job.team} reclaims its guaranteed GPUs from team {v.team}, which is above its own"
     elif reason is Reason.SENIORITY:
         waited = human_seconds(now - job.waiting_since)
-        text += f": job {job.id} has waited {waited} (policy.seniority_after), and was submitted before it"
+        text += f": job {job.label} has waited {waited} (policy.seniority_after), and was submitted before it"
     return f"{text}; {budgeted.note}" if budgeted.note else text
 
 

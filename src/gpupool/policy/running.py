@@ -373,8 +373,11 @@ class _KeyCrowd:
             self._count = (len(self.chosen), count)
         return count
 
-    def first(self, k: int) -> list[JobId]:
-        return list(islice((j for j in self.ids if j not in self.apart and j not in self.chosen), k))
+    def first(self, k: int) -> list[str]:
+        jobs = self.nodes.index.jobs
+        return [
+            jobs[j].job.label for j in islice((j for j in self.ids if j not in self.apart and j not in self.chosen), k)
+        ]
 
     def members(self) -> Iterator[Candidate]:
         return (self.nodes.candidate(j) for j in self.ids if j not in self.apart and j not in self.chosen)

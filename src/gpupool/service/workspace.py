@@ -128,7 +128,7 @@ class Workspace:
             return member_logs(job.id, attempt, rank, stream, self.attempt_dir(job.id, attempt))
         path = self.log_file(job, attempt, stream)
         if foreign:
-            raise Conflict(f"job {job.id} writes its {stream} to {path}, a file of its user's: read it there")
+            raise Conflict(f"job {job.label} writes its {stream} to {path}, a file of its user's: read it there")
         try:
             return path.open("rb")
         except OSError:

@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from gpupool.accounting import AttemptRecord, Commit, JobAccount, account
 from gpupool.history import EndedJob
-from gpupool.model import ENDED
+from gpupool.model import ENDED, JobState
 from gpupool.store.base import StoreBase
 from gpupool.store.schema import AttemptRow, CheckpointRow, EventRow, JobRow
 
@@ -44,7 +44,7 @@ class AccountsStore(StoreBase):
         """The account of each job that held GPUs at or after `since` (counting its attempts
         that ended since then, or run), or of `job_ids`."""
         return [
-            account(job.id, job.team, job.priority, records, now, job.user or "")
+            account(job.id, job.team, job.priority, records, now, job.user or "", JobState(job.state) in ENDED)
             for job, records in self.attempt_records(job_ids=job_ids, since=since)
         ]
 

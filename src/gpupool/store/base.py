@@ -11,7 +11,7 @@ from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpupool.errors import Conflict, NotFound
-from gpupool.model import InvalidTransition, JobState, transition
+from gpupool.model import InvalidTransition, JobState, job_label, transition
 from gpupool.store.engine import read_options
 from gpupool.store.schema import EventRow, JobRow, StoreIdentityRow
 
@@ -63,6 +63,21 @@ class StoreBase:
         """The store's id (made once, by its migrations) and the first job of its folder layout."""
         with self.reading() as s:
             return s.scalars(select(StoreIdentityRow)).one()
+
+    def labels(self, job_ids: Iterable[int]) -> dict[int, str]:
+        """How people name each of these jobs (`model.job_label`); unknown ids are left out."""
+        with self.reading() as s:
+            return self.labels_in(s, job_ids)
+
+    @staticmethod
+    def labels_in(s: Session, job_ids: Iterable[int]) -> dict[int, str]:
+        """`labels`, read in the session `s`."""
+        wanted = sorted(set(job_ids))
+        found: dict[int, str] = {}
+        for at in range(0, len(wanted), 500):
+            query = select(JobRow.id, JobRow.array_id, JobRow.array_index).where(JobRow.id.in_(wanted[at : at + 500]))
+            found.update((job_id, job_label(job_id, array, index)) for job_id, array, index in s.execute(query))
+        return found
 
     @staticmethod
     def locked_job(s: Session, job_id: int) -> JobRow:

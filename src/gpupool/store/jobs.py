@@ -128,7 +128,7 @@ class JobsStore(StoreBase):
                 try:
                     missing = sorted({job for _, job in spec.dependencies} - known)
                     if missing:
-                        raise InvalidInput(f"after: no job {', '.join(map(str, missing))}")
+                        raise NotFound(f"after: no job {', '.join(map(str, missing))}")
                     if spec.array:
                         raise InvalidInput("array: submit an array with submit_array")
                     job = self._new_job(spec, teams, classes, now)
@@ -138,7 +138,7 @@ class JobsStore(StoreBase):
                         if earlier is not None:
                             raise DuplicateSubmission(*key, earlier)
                         keys[key] = job
-                except (InvalidInput, Forbidden, DuplicateSubmission) as exc:
+                except (InvalidInput, NotFound, Forbidden, DuplicateSubmission) as exc:
                     results.append(exc)
                     continue
                 s.add(job)
@@ -170,7 +170,7 @@ class JobsStore(StoreBase):
             teams, classes, known = self._submit_context(s, [spec])
             missing = sorted({job for _, job in spec.dependencies} - known)
             if missing:
-                raise InvalidInput(f"after: no job {', '.join(map(str, missing))}")
+                raise NotFound(f"after: no job {', '.join(map(str, missing))}")
             if spec.idempotency_key is not None:
                 earlier = self._key_taken(s, spec.team, spec.idempotency_key)
                 if earlier is not None:
@@ -258,9 +258,9 @@ class JobsStore(StoreBase):
             raise InvalidInput(f"gpus_per_node: {problem}")
         team = teams.get(spec.team)
         if team is None:
-            raise InvalidInput(f"team: unknown team {spec.team!r}")
+            raise NotFound(f"team: unknown team {spec.team!r}")
         if spec.priority not in classes:
-            raise InvalidInput(f"priority: unknown priority class {spec.priority!r} (known: {', '.join(classes)})")
+            raise NotFound(f"priority: unknown priority class {spec.priority!r} (known: {', '.join(classes)})")
         if team.allowed_classes is not None and spec.priority not in team.allowed_classes:
             allowed = ", ".join(team.allowed_classes)
             raise Forbidden(f"team {spec.team} may not use class {spec.priority} (allowed: {allowed})")
@@ -329,7 +329,7 @@ class JobsStore(StoreBase):
                 self.move(s, job, JobState.CANCELLED, now, "cancelled")
                 job.ended_at = now
             elif JobState(job.state) in ENDED:
-                raise Conflict(f"job {job_id} has already ended ({job.state})")
+                raise Conflict(f"job {job.label} has already ended ({job.state})")
             elif job.cancel_requested_at is None:
                 job.cancel_requested_at = now
                 message = "cancel requested: its attempt is being stopped"

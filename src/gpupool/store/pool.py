@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from enum import Enum
 from typing import Any, Final
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gpupool.errors import InvalidInput
+from gpupool.errors import Conflict, InvalidInput
 from gpupool.model import Config, Node, Team
 from gpupool.store.base import StoreBase
 from gpupool.store.schema import BudgetRow, NodeRow, PriorityClassRow, TeamRow, UserRow
@@ -80,6 +80,18 @@ class PoolStore(StoreBase):
                         team=team.name, priority=budget.priority, gpu_hours=budget.gpu_hours, window=budget.window
                     )
                 )
+
+    @staticmethod
+    def pool_gpus_in(s: Session) -> int:
+        """The GPUs of the nodes that are up (0 before any node is known)."""
+        return int(s.scalar(select(func.coalesce(func.sum(NodeRow.gpus), 0)).where(NodeRow.up)) or 0)
+
+    def guarantees_over_pool(self) -> tuple[int, int] | None:
+        """(the teams' guarantees summed, the GPUs of the pool) when the first is the larger."""
+        with self.reading() as s:
+            guaranteed = int(s.scalar(select(func.coalesce(func.sum(TeamRow.guaranteed_gpus), 0))) or 0)
+            pool = self.pool_gpus_in(s)
+        return (guaranteed, pool) if pool and guaranteed > pool else None
 
     def set_nodes(self, nodes: Sequence[Node], *, virtual: bool) -> None:
         """Add or change nodes, up; the others stay as they are."""
@@ -185,6 +197,15 @@ class PoolStore(StoreBase):
             team = s.get(TeamRow, name) or TeamRow(name=name, weight=1.0, guaranteed_gpus=0, allowed_classes=None)
             if weight is not None:
                 team.weight = weight
+            if guaranteed_gpus is not None and guaranteed_gpus > (team.guaranteed_gpus or 0):
+                others = sum(g for t, g in s.execute(select(TeamRow.name, TeamRow.guaranteed_gpus)) if t != name)
+                pool = self.pool_gpus_in(s)
+                if pool and others + guaranteed_gpus > pool:
+                    raise Conflict(
+                        f"guaranteed_gpus: {guaranteed_gpus} for team {name} would bring the teams' guarantees to "
+                        f"{others + guaranteed_gpus} GPUs, and the pool has {pool} (the other teams hold {others}): "
+                        "a guarantee the pool cannot keep is none; lower another team's first"
+                    )
             if guaranteed_gpus is not None:
                 team.guaranteed_gpus = guaranteed_gpus
             if not isinstance(allowed_classes, Unchanged):

@@ -31,6 +31,7 @@ from gpupool.model import (
     Team,
     Wait,
     budget_use,
+    job_label,
 )
 from gpupool.settle import AttemptOutcome
 from gpupool.store.base import chunks
@@ -50,6 +51,8 @@ JOB_COLUMNS = (
     JobRow.preemptions,
     JobRow.max_preemptions,
     JobRow.nominated_at,
+    JobRow.array_id,
+    JobRow.array_index,
 )
 HOLD_COLUMNS = (
     JobRow.dependencies.is_not(None) & JobRow.dependency_met_at.is_(None),
@@ -72,7 +75,9 @@ CHANGES_AT_MOST = 5000
 
 def core_job(columns: Sequence[Any], expected_restart: float, queued_at: float | None = None) -> Job:
     """A `Job` for the core from the values of `JOB_COLUMNS`; ids give the arrival order."""
-    job_id, team, priority, gpus, submit_time, gpus_per_node, gpu_type, preemptions, cap, nominated_at = columns
+    job_id, team, priority, gpus, submit_time, gpus_per_node, gpu_type, preemptions, cap, nominated_at, array, index = (
+        columns
+    )
     return Job(
         str(job_id),
         team,
@@ -87,6 +92,7 @@ def core_job(columns: Sequence[Any], expected_restart: float, queued_at: float |
         order=job_id,
         nominated=nominated_at is not None,
         queued_at=queued_at,
+        task=job_label(job_id, array, index) if array is not None else None,
     )
 
 

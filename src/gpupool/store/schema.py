@@ -24,6 +24,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from gpupool.model import job_label
+
 
 class Base(DeclarativeBase):
     pass
@@ -185,6 +187,11 @@ class JobRow(Base):
     """After such a failure: the job is held until then (a back-off), then tried again."""
     launch_error: Mapped[str | None] = mapped_column(String(500), default=None)
     """What went wrong at its last launch that failed for the scheduler's reasons."""
+
+    @property
+    def label(self) -> str:
+        """The job as people name it (`model.job_label`)."""
+        return job_label(self.id, self.array_id, self.array_index)
 
 
 class AttemptRow(Base):

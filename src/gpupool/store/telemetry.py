@@ -75,6 +75,8 @@ class Listed:
     wait_reason: str | None
     wait_message: str | None
     submit_time: float
+    array_id: int | None
+    array_index: int | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import select, true
 
-from gpupool.model import JobState
+from gpupool.model import JobState, job_label
 from gpupool.store.base import StoreBase
 from gpupool.store.schema import AttemptRow, JobRow, NodeRow, PlacementRow
 
@@ -26,8 +26,10 @@ class GpuView:
     user: str | None = None
     for_job: int | None = None
     """For draining and held GPUs: the job they are freed or kept for."""
-    task: str | None = None
-    """`ARRAY_INDEX` when the holder is a task of a job array."""
+    job_label: str | None = None
+    """The holder as people name it (`model.job_label`)."""
+    for_label: str | None = None
+    """`for_job` as people name it."""
 
 
 class ViewsStore(StoreBase):
@@ -70,6 +72,13 @@ class ViewsStore(StoreBase):
                 for node, ids in (gpus or {}).items():
                     for gpu in ids:
                         kept[(node, int(gpu))] = job_id
+            wanted = set(kept.values())
+            wanted |= {notice_for for _, _, _, notice_for, *_ in held.values() if notice_for is not None}
+            labels = self.labels_in(s, wanted)
+
+        def _label(job_id: int | None) -> str | None:
+            return None if job_id is None else labels.get(job_id, str(job_id))
+
         views = []
         for n in nodes:
             for gpu in range(n.gpus):
@@ -78,10 +87,11 @@ class ViewsStore(StoreBase):
                     job, team, user, notice_for, timeout_at, array, index = held[key]
                     leaving = notice_for is not None or timeout_at is not None  # notice, or its time limit
                     state = "draining" if leaving else "allocated"
-                    task = f"{array}_{index}" if array is not None else None
-                    views.append(GpuView(n.name, gpu, state, job, team, user, notice_for or kept.get(key), task))
+                    label = job_label(job, array, index)
+                    for_job = notice_for or kept.get(key)
+                    views.append(GpuView(n.name, gpu, state, job, team, user, for_job, label, _label(for_job)))
                 elif key in kept:
-                    views.append(GpuView(n.name, gpu, "held", for_job=kept[key]))
+                    views.append(GpuView(n.name, gpu, "held", for_job=kept[key], for_label=_label(kept[key])))
                 else:
                     views.append(GpuView(n.name, gpu, "idle"))
         return nodes, views

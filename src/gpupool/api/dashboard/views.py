@@ -17,7 +17,7 @@ from gpupool.api.context import Context
 from gpupool.api.dashboard import svg
 from gpupool.api.logs import read_part
 from gpupool.errors import Forbidden, GpupoolError
-from gpupool.model import JobState
+from gpupool.model import JobState, job_label
 from gpupool.units import gpu_time, human_seconds
 
 GPU_STATES = ("idle", "allocated", "draining", "held", "down")
@@ -43,7 +43,8 @@ class Cell:
     team: str | None = None
     user: str | None = None
     for_job: int | None = None
-    task: str | None = None
+    job_label: str | None = None
+    for_label: str | None = None
     visible: bool = False
     """Whether the token sees the holder's job in full (a link to its page)."""
 
@@ -82,7 +83,9 @@ def pool(ctx: Context, who: Principal, page: int = 1, state: str | None = None) 
         # As access.gpu_view: another team's holder by team and job, never by user.
         visible = g.team is not None and access.sees_in_full(who, g.team)
         by_node[g.node].append(
-            Cell(g.gpu, g.state, g.job, g.team, g.user if visible else None, g.for_job, g.task, visible)
+            Cell(
+                g.gpu, g.state, g.job, g.team, g.user if visible else None, g.for_job, g.job_label, g.for_label, visible
+            )
         )
     views = [
         NodeView(n.name, n.gpu_type, True, by_node[n.name])
@@ -104,6 +107,7 @@ def pool(ctx: Context, who: Principal, page: int = 1, state: str | None = None) 
 @dataclass
 class JobLine:
     id: int
+    label: str
     team: str
     priority: str
     state: str
@@ -134,7 +138,8 @@ def queue(ctx: Context, who: Principal, now: float, team: str | None, cls: str |
 
     def line(row: Any) -> JobLine:
         visible = access.sees_in_full(who, row.team)
-        shown = JobLine(row.id, row.team, row.priority, row.state, row.gpus, visible, place=places.get(row.id))
+        label = job_label(row.id, row.array_id, row.array_index)
+        shown = JobLine(row.id, label, row.team, row.priority, row.state, row.gpus, visible, place=places.get(row.id))
         if not visible:
             return shown  # as JobBriefOut: id, team, class, state, GPUs (and its place in line)
         shown.name, shown.user = row.name, row.user or ""
@@ -203,6 +208,7 @@ def teams(ctx: Context, now: float, window: float = 86400.0) -> dict[str, Any]:
 @dataclass
 class Cut:
     job: int
+    label: str
     team: str
     priority: str
     cut: Interruption
@@ -220,16 +226,20 @@ def interruptions(ctx: Context, who: Principal, now: float, since: float, shown:
     partial = len(job_ids) > shown
     job_ids = job_ids[:shown]
     accounts = ctx.store.accounts(now, job_ids=job_ids) if job_ids else []
+    labels = ctx.store.labels(job_ids)
     cuts = sorted(
         (
             Cut(
                 a.job_id,
+                labels.get(a.job_id, str(a.job_id)),
                 a.team,
                 a.priority,
                 i,
                 when(i.at, now),
                 gpu_time(i.lost),
-                "waiting" if i.delay is None else f"after {human_seconds(i.delay)} in line",
+                ("never, it ended" if a.ended else "waiting")
+                if i.delay is None
+                else f"after {human_seconds(i.delay)} in line",
             )
             for a in accounts
             for i in a.interruptions
@@ -262,7 +272,7 @@ def interruptions(ctx: Context, who: Principal, now: float, since: float, shown:
 def job(ctx: Context, who: Principal, job_id: int, now: float) -> dict[str, Any]:
     row = ctx.store.job(job_id)
     if not access.sees_in_full(who, row.team):
-        raise Forbidden(f"{who} may not see job {job_id} of team {row.team}")
+        raise Forbidden(f"{who} may not see job {row.label} of team {row.team}")
     attempts = ctx.store.attempts(job_id)
     accounts = ctx.store.accounts(now, job_ids=[job_id])
     account = accounts[0] if accounts else None
@@ -283,6 +293,7 @@ def job(ctx: Context, who: Principal, job_id: int, now: float) -> dict[str, Any]
             log = f"its output cannot be read now ({exc.strerror})"
     return {
         "job": row,
+        "label": row.label,
         "attempts": [
             {
                 "row": a,

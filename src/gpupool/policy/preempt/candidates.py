@@ -34,11 +34,13 @@ class Candidate:
     """Its team's weighted share when the candidates were built (at the decision's first
     victim search): a tie-break of `victim_order`."""
     id: JobId = field(init=False)
+    label: str = field(init=False)
     team: str = field(init=False)
     gpus: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.id = self.running.job.id
+        self.label = self.running.job.label
         self.team = self.running.job.team
         self.gpus = self.running.job.gpus
 
@@ -122,8 +124,8 @@ class Crowd(Protocol):
         """How many there are."""
         ...
 
-    def first(self, k: int) -> list[JobId]:
-        """The `k` first ids, in order."""
+    def first(self, k: int) -> list[str]:
+        """The `k` first, in order, as people name them (`Job.label`)."""
         ...
 
     def members(self) -> Iterator[Candidate]:
@@ -151,8 +153,8 @@ class ListedCrowd:
     def count(self) -> int:
         return len(self.listed) - sum(1 for j in self.chosen if j in self.ids)
 
-    def first(self, k: int) -> list[JobId]:
-        return [c.id for c in itertools.islice(self.members(), k)]
+    def first(self, k: int) -> list[str]:
+        return [c.label for c in itertools.islice(self.members(), k)]
 
     def members(self) -> Iterator[Candidate]:
         return (c for c in self.listed if c.id not in self.chosen)

@@ -151,17 +151,17 @@ def _read_one(
         if could_take(c, job.team, cls, by_team, senior, shares):
             words, detail = _protection_words(c, now)
             if c.protection.until is not None:
-                found.protected.append((c.protection.until, c.id, words, f"job {c.id}{detail}"))
+                found.protected.append((c.protection.until, c.label, words, f"job {c.label}{detail}"))
             else:
-                found.lasting.setdefault(words, []).append((_Run([c.id], 1), detail))
+                found.lasting.setdefault(words, []).append((_Run([c.label], 1), detail))
         return
     if not searches:
         return
     refused = refusal(c, searches, shares)
     if refused is not None:
-        found.refused.setdefault((refused.rule, refused.numbers), []).append(_Run([c.id], 1))
+        found.refused.setdefault((refused.rule, refused.numbers), []).append(_Run([c.label], 1))
     elif any(takes_to_floor(c, who, shares) for who in strict):
-        found.floored.setdefault(c.team, []).append((_Run([c.id], 1), c.gpus))
+        found.floored.setdefault(c.team, []).append((_Run([c.label], 1), c.gpus))
 
 
 def _protection_words(c: Candidate, now: float) -> tuple[str, str]:

@@ -130,7 +130,7 @@ def _give_notice(decision: Decision, job: Job, slots: list[Slot], victims: list[
         decision.preemptions.append(Preempt(candidate.id, job.id, deadline, victim.reason, message))
     held = tuple(Allocation(free.nodes[i].name, gpus) for i, gpus in placement)
     decision.shares.add(job.team, job.gpus)
-    decision.hold(job, held, [v.candidate.id for v in victims], max(deadlines))
+    decision.hold(job, held, [v.candidate.label for v in victims], max(deadlines))
 
 
 def _note_retry(decision: Decision, who: Preemptor, shapes: tuple[Shape, ...]) -> None:
