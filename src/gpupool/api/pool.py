@@ -100,6 +100,9 @@ def users(who: Who, ctx: Ctx) -> list[UserOut]:
 def set_user(name: Name, body: UserIn, who: Who, ctx: Ctx) -> UserOut:
     """Create a user in a team (or move one); `new_token` makes their token, shown once."""
     token = secrets.token_urlsafe(24) if body.new_token else None
+    if body.team is not None:
+        # A user whose jobs no OS user could run is refused now, not at their first submit.
+        ctx.service.check_runnable(check_name("user", name), body.team)
     row = ctx.store.set_user(check_name("user", name), team=body.team, token_hash=token_hash(token) if token else None)
     return UserOut(name=row.name, team=row.team, token=token)
 

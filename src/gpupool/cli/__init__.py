@@ -12,15 +12,18 @@ errors) is `common`'s; tables that fit the terminal are `table`'s.
 from __future__ import annotations
 
 from importlib.metadata import version
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+import typer.core
+import typer.main
 
 # The modules, not their commands: a command named as its module would hide it.
 from gpupool.cli import advise, demo, export, jobs, pool, report, simulate, submit, up
 from gpupool.cli.common import HELP, console
 
 app = typer.Typer(
+    rich_markup_mode=None,
     help="gpupool: one shared GPU pool, priority as a job attribute.",
     no_args_is_help=True,
     add_completion=False,
@@ -67,5 +70,31 @@ app.add_typer(pool.user_app, name="user")
 app.command("advise", context_settings=HELP)(advise.advise_command)
 
 
+class NamedArgument(typer.core.TyperArgument):
+    """An argument shown by its name (`JOB`, `[JOB]...`), without its Python type
+    (`<list[str]>`), nor braces around a required one (`{JOB}`): as Slurm's usage lines."""
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None
+
+    def _usage_display_name(self) -> str:
+        name = str(self.display_name_raw) if self.required else f"[{self.display_name_raw}]"
+        return name + ("..." if self.nargs != 1 else "")
+
+
+def named_values(command: Any) -> Any:
+    """`command` (typer's click command) and its subcommands with every value shown by its name,
+    as Slurm's help shows them (`--team TEAM`, `JOB...`), not by its Python type (`<str>`)."""
+    for param in command.params:
+        if isinstance(param, typer.core.TyperOption) and not param.is_flag and param.metavar is None and param.name:
+            param.metavar = param.name.upper()
+        elif type(param) is typer.core.TyperArgument:
+            param.__class__ = NamedArgument
+            param.metavar = param.metavar or (param.name or "value").upper()
+    for sub in getattr(command, "commands", {}).values():
+        named_values(sub)
+    return command
+
+
 def main() -> None:
-    app()
+    named_values(typer.main.get_command(app))()

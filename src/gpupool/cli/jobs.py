@@ -341,7 +341,7 @@ def interruptions_table(
 
 def cancel(
     jobs: Annotated[
-        list[str] | None, typer.Argument(metavar="[JOB]...", help="Job ids, ARRAY_INDEX, or an array's id.")
+        list[str] | None, typer.Argument(metavar="JOB", help="Job ids, ARRAY_INDEX, or an array's id.")
     ] = None,
     user: Annotated[str | None, typer.Option("--user", "-u", help="Every live job of this user.")] = None,
     team: Annotated[str | None, typer.Option("--team", "-A", help="Every live job of this team.")] = None,
@@ -408,7 +408,9 @@ def logs(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing until the job ends; exit with its outcome.")
     ] = False,
-    attempt: Annotated[int | None, typer.Option(help="Attempt number (default: the latest; -f follows each).")] = None,
+    attempt: Annotated[
+        int | None, typer.Option(help="Attempt number (default: the latest; -f follows each, from the first).")
+    ] = None,
     stderr: Annotated[bool, typer.Option("--stderr", help="Standard error instead of output.")] = False,
     rank: Annotated[int, typer.Option(min=0, help="Which member of a multi-node job (0 writes -o/-e).")] = 0,
     config: ConfigOption = None,
@@ -425,7 +427,8 @@ def logs(
         last = tasks[-1]["array_index"]
         raise fail(f"{job_ref} is an array of {len(tasks)} tasks: name one, as {job_ref}_0 to {job_ref}_{last}")
     stream = "stderr" if stderr else "stdout"
-    number = attempt if attempt is not None else max(0, job["attempts"] - 1)
+    # Followed, a job's output is every attempt's, from the first: a flaky job's first try too.
+    number = attempt if attempt is not None else 0 if follow else max(0, job["attempts"] - 1)
     offset = 0
 
     def drain() -> None:
@@ -445,11 +448,11 @@ def logs(
             return
         job = call(api_client.job, job["id"])
         if attempt is None and job["attempts"] - 1 > number:
-            # A new attempt: the end of the last one first, then the new one from its start,
-            # unless every attempt writes one file.
+            # The next attempt: the end of this one first, then the next from its start, unless
+            # every attempt writes one file.
             drain()
             template = job["error"] if stderr and job["error"] else job["output"]
-            number = job["attempts"] - 1
+            number += 1
             offset = offset if template is not None and not PER_ATTEMPT.search(template) else 0
             continue
         if ended(job):

@@ -73,7 +73,10 @@ def pool(as_json: JsonOption = False, config: ConfigOption = None, api: ApiOptio
 
 
 team_app = typer.Typer(
-    help="Teams: weights, guarantees, budgets, allowed classes, tokens.", no_args_is_help=True, context_settings=HELP
+    rich_markup_mode=None,
+    help="Teams: weights, guarantees, budgets, allowed classes, tokens.",
+    no_args_is_help=True,
+    context_settings=HELP,
 )
 
 
@@ -150,7 +153,10 @@ def team_set(
 
 
 user_app = typer.Typer(
-    help="Users: who submits, in which team, with a token each.", no_args_is_help=True, context_settings=HELP
+    rich_markup_mode=None,
+    help="Users: who submits, in which team, with a token each.",
+    no_args_is_help=True,
+    context_settings=HELP,
 )
 
 

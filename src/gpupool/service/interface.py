@@ -36,8 +36,8 @@ class Service(Protocol):
         ...
 
     def open_log(self, job: JobRow, attempt: int, stream: str, rank: int = 0) -> BinaryIO | None:
-        """A member's log, open for reading, or None if there is none yet; a `Conflict` for a
-        file a job of another OS user chose (the service never opens it)."""
+        """A member's log, open for reading, or None if there is none yet; a file a job of
+        another OS user chose is opened with that user's rights (a `Conflict` if it cannot be)."""
         ...
 
 

@@ -92,8 +92,12 @@ class ControlLoop:
 
     def open_log(self, job: JobRow, attempt: int, stream: str, rank: int = 0) -> BinaryIO | None:
         """A member's log, open for reading, or None if there is none yet (`Workspace.open_log`:
-        a file a job of another OS user chose is never opened)."""
-        return self.workspace.open_log(job, attempt, stream, rank, self.executor.logs, self.job_user is not None)
+        a file a job of another OS user chose is opened with that user's rights)."""
+        try:
+            user = job_user(self.job_user, job.user, job.team)
+        except LookupError as exc:
+            raise Conflict(f"job {job.label}'s log cannot be read: {exc}") from None
+        return self.workspace.open_log(job, attempt, stream, rank, self.executor.logs, user)
 
     def check_runnable(self, user: str | None, team: str) -> None:
         """Refuse, at submit, a job no OS user could run: `InvalidInput` saying why."""

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from gpupool.errors import Conflict
-from gpupool.executors.users import JobUser, give
+from gpupool.executors.users import JobUser, give, open_as
 from gpupool.store.schema import JobRow, StoreIdentityRow
 
 MemberLogs = Callable[[int, int, int, str, Path], BinaryIO | None]
@@ -117,18 +117,21 @@ class Workspace:
         return stdout, stderr
 
     def open_log(
-        self, job: JobRow, attempt: int, stream: str, rank: int, member_logs: MemberLogs, foreign: bool
+        self, job: JobRow, attempt: int, stream: str, rank: int, member_logs: MemberLogs, user: JobUser | None
     ) -> BinaryIO | None:
-        """A member's log, open for reading, or None if there is none yet. A job whose user
-        is not the scheduler's (`foreign`) chose where its `-o`/`-e` files are: the scheduler
-        never opens such a path (a link, a FIFO or a device there would be opened with its
-        rights), so it is refused with where to read it; the logs in the job's own folder come
-        from the executor (`member_logs`), wherever the member ran."""
+        """A member's log, open for reading, or None if there is none yet. A job that runs as
+        another OS user (`user`) chose where its `-o`/`-e` files are: such a path is opened with
+        that user's rights (`open_as`), never the scheduler's (a link, a FIFO or a device there
+        must not be opened as root); the logs in the job's own folder come from the executor
+        (`member_logs`), wherever the member ran."""
         if self.log_template(job, stream) is None or rank != 0:
             return member_logs(job.id, attempt, rank, stream, self.attempt_dir(job.id, attempt))
         path = self.log_file(job, attempt, stream)
-        if foreign:
-            raise Conflict(f"job {job.label} writes its {stream} to {path}, a file of its user's: read it there")
+        if user is not None:
+            try:
+                return open_as(user, path)
+            except OSError as exc:
+                raise Conflict(f"job {job.label} writes its {stream} to {path}, which cannot be read: {exc}") from None
         try:
             return path.open("rb")
         except OSError:
