@@ -42,8 +42,10 @@ most 1,000,000,000, `max_preemptions` and `max_node_losses` at most 2147483647. 
 
 from __future__ import annotations
 
+import os
 import re
 import string
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -363,6 +365,32 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 )
             first[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
+
+
+SYSTEM_CONFIG = Path("/etc/gpupool")
+"""Where an admin puts the service's file (`gpupool.yaml`) and the users' (`client.yaml`)."""
+
+
+def client_config(given: Path | None, environ: Mapping[str, str], system: Path = SYSTEM_CONFIG) -> Path | None:
+    """The file the command line reads to reach the service: `--config`, else
+    `$GPUPOOL_CONFIG`, else the machine's `client.yaml`, else the service's own `gpupool.yaml`
+    there (its `service.api_url`, or host and port, and its data directory), else none (the
+    embedded defaults)."""
+    if given is not None:
+        return given
+    if environ.get("GPUPOOL_CONFIG"):
+        return Path(environ["GPUPOOL_CONFIG"])
+    return next((p for p in (system / "client.yaml", system / "gpupool.yaml") if os.access(p, os.R_OK)), None)
+
+
+def service_config(given: Path | None, environ: Mapping[str, str], system: Path = SYSTEM_CONFIG) -> Path | None:
+    """The file `gpupool up` runs with: `--config`, else `$GPUPOOL_CONFIG`, else the machine's
+    `gpupool.yaml`, else none (the embedded defaults)."""
+    if given is not None:
+        return given
+    if environ.get("GPUPOOL_CONFIG"):
+        return Path(environ["GPUPOOL_CONFIG"])
+    return system / "gpupool.yaml" if (system / "gpupool.yaml").exists() else None
 
 
 def load_spec(path: Path | None) -> ConfigSpec:

@@ -64,7 +64,7 @@ router = APIRouter()
     "/jobs",
     status_code=201,
     response_model=JobOut,
-    responses={201: REPLAYED, **responses(400, 401, 403, 409, 413, 422, 503)},
+    responses={201: REPLAYED, **responses(400, 401, 403, 404, 409, 413, 422, 503)},
 )
 async def submit(
     body: JobIn,

@@ -74,7 +74,7 @@ def teams(who: Who, ctx: Ctx) -> list[TeamOut]:
     ]
 
 
-@router.put("/teams/{name}", response_model=TeamOut, responses=CHANGES)
+@router.put("/teams/{name}", response_model=TeamOut, responses=responses(400, 401, 403, 409, 413, 422, 503))
 def set_team(name: Name, body: TeamIn, who: Who, ctx: Ctx) -> TeamOut:
     """Create or change a team: only the fields sent change."""
     token = secrets.token_urlsafe(24) if body.new_token else None

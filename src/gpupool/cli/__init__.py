@@ -19,7 +19,7 @@ import typer.core
 import typer.main
 
 # The modules, not their commands: a command named as its module would hide it.
-from gpupool.cli import advise, demo, export, jobs, pool, report, simulate, submit, up
+from gpupool.cli import advise, demo, export, jobs, login, pool, report, simulate, submit, up
 from gpupool.cli.common import HELP, console
 
 app = typer.Typer(
@@ -62,6 +62,7 @@ COMMANDS = (
     pool.classes,
     report.report,
     export.export,
+    login.login,
 )
 for command in COMMANDS:
     app.command(context_settings=HELP)(command)

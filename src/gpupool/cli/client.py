@@ -43,6 +43,35 @@ RETRIED = (httpx.ConnectError, httpx.ReadError, httpx.WriteError, httpx.RemotePr
 """Transport errors after which the request may or may not have been received."""
 
 
+def token_file() -> Path:
+    """Where `gpupool login` keeps this user's token: `$XDG_CONFIG_HOME/gpupool/token`, by
+    default `~/.config/gpupool/token`, readable by the user alone."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "gpupool" / "token"
+
+
+def user_token() -> str | None:
+    """The token in this user's token file, if there is one; refused if others may read it."""
+    path = token_file()
+    try:
+        mode = path.stat().st_mode
+        if mode & 0o077:
+            raise GpupoolError(f"{path} may be read by others (mode {mode & 0o777:o}): chmod 600 {path}")
+        return path.read_text().strip() or None
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise GpupoolError(f"{path}: cannot read the token ({exc.strerror})") from None
+
+
+def admin_token(data_dir: Path) -> str | None:
+    """The service's admin token, where this user may read it (root, on a shared machine)."""
+    try:
+        return (data_dir / "admin.token").read_text().strip() or None
+    except OSError:
+        return None
+
+
 class Client:
     def __init__(self, url: str, token: str, timeout: float = 30.0) -> None:
         self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout)
@@ -52,15 +81,14 @@ class Client:
 
     @classmethod
     def from_env(cls, url: str | None, data_dir: Path) -> Client:
-        """`GPUPOOL_API` and `GPUPOOL_TOKEN` when set, else the local service's address and the
-        admin token of its data directory."""
-        token = os.environ.get("GPUPOOL_TOKEN")
+        """`GPUPOOL_API` and the token: `GPUPOOL_TOKEN`, else the user's token file (`gpupool
+        login` writes it), else the admin token of the service's data directory."""
+        token = os.environ.get("GPUPOOL_TOKEN") or user_token() or admin_token(data_dir)
         if token is None:
-            path = data_dir / "admin.token"
-            try:
-                token = path.read_text().strip()
-            except OSError:
-                raise GpupoolError(f"no token: set GPUPOOL_TOKEN, or start `gpupool up` (it writes {path})") from None
+            raise GpupoolError(
+                f"no token: run `gpupool login` with the token your admin gave you, or set GPUPOOL_TOKEN "
+                f"(the admin's is {data_dir / 'admin.token'}, written by `gpupool up`)"
+            )
         return cls(url or os.environ.get("GPUPOOL_API") or "http://127.0.0.1:8470", token)
 
     def send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:

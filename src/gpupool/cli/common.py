@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from gpupool.cli.client import Client, Unavailable, Unreachable
-from gpupool.config import load_spec
+from gpupool.config import client_config, load_spec
 from gpupool.errors import Conflict, Forbidden, GpupoolError, NotFound, Unauthorized
 from gpupool.model import ENDED, JobState
 
@@ -48,7 +48,13 @@ HELP = {"help_option_names": ["-h", "--help"]}
 console = Console()
 errors = Console(stderr=True)
 
-ConfigOption = Annotated[Path | None, typer.Option("--config", help="YAML configuration (defaults when omitted).")]
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="YAML configuration (default: $GPUPOOL_CONFIG, else /etc/gpupool/client.yaml or gpupool.yaml).",
+    ),
+]
 ApiOption = Annotated[
     str | None, typer.Option("--api", help="Address of the service (default: $GPUPOOL_API, else the configuration's).")
 ]
@@ -136,10 +142,20 @@ def when(timestamp: float | None, now: float | None = None) -> str:
     return moment.strftime("%H:%M:%S") if moment.date() == today else moment.strftime("%Y-%m-%d %H:%M")
 
 
-def client(config: Path | None, api: str | None) -> Client:
-    """The API client: `--api` wins over `$GPUPOOL_API`, which wins over the configuration."""
+def client_url(config: Path | None, api: str | None) -> str:
+    """Where the service is: `--api`, else `$GPUPOOL_API`, else the configuration's."""
     try:
-        spec = load_spec(config)
+        return api or os.environ.get("GPUPOOL_API") or load_spec(client_config(config, os.environ)).service.url
+    except GpupoolError as exc:
+        failed(exc)
+
+
+def client(config: Path | None, api: str | None) -> Client:
+    """The API client: `--api` wins over `$GPUPOOL_API`, which wins over the configuration
+    (`config.client_config`: --config, $GPUPOOL_CONFIG, /etc/gpupool's client.yaml or
+    gpupool.yaml)."""
+    try:
+        spec = load_spec(client_config(config, os.environ))
         return Client.from_env(api or os.environ.get("GPUPOOL_API") or spec.service.url, spec.service.data_path)
     except GpupoolError as exc:
         failed(exc)

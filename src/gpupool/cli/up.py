@@ -3,13 +3,15 @@ or SIGTERM; the options that override the configuration's `service` section."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 
-from gpupool.cli.common import ConfigOption, console, fail
-from gpupool.config import load_spec, parse_spec
+from gpupool.cli.common import console, fail
+from gpupool.config import load_spec, parse_spec, service_config
 
 RunAsOption = Annotated[
     str | None,
@@ -42,7 +44,10 @@ StoreOption = Annotated[
 
 
 def up(
-    config: ConfigOption = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="YAML configuration (default: $GPUPOOL_CONFIG, else /etc/gpupool/gpupool.yaml)."),
+    ] = None,
     run_as: RunAsOption = None,
     executor: ExecutorOption = None,
     ray_address: RayAddressOption = None,
@@ -55,7 +60,7 @@ def up(
     from gpupool.up import shut_down, start
 
     try:
-        spec = load_spec(config)
+        spec = load_spec(service_config(config, os.environ))
         given = {"run_as": run_as, "executor": executor, "ray_address": ray_address, "store": store}
         options = {key: value for key, value in given.items() if value is not None}
         if options:

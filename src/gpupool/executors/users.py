@@ -16,8 +16,6 @@ import os
 import pwd
 import socket
 import stat
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -74,48 +72,45 @@ def give(path: Path, user: JobUser | None, mode: int) -> None:
     os.chmod(path, mode)
 
 
-_OPEN_AS = """
-import os, socket, stat, sys
-channel = socket.socket(fileno=int(sys.argv[1]))
-try:
-    fd = os.open(sys.argv[2], os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
-except OSError as exc:
-    channel.sendall(("%d %s" % (exc.errno, exc.strerror)).encode())
-    sys.exit(0)
-socket.send_fds(channel, [b"ok"], [fd])
-"""
-"""Opens a file with its user's rights and hands the open file back over a Unix socket (run as
-`python -I -S -c`, as that user): the scheduler reads what the user may read, nothing else."""
-
-
 def open_as(user: JobUser, path: Path) -> BinaryIO | None:
     """`path` opened for reading with `user`'s rights (their uid, group and supplementary
     groups), or None if it does not exist. A path a job chose (`-o`) may be a link, a FIFO or a
     device: opened as its user, a link leads only where the user may read; anything but a
-    regular file is refused (`OSError`); non-blocking, so that a FIFO never hangs the caller."""
+    regular file is refused (`OSError`); non-blocking, so that a FIFO never hangs the caller.
+
+    A forked child takes the user's identity, opens the file and hands the open file back over
+    a Unix socket: it makes system calls only, then `_exit` (no interpreter of the user's to
+    start: the scheduler's own may be out of the user's reach)."""
+    groups = os.getgrouplist(user.name, user.gid)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     with ours, theirs:
-        done = subprocess.run(
-            [sys.executable, "-I", "-S", "-c", _OPEN_AS, str(theirs.fileno()), str(path)],
-            user=user.uid,
-            group=user.gid,
-            extra_groups=os.getgrouplist(user.name, user.gid),
-            pass_fds=(theirs.fileno(),),
-            env={},
-            cwd="/",
-            capture_output=True,
-            timeout=30,
-            check=False,
-        )
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child (its outcome is what the parent reads)
+            code = 1
+            try:
+                ours.close()
+                os.setgroups(groups)
+                os.setgid(user.gid)
+                os.setuid(user.uid)
+                try:
+                    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+                except OSError as exc:
+                    theirs.sendall(f"{exc.errno} {exc.strerror}".encode())
+                else:
+                    socket.send_fds(theirs, [b"ok"], [fd])
+                code = 0
+            finally:
+                os._exit(code)
         theirs.close()
-        if done.returncode != 0:
-            raise OSError(f"could not open {path} as {user.name}: {done.stderr.decode(errors='replace')[-500:]}")
         message, fds, _, _ = socket.recv_fds(ours, 512, 1)
+        _, status = os.waitpid(pid, 0)
     if not fds:
         number, _, reason = message.decode(errors="replace").partition(" ")
-        if int(number or 0) == errno.ENOENT:
+        if not number.isdigit() or os.waitstatus_to_exitcode(status) != 0:
+            raise OSError(f"could not open {path} as {user.name}")
+        if int(number) == errno.ENOENT:
             return None
-        raise OSError(int(number or 0), reason)
+        raise OSError(int(number), reason)
     stream = os.fdopen(fds[0], "rb")
     if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
         stream.close()

@@ -1,0 +1,231 @@
+"""Day two on a shared machine: an admin and two students, ana (team nlp) and ben (team vision),
+each an OS user whose jobs run as them (`run_as: submitter`), as the trial of issue 33 ran it.
+Each step names the defect it found."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gpupool.config import client_config, service_config
+from tests.support.live import Service, running, state, wait_for
+
+STUDENTS = {"ana": "nlp", "ben": "vision"}
+
+LAB = """
+service: {{data_dir: {data}, port: {port}, virtual_gpus: 4, interval: 0.2, run_as: submitter}}
+classes:
+  high: {{value: 100, may_preempt: true, preemptible: false, min_runtime: 0s, grace_period: 2s}}
+  low: {{value: 0, may_preempt: false, preemptible: true, min_runtime: 0s, grace_period: 2s}}
+teams:
+  nlp: {{weight: 1, guaranteed_gpus: 2}}
+  vision: {{weight: 1, guaranteed_gpus: 2}}
+"""
+
+
+def ensure_user(name: str) -> None:
+    if subprocess.run(["id", name], capture_output=True, check=False).returncode != 0:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True)
+
+
+@pytest.fixture
+def lab() -> Iterator[Service]:
+    """`gpupool up` on 4 virtual GPUs, jobs as their submitters, under /tmp (the students must
+    pass through the data directory's parents), with a folder both may write (`work`)."""
+    for name in STUDENTS:
+        ensure_user(name)
+    top = Path(tempfile.mkdtemp(prefix="gpupool-day-two-"))
+    top.chmod(0o711)
+    work = top / "work"
+    work.mkdir()
+    work.chmod(0o1777)
+    service = Service(top)
+    service.config.write_text(LAB.format(data=service.data, port=service.port))
+    service.work = work  # type: ignore[attr-defined]
+    try:
+        yield from running(service)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def token_of(added: subprocess.CompletedProcess[str]) -> str:
+    assert added.returncode == 0, added.stderr
+    return next(line.split()[-1] for line in added.stdout.splitlines() if "token" in line.lower())
+
+
+class Student:
+    def __init__(self, lab: Service, name: str) -> None:
+        self.lab, self.name = lab, name
+        self.env = dict(lab.env, GPUPOOL_TOKEN=token_of(lab.cli("user", "add", name, "--team", STUDENTS[name])))
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return self.lab.run_cli(self.env, *args, cwd=self.lab.work)  # type: ignore[attr-defined]
+
+    def submit(self, *args: str) -> int:
+        done = self.run("submit", "--parsable", *args)
+        assert done.returncode == 0, done.stderr
+        return int(done.stdout.strip().split(";")[0])
+
+    def json(self, *args: str) -> Any:
+        done = self.run(*args, "--json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+
+def test_an_admin_and_two_students_through_a_day_of_ordinary_work(lab: Service) -> None:
+    # 5: a guarantee the pool cannot keep, and a user no OS user could run for, are refused.
+    too_much = lab.cli("team", "set", "vision", "--guaranteed-gpus", "20")
+    assert too_much.returncode == 5, too_much.stderr
+    assert "guarantees to 22 GPUs, and the pool has 4" in " ".join(too_much.stderr.split())
+    assert subprocess.run(["id", "zed"], capture_output=True, check=False).returncode != 0
+    zed = lab.cli("user", "add", "zed", "--team", "nlp")
+    assert zed.returncode == 2 and "no OS user 'zed'" in zed.stderr, zed.stderr
+    ana, ben = Student(lab, "ana"), Student(lab, "ben")
+
+    # ben fills the pool with an array that writes with -o.
+    array = ben.submit(
+        "-p",
+        "low",
+        "--array",
+        "0-3",
+        "-o",
+        "out-%A_%a.log",
+        "--",
+        "sh",
+        "-c",
+        "echo hi $GPUPOOL_ARRAY_INDEX; sleep 600",
+    )
+    tasks = [f"{array}_{i}" for i in range(4)]
+    wait_for(lambda: all(j["state"] == "running" for j in ben.json("queue")))
+    # 1: the scheduler serves a log its user wrote with -o, read with their rights.
+    wait_for(lambda: ben.run("logs", tasks[1]).stdout == "hi 1\n")
+    # 2: another team's tasks are listed by ARRAYID_INDEX, in the queue and in the pool.
+    assert sorted(j["label"] for j in ana.json("queue")) == tasks
+    listed = ana.run("queue").stdout
+    assert all(t in listed for t in tasks), listed
+    assert f"vision/{tasks[0]}" in " ".join(ana.run("pool").stdout.split())
+
+    # ana's urgent job takes one of ben's GPUs: the notice names the task, and so do the events.
+    urgent = ana.submit("-p", "high", "--", "sleep", "600")
+    wait_for(lambda: state(lab, urgent) == "running", timeout=60)
+    events = lab.get("/events").json()  # type: ignore[union-attr]
+    [notice] = [e for e in events if e["kind"] == "preempting"]
+    victim = notice["job_label"]
+    assert victim in tasks and f"preempted job {victim} (team vision" in notice["message"], notice
+    assert victim in lab.cli("events").stdout
+    # 4: a running job has no reason to wait, though it waited for a drain before it started.
+    mine = next(j for j in ana.json("queue") if j["id"] == urgent)
+    assert mine["state"] == "running" and (mine["wait_reason"], mine["wait_message"]) == (None, None)
+    # 2: show of an array's id shows every task.
+    shown = ben.run("show", str(array)).stdout
+    assert all(f"job {t} " in shown for t in tasks), shown
+    refused = ben.run("logs", str(array))
+    assert refused.returncode == 2 and f"name one, as {array}_0 to {array}_3" in refused.stderr
+
+    # 6: Slurm's state names and codes, in any case.
+    wait_for(lambda: state(lab, int(notice["job_id"])) == "pending", timeout=30)
+    assert [j["label"] for j in ben.json("queue", "--state", "PD")] == [victim]
+    assert [j["label"] for j in ben.json("queue", "-t", "pending")] == [victim]
+    assert sorted(j["label"] for j in ben.json("queue", "-t", "R")) == sorted([*set(tasks) - {victim}, str(urgent)])
+    bogus = ben.run("queue", "-t", "bogus")
+    assert bogus.returncode == 2 and "'bogus' is not a job state" in bogus.stderr, bogus.stderr
+    # 7: what does not exist is not found (exit 3), as the table of exit codes says.
+    for wrong in (("-p", "vip"), ("--after", "9999")):
+        done = ben.run("submit", *wrong, "--", "true")
+        assert done.returncode == 3, (wrong, done.stderr)
+    admin = {"Authorization": f"Bearer {(lab.data / 'admin.token').read_text().strip()}"}
+    body = {"command": ["true"], "team": "nope", "user": "ana", "workdir": str(lab.work)}  # type: ignore[attr-defined]
+    nope = httpx.post(f"http://127.0.0.1:{lab.port}/jobs", json=body, headers=admin)
+    assert (nope.status_code, nope.json()["message"]) == (404, "team: unknown team 'nope'")
+
+    # 3: an interrupted task cancelled while it waits ended: it waits for nothing.
+    assert ben.run("cancel", str(array)).returncode == 0
+    everything = lambda: ben.json("queue", "-t", "all")  # noqa: E731
+    wait_for(lambda: all(j["state"] == "cancelled" for j in everything() if j["label"] in tasks), timeout=30)
+    report = lab.get("/report").json()  # type: ignore[union-attr]
+    [cut] = [i for i in report["interruptions"] if i["job_label"] == victim]
+    assert cut["delay"] is None and cut["job_ended"] is True
+    wide = dict(lab.env, COLUMNS="200")
+    assert "waiting" not in lab.run_cli(wide, "report").stdout
+
+    # 10: logs -f started after a flaky job's first attempt shows that attempt too.
+    flaky = ana.submit(
+        "-p", "high", "--max-failures", "1", "--", "sh", "-c", "echo try; test -e again || { touch again; exit 3; }"
+    )
+    wait_for(lambda: state(lab, flaky) == "succeeded", timeout=60)
+    assert ana.run("logs", "-f", str(flaky)).stdout == "try\ntry\n"
+
+
+def test_the_command_line_finds_the_service_without_config_or_token_flags(lab: Service, tmp_path: Path) -> None:
+    """12: the admin's command line with `GPUPOOL_CONFIG` (or /etc/gpupool's files) and no
+    `--config`; a student's after `gpupool login`, with no `GPUPOOL_TOKEN`."""
+    admin = dict(lab.env, GPUPOOL_CONFIG=str(lab.config))
+    command = [sys.executable, "-m", "gpupool", "queue"]
+    done = subprocess.run(command, env=admin, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    home = tmp_path / "home"
+    ana = dict(admin, HOME=str(home), GPUPOOL_TOKEN=token_of(lab.cli("user", "add", "ana", "--team", "nlp")))
+    token = ana.pop("GPUPOOL_TOKEN")
+    nothing = subprocess.run(
+        command, env=dict(ana, HOME=str(home)), capture_output=True, text=True, timeout=60, check=False
+    )
+    assert nothing.returncode == 0, "the admin token of the data directory, which root may read"
+    wrong = subprocess.run(
+        [sys.executable, "-m", "gpupool", "login", "--token-stdin"],
+        env=ana,
+        input="nonsense\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert wrong.returncode == 5, wrong.stderr
+    assert not (home / ".config" / "gpupool" / "token").exists()
+    login = subprocess.run(
+        [sys.executable, "-m", "gpupool", "login", "--token-stdin"],
+        env=ana,
+        input=token + "\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert login.returncode == 0, login.stderr
+    kept = home / ".config" / "gpupool" / "token"
+    assert kept.read_text().strip() == token and kept.stat().st_mode & 0o777 == 0o600
+    users = subprocess.run(
+        [sys.executable, "-m", "gpupool", "user", "list"],
+        env=ana,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert users.returncode == 0, users.stderr
+    assert "ana" in users.stdout and "ben" not in users.stdout
+    kept.chmod(0o644)
+    loose = subprocess.run(command, env=ana, capture_output=True, text=True, timeout=60, check=False)
+    assert loose.returncode != 0 and "chmod 600" in loose.stderr
+
+
+def test_the_files_the_command_line_and_the_service_read_without_config(tmp_path: Path) -> None:
+    system = tmp_path / "etc"
+    assert client_config(None, {}, system) is None and service_config(None, {}, system) is None
+    system.mkdir()
+    (system / "gpupool.yaml").write_text("service: {port: 9000}\n")
+    assert client_config(None, {}, system) == system / "gpupool.yaml"
+    assert service_config(None, {}, system) == system / "gpupool.yaml"
+    (system / "client.yaml").write_text("service: {api_url: 'http://gpu-box:9000'}\n")
+    assert client_config(None, {}, system) == system / "client.yaml", "the users' file first"
+    assert service_config(None, {}, system) == system / "gpupool.yaml"
+    assert client_config(None, {"GPUPOOL_CONFIG": "/x.yaml"}, system) == Path("/x.yaml")
+    assert client_config(Path("/y.yaml"), {"GPUPOOL_CONFIG": "/x.yaml"}, system) == Path("/y.yaml")
