@@ -149,8 +149,10 @@ def test_an_admin_and_two_students_through_a_day_of_ordinary_work(lab: Service) 
 
     # 3: an interrupted task cancelled while it waits ended: it waits for nothing.
     assert ben.run("cancel", str(array)).returncode == 0
-    everything = lambda: ben.json("queue", "-t", "all")  # noqa: E731
-    wait_for(lambda: all(j["state"] == "cancelled" for j in everything() if j["label"] in tasks), timeout=30)
+    wait_for(
+        lambda: all(j["state"] == "cancelled" for j in ben.json("queue", "-t", "all") if j["label"] in tasks),
+        timeout=30,
+    )
     report = lab.get("/report").json()  # type: ignore[union-attr]
     [cut] = [i for i in report["interruptions"] if i["job_label"] == victim]
     assert cut["delay"] is None and cut["job_ended"] is True
