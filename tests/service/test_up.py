@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gpupool.executors.proc import kill_attempts
 from tests.support.live import Service, assert_no_gpu_held_twice, running, state, wait_for
 
 
@@ -24,6 +26,34 @@ def test_up_says_where_it_listens_and_that_its_gpus_are_virtual(service: Service
     out, _ = service.process.communicate(timeout=10)
     assert f"gpupool listening on http://127.0.0.1:{service.port}" in out
     assert "2 virtual GPUs" in out
+
+
+def test_the_service_log_is_lines_with_times_that_tell_decisions_and_adoptions(tmp_path: Path) -> None:
+    """Through a pipe at 80 columns: one line a record, each with its time, a URL never cut;
+    each start and notice at info, and after a kill -9 the attempts it adopted."""
+    service = Service(tmp_path)
+    service.env = {k: v for k, v in service.env.items() if k != "COLUMNS"} | {"COLUMNS": "80"}
+    service.up()
+    job = service.submit("--", "sleep", "60")
+    wait_for(lambda: state(service, job) == "running")
+    service.kill()
+    assert service.process is not None and service.process.stdout is not None
+    first = service.process.stdout.read()
+    service.up()
+    wait_for(lambda: state(service, job) == "running")
+    service.process.terminate()
+    second, _ = service.process.communicate(timeout=10)
+    kill_attempts(service.data)
+    stamp = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d (INFO|WARNING|ERROR) ")
+    for line in (first + second).splitlines():
+        assert stamp.match(line), f"not a log line: {line!r}"
+    assert (
+        f"gpupool listening on http://127.0.0.1:{service.port} (API docs: http://127.0.0.1:{service.port}/docs)"
+        in first
+    )
+    assert f"INFO started job {job} (team default, low) on free GPUs" in first
+    assert re.search(rf"INFO adopted job {job} attempt 0 ", second), second
+    assert "after the start: 1 of 1 live attempt adopted" in second
 
 
 def test_submit_queue_logs_and_bad_input_through_the_command_line(service: Service, tmp_path: Path) -> None:

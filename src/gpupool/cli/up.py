@@ -3,15 +3,18 @@ or SIGTERM; the options that override the configuration's `service` section."""
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TextIO
 
 import typer
-from rich.markup import escape
 
-from gpupool.cli.common import console, fail
+from gpupool.cli.common import fail
 from gpupool.config import load_spec, parse_spec, service_config
+
+log = logging.getLogger("gpupool.up")
 
 RunAsOption = Annotated[
     str | None,
@@ -59,6 +62,7 @@ def up(
     from gpupool.errors import GpupoolError
     from gpupool.up import shut_down, start
 
+    log_lines(sys.stdout)
     try:
         spec = load_spec(service_config(config, os.environ))
         given = {"run_as": run_as, "executor": executor, "ray_address": ray_address, "store": store}
@@ -70,15 +74,28 @@ def up(
         running = start(spec)
     except (GpupoolError, ValueError, OSError) as exc:
         raise fail(str(exc)) from None
-    label = "[yellow]virtual[/]" if running.gpus.virtual else "[green]real[/]"
-    console.print(f"gpupool listening on [bold]{spec.service.url}[/] (API docs: {spec.service.url}/docs)")
-    console.print(f"dashboard: {spec.service.url}/ (sign in with a token); metrics: {spec.service.url}/metrics")
-    console.print(f"GPUs: {escape(running.gpus.detail)} ({label}); data: {escape(str(spec.service.data_path))}")
-    console.print(f"jobs run as: {spec.service.run_as}", markup=False)
-    console.print(f"admin token: {spec.service.data_path / 'admin.token'}", markup=False)
+    url = spec.service.url
+    log.info("gpupool listening on %s (API docs: %s/docs)", url, url)
+    log.info("dashboard: %s/ (sign in with a token); metrics: %s/metrics", url, url)
+    kind = "virtual" if running.gpus.virtual else "real"
+    log.info("GPUs: %s (%s); data: %s", running.gpus.detail, kind, spec.service.data_path)
+    log.info("jobs run as: %s", spec.service.run_as)
+    log.info("admin token: %s", spec.service.data_path / "admin.token")
     try:
         running.serve()
     finally:
         shut_down(running)
     signal = {2: "SIGINT", 15: "SIGTERM"}.get(running.server.stopped_by or 0, "a stop")
-    console.print(f"gpupool stopped ({signal}); running jobs go on and are adopted by the next gpupool up")
+    log.info("gpupool stopped (%s); running jobs go on and are adopted by the next gpupool up", signal)
+
+
+def log_lines(stream: TextIO) -> None:
+    """What the service says, as lines with their time and level: to a terminal as to a file,
+    a pipe or the journal, never wrapped (a URL stays whole), at info (each decision's starts
+    and notices, and the attempts adopted after a start) and above."""
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S"))
+    root = logging.getLogger("gpupool")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    root.propagate = False

@@ -32,6 +32,7 @@ from gpupool.service.workspace import Workspace, token_hash
 from gpupool.store import Store
 from gpupool.store.attempts import run_time
 from gpupool.store.schema import AttemptRow, JobRow
+from gpupool.units import plural
 
 log = logging.getLogger("gpupool.service")
 
@@ -149,6 +150,8 @@ class ControlLoop:
         for start in plan.starts:
             self.told.pop(start.job, None)
             self.holding.discard(start.job)
+        for message in [p.message for p in plan.preemptions] + [s.message for s in plan.starts]:
+            log.info("%s", message)
         self.carry_out(plan, tokens, now)
         return self.ticked(now, changed or bool(plan.starts or plan.preemptions), recorded=True)
 
@@ -324,13 +327,22 @@ class ControlLoop:
     def reconcile(self, now: float) -> None:
         """Adopt every live attempt whose process is still the one it started; requeue the rest
         (their recorded exit status, if any, decides how they ended)."""
-        for attempt in self.store.live_attempts():
+        live = self.store.live_attempts()
+        adopted = 0
+        for attempt in live:
             try:
-                self.reconcile_one(attempt, now)
+                adopted += self.reconcile_one(attempt, now)
             except Exception:
                 log.exception("could not reconcile job %s attempt %s", attempt.job_id, attempt.attempt)
+        if live:
+            log.info(
+                "after the start: %s of %s adopted, the others ended or never started while gpupool was away",
+                adopted,
+                plural(len(live), "live attempt"),
+            )
 
-    def reconcile_one(self, attempt: AttemptRow, now: float) -> None:
+    def reconcile_one(self, attempt: AttemptRow, now: float) -> bool:
+        """Adopt one live attempt, or end it as it ended; whether it was adopted."""
         key = (attempt.job_id, attempt.attempt)
         job = self.store.job(attempt.job_id)
         recorded = Recorded(
@@ -345,9 +357,13 @@ class ControlLoop:
         if isinstance(found, Started):
             if attempt.handle is None or (found.running and job.state == JobState.STARTING.value):
                 self.store.mark_started([(*key, found.handle, found.running, found.where)], now)
-        elif not found.started:
+            log.info("adopted job %s attempt %s %s", job.label, attempt.attempt, found.where or "(starting)")
+            return True
+        if not found.started:
+            log.info("job %s attempt %s never started: launched again (%s)", job.label, attempt.attempt, found.why)
             self.store.retry_launch(*key, now, found.why or "not started")
         else:
+            log.info("job %s attempt %s ended while gpupool was away (%s)", job.label, attempt.attempt, found.why)
             # It ended while nobody watched: its time limit is charged up to when it ended, as
             # far as the executor can tell.
             ended = found.ended_at if found.ended_at is not None else recorded.since
@@ -360,6 +376,7 @@ class ControlLoop:
                 node_lost=found.node_lost,
                 max_node_losses=self.config.max_node_losses,
             )
+        return False
 
     def next_wakeup(self, now: float) -> float:
         times = [now + self.interval, *self.deadlines]
