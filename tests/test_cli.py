@@ -341,3 +341,12 @@ def test_jobs_that_need_a_gpu_type_no_node_has_are_named(tmp_path: Path) -> None
     )
     lines = simulate_at_80_columns("--trace", str(trace), "--nodes", "2")
     assert "2 need a GPU type no node has (A100: 1, V100: 1; give" in " ".join(lines)
+
+
+def test_a_cost_axis_starts_at_zero_and_has_height_when_every_cost_is_zero() -> None:
+    from gpupool.cli.report_plots import cost_axis
+
+    assert cost_axis([0.0, 0.0]) == (0.0, 1.0)
+    assert cost_axis([]) == (0.0, 1.0)
+    low, high = cost_axis([2.0, 10.0])
+    assert low == 0.0 and high > 10.0

@@ -125,6 +125,11 @@ def test_interruptions_are_the_teams_own_with_their_cost(world: World) -> None:
     admin = signed_in(world, ADMIN).get("/ui/interruptions").text
     assert sorted(re.findall(r'<tr data-job="(\d+)">', admin)) == sorted([str(world.job_a), str(world.job_b)])
     assert "<svg" in admin
+    # The chart, its axis and the total above it say GPU time in one unit, scaled for people.
+    (total,) = re.findall(r"cost <b>([\d.]+) (GPU·\w+)</b>", admin)
+    assert f"{total[1]} lost to interruptions, per" in admin
+    top, bottom = re.findall(r'text-anchor="end">([^<]+)</text>', admin)[:2]
+    assert float(top) > 0 and bottom == "0", "a y axis labelled 0 and 0 says nothing"
 
 
 def test_the_pool_counts_every_gpu_and_shows_the_nodes_asked_for(world: World) -> None:

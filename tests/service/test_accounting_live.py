@@ -76,6 +76,12 @@ def test_wasted_progress_is_the_work_done_again_and_reports_show_it(service: Ser
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
         "goodput-by-team.png", "gpu-time-by-class.png", "interruptions.png",
     ]  # fmt: skip
+    # At 80 columns: one unit of GPU time in every table, and an interruption on one line.
+    narrow = service.run_cli(dict(service.env, COLUMNS="80"), "report")
+    assert len(set(re.findall(r"GPU time in (GPU·\w+)", narrow.stdout))) == 1, narrow.stdout
+    after = narrow.stdout.split("costliest of 1 interruptions")[1].splitlines()
+    header = next(i for i, line in enumerate(after) if line.startswith("JOB"))
+    assert [line for line in after[header + 1 :] if line.strip()] == [after[header + 1]], narrow.stdout
     bad = service.cli("report", "--since", "yesterday")
     assert bad.returncode == 2
     assert "--since" in bad.stderr

@@ -301,13 +301,20 @@ def restart_line(cost: dict[str, Any], job: dict[str, Any]) -> str:
 
 
 def interruptions_table(
-    interruptions: list[dict[str, Any]], *, width: int, jobs: bool = False, ended: bool = False
+    interruptions: list[dict[str, Any]],
+    *,
+    width: int,
+    jobs: bool = False,
+    ended: bool = False,
+    unit: tuple[str, float] | None = None,
+    whole_reasons: bool = True,
 ) -> Any:
     """Each interruption with its cause, its reason and what it cost (GPU time). `ended` (or an
     interruption's `job_ended`): the job has ended, so one with no next attempt waits for
-    nothing."""
+    nothing. `unit`: the GPU time unit of the report it is part of (else its own largest value's);
+    `whole_reasons`: reasons wrap (else each is one line, cut)."""
     first = (Column("JOB"), Column("TEAM", shrink=3, drop=4), Column("CLASS", drop=5)) if jobs else (Column("#"),)
-    unit, size = gpu_unit(max((i["lost"] for i in interruptions), default=0.0))
+    unit_name, size = unit or gpu_unit(max((i["lost"] for i in interruptions), default=0.0))
     columns = (
         *first,
         Column("AT"),
@@ -317,7 +324,7 @@ def interruptions_table(
         Column("RESTART", justify="right", drop=1),
         Column("LOST", justify="right"),
         Column("WAITED", justify="right", drop=6),
-        Column("REASON", shrink=1, minimum=16, drop=7, wrap=True),
+        Column("REASON", shrink=1, minimum=16, drop=7, wrap=whole_reasons),
     )
     now = time.time()
     rows = []
@@ -336,7 +343,7 @@ def interruptions_table(
                 i["reason"],
             ]
         )
-    return table(columns, rows, width, title=f"interruptions (GPU time lost, in {unit})")
+    return table(columns, rows, width, title=f"interruptions (GPU time lost, in {unit_name})")
 
 
 def cancel(

@@ -65,20 +65,24 @@ def report(
     if as_json:
         print_json(data)
     else:
+        unit = report_unit(data)
         groups = (("pool", {"pool": data["pool"]}), ("team", data["teams"]), ("user", data["users"]))
         for title, rows in (*groups, ("class", data["classes"])):
-            console.print(totals_table(title, rows))
+            console.print(totals_table(title, rows, unit))
             if title == "pool":
                 pool_notes(data["pool"])
         costly = sorted(data["interruptions"], key=lambda i: i["lost"], reverse=True)[:20]
         if costly:
-            cuts = interruptions_table(costly, width=console.width, jobs=True)
-            cuts.title = f"the {len(costly)} costliest of {len(data['interruptions'])} interruptions"
+            cuts = interruptions_table(costly, width=console.width, jobs=True, unit=unit, whole_reasons=False)
+            cuts.title = (
+                f"the {len(costly)} costliest of {len(data['interruptions'])} interruptions, GPU time in "
+                f"{unit[0]} (show JOB gives each reason in full)"
+            )
             console.print(cuts)
     if plots is not None:
         from gpupool.cli.report_plots import plot_report
 
-        for path in plot_report(data, plots):
+        for path in plot_report(data, plots, report_unit(data)):
             errors.print(f"wrote {path}", highlight=False, markup=False)
 
 
@@ -96,9 +100,15 @@ def pool_notes(pool: Mapping[str, Any]) -> None:
         )
 
 
-def totals_table(title: str, rows: Mapping[str, Mapping[str, Any]]) -> Any:
-    """GPU time in one unit for the whole table (said in its title); goodput blank when unknown."""
-    unit, size = gpu_unit(max((t["allocated"] for t in rows.values()), default=0.0))
+def report_unit(data: Mapping[str, Any]) -> tuple[str, float]:
+    """The one unit of GPU time of a whole report, its tables and plots: the pool's allocated
+    GPU time scaled for people (`units.gpu_unit`)."""
+    return gpu_unit(data["pool"]["allocated"])
+
+
+def totals_table(title: str, rows: Mapping[str, Mapping[str, Any]], unit: tuple[str, float]) -> Any:
+    """GPU time in the report's unit (said in its title); goodput blank when unknown."""
+    unit_name, size = unit
     cells = []
     for name, t in rows.items():
         goodput = "" if t["goodput"] is None else f"{t['goodput']:.1%}"
@@ -114,4 +124,4 @@ def totals_table(title: str, rows: Mapping[str, Mapping[str, Any]]) -> Any:
                 f"{t['lost'] / size:.1f}",
             ]
         )
-    return table(totals_columns(title), cells, console.width, title=f"per {title}, GPU time in {unit}")
+    return table(totals_columns(title), cells, console.width, title=f"per {title}, GPU time in {unit_name}")

@@ -18,7 +18,7 @@ from gpupool.api.dashboard import svg
 from gpupool.api.logs import read_part
 from gpupool.errors import Forbidden, GpupoolError
 from gpupool.model import JobState, job_label
-from gpupool.units import gpu_time, human_seconds
+from gpupool.units import gpu_time, gpu_unit, human_seconds
 
 GPU_STATES = ("idle", "allocated", "draining", "held", "down")
 LIVE = (JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING)
@@ -255,15 +255,18 @@ def interruptions(ctx: Context, who: Principal, now: float, since: float, shown:
     bins = [0.0] * max(1, min(48, round((now - since) / 3600)))
     step = (now - since) / len(bins)
     for c in cuts:
-        bins[min(len(bins) - 1, max(0, int((c.cut.at - since) / step)))] += c.cut.lost / 3600
-    chart = svg.bars(f"GPU-hours lost to interruptions, per {human_seconds(step)}", bins, start=since, end=now)
+        bins[min(len(bins) - 1, max(0, int((c.cut.at - since) / step)))] += c.cut.lost
+    # One unit, scaled for people, for the chart, its axis and the totals above it.
+    unit, size = gpu_unit(max(bins))
+    bins = [b / size for b in bins]
+    chart = svg.bars(f"{unit} lost to interruptions, per {human_seconds(step)}", bins, start=since, end=now)
     return {
         "cuts": cuts,
         "count": count,
         "partial": partial,
-        "kinds": [(k, by_kind[k], gpu_time(lost_by_kind[k])) for k in sorted(by_kind)],
+        "kinds": [(k, by_kind[k], f"{lost_by_kind[k] / size:.1f} {unit}") for k in sorted(by_kind)],
         "chart": chart,
-        "lost": gpu_time(sum(c.cut.lost for c in cuts)),
+        "lost": f"{sum(c.cut.lost for c in cuts) / size:.1f} {unit}",
         "since": human_seconds(now - since),
         "scope": "every team" if team is None else f"team {team}",
     }
