@@ -354,6 +354,8 @@ class Reason(StrEnum):
     """Held by the driver: its array runs as many tasks at once as it may."""
     LAUNCH_RETRY = "launch_retry"
     """Held by the driver: its last launch failed for the scheduler's reasons; it waits a back-off."""
+    HELD = "held"
+    """Held by a person (`gpupool hold`): it waits until released."""
     IN_LINE = "in_line"
     """Given by the driver to a job that came in line past `Config.explain_depth`: why it waits
     is worked out once it is within the depth."""

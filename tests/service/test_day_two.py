@@ -231,3 +231,49 @@ def test_the_files_the_command_line_and_the_service_read_without_config(tmp_path
     assert service_config(None, {}, system) == system / "gpupool.yaml"
     assert client_config(None, {"GPUPOOL_CONFIG": "/x.yaml"}, system) == Path("/x.yaml")
     assert client_config(Path("/y.yaml"), {"GPUPOOL_CONFIG": "/x.yaml"}, system) == Path("/y.yaml")
+
+
+def test_jobs_change_after_submit_as_scontrol_changes_them_and_only_by_who_may(lab: Service) -> None:
+    """hold, release, update and requeue, by the students and the admin: a student changes only
+    their own team's jobs, never raises a time limit, never releases the admin's hold."""
+    ana, ben = Student(lab, "ana"), Student(lab, "ben")
+    for team in STUDENTS.values():  # no reclaim: ana's job waits for ben's to leave
+        assert lab.cli("team", "set", team, "--guaranteed-gpus", "0").returncode == 0
+    big = ben.submit("-p", "low", "--gpus", "4", "--", "sleep", "600")
+    wait_for(lambda: state(lab, big) == "running")
+    waits = ana.submit("-p", "low", "--", "sleep", "600")
+    wait_for(lambda: ana.json("show", str(waits))["wait_reason"] == "no_fit")
+
+    assert ana.run("hold", str(waits)).returncode == 0
+    wait_for(lambda: ana.json("show", str(waits))["wait_reason"] == "held")
+    assert f"gpupool release {waits}" in ana.json("show", str(waits))["wait_message"]
+    assert ana.run("release", str(waits)).returncode == 0
+    wait_for(lambda: ana.json("show", str(waits))["wait_reason"] == "no_fit")
+    assert lab.cli("hold", str(waits)).returncode == 0
+    refused = ana.run("release", str(waits))
+    assert refused.returncode == 5 and "only the admin may release it" in refused.stderr, refused.stderr
+    assert lab.cli("release", str(waits)).returncode == 0
+    assert ana.run("hold", str(big)).returncode == 5, "another team's job"
+    running = lab.cli("hold", str(big))
+    assert running.returncode == 5 and "only a waiting job" in running.stderr
+
+    assert ana.run("update", str(waits), "--time", "10").returncode == 0
+    higher = ana.run("update", str(waits), "-t", "20")
+    assert higher.returncode == 5 and "only the admin raises a time limit" in higher.stderr, higher.stderr
+    assert lab.cli("update", str(waits), "-t", "20").returncode == 0
+    assert ana.json("show", str(waits))["time_limit"] == 20 * 60
+    assert ana.run("update", str(waits), "-p", "vip").returncode == 3
+    assert ana.run("update", str(waits), "--after", "9999").returncode == 3
+    assert ana.run("update", str(big), "-t", "5").returncode == 5, "another team's job"
+    kinds = [e["kind"] for e in ana.json("events", "--job", str(waits))]
+    assert kinds.count("held") == 2 and kinds.count("released") == 2 and kinds.count("updated") == 2, kinds
+
+    # ben requeues his own job: notice, it leaves, goes back in line, first in it, and runs again.
+    assert ben.run("requeue", str(big)).returncode == 0
+    wait_for(lambda: ben.json("show", str(big))["attempts"] == 2, timeout=60)
+    shown = ben.json("show", str(big))
+    assert shown["history"][0]["outcome"] == "preempted" and state(lab, waits) == "pending"
+    assert any("requeued by a person" in e["message"] for e in ben.json("events", "--job", str(big)))
+    assert ben.run("requeue", str(waits)).returncode == 5, "another team's job"
+    waiting = ana.run("requeue", str(waits))
+    assert waiting.returncode == 5 and "waits in line already" in waiting.stderr

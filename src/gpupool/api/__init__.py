@@ -27,7 +27,7 @@ the app's `context.Context` (the store, and the running service through its narr
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
-from gpupool.api import access, dashboard, history, jobs, limits, metrics, pool, protocol
+from gpupool.api import access, changes, dashboard, history, jobs, limits, metrics, pool, protocol
 from gpupool.api.access import Principal
 from gpupool.api.context import Context
 from gpupool.api.errors import install
@@ -50,7 +50,15 @@ bytes each `NAME=value`), its script {limits.SCRIPT_CHARS:,} characters; names i
 answer at most {limits.LOG_BYTES // (1024 * 1024)} MiB (follow `X-Next-Offset`).
 """
 
-ROUTERS = (metrics.health_router, jobs.router, pool.router, history.router, metrics.router, protocol.router)
+ROUTERS = (
+    metrics.health_router,
+    jobs.router,
+    changes.router,
+    pool.router,
+    history.router,
+    metrics.router,
+    protocol.router,
+)
 """The API's parts, in the order of the OpenAPI document; the dashboard's pages come last."""
 
 

@@ -35,6 +35,19 @@ def no_nul(value: str | None) -> str | None:
     return value
 
 
+class JobUpdateIn(_In):
+    """What a person changes of a job after submitting it, as scontrol update: only the fields
+    sent change."""
+
+    time_limit: float | None = Field(default=None, gt=0, le=10 * 365 * 86400)
+    """Seconds of run time over all attempts. A team's or user's token only lowers it (or sets
+    one where there was none); the admin's also raises it."""
+    priority: str | None = Field(default=None, max_length=100)
+    """A class the job's team may use; while it waits."""
+    after: str | None = Field(default=None, max_length=10_000)
+    """Its dependencies, replaced, as at submit (`""`: none); while it waits."""
+
+
 class JobIn(_In):
     command: list[str] = Field(min_length=1, max_length=limits.ARGUMENTS)
     """The program and its arguments (1 MB in all, 128 KiB each; the program a path the system takes)."""

@@ -3,6 +3,7 @@
 - `simulate` (replay a trace; `replay` holds the options it shares with `advise`), `advise`;
 - `demo`;
 - `up` (the service); `submit`; `jobs`: `queue`, `show`, `cancel`, `logs`, `events`;
+  `changes`: `hold`, `release`, `update`, `requeue` (as scontrol); `login`;
 - `pool`: `pool`, `classes`, `team ...`, `user ...`; `report` (with `report_plots`); `export`.
 
 What every command of the live service shares (the API client in `client`, exit codes,
@@ -19,7 +20,7 @@ import typer.core
 import typer.main
 
 # The modules, not their commands: a command named as its module would hide it.
-from gpupool.cli import advise, demo, export, jobs, login, pool, report, simulate, submit, up
+from gpupool.cli import advise, changes, demo, export, jobs, login, pool, report, simulate, submit, up
 from gpupool.cli.common import HELP, console
 
 app = typer.Typer(
@@ -56,6 +57,10 @@ COMMANDS = (
     jobs.queue,
     jobs.show,
     jobs.cancel,
+    changes.hold,
+    changes.release,
+    changes.update,
+    changes.requeue,
     jobs.logs,
     jobs.events,
     pool.pool,

@@ -147,7 +147,15 @@ class Client:
         return job
 
     def cancel(self, job_id: int) -> dict[str, Any]:
-        job: dict[str, Any] = self.request("POST", f"/jobs/{job_id}/cancel")
+        return self.act(job_id, "cancel")
+
+    def act(self, job_id: int, action: str) -> dict[str, Any]:
+        """`POST /jobs/{id}/{action}`: cancel, hold, release or requeue; the job after it."""
+        job: dict[str, Any] = self.request("POST", f"/jobs/{job_id}/{action}")
+        return job
+
+    def update(self, job_id: int, change: dict[str, Any]) -> dict[str, Any]:
+        job: dict[str, Any] = self.request("PATCH", f"/jobs/{job_id}", json=change)
         return job
 
     def logs(self, job_id: int, attempt: int | None, stream: str, offset: int, rank: int = 0) -> tuple[str, int]:

@@ -7,6 +7,7 @@ detached (plain values, safe to read after it), never bound to a session.
 from __future__ import annotations
 
 from gpupool.store.accounts import AccountsStore
+from gpupool.store.changes import ChangesStore, JobUpdate
 from gpupool.store.engine import migrate, open_engine
 from gpupool.store.jobs import JobSpec, JobsStore
 from gpupool.store.pool import DEFAULT_TEAM, UNCHANGED, PoolStore
@@ -14,10 +15,10 @@ from gpupool.store.scheduling import SchedulingStore
 from gpupool.store.telemetry import TelemetryStore
 from gpupool.store.views import ViewsStore
 
-__all__ = ["DEFAULT_TEAM", "UNCHANGED", "JobSpec", "Store"]
+__all__ = ["DEFAULT_TEAM", "UNCHANGED", "JobSpec", "JobUpdate", "Store"]
 
 
-class Store(PoolStore, JobsStore, SchedulingStore, AccountsStore, ViewsStore, TelemetryStore):
+class Store(PoolStore, JobsStore, SchedulingStore, ChangesStore, AccountsStore, ViewsStore, TelemetryStore):
     @classmethod
     def open(cls, url: str) -> Store:
         """Connect to `url` and bring its schema to the newest revision. A store that cannot be

@@ -128,12 +128,14 @@ class AttemptsStore(StoreBase):
         s: Session,
         job_id: int,
         attempt: int,
-        for_job: int,
+        for_job: int | None,
         deadline: float,
         now: float,
         reason: str,
         message: str,
     ) -> None:
+        """Give the live attempt notice until `deadline`, for `for_job` (None: for no job, a
+        requeue by a person)."""
         row = self.live_attempt(s, job_id, attempt)
         # A job already in the grace of its time limit keeps the earlier deadline.
         deadline = min(deadline, row.notice_deadline) if row.notice_deadline is not None else deadline

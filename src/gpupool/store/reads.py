@@ -63,11 +63,14 @@ HOLD_COLUMNS = (
     JobRow.launch_error,
     JobRow.retry_after,
     JobRow.launch_failures,
+    JobRow.held_by,
 )
 """What decides whether a job in line is held back from the core (`_special`, `_launch_retries`)."""
 
 TIME_LIMIT = "time-limit"
 """The `Notice.for_job` of an attempt that leaves at its time limit: no job has that id."""
+REQUEUE = "requeue"
+"""The `Notice.for_job` of an attempt a person requeued (`gpupool requeue`): it leaves for no job."""
 
 CHANGES_AT_MOST = 5000
 """Jobs changed since the last read beyond which a read takes everything (fewer queries)."""
@@ -204,6 +207,7 @@ class ReadsStore(HoldsStore):
         specials = {int(r[0]): special for r in rows if (special := _special(r[0], r[extra:])) is not None}
         holds = self._holds(s, list(specials.values()))
         holds.update(_launch_retries(rows, now))
+        holds.update(_held(rows))
         ran = self._last_ran(s, ids)
         for r in rows:
             job_id = int(r[0])
@@ -245,7 +249,8 @@ class ReadsStore(HoldsStore):
             )
             notice = None
             if attempt.notice_at is not None and attempt.notice_deadline is not None:
-                notice = Notice(str(attempt.notice_for), attempt.notice_deadline)
+                for_job = REQUEUE if attempt.notice_for is None else str(attempt.notice_for)
+                notice = Notice(for_job, attempt.notice_deadline)
             elif attempt.timeout_at is not None and attempt.notice_deadline is not None:
                 # At its time limit: it leaves by the deadline, for no one in particular (the
                 # core lets a waiting job hold its GPUs instead of preempting others).
@@ -344,6 +349,20 @@ def _special(job_id: object, hold: Sequence[Any]) -> tuple[int, bool, int | None
     if not depends and array_limit is None:
         return None
     return (int(str(job_id)), depends, _maybe_int(array_id), _maybe_int(array_index), _maybe_int(array_limit))
+
+
+def _held(rows: Sequence[Any]) -> dict[int, Wait]:
+    """The jobs of `rows` a person holds (`gpupool hold`), whatever else holds them."""
+    return {
+        int(r[0]): Wait(
+            str(r[0]),
+            Reason.HELD,
+            f"held by the {'admin' if r.held_by == 'admin' else 'user'}: it waits until released "
+            f"(gpupool release {job_label(r[0], r.array_id, r.array_index)})",
+        )
+        for r in rows
+        if r.held_by is not None
+    }
 
 
 def _launch_retries(rows: Sequence[Any], now: float) -> dict[int, Wait]:

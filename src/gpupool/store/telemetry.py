@@ -176,7 +176,7 @@ class TelemetryStore(StoreBase):
         """Every node with its GPUs counted by state, as `pool_view` names them: allocated,
         draining (its attempt has notice or reached its time limit), held (free, kept for a
         preemptor); the rest of an up node's GPUs are idle."""
-        leaving = (AttemptRow.notice_for.is_not(None)) | (AttemptRow.timeout_at.is_not(None))
+        leaving = (AttemptRow.notice_at.is_not(None)) | (AttemptRow.timeout_at.is_not(None))
         # Only the GPUs a node has now: one that came back smaller still has placements on
         # GPUs it no longer has (pool_view shows only those it has).
         placed = (

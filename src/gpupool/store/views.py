@@ -48,6 +48,7 @@ class ViewsStore(StoreBase):
                     JobRow.team,
                     JobRow.user,
                     AttemptRow.notice_for,
+                    AttemptRow.notice_at,
                     AttemptRow.timeout_at,
                     JobRow.array_id,
                     JobRow.array_index,
@@ -61,8 +62,8 @@ class ViewsStore(StoreBase):
                 .where(PlacementRow.node.in_([n.name for n in nodes]) if names is not None else true())
             )
             held = {
-                (node, gpu): (job, team, user, notice_for, timeout_at, array, index)
-                for node, gpu, job, team, user, notice_for, timeout_at, array, index in holders
+                (node, gpu): (job, team, user, notice_for, notice_at, timeout_at, array, index)
+                for node, gpu, job, team, user, notice_for, notice_at, timeout_at, array, index in holders
             }
             kept: dict[tuple[str, int], int] = {}
             waiting = select(JobRow.id, JobRow.held_gpus).where(
@@ -84,8 +85,8 @@ class ViewsStore(StoreBase):
             for gpu in range(n.gpus):
                 key = (n.name, gpu)
                 if key in held:
-                    job, team, user, notice_for, timeout_at, array, index = held[key]
-                    leaving = notice_for is not None or timeout_at is not None  # notice, or its time limit
+                    job, team, user, notice_for, notice_at, timeout_at, array, index = held[key]
+                    leaving = notice_at is not None or timeout_at is not None  # notice, or its time limit
                     state = "draining" if leaving else "allocated"
                     label = job_label(job, array, index)
                     for_job = notice_for or kept.get(key)

@@ -1,0 +1,89 @@
+"""`hold`, `release`, `update` and `requeue`: what Slurm's scontrol changes of a job after it was
+submitted (`api/changes.py` says the rules: a user only lowers a time limit, the admin's hold is
+the admin's to release)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from gpupool.cli.client import Client
+from gpupool.cli.common import ApiOption, ConfigOption, call, client, console, errors, exit_code, fail
+from gpupool.cli.jobs import find, label, whole_array
+from gpupool.errors import GpupoolError
+from gpupool.units import human_seconds, parse_time_limit
+
+JobsArgument = Annotated[list[str], typer.Argument(metavar="JOB", help="Job ids, ARRAY_INDEX, or an array's id.")]
+
+
+def each(api_client: Client, refs: list[str], action: str, done: str) -> None:
+    """`action` on each job `refs` names (an array's id: each of its tasks), saying `done` of
+    each; exit with the worst error's code."""
+    worst = 0
+    for ref in refs:
+        try:
+            job = find(api_client, ref)
+            for target in whole_array(api_client, job, ref) or [job]:
+                changed = api_client.act(target["id"], action)
+                console.print(f"job {label(changed)}: {done}", highlight=False, markup=False)
+        except GpupoolError as exc:
+            errors.print(f"[bold red]error:[/] {escape(ref)}: {escape(str(exc))}", highlight=False)
+            worst = max(worst, exit_code(exc))
+    raise typer.Exit(worst)
+
+
+def hold(jobs: JobsArgument, config: ConfigOption = None, api: ApiOption = None) -> None:
+    """Hold waiting jobs, as scontrol hold: they keep their place in line but do not start
+    until released (the admin's hold only by the admin)."""
+    each(client(config, api), jobs, "hold", "held")
+
+
+def release(jobs: JobsArgument, config: ConfigOption = None, api: ApiOption = None) -> None:
+    """Release held jobs, as scontrol release: they wait in line again, in their place."""
+    each(client(config, api), jobs, "release", "released")
+
+
+def requeue(jobs: JobsArgument, config: ConfigOption = None, api: ApiOption = None) -> None:
+    """Requeue running jobs, as scontrol requeue: each gets notice with its class's grace, as
+    in a preemption, saves its checkpoint, leaves and waits in line again."""
+    each(client(config, api), jobs, "requeue", "requeued (notice given)")
+
+
+def update(
+    job_ref: Annotated[str, typer.Argument(metavar="JOB", help="A job id, or ARRAY_INDEX.")],
+    time: Annotated[
+        str | None,
+        typer.Option(
+            "--time", "-t", help="A new time limit: minutes, HH:MM:SS, D-HH:MM, or 2h (raised by the admin only)."
+        ),
+    ] = None,
+    priority: Annotated[str | None, typer.Option("--priority", "-p", help="A new class, while it waits.")] = None,
+    after: Annotated[
+        str | None, typer.Option("--after", "-d", help="New dependencies, while it waits ('' for none).")
+    ] = None,
+    config: ConfigOption = None,
+    api: ApiOption = None,
+) -> None:
+    """Change a job, as scontrol update: its time limit, or while it waits its class or its
+    dependencies. Only the options given change."""
+    change: dict[str, Any] = {}
+    if time is not None:
+        try:
+            change["time_limit"] = parse_time_limit(time)
+        except ValueError as exc:
+            raise fail(f"--time: {exc}") from None
+    if priority is not None:
+        change["priority"] = priority
+    if after is not None:
+        change["after"] = after
+    if not change:
+        raise fail("give what to change: --time, --priority or --after")
+    api_client = client(config, api)
+    job = call(find, api_client, job_ref)
+    changed = call(api_client.update, job["id"], change)
+    limit = human_seconds(changed["time_limit"]) if changed["time_limit"] else "none"
+    console.print(
+        f"job {label(changed)}: class {changed['priority']}, time limit {limit}", highlight=False, markup=False
+    )
