@@ -199,6 +199,24 @@ def cancel(w: World) -> None:
     assert w.api.store.job(w.job_b).cancel_requested_at is None
 
 
+def act(method: str, path: str, body: dict[str, object] | None = None) -> Callable[[World], None]:
+    """A change of a job after submit (hold, release, update, requeue): as cancel, its own team's
+    alone, a user's token only the jobs that user submitted."""
+
+    def case(w: World) -> None:
+        client = w.api.client
+        for token in (w.tokens["a"], w.tokens["a1"]):
+            refused = client.request(method, path.format(job=w.job_b), json=body, headers=auth(token))
+            assert refused.status_code == 403, (path, refused.text)
+            assert "team b" in refused.json()["message"]
+        not_theirs = client.request(method, path.format(job=w.job_a), json=body, headers=auth(w.tokens["a2"]))
+        assert not_theirs.status_code == 403, not_theirs.text
+        own = client.request(method, path.format(job=w.job_a), json=body, headers=auth(w.tokens["a1"]))
+        assert own.status_code in (200, 409), (path, own.text)  # 409: not in a state it applies to
+
+    return case
+
+
 def protocol(action: str, body: dict[str, object] | None) -> Callable[[World], None]:
     def case(w: World) -> None:
         path = f"/jobs/{{job}}/attempts/1/{action}"
@@ -231,6 +249,10 @@ CASES: dict[tuple[str, str], Callable[[World], None]] = {
     ("GET", "/history"): history,
     ("GET", "/metrics"): metrics,
     ("POST", "/jobs/{job_id}/cancel"): cancel,
+    ("POST", "/jobs/{job_id}/hold"): act("POST", "/jobs/{job}/hold"),
+    ("POST", "/jobs/{job_id}/release"): act("POST", "/jobs/{job}/release"),
+    ("PATCH", "/jobs/{job_id}"): act("PATCH", "/jobs/{job}", {"time_limit": 60}),
+    ("POST", "/jobs/{job_id}/requeue"): act("POST", "/jobs/{job}/requeue"),
     ("POST", "/jobs/{job_id}/attempts/{attempt}/heartbeat"): protocol("heartbeat", {"step": 1}),
     ("POST", "/jobs/{job_id}/attempts/{attempt}/checkpoint"): protocol("checkpoint", {"step": 1}),
     ("POST", "/jobs/{job_id}/attempts/{attempt}/ack"): protocol("ack", None),

@@ -45,6 +45,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    _update_trigger(JOB_COLUMNS)
-    with op.batch_alter_table("jobs") as batch:
-        batch.drop_column("held_by")
+    _update_trigger(JOB_COLUMNS)  # first: a trigger naming the column would keep it
+    op.drop_column("jobs", "held_by")
