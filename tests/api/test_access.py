@@ -67,6 +67,28 @@ def set_team(w: World) -> None:
     assert w.api.store.team("c") is None
 
 
+def admin_only(method: str, path: str, body: dict[str, object] | None = None) -> Callable[[World], None]:
+    """A change of the pool's policy: the admin's alone; no team's or user's token changes it."""
+
+    def case(w: World) -> None:
+        def policy() -> list[tuple[object, ...]]:
+            store = w.api.store
+            teams = [(t.name, t.weight, t.guaranteed_gpus) for t in store.teams()]
+            users = [(u.name, u.team) for u in store.users()]
+            budgets = [(b.team, b.priority, b.gpu_hours) for b in store.budget_use(500.0)[0]]
+            return [*teams, *users, *budgets]
+
+        before = policy()
+        for token in (w.tokens["a"], w.tokens["a1"], w.attempt_tokens[w.job_a]):
+            refused = w.api.client.request(method, path, json=body, headers=auth(token))
+            assert refused.status_code in (401, 403), (path, refused.text)
+        assert policy() == before
+        done = w.api.client.request(method, path, json=body, headers=auth(ADMIN))
+        assert done.status_code in (200, 204, 404, 409), (path, done.text)
+
+    return case
+
+
 def users(w: World) -> None:
     for token in (w.tokens["a"], w.tokens["a2"]):
         listed = w.api.client.get("/users", headers=auth(token)).json()
@@ -249,6 +271,12 @@ CASES: dict[tuple[str, str], Callable[[World], None]] = {
     ("GET", "/history"): history,
     ("GET", "/metrics"): metrics,
     ("POST", "/jobs/{job_id}/cancel"): cancel,
+    ("DELETE", "/teams/{name}"): admin_only("DELETE", "/teams/b"),
+    ("PUT", "/teams/{name}/budgets/{priority}"): admin_only(
+        "PUT", "/teams/b/budgets/normal", {"gpu_hours": 1, "window": 3600}
+    ),
+    ("DELETE", "/teams/{name}/budgets/{priority}"): admin_only("DELETE", "/teams/b/budgets/normal"),
+    ("DELETE", "/users/{name}"): admin_only("DELETE", "/users/b1"),
     ("POST", "/jobs/{job_id}/hold"): act("POST", "/jobs/{job}/hold"),
     ("POST", "/jobs/{job_id}/release"): act("POST", "/jobs/{job}/release"),
     ("PATCH", "/jobs/{job_id}"): act("PATCH", "/jobs/{job}", {"time_limit": 60}),

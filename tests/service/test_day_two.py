@@ -277,3 +277,34 @@ def test_jobs_change_after_submit_as_scontrol_changes_them_and_only_by_who_may(l
     assert ben.run("requeue", str(waits)).returncode == 5, "another team's job"
     waiting = ana.run("requeue", str(waits))
     assert waiting.returncode == 5 and "waits in line already" in waiting.stderr
+
+
+def test_the_admin_removes_users_and_teams_and_sets_budgets_from_the_command_line(lab: Service) -> None:
+    ana = Student(lab, "ana")
+    job = ana.submit("-p", "low", "--", "sleep", "600")
+    wait_for(lambda: state(lab, job) == "running")
+    busy = lab.cli("user", "remove", "ana")
+    assert busy.returncode == 5 and "user ana has 1 job that wait or run" in busy.stderr, busy.stderr
+    assert lab.cli("cancel", str(job)).returncode == 0
+    wait_for(lambda: state(lab, job) == "cancelled", timeout=30)
+    team_busy = lab.cli("team", "remove", "nlp")
+    assert team_busy.returncode == 5 and "team nlp has users (ana)" in team_busy.stderr, team_busy.stderr
+    assert lab.cli("user", "remove", "ana").returncode == 0
+    assert ana.run("queue").returncode == 5, "a removed user's token no longer works"
+    assert lab.cli("user", "remove", "ana").returncode == 3
+
+    budget = lab.cli("team", "budget", "vision", "high", "--gpu-hours", "5", "--window", "7d")
+    assert budget.returncode == 0 and "team vision: 5 GPU-h at high per 7.0 d (0.0 used)" in budget.stdout, budget.stdout
+    assert lab.cli("team", "budget", "vision", "vip", "--gpu-hours", "5").returncode == 3
+    [vision] = [t for t in lab.get("/teams").json() if t["name"] == "vision"]  # type: ignore[union-attr]
+    assert [(b["priority"], b["gpu_hours"], b["window"]) for b in vision["budgets"]] == [("high", 5.0, 7 * 86400.0)]
+    assert lab.cli("team", "budget", "vision", "high", "--remove").returncode == 0
+    assert lab.cli("team", "budget", "vision", "high", "--remove").returncode == 3
+
+    assert lab.cli("team", "remove", "nlp").returncode == 0
+    assert "nlp" not in [t["name"] for t in lab.get("/teams").json()]  # type: ignore[union-attr]
+    assert lab.get(f"/jobs/{job}").json()["team"] == "nlp", "its ended jobs keep its name"  # type: ignore[union-attr]
+    assert lab.cli("submit", "--team", "nlp", "--", "true").returncode in (2, 3)
+    assert lab.cli("team", "remove", "default").returncode == 5
+    again = lab.cli("team", "set", "nlp", "--guaranteed-gpus", "1")
+    assert again.returncode == 0 and "weight 1, 1 GPU guaranteed" in again.stdout, "made anew, from the defaults"

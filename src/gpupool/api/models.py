@@ -386,6 +386,14 @@ class TeamIn(_In):
     new_token: bool = False
 
 
+class BudgetIn(_In):
+    """A team's budget at a class: GPU-hours per sliding window."""
+
+    gpu_hours: float = Field(gt=0, le=MANY, allow_inf_nan=False)
+    window: float = Field(gt=0, le=10 * 365 * 86400, allow_inf_nan=False)
+    """Seconds: the sliding window the GPU-hours are counted over."""
+
+
 class BudgetOut(BaseModel):
     priority: str
     gpu_hours: float

@@ -14,7 +14,7 @@ from gpupool.api import access
 from gpupool.api.auth import Who
 from gpupool.api.context import Ctx
 from gpupool.api.errors import responses
-from gpupool.api.models import BudgetOut, ClassOut, NodeOut, PoolOut, TeamIn, TeamOut, UserIn, UserOut
+from gpupool.api.models import BudgetIn, BudgetOut, ClassOut, NodeOut, PoolOut, TeamIn, TeamOut, UserIn, UserOut
 from gpupool.errors import InvalidInput
 from gpupool.service.workspace import token_hash
 from gpupool.store import UNCHANGED
@@ -87,6 +87,42 @@ def set_team(name: Name, body: TeamIn, who: Who, ctx: Ctx) -> TeamOut:
     )
     ctx.service.wake()  # a new guarantee or weight may change what the loop decides
     return team_out(row, token=token)
+
+
+REMOVES = responses(400, 401, 403, 404, 409, 422, 503)
+
+
+@router.delete("/teams/{name}", status_code=204, responses=REMOVES)
+def remove_team(name: Name, who: Who, ctx: Ctx) -> None:
+    """Remove a team with no job that waits or runs and no user: its token and budgets go, its
+    ended jobs keep its name in their history."""
+    ctx.store.remove_team(name, ctx.clock())
+    ctx.service.wake()
+
+
+@router.put("/teams/{name}/budgets/{priority}", response_model=BudgetOut, responses=REMOVES)
+def set_budget(name: Name, priority: Name, body: BudgetIn, who: Who, ctx: Ctx) -> BudgetOut:
+    """Give a team a budget of GPU-hours at a class per sliding window, or change it: beyond
+    it, the team's jobs of that class run one class lower (docs/policy.md, "Budgets")."""
+    row = ctx.store.set_budget(name, priority, body.gpu_hours, body.window)
+    ctx.service.wake()
+    _, spent = ctx.store.budget_use(ctx.clock())
+    used = spent.get((name, priority), 0.0) / 3600
+    return BudgetOut(priority=row.priority, gpu_hours=row.gpu_hours, window=row.window, used_gpu_hours=used)
+
+
+@router.delete("/teams/{name}/budgets/{priority}", status_code=204, responses=REMOVES)
+def remove_budget(name: Name, priority: Name, who: Who, ctx: Ctx) -> None:
+    """Take a team's budget at a class away."""
+    ctx.store.remove_budget(name, priority)
+    ctx.service.wake()
+
+
+@router.delete("/users/{name}", status_code=204, responses=REMOVES)
+def remove_user(name: Name, who: Who, ctx: Ctx) -> None:
+    """Remove a user with no job that waits or runs: their token stops working; their jobs keep
+    their name."""
+    ctx.store.remove_user(name)
 
 
 @router.get("/users", response_model=list[UserOut], responses=responses(401, 503))

@@ -16,10 +16,11 @@ from gpupool.cli.common import (
     call,
     client,
     console,
+    fail,
     print_json,
 )
 from gpupool.cli.table import Column, table
-from gpupool.units import human_seconds, plural
+from gpupool.units import human_seconds, parse_duration, plural
 
 POOL_COLUMNS = (
     Column("NODE", shrink=3, minimum=8),
@@ -152,6 +153,47 @@ def team_set(
         )
 
 
+@team_app.command("remove")
+def team_remove(name: str, config: ConfigOption = None, api: ApiOption = None) -> None:
+    """Remove a team (admin): refused while it has jobs that wait or run, or users. Its token
+    and budgets go; its ended jobs keep its name. Remove it from the configuration file too."""
+    call(client(config, api).request, "DELETE", f"/teams/{name}")
+    console.print(f"team {name} removed", highlight=False, markup=False)
+
+
+@team_app.command("budget")
+def team_budget(
+    name: str,
+    priority: Annotated[str, typer.Argument(metavar="CLASS", help="The priority class the budget caps.")],
+    gpu_hours: Annotated[float | None, typer.Option(help="GPU-hours at CLASS per window.")] = None,
+    window: Annotated[str, typer.Option(help="The sliding window: 7d, 24h, 90m.")] = "7d",
+    remove: Annotated[bool, typer.Option("--remove", help="Take the budget away.")] = False,
+    config: ConfigOption = None,
+    api: ApiOption = None,
+) -> None:
+    """Give a team a budget at a class, change it or take it away (admin): beyond its GPU-hours
+    in the window, the team's jobs of that class run one class lower."""
+    api_client = client(config, api)
+    if remove:
+        call(api_client.request, "DELETE", f"/teams/{name}/budgets/{priority}")
+        console.print(f"team {name}: no budget at {priority}", highlight=False, markup=False)
+        return
+    if gpu_hours is None:
+        raise fail("give --gpu-hours (and --window), or --remove")
+    try:
+        seconds = parse_duration(window)
+    except ValueError as exc:
+        raise fail(f"--window: {exc}") from None
+    body = {"gpu_hours": gpu_hours, "window": seconds}
+    budget = call(lambda: api_client.request("PUT", f"/teams/{name}/budgets/{priority}", json=body))
+    console.print(
+        f"team {name}: {budget['gpu_hours']:g} GPU-h at {priority} per {human_seconds(budget['window'])} "
+        f"({budget['used_gpu_hours']:.1f} used)",
+        highlight=False,
+        markup=False,
+    )
+
+
 user_app = typer.Typer(
     rich_markup_mode=None,
     help="Users: who submits, in which team, with a token each.",
@@ -171,7 +213,7 @@ def user_add(
     user = call(client(config, api).set_user, name, {"team": team, "new_token": True})
     console.print(f"user {user['name']} of team {user['team']}", highlight=False, markup=False)
     console.print(
-        f"token (shown once; give it to them as GPUPOOL_TOKEN): {user['token']}", highlight=False, markup=False
+        f"token (shown once; they keep it with gpupool login): {user['token']}", highlight=False, markup=False
     )
 
 
@@ -188,8 +230,16 @@ def user_set(
     console.print(f"user {user['name']} of team {user['team']}", highlight=False, markup=False)
     if user["token"]:
         console.print(
-            f"token (shown once; give it to them as GPUPOOL_TOKEN): {user['token']}", highlight=False, markup=False
+            f"token (shown once; they keep it with gpupool login): {user['token']}", highlight=False, markup=False
         )
+
+
+@user_app.command("remove")
+def user_remove(name: str, config: ConfigOption = None, api: ApiOption = None) -> None:
+    """Remove a user (admin): refused while they have jobs that wait or run. Their token stops
+    working; their jobs keep their name."""
+    call(client(config, api).request, "DELETE", f"/users/{name}")
+    console.print(f"user {name} removed", highlight=False, markup=False)
 
 
 @user_app.command("list")

@@ -116,7 +116,7 @@ class ChangesStore(AttemptsStore):
             raise Conflict(f"job {job.label} is {job.state}: its class changes only while it waits")
         if s.get(PriorityClassRow, priority) is None:
             raise NotFound(f"priority: unknown priority class {priority!r}")
-        team = s.get(TeamRow, job.team)
+        team = s.get(TeamRow, job.team)  # a removed team has no live job
         if team is not None and team.allowed_classes is not None and priority not in team.allowed_classes:
             allowed = ", ".join(team.allowed_classes)
             raise Forbidden(f"team {job.team} may not use class {priority} (allowed: {allowed})")

@@ -236,7 +236,7 @@ class JobsStore(StoreBase):
     def _submit_context(s: Session, specs: Sequence[JobSpec]) -> tuple[dict[str, TeamRow], list[str], set[int]]:
         """What checking new jobs needs, read once: teams, class names (most important first),
         and which of the jobs they depend on exist."""
-        teams = {team.name: team for team in s.scalars(select(TeamRow))}
+        teams = {team.name: team for team in s.scalars(select(TeamRow).where(TeamRow.removed_at.is_(None)))}
         classes = list(s.scalars(select(PriorityClassRow.name).order_by(PriorityClassRow.value.desc())))
         named = {job for spec in specs for _, job in spec.dependencies}
         known = set(s.scalars(select(JobRow.id).where(JobRow.id.in_(named)))) if named else set()

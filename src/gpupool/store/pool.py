@@ -10,10 +10,11 @@ from typing import Any, Final
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gpupool.errors import Conflict, InvalidInput
-from gpupool.model import Config, Node, Team
+from gpupool.errors import Conflict, InvalidInput, NotFound
+from gpupool.model import ENDED, Config, Node, Team
 from gpupool.store.base import StoreBase
-from gpupool.store.schema import BudgetRow, NodeRow, PriorityClassRow, TeamRow, UserRow
+from gpupool.store.schema import BudgetRow, JobRow, NodeRow, PriorityClassRow, TeamRow, UserRow
+from gpupool.units import plural
 
 DEFAULT_TEAM = "default"
 
@@ -25,6 +26,7 @@ class Unchanged(Enum):
 
 
 UNCHANGED: Final = Unchanged.UNCHANGED
+ENDED_STATES: Final = [state.value for state in ENDED]
 
 
 class PoolStore(StoreBase):
@@ -54,6 +56,8 @@ class PoolStore(StoreBase):
         as it gave it last time keeps what the store has (the API may have changed it); a field
         the file changed since its last seeding, or any field of a new team, takes the file's."""
         row = s.get(TeamRow, team.name)
+        if row is not None and row.removed_at is not None:
+            return  # the admin removed it: the file does not bring it back (`team set` does)
         given: dict[str, Any] = {
             "weight": team.weight,
             "guaranteed_gpus": team.guaranteed_gpus,
@@ -80,6 +84,71 @@ class PoolStore(StoreBase):
                         team=team.name, priority=budget.priority, gpu_hours=budget.gpu_hours, window=budget.window
                     )
                 )
+
+    def remove_user(self, name: str) -> None:
+        """Remove a user: their token stops working; their jobs, ended or not, keep their name.
+        Refused while they have jobs that wait or run (cancel them, or let them end, first)."""
+        with self.transaction() as s:
+            user = s.get(UserRow, name, with_for_update=True)
+            if user is None:
+                raise NotFound(f"no user {name}")
+            live = self._live_jobs(s, JobRow.user == name)
+            if live:
+                raise Conflict(f"user {name} has {live} that wait or run: cancel them, or let them end, first")
+            s.delete(user)
+
+    def remove_team(self, name: str, now: float) -> None:
+        """Remove a team, its token and its budgets; its ended jobs keep its name in their history.
+        Refused while it has jobs that wait or run, or users (move or remove them first), and
+        for the default team."""
+        with self.transaction() as s:
+            team = self.live_team(s, name)
+            if team is None:
+                raise NotFound(f"no team {name}")
+            if name == DEFAULT_TEAM:
+                raise Conflict(f"team {name} is where jobs without a team go: it stays")
+            live = self._live_jobs(s, JobRow.team == name)
+            if live:
+                raise Conflict(f"team {name} has {live} that wait or run: cancel them, or let them end, first")
+            users = list(s.scalars(select(UserRow.name).where(UserRow.team == name).order_by(UserRow.name)))
+            if users:
+                raise Conflict(f"team {name} has users ({', '.join(users)}): move them (user set) or remove them first")
+            for budget in s.scalars(select(BudgetRow).where(BudgetRow.team == name)):
+                s.delete(budget)
+            team.removed_at, team.token_hash, team.guaranteed_gpus = now, None, 0
+
+    @staticmethod
+    def live_team(s: Session, name: str) -> TeamRow | None:
+        """The team `name`, locked, unless it does not exist or was removed."""
+        team = s.get(TeamRow, name, with_for_update=True)
+        return team if team is not None and team.removed_at is None else None
+
+    @staticmethod
+    def _live_jobs(s: Session, whose: Any) -> str:
+        """How many jobs matching `whose` wait or run, in words ("" for none)."""
+        count = s.scalar(select(func.count()).select_from(JobRow).where(whose, JobRow.state.not_in(ENDED_STATES)))
+        return plural(count, "job") if count else ""
+
+    def set_budget(self, team: str, priority: str, gpu_hours: float, window: float) -> BudgetRow:
+        """Give `team` a budget of `gpu_hours` at class `priority` per sliding `window` seconds
+        (or change it): beyond it, its jobs of that class run one class lower."""
+        with self.transaction() as s:
+            if self.live_team(s, team) is None:
+                raise NotFound(f"no team {team}")
+            if s.get(PriorityClassRow, priority) is None:
+                raise NotFound(f"priority: unknown priority class {priority!r}")
+            budget = s.get(BudgetRow, (team, priority)) or BudgetRow(team=team, priority=priority)
+            budget.gpu_hours, budget.window = gpu_hours, window
+            s.add(budget)
+            return budget
+
+    def remove_budget(self, team: str, priority: str) -> None:
+        """Take `team`'s budget at class `priority` away: its jobs of that class are no longer capped."""
+        with self.transaction() as s:
+            budget = s.get(BudgetRow, (team, priority))
+            if budget is None:
+                raise NotFound(f"team {team} has no budget at class {priority}")
+            s.delete(budget)
 
     @staticmethod
     def pool_gpus_in(s: Session) -> int:
@@ -136,7 +205,7 @@ class PoolStore(StoreBase):
 
     def teams(self) -> list[TeamRow]:
         with self.reading() as s:
-            return list(s.scalars(select(TeamRow).order_by(TeamRow.name)))
+            return list(s.scalars(select(TeamRow).where(TeamRow.removed_at.is_(None)).order_by(TeamRow.name)))
 
     def classes(self) -> list[PriorityClassRow]:
         with self.reading() as s:
@@ -144,7 +213,8 @@ class PoolStore(StoreBase):
 
     def team(self, name: str) -> TeamRow | None:
         with self.reading() as s:
-            return s.get(TeamRow, name)
+            team = s.get(TeamRow, name)
+            return team if team is not None and team.removed_at is None else None
 
     def holder_of(self, token_hash: str) -> tuple[str, str | None] | None:
         """(team, user) whose token this is: a user's own, or a team's (no user); None if nobody's."""
@@ -164,8 +234,8 @@ class PoolStore(StoreBase):
         old token. A new user needs a team."""
         with self.transaction() as s:
             user = s.get(UserRow, name)
-            if team is not None and s.get(TeamRow, team) is None:
-                raise InvalidInput(f"team: unknown team {team!r}")
+            if team is not None and self.live_team(s, team) is None:
+                raise NotFound(f"team: unknown team {team!r}")
             if user is None:
                 if team is None:
                     raise InvalidInput(f"team: give the team of the new user {name!r}")
@@ -194,11 +264,20 @@ class PoolStore(StoreBase):
                 for cls in allowed_classes or []:
                     if s.get(PriorityClassRow, cls) is None:
                         raise InvalidInput(f"classes: unknown priority class {cls!r}")
-            team = s.get(TeamRow, name) or TeamRow(name=name, weight=1.0, guaranteed_gpus=0, allowed_classes=None)
+            team = s.get(TeamRow, name) or TeamRow(name=name)
+            if team.removed_at is not None or team.weight is None:  # new, or made anew after its removal
+                team.weight, team.guaranteed_gpus, team.allowed_classes = 1.0, 0, None
+                team.removed_at = team.token_hash = team.seeded = None
             if weight is not None:
                 team.weight = weight
             if guaranteed_gpus is not None and guaranteed_gpus > (team.guaranteed_gpus or 0):
-                others = sum(g for t, g in s.execute(select(TeamRow.name, TeamRow.guaranteed_gpus)) if t != name)
+                others = sum(
+                    g
+                    for t, g in s.execute(
+                        select(TeamRow.name, TeamRow.guaranteed_gpus).where(TeamRow.removed_at.is_(None))
+                    )
+                    if t != name
+                )
                 pool = self.pool_gpus_in(s)
                 if pool and others + guaranteed_gpus > pool:
                     raise Conflict(

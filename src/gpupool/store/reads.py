@@ -311,7 +311,7 @@ class ReadsStore(HoldsStore):
             budgets[b.team].append(PriorityBudget(b.priority, b.gpu_hours, b.window))
         return {
             t.name: Team(t.name, t.weight, t.guaranteed_gpus, tuple(budgets[t.name]))
-            for t in s.scalars(select(TeamRow).order_by(TeamRow.name))
+            for t in s.scalars(select(TeamRow).where(TeamRow.removed_at.is_(None)).order_by(TeamRow.name))
         }
 
     @staticmethod

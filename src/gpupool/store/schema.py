@@ -92,6 +92,9 @@ class TeamRow(Base):
     seeded: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     """The policy the configuration file last gave this team: a field the file changes since
     wins over the store, one it leaves as it was keeps what the API set."""
+    removed_at: Mapped[float | None] = mapped_column(Float, default=None)
+    """When the admin removed it (`team remove`): it is gone but for its ended jobs' history,
+    which names it; `team set` makes it anew."""
 
 
 class UserRow(Base):

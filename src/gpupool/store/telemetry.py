@@ -225,7 +225,8 @@ class TelemetryStore(StoreBase):
         )
         with self.reading() as s:
             rows = list(s.execute(query))
-            teams = [name for (name,) in s.execute(select(TeamRow.name).order_by(TeamRow.name))]
+            live = select(TeamRow.name).where(TeamRow.removed_at.is_(None))
+            teams = [name for (name,) in s.execute(live.order_by(TeamRow.name))]
         times = np.linspace(since, until, points)
         held: dict[str, list[tuple[float, float]]] = {}
         for team in teams:
