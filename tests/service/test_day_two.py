@@ -294,7 +294,8 @@ def test_the_admin_removes_users_and_teams_and_sets_budgets_from_the_command_lin
     assert lab.cli("user", "remove", "ana").returncode == 3
 
     budget = lab.cli("team", "budget", "vision", "high", "--gpu-hours", "5", "--window", "7d")
-    assert budget.returncode == 0 and "team vision: 5 GPU-h at high per 7.0 d (0.0 used)" in budget.stdout, budget.stdout
+    assert budget.returncode == 0, budget.stderr
+    assert "team vision: 5 GPU-h at high per 7.0 d (0.0 used)" in budget.stdout
     assert lab.cli("team", "budget", "vision", "vip", "--gpu-hours", "5").returncode == 3
     [vision] = [t for t in lab.get("/teams").json() if t["name"] == "vision"]  # type: ignore[union-attr]
     assert [(b["priority"], b["gpu_hours"], b["window"]) for b in vision["budgets"]] == [("high", 5.0, 7 * 86400.0)]
