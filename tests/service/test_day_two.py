@@ -309,3 +309,30 @@ def test_the_admin_removes_users_and_teams_and_sets_budgets_from_the_command_lin
     assert lab.cli("team", "remove", "default").returncode == 5
     again = lab.cli("team", "set", "nlp", "--guaranteed-gpus", "1")
     assert again.returncode == 0 and "weight 1, 1 GPU guaranteed" in again.stdout, "made anew, from the defaults"
+
+
+def test_events_people_can_read_the_last_ones_of_a_kind_since_a_time_and_followed(lab: Service) -> None:
+    ana = Student(lab, "ana")
+    # A job that reports three checkpoints, as the job protocol has it (docs/job-protocol.md).
+    report = (
+        'for step in 1 2 3; do curl -sf -X POST -H "Authorization: Bearer $GPUPOOL_TOKEN" '
+        '-H "Content-Type: application/json" -d "{\\"step\\": $step}" '
+        '"$GPUPOOL_API/jobs/$GPUPOOL_JOB_ID/attempts/$GPUPOOL_ATTEMPT/checkpoint" >/dev/null || exit 1; done'
+    )
+    saving = ana.submit("-p", "low", "--wrap", report)
+    wait_for(lambda: state(lab, saving) in ("succeeded", "failed"), timeout=60)
+    every = ana.json("events", "--tail", "0")
+    assert "checkpoint" not in {e["kind"] for e in every}, "checkpoint events are hidden unless asked for"
+    saves = ana.json("events", "--type", "checkpoint", "--job", str(saving))
+    assert state(lab, saving) == "succeeded" and len(saves) == 3, saves
+    assert [e["kind"] for e in ana.json("events", "--tail", "2")] == [e["kind"] for e in every[-2:]]
+    assert ana.json("events", "--since", "1h") == every
+    assert ana.json("events", "--type", "submitted") == [e for e in every if e["kind"] == "submitted"]
+    bad = ana.run("events", "--since", "soon")
+    assert bad.returncode == 2 and "--since" in bad.stderr
+
+    # Followed: each new event as a JSON line, until the job ends.
+    later = ana.submit("-p", "low", "--", "sleep", "1")
+    followed = ana.run("events", "-f", "--json", "--job", str(later), "--tail", "0")
+    kinds = [json.loads(line)["kind"] for line in followed.stdout.splitlines()]
+    assert followed.returncode == 0 and kinds[0] == "submitted" and kinds[-1] == "succeeded", kinds

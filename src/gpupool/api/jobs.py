@@ -273,10 +273,19 @@ def events(
     job: Annotated[int | None, Query(ge=0, le=limits.INT32, description="Only this job's.")] = None,
     after: Annotated[int, Query(ge=0, le=limits.INT32, description="Only events after this id.")] = 0,
     limit: Annotated[int, Query(ge=0, le=limits.INT32)] = 1000,
+    newest: Annotated[bool, Query(description="The last `limit` events (still oldest first), not the first.")] = False,
+    since: Annotated[
+        float | None, Query(allow_inf_nan=False, description="Only events at or after this Unix time.")
+    ] = None,
+    kind: Annotated[str | None, Query(max_length=1000, description="Only these kinds, comma-separated.")] = None,
+    hide: Annotated[str | None, Query(max_length=1000, description="None of these kinds, comma-separated.")] = None,
 ) -> list[EventOut]:
     """Decisions and state changes, oldest first: of one job, or of the token's team's jobs."""
     team = access.own_team(who) if job is None else None
-    found = ctx.store.events(job_id=job, after=after, limit=limit, team=team)
+    kinds, hidden = (tuple(k for k in (text or "").split(",") if k) for text in (kind, hide))
+    found = ctx.store.events(
+        job_id=job, after=after, limit=limit, team=team, newest=newest, since=since, kinds=kinds, hidden=hidden
+    )
     labels = ctx.store.labels(e.job_id for e in found if e.job_id is not None)
     return [EventOut.of(e, labels) for e in found]
 

@@ -2,7 +2,7 @@
 
 - `simulate` (replay a trace; `replay` holds the options it shares with `advise`), `advise`;
 - `demo`;
-- `up` (the service); `submit`; `jobs`: `queue`, `show`, `cancel`, `logs`, `events`;
+- `up` (the service); `submit`; `jobs`: `queue`, `show`, `cancel`, `logs`; `events`;
   `changes`: `hold`, `release`, `update`, `requeue` (as scontrol); `login`;
 - `pool`: `pool`, `classes`, `team ...`, `user ...`; `report` (with `report_plots`); `export`.
 
@@ -20,7 +20,7 @@ import typer.core
 import typer.main
 
 # The modules, not their commands: a command named as its module would hide it.
-from gpupool.cli import advise, changes, demo, export, jobs, login, pool, report, simulate, submit, up
+from gpupool.cli import advise, changes, demo, events, export, jobs, login, pool, report, simulate, submit, up
 from gpupool.cli.common import HELP, console
 
 app = typer.Typer(
@@ -62,7 +62,7 @@ COMMANDS = (
     changes.update,
     changes.requeue,
     jobs.logs,
-    jobs.events,
+    events.events,
     pool.pool,
     pool.classes,
     report.report,

@@ -177,8 +177,10 @@ class Client:
         following = int(response.headers.get("X-Next-Offset", offset + len(response.content)))
         return response.text, following, int(response.headers.get("X-Log-Size", following))
 
-    def events(self, job_id: int | None = None, after: int = 0) -> list[dict[str, Any]]:
-        params: dict[str, Any] = {"after": after}
+    def events(self, job_id: int | None = None, after: int = 0, **filters: Any) -> list[dict[str, Any]]:
+        """`GET /events`: `filters` are its other parameters (`limit`, `newest`, `since`, `kind`,
+        `hide`); those that are None are left out."""
+        params: dict[str, Any] = {"after": after, **{k: v for k, v in filters.items() if v is not None}}
         if job_id is not None:
             params["job"] = job_id
         events: list[dict[str, Any]] = self.request("GET", "/events", params=params)

@@ -475,22 +475,3 @@ def logs(
 
 PER_ATTEMPT = re.compile(r"(?<!%)(?:%%)*%t")
 """A log path with `%t` (not `%%t`, a percent sign and a t) gives each attempt its own file."""
-
-
-def events(
-    job_ref: Annotated[str | None, typer.Option("--job", "-j", metavar="JOB", help="Only this job's events.")] = None,
-    as_json: JsonOption = False,
-    config: ConfigOption = None,
-    api: ApiOption = None,
-) -> None:
-    """Every decision and state change, with its reason."""
-    api_client = client(config, api)
-    job_id = resolve(api_client, job_ref)["id"] if job_ref is not None else None
-    found = call(api_client.events, job_id)
-    if as_json:
-        print_json(found)
-        return
-    now = time.time()
-    columns = (Column("TIME"), Column("KIND"), Column("JOB", drop=1), Column("WHAT", shrink=1, minimum=20, wrap=True))
-    rows = [[when(e["time"], now), e["kind"], e["job_label"] or "", e["message"]] for e in found]
-    console.print(table(columns, rows, console.width))

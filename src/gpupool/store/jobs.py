@@ -344,11 +344,21 @@ class JobsStore(StoreBase):
         limit: int = 1000,
         team: str | None = None,
         newest: bool = False,
+        since: float | None = None,
+        kinds: Sequence[str] = (),
+        hidden: Sequence[str] = (),
     ) -> list[EventRow]:
-        """Events after the id `after`, oldest first: of one job, or of `team`'s jobs (and of
-        no job), or all; the first `limit` of them, or with `newest` the last."""
+        """Events after the id `after` (and at or after the time `since`), oldest first: of one
+        job, or of `team`'s jobs (and of no job), or all; of `kinds` only, none of `hidden`;
+        the first `limit` of them, or with `newest` the last."""
         order = EventRow.id.desc() if newest else EventRow.id
         query = select(EventRow).where(EventRow.id > after).order_by(order).limit(limit)
+        if since is not None:
+            query = query.where(EventRow.time >= since)
+        if kinds:
+            query = query.where(EventRow.kind.in_(list(kinds)))
+        if hidden:
+            query = query.where(EventRow.kind.not_in(list(hidden)))
         if job_id is not None:
             query = query.where(EventRow.job_id == job_id)
         if team is not None:
