@@ -138,6 +138,16 @@ class PolicySpec(_Strict):
     explain_depth: int | None = Field(default=EXPLAIN_DEPTH, ge=0, le=INT32_MAX)
 
 
+WEBHOOK = re.compile(r"https?://[^\s/?#@]+(/[^\s#]*)?")
+
+
+def webhook_url(text: str) -> str:
+    """`text` as a webhook's URL (`http://` or `https://`, no credentials in it), or a ValueError."""
+    if len(text) > 2000 or not WEBHOOK.fullmatch(text):
+        raise ValueError(f"{text[:100]!r} is not an http:// or https:// URL such as https://hooks.example/T0/B0")
+    return text
+
+
 class ServiceSpec(_Strict):
     data_dir: str = "~/.gpupool"
     host: str = "127.0.0.1"
@@ -157,6 +167,9 @@ class ServiceSpec(_Strict):
     executor: Literal["local", "ray"] = "local"
     """Where attempts run: this machine's processes, or every node of a Ray cluster."""
     ray_address: str = Field(default="auto", max_length=300)
+    webhooks: list[str] = Field(default_factory=list, max_length=20)
+    """URLs told of every job's start, end and notices (Slack-compatible JSON), besides the
+    URL a job names itself (`submit --notify`)."""
     start_timeout: Duration = Field(default=60.0, gt=0)
     """With Ray: a gang whose members are not all running by then is given back and placed again."""
 
@@ -166,6 +179,11 @@ class ServiceSpec(_Strict):
         if value is not None:
             check_store_url(value)
         return value
+
+    @field_validator("webhooks")
+    @classmethod
+    def _webhooks_are_urls(cls, value: list[str]) -> list[str]:
+        return [webhook_url(url) for url in value]
 
     @field_validator("api_url")
     @classmethod

@@ -34,6 +34,7 @@ from gpupool.executors.users import can_switch_users
 from gpupool.model import Config
 from gpupool.service.leader import IDENTITY, Guard, NotLeader, StoreLease, claim_data_dir, lock_data_dir
 from gpupool.service.loop import ControlLoop
+from gpupool.service.notify import Notifier
 from gpupool.service.observer import Lineup, Observers
 from gpupool.service.workspace import token_hash
 from gpupool.store import Store
@@ -260,6 +261,8 @@ def _start(spec: ConfigSpec, config: Config, data_dir: Path, lock: int) -> Runni
     thread.start()
     metrics = threading.Thread(target=telemetry.run, args=(stop,), name="telemetry", daemon=True)
     metrics.start()
+    notifier = Notifier(store, service.webhooks, data_dir)
+    threading.Thread(target=notifier.run, args=(stop,), name="webhooks", daemon=True).start()
     return Running(store, loop, pool, server, stop, thread, [listening], lock, lease, telemetry, metrics)
 
 

@@ -4,11 +4,13 @@ Each step names the defect it found."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -336,3 +338,53 @@ def test_events_people_can_read_the_last_ones_of_a_kind_since_a_time_and_followe
     followed = ana.run("events", "-f", "--json", "--job", str(later), "--tail", "0")
     kinds = [json.loads(line)["kind"] for line in followed.stdout.splitlines()]
     assert followed.returncode == 0 and kinds[0] == "submitted" and kinds[-1] == "succeeded", kinds
+
+
+class Receiver:
+    """An HTTP server on loopback that keeps what each path was sent (a webhook's receiver)."""
+
+    def __init__(self) -> None:
+        got: dict[str, list[dict[str, Any]]] = {}
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                got.setdefault(self.path, []).append(json.loads(body))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+        self.got = got
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def events(self, path: str, job: int) -> list[str]:
+        return [b["gpupool"]["event"] for b in self.got.get(path, []) if b["gpupool"].get("job") == job]
+
+
+def test_a_job_and_the_service_are_told_of_starts_notices_and_ends_by_webhook(lab: Service) -> None:
+    receiver = Receiver()
+    try:
+        lab.config.write_text(
+            lab.config.read_text().replace("run_as: submitter", f"run_as: submitter, webhooks: ['{receiver.url}/lab']")
+        )
+        assert lab.process is not None
+        lab.process.terminate()
+        lab.process.wait(timeout=20)
+        lab.up()
+        ana = Student(lab, "ana")
+        bad = ana.run("submit", "--notify", "file:///etc/passwd", "--", "true")
+        assert bad.returncode == 2 and "notify:" in bad.stderr, bad.stderr
+        quick = ana.submit("-p", "low", "--notify", f"{receiver.url}/ana", "--", "true")
+        other = ana.submit("-p", "low", "--", "true")
+        wait_for(lambda: receiver.events("/ana", quick) == ["running", "succeeded"], timeout=30)
+        wait_for(lambda: receiver.events("/lab", other) == ["running", "succeeded"], timeout=30)
+        assert receiver.events("/lab", quick) == ["running", "succeeded"], "the service's webhook hears of every job"
+        assert receiver.events("/ana", other) == [], "a job's own URL hears of that job alone"
+        [told] = [b for b in receiver.got["/ana"] if b["gpupool"]["event"] == "succeeded"]
+        assert told["text"].startswith(f"gpupool: job {quick} (true, team nlp, user ana) succeeded")
+    finally:
+        receiver.server.shutdown()

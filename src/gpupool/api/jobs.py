@@ -32,6 +32,7 @@ from gpupool.api.models import (
     TotalsOut,
 )
 from gpupool.api.submission import check_fits, check_key, check_paths, parsed
+from gpupool.config import webhook_url
 from gpupool.errors import Conflict, StoreUnavailable
 from gpupool.model import JobState
 from gpupool.slurm import parse_after, parse_array
@@ -130,6 +131,7 @@ def prepare(ctx: Context, body: JobIn, who: Principal, key: str | None) -> JobSp
         array=indexes,
         array_limit=limit,
         idempotency_key=key,
+        notify=parsed("notify", webhook_url, body.notify),
     )
 
 

@@ -161,6 +161,9 @@ def submit(
     error: Annotated[
         str | None, typer.Option("--error", "-e", help="Standard error to this file (default: -o's).")
     ] = None,
+    notify: Annotated[
+        str | None, typer.Option(help="A URL told when the job starts, ends or gets notice (a Slack webhook).")
+    ] = None,
     parsable: Annotated[bool, typer.Option("--parsable", help="Print the job id alone.")] = False,
     wait: Annotated[bool, typer.Option("--wait", "-W", help="Wait for the job to end; exit with its outcome.")] = False,
     config: ConfigOption = None,
@@ -205,6 +208,7 @@ def submit(
         "script": script,
         "output": o["output"],
         "error": o["error"],
+        "notify": o["notify"],
         "user": getpass.getuser(),
     }
     api_client = client(config, api)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -48,6 +48,8 @@ class JobSpec:
     idempotency_key: str | None = None
     """The client's key for this submission: another with the same key (in the same team) is
     the same submission, retried. An array keeps it on its first task."""
+    notify: str | None = None
+    """A URL told of the job's start, end and each notice (a Slack-compatible webhook)."""
 
 
 class DuplicateSubmission(Conflict):
@@ -285,6 +287,7 @@ class JobsStore(StoreBase):
             output=spec.output,
             error=spec.error,
             idempotency_key=spec.idempotency_key,
+            notify=spec.notify,
         )
 
     def job(self, job_id: int) -> JobRow:
@@ -335,6 +338,21 @@ class JobsStore(StoreBase):
                 message = "cancel requested: its attempt is being stopped"
                 s.add(EventRow(time=now, kind="cancel_requested", job_id=job_id, message=message))
             return job
+
+    def events_to_tell(
+        self, after: int, kinds: Sequence[str], limit: int = 200
+    ) -> list[tuple[EventRow, JobRow | None]]:
+        """The events of `kinds` after the id `after`, oldest first, each with its job (for the
+        webhooks: its label, team, name and the URL it named)."""
+        query = select(EventRow, JobRow).outerjoin(JobRow, JobRow.id == EventRow.job_id)
+        query = query.where(EventRow.id > after, EventRow.kind.in_(list(kinds))).order_by(EventRow.id).limit(limit)
+        with self.reading() as s:
+            return [(event, job) for event, job in s.execute(query)]
+
+    def last_event(self) -> int:
+        """The id of the newest event (0: none yet)."""
+        with self.reading() as s:
+            return int(s.scalar(select(func.max(EventRow.id))) or 0)
 
     def events(
         self,

@@ -190,6 +190,8 @@ class JobRow(Base):
     """After such a failure: the job is held until then (a back-off), then tried again."""
     launch_error: Mapped[str | None] = mapped_column(String(500), default=None)
     """What went wrong at its last launch that failed for the scheduler's reasons."""
+    notify: Mapped[str | None] = mapped_column(String(2000), default=None)
+    """A URL told of the job's start, end and each notice (`gpupool submit --notify`)."""
     held_by: Mapped[str | None] = mapped_column(String(20), default=None)
     """`user` or `admin` while a person holds the pending job (`gpupool hold`): it waits until
     released, by the admin, or by anyone who may act on it if a user held it."""

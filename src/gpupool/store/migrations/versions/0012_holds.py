@@ -1,7 +1,8 @@
-"""holds and removals: a pending job held by a person (`gpupool hold`) waits until released;
+"""holds, removals and webhooks: a pending job held by a person (`gpupool hold`) waits until released;
 who held it (`user` or `admin`) says who may release it. The change journal's trigger on jobs
 takes the new column, so that a hold and a release reach the control loop's next read. A team
-removed (`team remove`) is marked, not deleted: its ended jobs still name it.
+removed (`team remove`) is marked, not deleted: its ended jobs still name it. A job may name a
+URL to tell of its start, end and notices (`submit --notify`).
 
 Revision ID: 0012
 Revises: 0011
@@ -43,6 +44,7 @@ def _update_trigger(columns: str) -> None:
 def upgrade() -> None:
     op.add_column("jobs", sa.Column("held_by", sa.String(20), nullable=True))
     op.add_column("teams", sa.Column("removed_at", sa.Float(), nullable=True))
+    op.add_column("jobs", sa.Column("notify", sa.String(2000), nullable=True))
     _update_trigger(f"{JOB_COLUMNS}, held_by")
 
 
@@ -50,3 +52,4 @@ def downgrade() -> None:
     _update_trigger(JOB_COLUMNS)  # first: a trigger naming the column would keep it
     op.drop_column("jobs", "held_by")
     op.drop_column("teams", "removed_at")
+    op.drop_column("jobs", "notify")
