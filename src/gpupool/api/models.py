@@ -69,7 +69,7 @@ class JobIn(_In):
     job gets notice and its class's grace, then ends as `timeout`."""
     notify: str | None = Field(default=None, max_length=2000)
     """A URL the scheduler POSTs to when the job starts, ends and gets notice: Slack-compatible
-    JSON, `{"text": ..., "gpupool": {...}}` (docs/notifications.md)."""
+    JSON, `{"text": ..., "gpupool": {...}}` (docs/configuration.md, `webhooks`)."""
     after: str | None = Field(default=None, max_length=10_000)
     """Dependencies in Slurm's words: `12`, `ok:12:13`, `notok:12`, `any:12,ok:14` (a bare id is
     `ok`); an array's id stands for all its tasks. The job waits; one that can never be met

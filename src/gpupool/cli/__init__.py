@@ -3,7 +3,7 @@
 - `simulate` (replay a trace; `replay` holds the options it shares with `advise`), `advise`;
 - `demo`;
 - `up` (the service); `submit`; `jobs`: `queue`, `show`, `cancel`, `logs`; `events`;
-  `changes`: `hold`, `release`, `update`, `requeue` (as scontrol); `login`;
+  `changes`: `hold`, `release`, `update`, `requeue` (as scontrol); `login`; `backup`;
 - `pool`: `pool`, `classes`, `team ...`, `user ...`; `report` (with `report_plots`); `export`.
 
 What every command of the live service shares (the API client in `client`, exit codes,
@@ -20,7 +20,7 @@ import typer.core
 import typer.main
 
 # The modules, not their commands: a command named as its module would hide it.
-from gpupool.cli import advise, changes, demo, events, export, jobs, login, pool, report, simulate, submit, up
+from gpupool.cli import advise, backup, changes, demo, events, export, jobs, login, pool, report, simulate, submit, up
 from gpupool.cli.common import HELP, console
 
 app = typer.Typer(
@@ -68,6 +68,7 @@ COMMANDS = (
     report.report,
     export.export,
     login.login,
+    backup.backup,
 )
 for command in COMMANDS:
     app.command(context_settings=HELP)(command)
