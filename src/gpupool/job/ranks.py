@@ -25,12 +25,17 @@ class Ranks:
             self._group = dist.new_group(backend="gloo")  # collective: every rank makes it
 
     def close(self) -> None:
-        """Destroy the group of their own (the process is about to end)."""
-        if self._group is not None:
-            import torch
+        """Leave torch.distributed, the process being about to end: the group of their own, then
+        every other (gloo's threads, left to the interpreter's exit, abort it now and then: exit
+        134 where the job left on notice)."""
+        if self._group is None:
+            return
+        import torch
 
-            torch.distributed.destroy_process_group(self._group)
-            self._group = None
+        torch.distributed.destroy_process_group(self._group)
+        self._group = None
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
     @property
     def group(self) -> Any:

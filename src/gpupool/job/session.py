@@ -153,7 +153,8 @@ class Job:
 
     def leave(self) -> NoReturn:
         """On notice: let a background save in flight commit if it can before the deadline,
-        save in line if the save fits, acknowledge, end the process with LEAVE_CODE (gpupool
+        save in line if the save fits, acknowledge, leave torch.distributed (every process group:
+        the process ends), end the process with LEAVE_CODE (gpupool
         requeues a job it gave notice whatever the exit code; a SIGTERM from anyone else must
         not read as success)."""
         self._begin()
