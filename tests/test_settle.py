@@ -44,3 +44,12 @@ def test_only_the_outcome_that_is_charged_moves_its_counter() -> None:
     lost = settle(AttemptEnd(None, node_lost="node n1 died"), JobCounts(failures=1))
     assert (lost.failures, lost.node_losses) == (1, 1)
     assert "node loss 1 of 3" in lost.message
+
+
+def test_a_persons_requeue_goes_back_in_line_without_counting_as_a_preemption() -> None:
+    counts = JobCounts(failures=0, max_failures=0, preemptions=3, node_losses=0, max_node_losses=3)
+    requeued = settle(AttemptEnd(75, noticed=True, requeued=True), counts)
+    assert (requeued.state, requeued.outcome, requeued.preemptions) == (JobState.PENDING, AttemptOutcome.PREEMPTED, 3)
+    assert "requeued by a person" in requeued.message
+    preempted = settle(AttemptEnd(75, noticed=True), counts)
+    assert preempted.preemptions == 4

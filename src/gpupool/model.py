@@ -361,6 +361,10 @@ class Reason(StrEnum):
     is worked out once it is within the depth."""
 
 
+HELD_BACK = frozenset({Reason.DEPENDENCY, Reason.ARRAY_LIMIT, Reason.LAUNCH_RETRY, Reason.HELD})
+"""The reasons a driver holds a job back from the core: it is in line, not in the core's."""
+
+
 @dataclass(frozen=True, slots=True)
 class Start:
     job: JobId

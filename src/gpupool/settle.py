@@ -35,6 +35,8 @@ class AttemptEnd:
     """The job reported that it finished."""
     noticed: bool = False
     """It had been given notice."""
+    requeued: bool = False
+    """The notice was a person's requeue (`gpupool requeue`), for no job: not a preemption."""
     cancel_requested: bool = False
     timed_out: bool = False
     """It was stopped at its time limit."""
@@ -110,6 +112,10 @@ def settle(end: AttemptEnd, counts: JobCounts) -> Settlement:
             return requeue(AttemptOutcome.NODE_LOST, f"requeued: {end.node_lost} (node loss {node_losses} of {limit})")
         lost = f"failed: {end.node_lost}, its node loss {node_losses} (at most {limit} are requeued)"
         return done(AttemptOutcome.NODE_LOST, JobState.FAILED, lost[:2000])
+    if end.noticed and end.requeued:
+        # Not counted as a preemption: a job its owner requeues must not grow toward the cap
+        # that protects it from being preempted.
+        return requeue(AttemptOutcome.PREEMPTED, f"requeued by a person, after notice ({code})")
     if end.noticed:
         preemptions += 1
         return requeue(AttemptOutcome.PREEMPTED, f"requeued after notice ({code})")

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.apiworld import ADMIN, Api, auth, opened
+from tests.support.users import os_user, reachable_folder
 
 USER = "gpupool-default"
 
@@ -37,11 +35,8 @@ def test_a_log_file_of_the_jobs_choosing_is_read_with_its_users_rights_and_nothi
     """Jobs of team default run as OS user gpupool-default: the scheduler (root) serves the -o
     file that user wrote, and refuses, without hanging, what that user could not open or what
     is no plain file (a link to /etc/shadow, a root-only file, a FIFO)."""
-    if subprocess.run(["id", USER], capture_output=True, check=False).returncode != 0:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], check=True)
-    folder = Path(tempfile.mkdtemp(prefix="gpupool-runs-as-"))
-    try:
-        folder.chmod(0o755)
+    os_user(USER)
+    with reachable_folder("gpupool-runs-as-", 0o755) as folder:
         entry = pwd.getpwnam(USER)
         mine = folder / "mine.log"
         mine.write_text("the job's own words\n")
@@ -62,5 +57,3 @@ def test_a_log_file_of_the_jobs_choosing_is_read_with_its_users_rights_and_nothi
             shown = api.client.get(f"/jobs/{job}/logs", headers=auth(ADMIN), params={"attempt": 0})
             assert shown.status_code == status, (name, shown.text)
             assert said in (shown.text if status == 200 else shown.json()["message"]), (name, shown.text)
-    finally:
-        shutil.rmtree(folder)

@@ -21,6 +21,7 @@ from gpupool.executors import Executor, Exit, Launch, Member, Recorded, Started
 from gpupool.executors.proc import kill_attempts, process_started
 from gpupool.up import free_port
 from tests.support.live import Service, assert_no_gpu_held_twice, running, state, wait_for
+from tests.support.users import os_user
 
 RANK = textwrap.dedent(
     """
@@ -523,9 +524,7 @@ def test_every_rank_runs_as_the_jobs_user_and_reaches_nothing_of_the_schedulers(
 
     if os.geteuid() != 0:
         pytest.skip("runs ranks as another OS user")
-    if subprocess.run(["id", "gpupool-vision"], capture_output=True, check=False).returncode != 0:
-        useradd = ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "gpupool-vision"]
-        subprocess.run(useradd, check=True)
+    os_user("gpupool-vision")
     top = Path(tempfile.mkdtemp(prefix="gpupool-ray-trust-"))
     top.chmod(0o711)
     work = top / "work"

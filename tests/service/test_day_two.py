@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import http.server
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +18,7 @@ import pytest
 
 from gpupool.config import client_config, service_config
 from tests.support.live import Service, running, state, wait_for
+from tests.support.users import os_user, reachable_folder
 
 STUDENTS = {"ana": "nlp", "ben": "vision"}
 
@@ -34,29 +33,20 @@ teams:
 """
 
 
-def ensure_user(name: str) -> None:
-    if subprocess.run(["id", name], capture_output=True, check=False).returncode != 0:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True)
-
-
 @pytest.fixture
 def lab() -> Iterator[Service]:
     """`gpupool up` on 4 virtual GPUs, jobs as their submitters, under /tmp (the students must
     pass through the data directory's parents), with a folder both may write (`work`)."""
     for name in STUDENTS:
-        ensure_user(name)
-    top = Path(tempfile.mkdtemp(prefix="gpupool-day-two-"))
-    top.chmod(0o711)
-    work = top / "work"
-    work.mkdir()
-    work.chmod(0o1777)
-    service = Service(top)
-    service.config.write_text(LAB.format(data=service.data, port=service.port))
-    service.work = work  # type: ignore[attr-defined]
-    try:
+        os_user(name)
+    with reachable_folder("gpupool-day-two-") as top:
+        work = top / "work"
+        work.mkdir()
+        work.chmod(0o1777)
+        service = Service(top)
+        service.config.write_text(LAB.format(data=service.data, port=service.port))
+        service.work = work  # type: ignore[attr-defined]
         yield from running(service)
-    finally:
-        shutil.rmtree(top, ignore_errors=True)
 
 
 def token_of(added: subprocess.CompletedProcess[str]) -> str:
@@ -241,7 +231,8 @@ def test_jobs_change_after_submit_as_scontrol_changes_them_and_only_by_who_may(l
     ana, ben = Student(lab, "ana"), Student(lab, "ben")
     for team in STUDENTS.values():  # no reclaim: ana's job waits for ben's to leave
         assert lab.cli("team", "set", team, "--guaranteed-gpus", "0").returncode == 0
-    big = ben.submit("-p", "low", "--gpus", "4", "--", "sleep", "600")
+    # ben's job says when it gets notice (SIGTERM), and leaves as a job on notice does.
+    big = ben.submit("-p", "low", "--gpus", "4", "--wrap", 'trap "echo noticed; exit 75" TERM; sleep 600 & wait')
     wait_for(lambda: state(lab, big) == "running")
     waits = ana.submit("-p", "low", "--", "sleep", "600")
     wait_for(lambda: ana.json("show", str(waits))["wait_reason"] == "no_fit")
@@ -275,6 +266,9 @@ def test_jobs_change_after_submit_as_scontrol_changes_them_and_only_by_who_may(l
     wait_for(lambda: ben.json("show", str(big))["attempts"] == 2, timeout=60)
     shown = ben.json("show", str(big))
     assert shown["history"][0]["outcome"] == "preempted" and state(lab, waits) == "pending"
+    assert shown["history"][0]["exit_code"] == 75, "it got notice (SIGTERM) and left, not killed at the deadline"
+    assert ben.run("logs", str(big), "--attempt", "0").stdout == "noticed\n"
+    assert shown["preemptions"] == 0, "a requeue by its owner does not count toward the preemption cap"
     assert any("requeued by a person" in e["message"] for e in ben.json("events", "--job", str(big)))
     assert ben.run("requeue", str(waits)).returncode == 5, "another team's job"
     waiting = ana.run("requeue", str(waits))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 import textwrap
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ import httpx
 import pytest
 
 from tests.support.live import Service, running, state, wait_for
+from tests.support.users import os_user
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="runs jobs as other OS users: needs root")
 PYTHON = "/usr/bin/python3"
@@ -85,17 +85,12 @@ ATTACK = textwrap.dedent(
 )
 
 
-def ensure_user(name: str) -> None:
-    if subprocess.run(["id", name], capture_output=True, check=False).returncode != 0:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True)
-
-
 @pytest.fixture
 def shared(tmp_path: Path) -> Iterator[Service]:
     """`gpupool up` with jobs run as one OS user per team, in a data directory under /tmp
     (the jobs' users must be able to pass through its parents)."""
     for name in USERS:
-        ensure_user(name)
+        os_user(name)
     top = Path(tempfile.mkdtemp(prefix="gpupool-trust-"))
     top.chmod(0o711)
     work = top / "work"

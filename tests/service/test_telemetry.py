@@ -12,8 +12,8 @@ from gpupool.accounting import Totals, totals
 from gpupool.model import DEFAULT_CLASSES, Config, Node
 from gpupool.service.loop import ControlLoop
 from gpupool.store import JobSpec, Store
+from gpupool.store.tail import Tail
 from gpupool.telemetry import Telemetry
-from gpupool.telemetry.ledger import Tail
 from tests.support.fakes import FakeExecutor
 
 CONFIG = Config(DEFAULT_CLASSES)

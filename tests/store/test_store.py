@@ -9,7 +9,7 @@ from sqlalchemy import inspect
 
 from gpupool.errors import Conflict, InvalidInput, NotFound
 from gpupool.model import DEFAULT_CLASSES, Allocation, Config, JobState, Plan, PriorityBudget, Reason, Start, Team
-from gpupool.store import JobSpec, Store
+from gpupool.store import JobSpec, JobUpdate, Store
 from gpupool.store.engine import head, migrate, revision
 from tests.support.fakes import two_node_store
 
@@ -401,3 +401,31 @@ def test_a_lost_node_requeues_its_job_apart_from_failures_and_preemptions_while_
     assert [i.cause for i in account.interruptions] == ["node_lost"] * 3
     assert all(i.wasted > 0 for i in account.interruptions), "the work since its last commit is lost"
     assert store.interruption_intervals(since=0.0, now=100.0) == {"low": pytest.approx(15.0 / 3)}
+
+
+def test_a_job_held_after_the_decision_read_it_is_not_started_and_nothing_is_recorded(store: Store) -> None:
+    """A hold that commits between the loop's read and its write wins: the plan is refused
+    whole (the loop decides again), and the job waits, held."""
+    job = store.submit(JobSpec(["x"], team="nlp"), now=1.0)
+    decided = Plan(starts=(Start(str(job.id), (Allocation("n0", (0,)),), "normal", Reason.FREE_GPUS, "x"),))
+    store.hold_job(job.id, 2.0, by_admin=False)
+    with pytest.raises(Conflict, match="was held"):
+        store.record_plan(decided, now=3.0)
+    held = store.job(job.id)
+    assert (held.state, held.attempts, held.held_by) == ("pending", 0, "user")
+    store.release_hold(job.id, 4.0, by_admin=False)
+    store.record_plan(decided, now=5.0)
+    assert store.job(job.id).state == "starting"
+
+
+def test_an_update_that_would_make_jobs_wait_for_each_other_is_refused(store: Store) -> None:
+    first = store.submit(JobSpec(["a"], team="nlp"), now=1.0)
+    second = store.submit(JobSpec(["b"], team="nlp", dependencies=[("ok", first.id)]), now=2.0)
+    third = store.submit(JobSpec(["c"], team="nlp", dependencies=[("any", second.id)]), now=3.0)
+    with pytest.raises(InvalidInput, match="would wait for itself"):
+        store.update_job(first.id, JobUpdate(dependencies=[("ok", third.id)]), 4.0, by_admin=False)
+    with pytest.raises(InvalidInput, match="would wait for itself"):
+        store.update_job(first.id, JobUpdate(dependencies=[("ok", first.id)]), 4.0, by_admin=False)
+    assert store.job(first.id).dependencies is None
+    store.update_job(third.id, JobUpdate(dependencies=[("ok", first.id)]), 5.0, by_admin=False)
+    assert store.job(third.id).dependencies == [["ok", first.id]]

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
-from gpupool.api.models import GpuOut, JobBriefOut, JobOut
+from gpupool.api.models import JobBriefOut, JobOut
+from gpupool.api.pool_models import GpuOut
 from gpupool.errors import Forbidden
 from gpupool.store.schema import JobRow
 from gpupool.store.views import GpuView

@@ -256,7 +256,7 @@ def logs(
     read)."""
     job = ctx.store.job(job_id)
     number = attempt if attempt is not None else job.attempts - 1
-    # The service opens it: a file a job of another OS user chose is never opened (a 409).
+    # The service opens it: a file a job of another OS user chose is opened with that user's rights.
     reader = ctx.service.open_log(job, number, stream, rank) if number >= 0 else None
     if reader is None:
         return PlainTextResponse("", headers={"X-Next-Offset": str(offset), "X-Log-Size": "0"})

@@ -14,7 +14,7 @@ from gpupool.api import access
 from gpupool.api.auth import Who
 from gpupool.api.context import Ctx
 from gpupool.api.errors import responses
-from gpupool.api.models import BudgetIn, BudgetOut, ClassOut, NodeOut, PoolOut, TeamIn, TeamOut, UserIn, UserOut
+from gpupool.api.pool_models import BudgetIn, BudgetOut, ClassOut, NodeOut, PoolOut, TeamIn, TeamOut, UserIn, UserOut
 from gpupool.errors import InvalidInput
 from gpupool.service.workspace import token_hash
 from gpupool.store import UNCHANGED
@@ -59,16 +59,7 @@ def teams(who: Who, ctx: Ctx) -> list[TeamOut]:
             t,
             using=using[t.name],
             pending=pending[t.name],
-            budgets=[
-                BudgetOut(
-                    priority=b.priority,
-                    gpu_hours=b.gpu_hours,
-                    window=b.window,
-                    used_gpu_hours=spent.get((b.team, b.priority), 0.0) / 3600,
-                )
-                for b in budgets
-                if b.team == t.name
-            ],
+            budgets=[BudgetOut.of(b, spent) for b in budgets if b.team == t.name],
         )
         for t in ctx.store.teams()
     ]
@@ -106,9 +97,7 @@ def set_budget(name: Name, priority: Name, body: BudgetIn, who: Who, ctx: Ctx) -
     it, the team's jobs of that class run one class lower (docs/policy.md, "Budgets")."""
     row = ctx.store.set_budget(name, priority, body.gpu_hours, body.window)
     ctx.service.wake()
-    _, spent = ctx.store.budget_use(ctx.clock())
-    used = spent.get((name, priority), 0.0) / 3600
-    return BudgetOut(priority=row.priority, gpu_hours=row.gpu_hours, window=row.window, used_gpu_hours=used)
+    return BudgetOut.of(row, ctx.store.budget_use(ctx.clock())[1])
 
 
 @router.delete("/teams/{name}/budgets/{priority}", status_code=204, responses=REMOVES)

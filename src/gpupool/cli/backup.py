@@ -12,7 +12,6 @@ import typer
 
 from gpupool.cli.common import console, fail, prepare_output
 from gpupool.config import ConfigError, load_spec, service_config
-from gpupool.store.engine import DATABASE
 
 
 def backup(
@@ -31,6 +30,8 @@ def backup(
         service = load_spec(service_config(config, os.environ)).service
     except ConfigError as exc:
         raise fail(str(exc)) from None
+    from gpupool.store.engine import DATABASE  # here: the command line loads no store at start
+
     if service.store is not None:
         raise fail(f"the store is {service.store.split('@')[-1]}, not SQLite: back it up with pg_dump")
     source = service.data_path / DATABASE

@@ -25,12 +25,19 @@ def each(api_client: Client, refs: list[str], action: str, done: str) -> None:
     for ref in refs:
         try:
             job = find(api_client, ref)
-            for target in whole_array(api_client, job, ref) or [job]:
-                changed = api_client.act(target["id"], action)
-                console.print(f"job {label(changed)}: {done}", highlight=False, markup=False)
+            targets = whole_array(api_client, job, ref) or [job]
         except GpupoolError as exc:
             errors.print(f"[bold red]error:[/] {escape(ref)}: {escape(str(exc))}", highlight=False)
             worst = max(worst, exit_code(exc))
+            continue
+        for target in targets:  # each task of an array on its own: one that is running harms no other
+            try:
+                changed = api_client.act(target["id"], action)
+            except GpupoolError as exc:
+                errors.print(f"[bold red]error:[/] job {escape(label(target))}: {escape(str(exc))}", highlight=False)
+                worst = max(worst, exit_code(exc))
+                continue
+            console.print(f"job {label(changed)}: {done}", highlight=False, markup=False)
     raise typer.Exit(worst)
 
 

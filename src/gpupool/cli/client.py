@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,14 +80,15 @@ class Client:
         """How the client waits between tries (tests replace it)."""
 
     @classmethod
-    def from_env(cls, url: str | None, data_dir: Path) -> Client:
+    def from_env(cls, url: str | None, data_dirs: Sequence[Path]) -> Client:
         """`GPUPOOL_API` and the token: `GPUPOOL_TOKEN`, else the user's token file (`gpupool
-        login` writes it), else the admin token of the service's data directory."""
-        token = os.environ.get("GPUPOOL_TOKEN") or user_token() or admin_token(data_dir)
+        login` writes it), else the admin token of the first of `data_dirs` that has one."""
+        token = os.environ.get("GPUPOOL_TOKEN") or user_token()
+        token = token or next((t for t in map(admin_token, data_dirs) if t is not None), None)
         if token is None:
             raise GpupoolError(
                 f"no token: run `gpupool login` with the token your admin gave you, or set GPUPOOL_TOKEN "
-                f"(the admin's is {data_dir / 'admin.token'}, written by `gpupool up`)"
+                f"(the admin's is {data_dirs[0] / 'admin.token'}, written by `gpupool up`)"
             )
         return cls(url or os.environ.get("GPUPOOL_API") or "http://127.0.0.1:8470", token)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import pwd
+import signal
 import socket
 import stat
 from dataclasses import dataclass
@@ -72,6 +73,10 @@ def give(path: Path, user: JobUser | None, mode: int) -> None:
     os.chmod(path, mode)
 
 
+OPEN_TIMEOUT = 10.0
+"""Seconds a file of a job's choosing is given to open before the reader gives up on it."""
+
+
 def open_as(user: JobUser, path: Path) -> BinaryIO | None:
     """`path` opened for reading with `user`'s rights (their uid, group and supplementary
     groups), or None if it does not exist. A path a job chose (`-o`) may be a link, a FIFO or a
@@ -102,7 +107,14 @@ def open_as(user: JobUser, path: Path) -> BinaryIO | None:
             finally:
                 os._exit(code)
         theirs.close()
-        message, fds, _, _ = socket.recv_fds(ours, 512, 1)
+        ours.settimeout(OPEN_TIMEOUT)
+        try:
+            message, fds, _, _ = socket.recv_fds(ours, 512, 1)
+        except TimeoutError:
+            # Its open() hangs (a FUSE mount of the user's, an NFS server gone): give up on it.
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise OSError(errno.ETIMEDOUT, f"{path} could not be opened within {OPEN_TIMEOUT:g} s") from None
         _, status = os.waitpid(pid, 0)
     if not fds:
         number, _, reason = message.decode(errors="replace").partition(" ")

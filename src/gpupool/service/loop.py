@@ -64,6 +64,8 @@ class ControlLoop:
     """The jobs last recorded as holding GPUs while their victims drain."""
     stopping: dict[Key, float] = field(default_factory=dict)
     """Attempts of cancelled jobs that got SIGTERM, with when they get SIGKILL."""
+    requeued: set[Key] = field(default_factory=set)
+    """Attempts a person requeued (a notice recorded by the API) that were given it."""
     job_user: str | None = None
     """The name of the OS user jobs run as, `{user}` and `{team}` replaced (from `service.run_as`
     and `service.job_user`, see executors/users.py); None: the scheduler's own user."""
@@ -240,6 +242,7 @@ class ControlLoop:
         for exit, state in zip(ended, states, strict=True):
             self.killed.discard((exit.job_id, exit.attempt))
             self.stopping.pop((exit.job_id, exit.attempt), None)
+            self.requeued.discard((exit.job_id, exit.attempt))
             if state is None:
                 log.warning("job %s attempt %s ended but is not live in the store", exit.job_id, exit.attempt)
         return bool(ended or progress.running)
@@ -262,6 +265,11 @@ class ControlLoop:
                     if self.store.reach_time_limit(*key, deadline, now):
                         self.executor.notify(*key, deadline)
                         attempt.notice_deadline = deadline
+            if attempt.notice_at is not None and attempt.notice_for is None and key not in self.requeued:
+                # A person's requeue, recorded by the API: the notice is given here, as the
+                # loop gives every other, then it drains as a preemption does.
+                self.requeued.add(key)
+                self.executor.notify(*key, attempt.notice_deadline or now)
             if job.cancel_requested_at is not None and key not in self.stopping:
                 grace = self.config.priority_class(job.priority).grace_period
                 self.stopping[key] = now + grace
@@ -357,6 +365,8 @@ class ControlLoop:
         if isinstance(found, Started):
             if attempt.handle is None or (found.running and job.state == JobState.STARTING.value):
                 self.store.mark_started([(*key, found.handle, found.running, found.where)], now)
+            if attempt.notice_at is not None:
+                self.requeued.add(key)  # adopting gave it its notice again
             log.info("adopted job %s attempt %s %s", job.label, attempt.attempt, found.where or "(starting)")
             return True
         if not found.started:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gpupool.model import Plan, Reason
+from gpupool.model import HELD_BACK, Plan
 from gpupool.policy import PoolState
 
 
@@ -34,8 +34,7 @@ class Lineup:
     leaves no place."""
 
     def on_decision(self, now: float, state: PoolState, plan: Plan, seconds: float) -> None:
-        held = {Reason.DEPENDENCY, Reason.ARRAY_LIMIT, Reason.LAUNCH_RETRY}
-        waiting = [int(w.job) for w in plan.waits if w.reason not in held]
+        waiting = [int(w.job) for w in plan.waits if w.reason not in HELD_BACK]
         self.places = {job: place for place, job in enumerate(dict.fromkeys(waiting), start=1)}
         self.decided = True
 

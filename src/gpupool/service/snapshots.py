@@ -15,15 +15,12 @@ import gc
 import os
 from dataclasses import dataclass, field
 
-from gpupool.model import Job, Reason, RunningJob, Snapshot, Wait
+from gpupool.model import HELD_BACK, Job, Reason, RunningJob, Snapshot, Wait
 from gpupool.policy import PoolState
 from gpupool.store import Store
 from gpupool.store.reads import SchedulingRead
 
-UNEXPLAINED = {
-    None,
-    *(r.value for r in (Reason.AWAITING_DRAIN, Reason.DEPENDENCY, Reason.ARRAY_LIMIT, Reason.LAUNCH_RETRY)),
-}
+UNEXPLAINED = {None, Reason.AWAITING_DRAIN.value, *(r.value for r in HELD_BACK)}
 """Reasons to wait that say nothing of a job in the core's line: none yet, or a hold's."""
 
 CHECK = "GPUPOOL_CHECK_SNAPSHOTS"

@@ -52,8 +52,12 @@ class AttemptsStore(StoreBase):
         token_hash: str | None = None,
         priority: str | None = None,
     ) -> AttemptRow:
-        """`priority`: the class the attempt runs at (the job's own when None)."""
+        """`priority`: the class the attempt runs at (the job's own when None). A job a person
+        held, or whose dependencies changed, since the decision read it is not started (a
+        `Conflict`: the loop decides again from what is now)."""
         job = self.locked_job(s, job_id)
+        if job.held_by is not None or (job.dependencies is not None and job.dependency_met_at is None):
+            raise Conflict(f"job {job.label} was held, or its dependencies changed, since the decision")
         attempt = AttemptRow(
             job_id=job_id,
             attempt=job.attempts,
@@ -316,6 +320,7 @@ class AttemptsStore(StoreBase):
             exit_code,
             completed=row.completed_at is not None,
             noticed=row.notice_at is not None,
+            requeued=row.notice_at is not None and row.notice_for is None,
             cancel_requested=job.cancel_requested_at is not None,
             timed_out=row.timeout_at is not None,
             node_lost=node_lost,

@@ -82,6 +82,9 @@ class ChangesStore(AttemptsStore):
                 raise Conflict(f"job {job.label} {what}: only a starting or running job is requeued")
             attempt = job.attempts - 1
             row = self.live_attempt(s, job_id, attempt)
+            if row.timeout_at is not None or job.cancel_requested_at is not None:
+                why = "reached its time limit" if row.timeout_at is not None else "is being cancelled"
+                raise Conflict(f"job {job.label} {why}: it ends, it is not requeued")
             cls = s.get(PriorityClassRow, row.priority or job.priority)
             grace = cls.grace_period if cls is not None else 0.0
             message = f"requeued by a person: notice given, it leaves within {human_seconds(grace)} and waits in line"
@@ -135,8 +138,8 @@ class ChangesStore(AttemptsStore):
         missing = sorted(named - known)
         if missing:
             raise NotFound(f"after: no job {', '.join(map(str, missing))}")
-        if job.id in named:
-            raise InvalidInput(f"after: job {job.label} cannot wait for itself")
+        if _waits_for(s, named, job.id):
+            raise InvalidInput(f"after: job {job.label} would wait for itself (its dependencies lead back to it)")
         job.dependencies = [[kind, target] for kind, target in dependencies] or None
         job.dependency_met_at = None
         words = ", ".join(f"{kind}:{target}" for kind, target in dependencies) or "none"
@@ -145,3 +148,19 @@ class ChangesStore(AttemptsStore):
     @staticmethod
     def _said(s: Session, job: JobRow, now: float, kind: str, message: str) -> None:
         s.add(EventRow(time=now, kind=kind, job_id=job.id, message=message))
+
+
+
+def _waits_for(s: Session, targets: set[int], job_id: int) -> bool:
+    """Whether `job_id` is among the jobs `targets` wait for, directly or not (a dependency on
+    an array's id stands for each of its tasks)."""
+    seen: set[int] = set()
+    frontier = set(targets)
+    while frontier:
+        seen |= frontier
+        query = select(JobRow.id, JobRow.dependencies).where(JobRow.id.in_(frontier) | JobRow.array_id.in_(frontier))
+        rows = list(s.execute(query))
+        if job_id in frontier or job_id in {found for found, _ in rows}:
+            return True
+        frontier = {int(target) for _, dependencies in rows for _, target in dependencies or []} - seen
+    return False

@@ -238,7 +238,9 @@ class JobsStore(StoreBase):
     def _submit_context(s: Session, specs: Sequence[JobSpec]) -> tuple[dict[str, TeamRow], list[str], set[int]]:
         """What checking new jobs needs, read once: teams, class names (most important first),
         and which of the jobs they depend on exist."""
-        teams = {team.name: team for team in s.scalars(select(TeamRow).where(TeamRow.removed_at.is_(None)))}
+        # Shared locks (PostgreSQL): a team is not removed while a job is being submitted to it.
+        live = select(TeamRow).where(TeamRow.removed_at.is_(None)).with_for_update(read=True)
+        teams = {team.name: team for team in s.scalars(live)}
         classes = list(s.scalars(select(PriorityClassRow.name).order_by(PriorityClassRow.value.desc())))
         named = {job for spec in specs for _, job in spec.dependencies}
         known = set(s.scalars(select(JobRow.id).where(JobRow.id.in_(named)))) if named else set()
@@ -340,12 +342,13 @@ class JobsStore(StoreBase):
             return job
 
     def events_to_tell(
-        self, after: int, kinds: Sequence[str], limit: int = 200
+        self, after: int, gaps: Sequence[int] = (), limit: int = 200
     ) -> list[tuple[EventRow, JobRow | None]]:
-        """The events of `kinds` after the id `after`, oldest first, each with its job (for the
-        webhooks: its label, team, name and the URL it named)."""
+        """The events after the id `after`, and those of the ids `gaps` (`store.tail.Tail`),
+        oldest first, each with its job (for the webhooks: its label, team, name and the URL it
+        named)."""
         query = select(EventRow, JobRow).outerjoin(JobRow, JobRow.id == EventRow.job_id)
-        query = query.where(EventRow.id > after, EventRow.kind.in_(list(kinds))).order_by(EventRow.id).limit(limit)
+        query = query.where((EventRow.id > after) | EventRow.id.in_(list(gaps))).order_by(EventRow.id).limit(limit)
         with self.reading() as s:
             return [(event, job) for event, job in s.execute(query)]
 

@@ -113,6 +113,9 @@ class PoolStore(StoreBase):
             users = list(s.scalars(select(UserRow.name).where(UserRow.team == name).order_by(UserRow.name)))
             if users:
                 raise Conflict(f"team {name} has users ({', '.join(users)}): move them (user set) or remove them first")
+            nodes = list(s.scalars(select(NodeRow.name).where(NodeRow.team == name).order_by(NodeRow.name)))
+            if nodes:
+                raise Conflict(f"nodes {', '.join(nodes)} are team {name}'s alone: the team stays while they are")
             for budget in s.scalars(select(BudgetRow).where(BudgetRow.team == name)):
                 s.delete(budget)
             team.removed_at, team.token_hash, team.guaranteed_gpus = now, None, 0
@@ -155,10 +158,16 @@ class PoolStore(StoreBase):
         """The GPUs of the nodes that are up (0 before any node is known)."""
         return int(s.scalar(select(func.coalesce(func.sum(NodeRow.gpus), 0)).where(NodeRow.up)) or 0)
 
+    @staticmethod
+    def guaranteed_in(s: Session) -> int:
+        """The guarantees of the teams (not removed), summed."""
+        query = select(func.coalesce(func.sum(TeamRow.guaranteed_gpus), 0)).where(TeamRow.removed_at.is_(None))
+        return int(s.scalar(query) or 0)
+
     def guarantees_over_pool(self) -> tuple[int, int] | None:
         """(the teams' guarantees summed, the GPUs of the pool) when the first is the larger."""
         with self.reading() as s:
-            guaranteed = int(s.scalar(select(func.coalesce(func.sum(TeamRow.guaranteed_gpus), 0))) or 0)
+            guaranteed = self.guaranteed_in(s)
             pool = self.pool_gpus_in(s)
         return (guaranteed, pool) if pool and guaranteed > pool else None
 
@@ -271,13 +280,7 @@ class PoolStore(StoreBase):
             if weight is not None:
                 team.weight = weight
             if guaranteed_gpus is not None and guaranteed_gpus > (team.guaranteed_gpus or 0):
-                others = sum(
-                    g
-                    for t, g in s.execute(
-                        select(TeamRow.name, TeamRow.guaranteed_gpus).where(TeamRow.removed_at.is_(None))
-                    )
-                    if t != name
-                )
+                others = self.guaranteed_in(s) - (team.guaranteed_gpus or 0)  # a new team's row is not read
                 pool = self.pool_gpus_in(s)
                 if pool and others + guaranteed_gpus > pool:
                     raise Conflict(

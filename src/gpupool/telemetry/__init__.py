@@ -34,9 +34,10 @@ from gpupool.accounting import AttemptRecord, goodput
 from gpupool.model import Plan, Reason
 from gpupool.policy import PoolState
 from gpupool.store import Store
+from gpupool.store.tail import Tail
 from gpupool.store.telemetry import Committed, Happened
 from gpupool.telemetry.gauges import gauge, pool_gauges
-from gpupool.telemetry.ledger import BUCKETS, INTERRUPTION_KINDS, USES, Labels, Ledger, Tail
+from gpupool.telemetry.ledger import BUCKETS, INTERRUPTION_KINDS, USES, Labels, Ledger
 
 __all__ = ["COUNTERS", "Telemetry"]
 

@@ -16,7 +16,7 @@ says of the same jobs.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from gpupool.accounting import INTERRUPTED, AttemptRecord, account
 from gpupool.model import ENDED, JobState
 from gpupool.store.attempts import LAUNCH_RETRY
+from gpupool.store.tail import Tail
 from gpupool.store.telemetry import Committed, Happened
 
 Labels = tuple[str, ...]
@@ -38,33 +39,6 @@ ENDED_STATES = frozenset(s.value for s in ENDED)
 
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400, 259200, 604800)
 BLOCKING_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
-
-
-@dataclass
-class Tail:
-    """How far a table has been read by id. Ids are handed out when a row is written but become
-    visible when its transaction commits, which on PostgreSQL is not in id order: an id skipped
-    now may still come, so it is asked for again until `patience` seconds have passed (then its
-    transaction was rolled back)."""
-
-    mark: int = 0
-    gaps: dict[int, float] = field(default_factory=dict)
-    patience: float = 60.0
-
-    def fresh(self, ids: Iterable[int], now: float) -> set[int]:
-        """Of the ids just read (above the mark, or among the gaps), those not taken before;
-        moves the mark and notes the ids it passed over."""
-        seen = sorted(ids)
-        new = {i for i in seen if i > self.mark or self.gaps.pop(i, None) is not None}
-        above = [i for i in seen if i > self.mark]
-        if above:
-            for missing in set(range(self.mark + 1, above[-1])) - set(above):
-                self.gaps[missing] = now
-            self.mark = above[-1]
-        for gap, since in list(self.gaps.items()):
-            if now - since > self.patience:
-                del self.gaps[gap]
-        return new
 
 
 RecordsOf = Callable[[Sequence[int]], list[tuple[int, str, str, str, list[AttemptRecord]]]]
