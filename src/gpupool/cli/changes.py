@@ -59,7 +59,7 @@ def requeue(jobs: JobsArgument, config: ConfigOption = None, api: ApiOption = No
 
 
 def update(
-    job_ref: Annotated[str, typer.Argument(metavar="JOB", help="A job id, or ARRAY_INDEX.")],
+    job_ref: Annotated[str, typer.Argument(metavar="JOB", help="A job id, ARRAY_INDEX, or an array's id.")],
     time: Annotated[
         str | None,
         typer.Option(
@@ -89,8 +89,16 @@ def update(
         raise fail("give what to change: --time, --priority or --after")
     api_client = client(config, api)
     job = call(find, api_client, job_ref)
-    changed = call(api_client.update, job["id"], change)
-    limit = human_seconds(changed["time_limit"]) if changed["time_limit"] else "none"
-    console.print(
-        f"job {label(changed)}: class {changed['priority']}, time limit {limit}", highlight=False, markup=False
-    )
+    worst = 0
+    for target in call(whole_array, api_client, job, job_ref) or [job]:  # an array's id: each task
+        try:
+            changed = api_client.update(target["id"], change)
+        except GpupoolError as exc:
+            errors.print(f"[bold red]error:[/] job {escape(label(target))}: {escape(str(exc))}", highlight=False)
+            worst = max(worst, exit_code(exc))
+            continue
+        limit = human_seconds(changed["time_limit"]) if changed["time_limit"] else "none"
+        console.print(
+            f"job {label(changed)}: class {changed['priority']}, time limit {limit}", highlight=False, markup=False
+        )
+    raise typer.Exit(worst)
