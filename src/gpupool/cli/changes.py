@@ -34,7 +34,7 @@ def each(api_client: Client, refs: list[str], action: str, done: str) -> None:
             try:
                 changed = api_client.act(target["id"], action)
             except GpupoolError as exc:
-                errors.print(f"[bold red]error:[/] job {escape(label(target))}: {escape(str(exc))}", highlight=False)
+                errors.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)  # it names the job
                 worst = max(worst, exit_code(exc))
                 continue
             console.print(f"job {label(changed)}: {done}", highlight=False, markup=False)
@@ -94,7 +94,7 @@ def update(
         try:
             changed = api_client.update(target["id"], change)
         except GpupoolError as exc:
-            errors.print(f"[bold red]error:[/] job {escape(label(target))}: {escape(str(exc))}", highlight=False)
+            errors.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)  # it names the job
             worst = max(worst, exit_code(exc))
             continue
         limit = human_seconds(changed["time_limit"]) if changed["time_limit"] else "none"
