@@ -150,7 +150,6 @@ class ChangesStore(AttemptsStore):
         s.add(EventRow(time=now, kind=kind, job_id=job.id, message=message))
 
 
-
 def _waits_for(s: Session, targets: set[int], job_id: int) -> bool:
     """Whether `job_id` is among the jobs `targets` wait for, directly or not (a dependency on
     an array's id stands for each of its tasks)."""
