@@ -31,8 +31,6 @@ def check_name(kind: str, name: str) -> str:
     return name
 
 
-CHANGES = responses(400, 401, 403, 413, 422, 503)
-
 router = APIRouter()
 
 
@@ -121,7 +119,7 @@ def users(who: Who, ctx: Ctx) -> list[UserOut]:
     return [UserOut(name=u.name, team=u.team) for u in ctx.store.users() if team is None or u.team == team]
 
 
-@router.put("/users/{name}", response_model=UserOut, responses=CHANGES)
+@router.put("/users/{name}", response_model=UserOut, responses=responses(400, 401, 403, 404, 413, 422, 503))
 def set_user(name: Name, body: UserIn, who: Who, ctx: Ctx) -> UserOut:
     """Create a user in a team (or move one); `new_token` makes their token, shown once."""
     token = secrets.token_urlsafe(24) if body.new_token else None
