@@ -4,13 +4,15 @@ the admin's to release)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 
 from gpupool.cli.client import Client
-from gpupool.cli.common import ApiOption, ConfigOption, call, client, console, errors, exit_code, fail
+from gpupool.cli.common import ApiOption, ConfigOption, client, console, errors, exit_code, fail
 from gpupool.cli.jobs import find, label, whole_array
 from gpupool.errors import GpupoolError
 from gpupool.units import human_seconds, parse_time_limit
@@ -18,9 +20,10 @@ from gpupool.units import human_seconds, parse_time_limit
 JobsArgument = Annotated[list[str], typer.Argument(metavar="JOB", help="Job ids, ARRAY_INDEX, or an array's id.")]
 
 
-def each(api_client: Client, refs: list[str], action: str, done: str) -> None:
-    """`action` on each job `refs` names (an array's id: each of its tasks), saying `done` of
-    each; exit with the worst error's code."""
+def each(refs: list[str], api_client: Client, change: Callable[[int], Any], said: Callable[[Any], str]) -> None:
+    """`change` each job `refs` names (an array's id: each of its tasks, one at a time: a task
+    that is running harms no other), printing what `said` of each job after it; exit with the
+    worst error's code."""
     worst = 0
     for ref in refs:
         try:
@@ -30,32 +33,38 @@ def each(api_client: Client, refs: list[str], action: str, done: str) -> None:
             errors.print(f"[bold red]error:[/] {escape(ref)}: {escape(str(exc))}", highlight=False)
             worst = max(worst, exit_code(exc))
             continue
-        for target in targets:  # each task of an array on its own: one that is running harms no other
+        for target in targets:
             try:
-                changed = api_client.act(target["id"], action)
+                changed = change(target["id"])
             except GpupoolError as exc:
                 errors.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)  # it names the job
                 worst = max(worst, exit_code(exc))
                 continue
-            console.print(f"job {label(changed)}: {done}", highlight=False, markup=False)
+            console.print(said(changed), highlight=False, markup=False)
     raise typer.Exit(worst)
+
+
+def act(refs: list[str], config: Path | None, api: str | None, action: str, done: str) -> None:
+    """`action` (hold, release, requeue) on each job `refs` names, saying `done` of each."""
+    api_client = client(config, api)
+    each(refs, api_client, lambda job_id: api_client.act(job_id, action), lambda job: f"job {label(job)}: {done}")
 
 
 def hold(jobs: JobsArgument, config: ConfigOption = None, api: ApiOption = None) -> None:
     """Hold waiting jobs, as scontrol hold: they keep their place in line but do not start
     until released (the admin's hold only by the admin)."""
-    each(client(config, api), jobs, "hold", "held")
+    act(jobs, config, api, "hold", "held")
 
 
 def release(jobs: JobsArgument, config: ConfigOption = None, api: ApiOption = None) -> None:
     """Release held jobs, as scontrol release: they wait in line again, in their place."""
-    each(client(config, api), jobs, "release", "released")
+    act(jobs, config, api, "release", "released")
 
 
 def requeue(jobs: JobsArgument, config: ConfigOption = None, api: ApiOption = None) -> None:
     """Requeue running jobs, as scontrol requeue: each gets notice with its class's grace, as
     in a preemption, saves its checkpoint, leaves and waits in line again."""
-    each(client(config, api), jobs, "requeue", "requeued (notice given)")
+    act(jobs, config, api, "requeue", "requeued (notice given)")
 
 
 def update(
@@ -88,17 +97,9 @@ def update(
     if not change:
         raise fail("give what to change: --time, --priority or --after")
     api_client = client(config, api)
-    job = call(find, api_client, job_ref)
-    worst = 0
-    for target in call(whole_array, api_client, job, job_ref) or [job]:  # an array's id: each task
-        try:
-            changed = api_client.update(target["id"], change)
-        except GpupoolError as exc:
-            errors.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)  # it names the job
-            worst = max(worst, exit_code(exc))
-            continue
-        limit = human_seconds(changed["time_limit"]) if changed["time_limit"] else "none"
-        console.print(
-            f"job {label(changed)}: class {changed['priority']}, time limit {limit}", highlight=False, markup=False
-        )
-    raise typer.Exit(worst)
+
+    def said(job: Any) -> str:
+        limit = human_seconds(job["time_limit"]) if job["time_limit"] else "none"
+        return f"job {label(job)}: class {job['priority']}, time limit {limit}"
+
+    each([job_ref], api_client, lambda job_id: api_client.update(job_id, change), said)
