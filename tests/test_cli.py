@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -350,3 +351,16 @@ def test_a_cost_axis_starts_at_zero_and_has_height_when_every_cost_is_zero() -> 
     assert cost_axis([]) == (0.0, 1.0)
     low, high = cost_axis([2.0, 10.0])
     assert low == 0.0 and high > 10.0
+
+
+def test_the_admin_token_is_found_in_the_first_data_directory_that_has_one(tmp_path: Path, monkeypatch: Any) -> None:
+    """A users' client.yaml names no data directory: root's command line finds the admin token
+    in the service's (`cli.common.client` passes both)."""
+    from gpupool.cli.client import Client
+
+    monkeypatch.delenv("GPUPOOL_TOKEN", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-login"))
+    users, service = tmp_path / "users", tmp_path / "service"
+    service.mkdir()
+    (service / "admin.token").write_text("the-admins\n")
+    assert Client.from_env("http://x", [users, service]).http.headers["Authorization"] == "Bearer the-admins"

@@ -528,3 +528,18 @@ def test_a_job_that_held_gpus_and_no_longer_does_past_the_depth_frees_them_in_th
     assert store.job(urgent[0].id).state == JobState.RUNNING.value
     row = store.job(high.id)
     assert (row.state, row.wait_reason, row.held_gpus) == ("pending", "in_line", None)
+
+
+def test_a_job_released_past_the_depth_no_longer_says_it_is_held(store: Store, tmp_path: Path) -> None:
+    """The review found a job released past `explain_depth` keep the words "held ... until
+    released": a person's hold is one of the reasons that hold a job back (`model.HELD_BACK`)."""
+    loop = ControlLoop(store, replace(CONFIG, explain_depth=1), FakeExecutor(store), tmp_path / "data")
+    store.submit(JobSpec(["big"], team="nlp", gpus=4), now=0.0)
+    waiting = [store.submit(JobSpec([str(i)], team="nlp"), now=1.0 + i).id for i in range(3)]
+    loop.tick(1.0)
+    store.hold_job(waiting[-1], 2.0, by_admin=False)
+    loop.tick(2.0)
+    assert store.job(waiting[-1]).wait_reason == "held"
+    store.release_hold(waiting[-1], 3.0, by_admin=False)
+    loop.tick(3.0)
+    assert store.job(waiting[-1]).wait_reason == "in_line", "past the depth: it waits in line"

@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from gpupool.cli.client import Client
 from gpupool.cli.common import ApiOption, ConfigOption, client, console, errors, exit_code, fail
-from gpupool.cli.jobs import find, label, whole_array
+from gpupool.cli.jobs import label, named
 from gpupool.errors import GpupoolError
 from gpupool.units import human_seconds, parse_time_limit
 
@@ -24,15 +24,9 @@ def each(refs: list[str], api_client: Client, change: Callable[[int], Any], said
     """`change` each job `refs` names (an array's id: each of its tasks, one at a time: a task
     that is running harms no other), printing what `said` of each job after it; exit with the
     worst error's code."""
-    worst = 0
-    for ref in refs:
-        try:
-            job = find(api_client, ref)
-            targets = whole_array(api_client, job, ref) or [job]
-        except GpupoolError as exc:
-            errors.print(f"[bold red]error:[/] {escape(ref)}: {escape(str(exc))}", highlight=False)
-            worst = max(worst, exit_code(exc))
-            continue
+    found, worst = named(api_client, refs)
+    for job, tasks in found:
+        targets = tasks or [job]
         for target in targets:
             try:
                 changed = change(target["id"])

@@ -159,7 +159,7 @@ def queue(
         else:
             age = (job["ended_at"] or now) - job["submit_time"]
         where = " ".join(f"{node}[{','.join(map(str, ids))}]" for node, ids in job["placement"].items())
-        why = f"({job['wait_reason']})" if job["state"] == "pending" and job["wait_reason"] else ""
+        why = f"({job['wait_reason']})" if job["wait_reason"] else ""  # a pending job's only (the API's rule)
         rows.append(
             [
                 shown,
@@ -217,6 +217,30 @@ def whole_array(api: Client, job: dict[str, Any], ref: str) -> list[dict[str, An
     return sorted(api.jobs(array=job["id"]), key=lambda t: t["array_index"])
 
 
+def named(api: Client, refs: list[str]) -> tuple[list[tuple[dict[str, Any], list[dict[str, Any]]]], int]:
+    """Each job `refs` names, with its array's tasks when the ref is an array's id alone (else
+    none); and the exit code of the worst error among the refs that name no job (each said)."""
+    found, worst = [], 0
+    for ref in refs:
+        try:
+            job = find(api, ref)
+            found.append((job, whole_array(api, job, ref)))
+        except GpupoolError as exc:
+            errors.print(f"[bold red]error:[/] {escape(ref)}: {escape(str(exc))}", highlight=False)
+            worst = max(worst, exit_code(exc))
+    return found, worst
+
+
+def one_job(api: Client, ref: str) -> dict[str, Any]:
+    """`resolve`, for commands about one job: an array's id alone is refused, naming its tasks."""
+    job = resolve(api, ref)
+    tasks = call(whole_array, api, job, ref)
+    if tasks:
+        last = tasks[-1]["array_index"]
+        raise fail(f"{ref} is an array of {len(tasks)} tasks: name one, as {ref}_0 to {ref}_{last}")
+    return job
+
+
 def show_job(job: dict[str, Any]) -> None:
     """`show` of one job, in full."""
     now = time.time()
@@ -244,7 +268,7 @@ def show_job(job: dict[str, Any]) -> None:
         after = ", ".join(f"{kind}:{target}" for kind, target in job["dependencies"])
         met = " (met)" if job["dependency_met_at"] else ""
         console.print(f"  after: {after}{met}", highlight=False, markup=False)
-    if job["wait_message"] and job["state"] == "pending":
+    if job["wait_message"]:  # a pending job's only (the API's rule)
         console.print(
             f"  waits ({job['wait_reason']}): {job['wait_message']}", highlight=False, soft_wrap=True, markup=False
         )
@@ -263,8 +287,12 @@ def show_job(job: dict[str, Any]) -> None:
         ]
         console.print(table(ATTEMPT_COLUMNS, rows, console.width, title="attempts"))
     account = job.get("account")
-    if account is None:
-        return
+    if account is not None:
+        show_account(job, account)
+
+
+def show_account(job: dict[str, Any], account: dict[str, Any]) -> None:
+    """What `show` says of a job's account: GPU time, restarts, saves, each interruption's cost."""
     goodput = f", goodput {account['goodput']:.1%}" if account["goodput"] is not None else ", goodput unknown"
     unreported = ""
     if account["unreported"] > 0:
@@ -367,15 +395,8 @@ def cancel(
     if not jobs and not filtered:
         raise fail("name the jobs to cancel, or choose them with --user, --team, --state or --name")
     targets: list[dict[str, Any]] = []
-    worst = 0
-    for ref in jobs or []:
-        try:
-            job = find(api_client, ref)
-            tasks = whole_array(api_client, job, ref)
-        except GpupoolError as exc:
-            errors.print(f"[bold red]error:[/] {escape(ref)}: {escape(str(exc))}", highlight=False)
-            worst = max(worst, exit_code(exc))
-            continue
+    found, worst = named(api_client, jobs or [])
+    for job, tasks in found:
         if tasks:
             live = [t for t in tasks if not ended(t)]  # as scancel: the array's live tasks
             if not live:
@@ -428,11 +449,7 @@ def logs(
     With -f, follow it (through each new attempt unless --attempt) and end with the job's
     outcome as the exit code (see docs/slurm.md, "Exit codes")."""
     api_client = client(config, api)
-    job = resolve(api_client, job_ref)
-    tasks = call(whole_array, api_client, job, job_ref)
-    if tasks:
-        last = tasks[-1]["array_index"]
-        raise fail(f"{job_ref} is an array of {len(tasks)} tasks: name one, as {job_ref}_0 to {job_ref}_{last}")
+    job = one_job(api_client, job_ref)
     stream = "stderr" if stderr else "stdout"
     # Followed, a job's output is every attempt's, from the first: a flaky job's first try too.
     number = attempt if attempt is not None else 0 if follow else max(0, job["attempts"] - 1)

@@ -98,13 +98,13 @@ class Courier:
 class Notifier:
     """Tells `webhooks` (and each job's own URL) of the events of `TOLD`, in order."""
 
-    def __init__(self, store: Store, webhooks: Sequence[str], data_dir: Path, post: Post | None = None) -> None:
+    def __init__(self, store: Store, webhooks: Sequence[str], data_dir: Path) -> None:
         self.store, self.webhooks = store, tuple(webhooks)
         self.place = data_dir / "notified"
         self.http = httpx.Client(timeout=5.0)
-        self.post = post or self._post
         self.couriers: dict[str, Courier] = {}
         self.tail = self._start()
+        self._keep()  # a first start's place too: the next start goes on from it
 
     def run(self, stop: threading.Event, every: float = 1.0) -> None:
         while not stop.is_set():
@@ -124,7 +124,7 @@ class Notifier:
             urls = [*self.webhooks, *([job.notify] if job.notify else [])]
             for url in dict.fromkeys(urls):
                 if url not in self.couriers:
-                    self.couriers[url] = Courier(url, self.post)
+                    self.couriers[url] = Courier(url, self._post)
                 self.couriers[url].send(payload(event, job))
         if found:
             self._keep()
@@ -138,9 +138,7 @@ class Notifier:
             kept = json.loads(self.place.read_text())
             return Tail(int(kept["mark"]), {int(gap): time.monotonic() for gap in kept.get("gaps", [])})
         except (OSError, ValueError, KeyError, TypeError):
-            self.tail = Tail(self.store.last_event())
-            self._keep()
-            return self.tail
+            return Tail(self.store.last_event())
 
     def _keep(self) -> None:
         partial = self.place.with_suffix(".tmp")

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import select, true
+from sqlalchemy.orm import Session
 
 from gpupool.model import JobState, job_label
 from gpupool.store.base import StoreBase
@@ -65,14 +66,7 @@ class ViewsStore(StoreBase):
                 (node, gpu): (job, team, user, notice_for, notice_at, timeout_at, array, index)
                 for node, gpu, job, team, user, notice_for, notice_at, timeout_at, array, index in holders
             }
-            kept: dict[tuple[str, int], int] = {}
-            waiting = select(JobRow.id, JobRow.held_gpus).where(
-                JobRow.state == JobState.PENDING.value, JobRow.held_gpus.is_not(None)
-            )
-            for job_id, gpus in s.execute(waiting):
-                for node, ids in (gpus or {}).items():
-                    for gpu in ids:
-                        kept[(node, int(gpu))] = job_id
+            kept = self._kept(s)
             wanted = set(kept.values())
             wanted |= {notice_for for _, _, _, notice_for, *_ in held.values() if notice_for is not None}
             labels = self.labels_in(s, wanted)
@@ -96,6 +90,20 @@ class ViewsStore(StoreBase):
                 else:
                     views.append(GpuView(n.name, gpu, "idle"))
         return nodes, views
+
+    @staticmethod
+    def _kept(s: Session) -> dict[tuple[str, int], int]:
+        """The free GPUs pending jobs hold for themselves while their victims drain: (node, GPU)
+        → the job."""
+        kept: dict[tuple[str, int], int] = {}
+        waiting = select(JobRow.id, JobRow.held_gpus).where(
+            JobRow.state == JobState.PENDING.value, JobRow.held_gpus.is_not(None)
+        )
+        for job_id, gpus in s.execute(waiting):
+            for node, ids in (gpus or {}).items():
+                for gpu in ids:
+                    kept[(node, int(gpu))] = job_id
+        return kept
 
     def team_use(self) -> tuple[Counter[str], Counter[str]]:
         """Per team: GPUs its live attempts hold now, and its pending jobs."""
