@@ -244,9 +244,10 @@ def test_the_store_imports_no_core_simulator_service_api_command_line_executor_o
 
 def test_the_executors_import_only_the_vocabulary() -> None:
     """An executor knows processes and machines, not policy nor where decisions are kept: of
-    gpupool, only the vocabulary (`model`, `units`, `errors`) and the executors' own modules.
+    gpupool, only the vocabulary (`model`, `units`, `errors`, `settle` for what an attempt used)
+    and the executors' own modules.
     Ray is imported in `executors/ray/` only: the local executor runs without it."""
-    assert_none(beyond("gpupool.executors", ["gpupool.model", "gpupool.units", "gpupool.errors"]))
+    assert_none(beyond("gpupool.executors", ["gpupool.model", "gpupool.units", "gpupool.errors", "gpupool.settle"]))
     ray = [
         str(i)
         for i in imports()

@@ -41,7 +41,13 @@ from gpupool.settle import AttemptOutcome
 
 SUMMED_PHASES = ("launch", "set-up", "imports", "model build", "restore", "data position", "other")
 """Restart phases that totals keep by name (a job's own marks are its own business)."""
-INTERRUPTED = (AttemptOutcome.PREEMPTED, AttemptOutcome.FAILED, AttemptOutcome.LOST, AttemptOutcome.NODE_LOST)
+INTERRUPTED = (
+    AttemptOutcome.PREEMPTED,
+    AttemptOutcome.FAILED,
+    AttemptOutcome.OUT_OF_MEMORY,
+    AttemptOutcome.LOST,
+    AttemptOutcome.NODE_LOST,
+)
 
 
 @dataclass(frozen=True)

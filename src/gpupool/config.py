@@ -30,6 +30,15 @@
       executor: local              # or ray: every node of a Ray cluster (docs/cluster.md)
       ray_address: auto            # the Ray cluster's host:port; auto is this machine's
       start_timeout: 60s           # ray: a gang not running by then is placed again
+      containment:                 # each attempt in a cgroup (docs/containment.md)
+        mode: auto                 # auto | cgroups (required) | off (process groups)
+        cgroup_root: gpupool       # under each cgroup hierarchy's root
+        mem_per_gpu: null          # default --mem-per-gpu, e.g. 24G; null: a node's
+                                   # memory divided by its GPUs
+        cpus_per_gpu: null         # default --cpus-per-gpu; null: a node's CPUs / GPUs
+        cpu_limit: weight          # or quota: CPUs as a share when busy, or as a cap
+        pids: 16384                # processes and threads of one member, at most
+        gpu_devices: /dev/nvidia{index}   # each GPU's device node, fenced per job
 
 Durations are seconds or a number with a unit: `90s`, `30m`, `1.5h`, `7d`; at most 10 years.
 
@@ -65,7 +74,7 @@ from gpupool.model import (
     QueueOrder,
     Team,
 )
-from gpupool.units import parse_duration
+from gpupool.units import parse_duration, parse_memory
 
 
 class ConfigError(InvalidInput, ValueError):
@@ -141,6 +150,40 @@ class PolicySpec(_Strict):
 WEBHOOK = re.compile(r"https?://[^\s/?#@]+(/[^\s#]*)?")
 
 
+Memory = Annotated[int, BeforeValidator(parse_memory)]
+CGROUP_ROOT = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+MAX_PIDS = 4_194_304
+"""Linux's largest pid_max."""
+
+
+class ContainmentSpec(_Strict):
+    """How attempts are contained (cgroups), and what a job gets when it does not say."""
+
+    mode: Literal["auto", "cgroups", "off"] = "auto"
+    """auto: cgroups where this host allows them (root, the controllers), else process groups,
+    said at start; cgroups: refuse to start without them; off: process groups."""
+    cgroup_root: str = Field(default="gpupool", max_length=200)
+    mem_per_gpu: Memory | None = None
+    cpus_per_gpu: float | None = Field(default=None, gt=0, le=4096, allow_inf_nan=False)
+    cpu_limit: Literal["weight", "quota"] = "weight"
+    pids: int = Field(default=16384, ge=16, le=MAX_PIDS)
+    gpu_devices: str = Field(default="/dev/nvidia{index}", max_length=300)
+
+    @field_validator("cgroup_root")
+    @classmethod
+    def _relative_folder(cls, value: str) -> str:
+        if not CGROUP_ROOT.fullmatch(value) or ".." in value.split("/"):
+            raise ValueError("must be a relative folder of letters, digits, '.', '_' and '-', such as gpupool")
+        return value
+
+    @field_validator("gpu_devices")
+    @classmethod
+    def _device_template(cls, value: str) -> str:
+        if not value.startswith("/") or "{index}" not in value or value.replace("{index}", "").count("{"):
+            raise ValueError("must be an absolute path with {index}, such as /dev/nvidia{index}")
+        return value
+
+
 def webhook_url(text: str) -> str:
     """`text` as a webhook's URL (`http://` or `https://`, no credentials in it), or a ValueError."""
     if len(text) > 2000 or not WEBHOOK.fullmatch(text):
@@ -172,6 +215,7 @@ class ServiceSpec(_Strict):
     URL a job names itself (`submit --notify`)."""
     start_timeout: Duration = Field(default=60.0, gt=0)
     """With Ray: a gang whose members are not all running by then is given back and placed again."""
+    containment: ContainmentSpec = Field(default_factory=ContainmentSpec)
 
     @field_validator("store")
     @classmethod

@@ -23,6 +23,52 @@ class AttemptOutcome(StrEnum):
     TIMEOUT = "timeout"
     NOT_LAUNCHED = "not_launched"
     """The scheduler could not launch it (its own fault, not the job's)."""
+    OUT_OF_MEMORY = "out_of_memory"
+    """It failed after the kernel killed a process of it at its memory limit (Slurm's
+    OUT_OF_MEMORY): a failure, with a cause of its own."""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What an attempt used, as its cgroups counted it (`sacct`'s MaxRSS and TotalCPU); None
+    where nothing counted it (no containment, or a host that does not count it)."""
+
+    peak_memory: int | None = None
+    """Bytes: the largest of its members' peaks (per node, as Slurm's MaxRSS)."""
+    cpu_seconds: float | None = None
+    """Over all its members."""
+    oom_kills: int = 0
+    """Processes the kernel killed because a member reached its memory limit."""
+    peak_gpu_memory: int | None = None
+    """Bytes, where NVML counts it."""
+
+    @classmethod
+    def from_json(cls, data: object) -> Usage | None:
+        """From a launcher's exit record (`cgroups.Cgroup.usage`)."""
+        if not isinstance(data, dict):
+            return None
+        peak, cpu, oom = data.get("peak_memory"), data.get("cpu_seconds"), data.get("oom_kills")
+        return cls(
+            peak if isinstance(peak, int) else None,
+            float(cpu) if isinstance(cpu, int | float) else None,
+            oom if isinstance(oom, int) else 0,
+        )
+
+    def joined(self, other: Usage | None) -> Usage:
+        """With another member of the same attempt."""
+        if other is None:
+            return self
+
+        def most(a: int | None, b: int | None) -> int | None:
+            return max(a, b) if a is not None and b is not None else (a if b is None else b)
+
+        cpus = [c for c in (self.cpu_seconds, other.cpu_seconds) if c is not None]
+        return Usage(
+            most(self.peak_memory, other.peak_memory),
+            sum(cpus) if cpus else None,
+            self.oom_kills + other.oom_kills,
+            most(self.peak_gpu_memory, other.peak_gpu_memory),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +90,8 @@ class AttemptEnd:
     """What happened to the node it lost, if it lost one."""
     why: str | None = None
     """What went wrong, for people."""
+    out_of_memory: bool = False
+    """The kernel killed a process of it because it reached its memory limit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +128,9 @@ def settle(end: AttemptEnd, counts: JobCounts) -> Settlement:
     preemptions, while it has lost at most `max_node_losses` nodes; then it fails. After a
     notice the job goes back in line whatever its exit code (a preemption, not a success or a
     failure). One whose process vanished with no status goes back in line without using its
-    failure budget. Otherwise it failed: retried while its failure budget lasts. A job that
-    would go back in line with no run time left under its time limit ends as TIMEOUT.
+    failure budget. Otherwise it failed (out of memory, when the kernel killed a process of it
+    at its memory limit and it did not succeed): retried while its failure budget lasts. A job
+    that would go back in line with no run time left under its time limit ends as TIMEOUT.
     """
     code = f"exit code {end.exit_code}" if end.exit_code is not None else "no exit code (lost)"
     if end.why:
@@ -122,6 +171,10 @@ def settle(end: AttemptEnd, counts: JobCounts) -> Settlement:
     if end.exit_code is None:
         return requeue(AttemptOutcome.LOST, "requeued: its process ended while the scheduler was down")
     failures += 1
+    outcome, failed = AttemptOutcome.FAILED, "failed"
+    if end.out_of_memory:
+        outcome, failed = AttemptOutcome.OUT_OF_MEMORY, "failed (out of memory)"
+        code = f"killed at its memory limit, {code}"
     if failures <= counts.max_failures:
-        return requeue(AttemptOutcome.FAILED, f"failed ({code}); retry {failures} of {counts.max_failures}")
-    return done(AttemptOutcome.FAILED, JobState.FAILED, f"failed ({code})")
+        return requeue(outcome, f"{failed} ({code}); retry {failures} of {counts.max_failures}")
+    return done(outcome, JobState.FAILED, f"{failed} ({code})")

@@ -1,4 +1,5 @@
-"""Durations for people and from people: `human_seconds(5400) == "1.5 h"`, `parse_duration("30m") == 1800`.
+"""Durations and memory for people and from people: `human_seconds(5400) == "1.5 h"`,
+`parse_duration("30m") == 1800`, `parse_memory("16G") == 17179869184`.
 
 Pure and dependency-free, so the scheduling core may use it for its messages.
 """
@@ -59,6 +60,37 @@ def parse_time_limit(value: str) -> float:
     if seconds <= 0:
         raise ValueError(f"{value!r}: a time limit must be more than 0")
     return seconds
+
+
+_MEMORY = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
+_MEMORY_UNITS = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+MAX_MEMORY = 2**50
+"""A petabyte: more than any node has, and within the store's 64-bit columns."""
+
+
+def parse_memory(value: object) -> int:
+    """Bytes from memory as Slurm takes it (`--mem`): a number of megabytes, or a number with
+    K, M, G or T (powers of 1024, as in Slurm): `4096`, `16G`, `1.5T`, `512M`."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not an amount of memory")
+    match = _MEMORY.match(str(value))
+    if match is None:
+        raise ValueError(f"{value!r} is not an amount of memory (use megabytes, or 512M, 16G, 1.5T)")
+    amount = float(match.group(1)) * _MEMORY_UNITS[(match.group(2) or "M").upper()]
+    if amount < 2**20:
+        raise ValueError(f"{value!r}: at least 1M of memory")
+    if amount > MAX_MEMORY:
+        raise ValueError(f"{value!r} is more than 1024T")
+    return int(amount)
+
+
+def human_bytes(amount: float) -> str:
+    """Memory for people, in powers of 1024 as Slurm prints it: "512 M", "15.6 G", "1.2 T"."""
+    for unit, size in (("T", 2**40), ("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if amount >= size:
+            value = amount / size
+            return f"{value:.3g} {unit}" if value < 100 else f"{value:.0f} {unit}"
+    return f"{amount:.0f} B"
 
 
 def brief_seconds(seconds: float) -> str:

@@ -26,8 +26,9 @@ from urllib.parse import urlsplit
 import uvicorn
 
 from gpupool.api import Context, create_app
-from gpupool.config import ConfigError, ConfigSpec, ServiceSpec, build
+from gpupool.config import ConfigError, ConfigSpec, ContainmentSpec, ServiceSpec, build
 from gpupool.executors import Executor, NodeState, executor_of
+from gpupool.executors.containment import Containment, ContainmentUnavailable, detect
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.local.gpus import discover
 from gpupool.executors.users import can_switch_users
@@ -175,6 +176,9 @@ class Pool:
 
     detail: str
     virtual: bool
+    containment: str = ""
+    """How attempts are contained, in a sentence (cgroups, or why not)."""
+    contained: bool = False
 
 
 @dataclass
@@ -306,8 +310,28 @@ def executor(service: ServiceSpec, store_id: str, wake: Callable[[], None]) -> t
         detail = f"Ray cluster at {service.ray_address}: {plural(len(nodes), 'node')} with GPUs, {gpus} GPUs"
         return ray_executor, Pool(detail, bool(nodes) and all(n.virtual for n in nodes))
     gpus_here = discover(socket.gethostname(), service.virtual_gpus)
-    local = LocalExecutor(NodeState(gpus_here.node, gpus_here.virtual), on_exit=wake, store_id=store_id)
-    return local, Pool(gpus_here.detail, gpus_here.virtual)
+    containment, said = contain(service.containment, store_id)
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    node = NodeState(gpus_here.node, gpus_here.virtual, memory, len(os.sched_getaffinity(0)))
+    local = LocalExecutor(node, on_exit=wake, store_id=store_id, containment=containment)
+    return local, Pool(gpus_here.detail, gpus_here.virtual, said, containment is not None)
+
+
+def contain(spec: ContainmentSpec, store_id: str) -> tuple[Containment | None, str]:
+    """The containment the configuration asks for and this host allows, and what to say of it."""
+    wanted = Containment(
+        store_id,
+        spec.cgroup_root,
+        spec.mem_per_gpu,
+        spec.cpus_per_gpu,
+        spec.cpu_limit == "quota",
+        spec.pids,
+        spec.gpu_devices,
+    )
+    try:
+        return detect(spec.mode, wanted)
+    except ContainmentUnavailable as exc:
+        raise ConfigError(f"service.containment: {exc}") from None
 
 
 def shut_down(running: Running) -> None:

@@ -188,7 +188,7 @@ def test_an_exit_the_store_could_not_take_is_recorded_at_the_next_tick(loop: Con
 def test_a_job_that_ends_before_it_is_marked_running_succeeds(store: Store) -> None:
     job = store.submit(JobSpec(["true"]), now=0.0)
     store.start_attempt(job.id, [Allocation("gpu0", (0,))], now=1.0, message="started")
-    assert store.end_attempts([(job.id, 0, 0, None, None)], now=1.1) == [JobState.SUCCEEDED]
+    assert store.end_attempts([(job.id, 0, 0, None, None, None)], now=1.1) == [JobState.SUCCEEDED]
 
 
 def test_a_job_at_its_time_limit_gets_notice_then_ends_as_timeout(loop: ControlLoop, store: Store) -> None:

@@ -107,6 +107,7 @@ def prepare(ctx: Context, body: JobIn, who: Principal, key: str | None) -> JobSp
     user = who.user if not who.admin else body.user
     ctx.service.check_runnable(user, team)
     check_fits(ctx.nodes(), body, team)
+    ctx.service.check_resources(body.gpus, body.gpus_per_node, body.mem, body.mem_per_gpu, body.cpus_per_gpu)
     check_paths(body, ctx.service.workspace.data_dir)
     dependencies = parsed("after", parse_after, body.after) or []
     indexes, limit = parsed("array", parse_array, body.array) or ([], None)
@@ -132,6 +133,9 @@ def prepare(ctx: Context, body: JobIn, who: Principal, key: str | None) -> JobSp
         array_limit=limit,
         idempotency_key=key,
         notify=parsed("notify", webhook_url, body.notify),
+        mem=body.mem,
+        mem_per_gpu=body.mem_per_gpu,
+        cpus_per_gpu=body.cpus_per_gpu,
     )
 
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from gpupool.accounting import AttemptCost, Interruption, JobAccount, Totals
 from gpupool.api import limits
 from gpupool.model import JobState
 from gpupool.store.jobs import job_name
 from gpupool.store.schema import AttemptRow, EventRow, JobRow
+from gpupool.units import MAX_MEMORY, parse_memory
 
 
 class _In(BaseModel):
@@ -22,6 +23,20 @@ class _In(BaseModel):
 
 MANY = 1_000_000
 """Upper bound of counts (the store keeps 32-bit integers)."""
+
+
+def memory_in(value: object) -> int:
+    """Bytes from an integer (bytes) or Slurm's text (`16G`; a bare number is megabytes)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 2**20 <= value <= MAX_MEMORY:
+            raise ValueError(f"{value} bytes: give from 1M (1048576) to 1024T")
+        return value
+    if isinstance(value, str):
+        return parse_memory(value)
+    raise ValueError(f"{value!r} is not an amount of memory (bytes, or a string such as 16G)")
+
+
+MemoryIn = Annotated[int, BeforeValidator(memory_in), Field(strict=False)]
 
 Step = Annotated[int, Field(ge=0, le=limits.INT32)]
 Text = Annotated[str, Field(max_length=200)]
@@ -85,6 +100,13 @@ class JobIn(_In):
     index, `%t` attempt, `%x` name, `%%`. Without `error`, errors go to `output`."""
     user: str | None = Field(default=None, max_length=200)
     """Who submits it: the admin's command line sends its OS user; a team's token has its own."""
+    mem: MemoryIn | None = None
+    """Memory on each node, as bytes or Slurm's form (`16G`, `512M`; a bare number in a string
+    is megabytes): the job's cgroup limit there. With `mem_per_gpu`, refused."""
+    mem_per_gpu: MemoryIn | None = None
+    """Memory for each GPU (the default: a node's memory divided by its GPUs)."""
+    cpus_per_gpu: float | None = Field(default=None, gt=0, le=4096)
+    """CPUs for each GPU: a weight or a cap, as the pool is configured."""
 
     @field_validator("team", "priority", "gpu_type", "name", "after", "array", "user")
     @classmethod
@@ -148,6 +170,8 @@ class JobIn(_In):
         used = limits.exec_bytes(self.command, self.env)
         if used > limits.EXEC_BYTES:
             raise ValueError(f"command and env take {used} bytes of the {limits.EXEC_BYTES} a start may pass")
+        if self.mem is not None and self.mem_per_gpu is not None:
+            raise ValueError("mem and mem_per_gpu: give one of them, as Slurm's --mem and --mem-per-gpu")
         return self
 
 
@@ -172,6 +196,13 @@ class AttemptOut(BaseModel):
         description="Where its start-up went, as the job reported it: process_started_at (Unix time), "
         "phases ({name: seconds}, in order), first_step and steady_step (seconds).",
     )
+    peak_memory: int | None = None
+    """Bytes: the largest of its members' peak memory, as their cgroups counted (MaxRSS)."""
+    cpu_seconds: float | None = None
+    oom_kills: int | None = None
+    """Processes the kernel killed because it reached its memory limit."""
+    peak_gpu_memory: int | None = None
+    """Bytes, where NVML counts it."""
 
     @classmethod
     def of(cls, row: AttemptRow) -> AttemptOut:
@@ -306,6 +337,10 @@ class JobOut(_Out):
     time_limit: float | None
     run_seconds: float
     """Run time of its ended attempts (what counts against `time_limit`, with the live one's)."""
+    mem: int | None = None
+    mem_per_gpu: int | None = None
+    cpus_per_gpu: float | None = None
+    """What it asked besides GPUs (None: the pool's default)."""
     user: str | None
     dependencies: list[list[Any]] | None
     dependency_met_at: float | None

@@ -35,7 +35,7 @@ from gpupool.cli.common import (
 from gpupool.cli.table import Column, table
 from gpupool.errors import GpupoolError, InvalidInput, NotFound
 from gpupool.slurm import parse_states
-from gpupool.units import brief_seconds, clock_time, gpu_time, gpu_unit, human_seconds, plural
+from gpupool.units import brief_seconds, clock_time, gpu_time, gpu_unit, human_bytes, human_seconds, plural
 
 LIVE = "pending,starting,running,preempting"
 
@@ -185,6 +185,8 @@ ATTEMPT_COLUMNS = (
     Column("EXIT", justify="right"),
     Column("STEP", justify="right", drop=2),
     Column("CHECKPOINT", drop=1),
+    Column("MAXRSS", justify="right", drop=3),
+    Column("CPU", justify="right", drop=4),
 )
 
 
@@ -259,6 +261,9 @@ def show_job(job: dict[str, Any]) -> None:
         highlight=False,
         markup=False,
     )
+    asked = resources_line(job)
+    if asked:
+        console.print(f"  {asked}", highlight=False, markup=False)
     if job["time_limit"]:
         live = [a for a in job["history"] if a["ended_at"] is None and a["notice_at"] is None]
         used = job["run_seconds"] + sum(now - a["started_at"] for a in live)
@@ -282,6 +287,8 @@ def show_job(job: dict[str, Any]) -> None:
                 "" if a["exit_code"] is None else str(a["exit_code"]),
                 "" if a["step"] is None else str(a["step"]),
                 when(a["last_checkpoint_at"], now),
+                "" if a.get("peak_memory") is None else human_bytes(a["peak_memory"]),
+                "" if a.get("cpu_seconds") is None else clock_time(a["cpu_seconds"]),
             ]
             for a in job["history"]
         ]
@@ -289,6 +296,18 @@ def show_job(job: dict[str, Any]) -> None:
     account = job.get("account")
     if account is not None:
         show_account(job, account)
+
+
+def resources_line(job: dict[str, Any]) -> str:
+    """What the job asked besides GPUs, where it asked (the pool's defaults otherwise)."""
+    parts = []
+    if job.get("mem") is not None:
+        parts.append(f"memory {human_bytes(job['mem'])} per node")
+    if job.get("mem_per_gpu") is not None:
+        parts.append(f"memory {human_bytes(job['mem_per_gpu'])} per GPU")
+    if job.get("cpus_per_gpu") is not None:
+        parts.append(f"{job['cpus_per_gpu']:g} CPUs per GPU")
+    return "asked: " + ", ".join(parts) if parts else ""
 
 
 def show_account(job: dict[str, Any], account: dict[str, Any]) -> None:

@@ -137,6 +137,15 @@ def submit(
     gpu_type: Annotated[str | None, typer.Option(help="Only nodes with this GPU type.")] = None,
     name: Annotated[str, typer.Option("--name", "-J", help="A name to find the job by.")] = "",
     max_failures: Annotated[int, typer.Option(help="Retries after failed attempts.")] = 0,
+    mem: Annotated[
+        str | None, typer.Option(help="Memory on each node: 16G, 512M (a number is MB); its cgroup's limit.")
+    ] = None,
+    mem_per_gpu: Annotated[
+        str | None, typer.Option(help="Memory for each GPU (default: the pool's, or a node's memory / GPUs).")
+    ] = None,
+    cpus_per_gpu: Annotated[
+        float | None, typer.Option(help="CPUs for each GPU (default: a node's CPUs / GPUs).")
+    ] = None,
     time: Annotated[
         str | None,
         typer.Option("--time", "-t", help="Time limit over all attempts: minutes, HH:MM:SS, D-HH:MM, or 2h."),
@@ -210,6 +219,9 @@ def submit(
         "error": o["error"],
         "notify": o["notify"],
         "user": getpass.getuser(),
+        "mem": o["mem"],
+        "mem_per_gpu": o["mem_per_gpu"],
+        "cpus_per_gpu": o["cpus_per_gpu"],
     }
     api_client = client(config, api)
     # One key for every try of this submission: a retry after a lost answer is the same job.

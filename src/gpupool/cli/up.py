@@ -80,6 +80,7 @@ def up(
     kind = "virtual" if running.gpus.virtual else "real"
     log.info("GPUs: %s (%s); data: %s", running.gpus.detail, kind, spec.service.data_path)
     log.info("jobs run as: %s", spec.service.run_as)
+    (log.info if running.gpus.contained else log.warning)("containment: %s", running.gpus.containment)
     log.info("admin token: %s", spec.service.data_path / "admin.token")
     try:
         running.serve()

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from gpupool.model import Node, Placement
+from gpupool.settle import Usage
 
 if TYPE_CHECKING:
     from gpupool.executors.users import JobUser
@@ -62,6 +63,18 @@ def members_of(placement: Placement) -> tuple[Member, ...]:
 
 
 @dataclass(frozen=True, slots=True)
+class Resources:
+    """What a job asked for besides GPUs, in Slurm's terms; None is the pool's default."""
+
+    mem: int | None = None
+    """Bytes on each node (`--mem`)."""
+    mem_per_gpu: int | None = None
+    """Bytes for each GPU (`--mem-per-gpu`)."""
+    cpus_per_gpu: float | None = None
+    """CPUs for each GPU (`--cpus-per-gpu`)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Launch:
     """Everything needed to start one attempt of a job."""
 
@@ -80,6 +93,7 @@ class Launch:
     """Where rank 0's output goes (appended); None is `stdout.log`/`stderr.log` in `attempt_dir`."""
     user: JobUser | None = None
     """The OS user it runs as; None for the scheduler's own."""
+    resources: Resources = Resources()
 
     def member_env(self, member: Member, master_addr: str, master_port: int) -> dict[str, str]:
         """A member's environment: `CUDA_VISIBLE_DEVICES` for its GPUs, and the variables
@@ -128,6 +142,9 @@ class Exit:
     node_lost: str | None = None
     """Set when it ended because a node it ran on died or hung (what happened, for people):
     an interruption of its own kind, not the job's failure."""
+    usage: Usage | None = None
+    """What its members used, as their cgroups counted it (summed over members; memory is the
+    largest member's peak); None where it was not contained or not counted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +181,9 @@ class NodeState:
     node: Node
     virtual: bool = False
     """Its GPUs are not real ones (a laptop, a test cluster): said so in the pool's view."""
+    memory: int | None = None
+    """Bytes of memory, where the executor knows (a job's `--mem` is checked against it)."""
+    cpus: int | None = None
 
 
 class Executor(Protocol):

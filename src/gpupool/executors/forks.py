@@ -62,7 +62,7 @@ class ForkServer:
         """Start the member's launcher; its pid."""
         request_id = next(self.ids)
         answers: Queue[dict[str, object]] = Queue(maxsize=1)
-        request = {"id": request_id, "argv": prepare(member), "env": dict(member.env), "folder": str(member.folder)}
+        request = {"id": request_id, "argv": prepare(member), "folder": str(member.folder), **member.payload()}
         with self.tracked:
             self.waiting[request_id] = answers
         try:

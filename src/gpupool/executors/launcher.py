@@ -1,7 +1,7 @@
 """The launcher every attempt runs under (standard library only: it runs as `python -I -S`).
 
     python -I -S launcher.py ATTEMPT_DIR OWNER USER WORKDIR STDOUT STDERR COMMAND...
-    (the job's environment as JSON on standard input)
+    (on standard input, as JSON: `env`, the job's environment, and `contain`, its cgroup)
 
 It records its pid and start time (launcher.json), starts the command, outlives the notice's
 SIGTERM (the command keeps the default action), waits for the command and writes its exit
@@ -13,6 +13,13 @@ variables (LD_PRELOAD, PATH...) reach only the command, which runs as USER (an O
 or - for the scheduler's own). The command opens its logs and enters WORKDIR as that user, so a
 path the job names is reached with the job's rights, never the scheduler's; what goes wrong
 before it starts (a log that cannot be opened) goes to the launcher's stderr, launcher.log.
+
+Where the scheduler contains its attempts (`contain`: a cgroup's path and its limits, see
+`cgroups.py`), the command is born in the member's cgroup, and the launcher, outside it, kills
+whatever is left in it when the command ends, however the command ended (a daemon it left, a
+process that changed its session), and exits only once the cgroup is empty: the attempt's end,
+and its GPUs' release, wait for that. Its exit record says what the cgroup counted (peak memory,
+CPU time, processes killed for memory).
 
 The local executor runs one launcher per attempt this way; its launchers outlive the scheduler,
 which adopts them again. On Ray, each node's launcher actor starts one fork server instead:
@@ -38,6 +45,13 @@ import subprocess
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpupool.executors import cgroups
+else:  # run as a script, with no package: its neighbour
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    import cgroups
 
 AS_JOB = 'exec >>"$2" 2>>"$3"; cd -- "$1" || exit 126; shift 3; exec "$@"'
 
@@ -53,7 +67,21 @@ NOT_STARTED = 200
 (its exit record then says `not_started` and why)."""
 
 
-def die_with_parent(parent: int) -> None:
+def contained(contain: dict[str, object] | None) -> cgroups.Cgroup | None:
+    """The member's cgroup, if the scheduler contains it (not made yet)."""
+    if not contain:
+        return None
+    return cgroups.Cgroup(cgroups.Layout.read(), str(contain["cgroup"]))
+
+
+def kill_all(cgroup: cgroups.Cgroup | None) -> None:
+    """Kill the member whole: its session, and every process in its cgroup."""
+    if cgroup is not None:
+        cgroup.kill()
+    os.killpg(0, signal.SIGKILL)
+
+
+def die_with_parent(parent: int, cgroup: cgroups.Cgroup | None) -> None:
     """SIGKILL this session, the command with it, as soon as the launcher's parent (the fork
     server) is gone, or the launcher itself is. A thread of the launcher watches its parent, and
     a watcher process in the session watches the launcher; each looks five times a second (a
@@ -61,27 +89,40 @@ def die_with_parent(parent: int) -> None:
     launcher)."""
     launcher = os.getpid()
     if os.getppid() != parent:  # gone already, before this could look
-        os.killpg(0, signal.SIGKILL)
+        kill_all(cgroup)
     if os.fork() == 0:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the notice is for the command
         while os.getppid() == launcher:
             time.sleep(0.2)
-        os.killpg(0, signal.SIGKILL)
+        kill_all(cgroup)
 
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(0.2)
-        os.killpg(0, signal.SIGKILL)
+        kill_all(cgroup)
 
     threading.Thread(target=watch, daemon=True).start()
 
 
-def main(argv: list[str], env: dict[str, str]) -> int:
+def main(argv: list[str], env: dict[str, str], contain: dict[str, object] | None = None) -> int:
     folder, owner, user, workdir, stdout, stderr, *command = argv
+    cgroup = contained(contain)
     try:
-        child = start(folder, owner, user, [workdir, stdout, stderr, *command], env)
+        if cgroup is not None:
+            assert contain is not None
+            limits = cgroups.Request.from_json(contain).limits()
+            cgroup.create(limits)
+            if not cgroup.layout.fences_devices():
+                cgroups.hide(limits.hidden)
+            child = cgroup.started(lambda: start(folder, owner, user, [workdir, stdout, stderr, *command], env))
+        else:
+            child = start(folder, owner, user, [workdir, stdout, stderr, *command], env)
     except OSError as exc:
-        # No space for a record, no process to fork: the scheduler's trouble, not the job's.
+        # No space for a record, no process to fork, no cgroup: the scheduler's trouble, not
+        # the job's.
+        if cgroup is not None:
+            cgroup.kill()
+            cgroup.remove()
         write(os.path.join(folder, "exit.json"), {"exit_code": None, "not_started": str(exc), "owner": owner})
         return NOT_STARTED
     if NOTICED:  # given before the command ran: it has it now
@@ -89,7 +130,12 @@ def main(argv: list[str], env: dict[str, str]) -> int:
     code: int = child.wait()
     if code < 0:
         code = 128 - code  # killed by a signal: as a shell reports it
-    write(os.path.join(folder, "exit.json"), {"exit_code": code, "owner": owner})
+    record: dict[str, object] = {"exit_code": code, "owner": owner}
+    if cgroup is not None:
+        cgroup.kill()
+        record["usage"] = cgroup.usage()
+        cgroup.remove()
+    write(os.path.join(folder, "exit.json"), record)
     return code
 
 
@@ -126,12 +172,13 @@ def serve() -> None:
     for line in sys.stdin.buffer:
         request = json.loads(line)
         try:
-            tell({"id": request["id"], "pid": fork(request["argv"], request["env"], request["folder"])})
+            pid = fork(request["argv"], request["env"], request["folder"], request.get("contain"))
+            tell({"id": request["id"], "pid": pid})
         except OSError as exc:
             tell({"id": request["id"], "error": str(exc)})
 
 
-def fork(argv: list[str], env: dict[str, str], folder: str) -> int:
+def fork(argv: list[str], env: dict[str, str], folder: str, contain: dict[str, object] | None) -> int:
     """A launcher forked from the fork server: the leader of a session of its own, with its
     output in the folder's launcher.log; returns its pid once it leads its session."""
     log = os.open(os.path.join(folder, "launcher.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
@@ -161,8 +208,8 @@ def fork(argv: list[str], env: dict[str, str], folder: str) -> int:
             os.dup2(log, 2)
             os.closerange(3, 256)
             os.chdir(folder)
-            die_with_parent(server)
-            code = main(argv, env)
+            die_with_parent(server, contained(contain))
+            code = main(argv, env, contain)
         finally:
             os._exit(code)
     os.close(log)
@@ -199,4 +246,5 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["--serve"]:
         serve()
     else:
-        sys.exit(main(sys.argv[1:], json.loads(sys.stdin.read())))
+        given = json.loads(sys.stdin.read())
+        sys.exit(main(sys.argv[1:], given["env"], given.get("contain")))

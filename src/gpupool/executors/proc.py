@@ -10,6 +10,8 @@ import signal
 from collections.abc import Sequence
 from pathlib import Path
 
+from gpupool.settle import Usage
+
 
 def process_started(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat), or None
@@ -69,6 +71,12 @@ def outcome(attempt_dir: Path, expected_owner: str, code: int | None) -> tuple[i
     recorded = data.get("exit_code")
     status = recorded if isinstance(recorded, int) else code
     return status, launch_error(attempt_dir) if status not in (0, None) else None, None
+
+
+def recorded_usage(attempt_dir: Path, expected_owner: str) -> Usage | None:
+    """What the member's cgroup counted, as its launcher recorded it at its end."""
+    data = _record(attempt_dir / "exit.json", expected_owner) or {}
+    return Usage.from_json(data.get("usage"))
 
 
 def launch_error(attempt_dir: Path) -> str | None:

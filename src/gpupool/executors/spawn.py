@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpupool.executors.cgroups import Cgroup, Layout, Request
 from gpupool.executors.users import JobUser, give
 
 LAUNCHER = Path(__file__).with_name("launcher.py")
@@ -35,6 +36,12 @@ class Spawn:
     env: Mapping[str, str]
     stdout: Path | None = None
     stderr: Path | None = None
+    contain: Request | None = None
+    """Its cgroup, where the scheduler contains its attempts; None for a process group."""
+
+    def payload(self) -> dict[str, object]:
+        """What the launcher reads on its standard input."""
+        return {"env": dict(self.env), "contain": self.contain.as_json() if self.contain is not None else None}
 
 
 def prepare(member: Spawn) -> list[str]:
@@ -74,7 +81,7 @@ def spawn(member: Spawn) -> subprocess.Popen[bytes]:
         os.close(log)
     assert child.stdin is not None
     with child.stdin:
-        child.stdin.write(json.dumps(dict(member.env)).encode())
+        child.stdin.write(json.dumps(member.payload()).encode())
     return child
 
 
@@ -93,3 +100,12 @@ def signal_group(pid: int, sig: signal.Signals) -> None:
     is reported."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, sig)
+
+
+def kill(pid: int, contain: Request | None) -> None:
+    """Kill a member: every process of its cgroup, where it has one (its launcher, outside it,
+    then records how it ended and what it used, and ends), else its whole session."""
+    if contain is not None:
+        Cgroup(Layout.read(), contain.cgroup).kill()
+    else:
+        signal_group(pid, signal.SIGKILL)

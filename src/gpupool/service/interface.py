@@ -35,6 +35,12 @@ class Service(Protocol):
         """Refuse, at submit, a job no OS user could run: `InvalidInput` saying why."""
         ...
 
+    def check_resources(
+        self, gpus: int, gpus_per_node: int | None, mem: int | None, mem_per_gpu: int | None, cpus: float | None
+    ) -> None:
+        """Refuse, at submit, memory or CPUs no node has: `InvalidInput` naming the limit."""
+        ...
+
     def open_log(self, job: JobRow, attempt: int, stream: str, rank: int = 0) -> BinaryIO | None:
         """A member's log, open for reading, or None if there is none yet; a file a job of
         another OS user chose is opened with that user's rights (a `Conflict` if it cannot be)."""

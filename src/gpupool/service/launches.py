@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpupool.executors import Launch, members_of
+from gpupool.executors import Launch, Resources, members_of
 from gpupool.executors.users import JobUser
 from gpupool.model import Placement
 from gpupool.service.workspace import Workspace
@@ -45,7 +45,10 @@ def prepare_launch(
         env["GPUPOOL_ARRAY_INDEX"] = str(job.array_index)
     stdout, stderr = workspace.checked_log_files(job, attempt)
     members = members_of(placement)
-    return Launch(job.id, attempt, command, Path(job.workdir), env, attempt_dir, members, stdout, stderr, user)
+    resources = Resources(job.mem, job.mem_per_gpu, job.cpus_per_gpu)
+    return Launch(
+        job.id, attempt, command, Path(job.workdir), env, attempt_dir, members, stdout, stderr, user, resources
+    )
 
 
 def protocol_env(api_url: str, token: str, interruption_interval: float | None) -> dict[str, str]:

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from gpupool.errors import Conflict, InvalidInput
-from gpupool.executors import Executor, Exit, Key, Recorded, Started
+from gpupool.executors import Executor, Exit, Key, Recorded, Resources, Started
+from gpupool.executors.containment import unfit
 from gpupool.executors.users import JobUser, job_user
 from gpupool.model import Config, JobState, Node, Placement, Plan, Reason, Wait
 from gpupool.policy import PoolState, decide
@@ -108,6 +109,14 @@ class ControlLoop:
             job_user(self.job_user, user, team)
         except LookupError as exc:
             raise InvalidInput(f"user: {exc}") from None
+
+    def check_resources(
+        self, gpus: int, gpus_per_node: int | None, mem: int | None, mem_per_gpu: int | None, cpus: float | None
+    ) -> None:
+        """Refuse, at submit, memory or CPUs no node has: `InvalidInput` naming the limit."""
+        problem = unfit(Resources(mem, mem_per_gpu, cpus), gpus_per_node or gpus, self.executor.nodes())
+        if problem is not None:
+            raise InvalidInput(problem)
 
     # --- one iteration -----------------------------------------------------------------------
 
@@ -232,7 +241,7 @@ class ControlLoop:
                     self.store.retry_launch(never.job_id, never.attempt, now, never.why or "not started")
             ended = [e for e in ended if e.started]
             states = self.store.end_attempts(
-                [(e.job_id, e.attempt, e.exit_code, e.why, e.node_lost) for e in ended],
+                [(e.job_id, e.attempt, e.exit_code, e.why, e.node_lost, e.usage) for e in ended],
                 now,
                 self.config.max_node_losses,
             )
@@ -385,6 +394,7 @@ class ControlLoop:
                 ran_until=ended,
                 node_lost=found.node_lost,
                 max_node_losses=self.config.max_node_losses,
+                usage=found.usage,
             )
         return False
 

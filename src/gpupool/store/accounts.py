@@ -34,7 +34,8 @@ class AccountsStore(StoreBase):
             cuts: dict[str, int] = defaultdict(int)
             for priority, started, ended, outcome, acked in s.execute(query):
                 running[priority] += (ended if ended is not None else now) - max(started, since)
-                if outcome in ("failed", "lost", "node_lost") or (outcome == "preempted" and acked is None):
+                cut = outcome in ("failed", "out_of_memory", "lost", "node_lost")
+                if cut or (outcome == "preempted" and acked is None):
                     cuts[priority] += 1
         return {priority: running[priority] / n for priority, n in cuts.items()}
 

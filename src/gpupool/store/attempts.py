@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from gpupool.errors import Conflict, Forbidden
 from gpupool.model import ENDED, Allocation, JobState
-from gpupool.settle import AttemptEnd, AttemptOutcome, JobCounts, settle
+from gpupool.settle import AttemptEnd, AttemptOutcome, JobCounts, Usage, settle
 from gpupool.store.base import StoreBase, chunks, indexed
 from gpupool.store.schema import NOTICED_LIVE, WATCHED_LIVE, AttemptRow, CheckpointRow, EventRow, JobRow, PlacementRow
 from gpupool.units import human_seconds
@@ -236,6 +236,7 @@ class AttemptsStore(StoreBase):
         why: str | None = None,
         node_lost: str | None = None,
         max_node_losses: int = 3,
+        usage: Usage | None = None,
     ) -> JobState:
         """The attempt's process is gone: release its GPUs and decide what becomes of the job.
 
@@ -251,7 +252,8 @@ class AttemptsStore(StoreBase):
 
         `ran_until`: when the process really ended, if that was before `now` (it ended while the
         scheduler was down): the time limit is charged up to then. `why`: what went wrong, for
-        people (a launch that failed says so).
+        people (a launch that failed says so). `usage`: what its cgroups counted; one that did not
+        succeed after the kernel killed a process of it at its memory limit failed out of memory.
         """
         with self.transaction() as s:
             return self.end_in(
@@ -264,19 +266,20 @@ class AttemptsStore(StoreBase):
                 why=why,
                 node_lost=node_lost,
                 max_node_losses=max_node_losses,
+                usage=usage,
             )
 
     def end_attempts(
         self,
-        ended: Sequence[tuple[int, int, int | None, str | None, str | None]],
+        ended: Sequence[tuple[int, int, int | None, str | None, str | None, Usage | None]],
         now: float,
         max_node_losses: int = 3,
     ) -> list[JobState | None]:
-        """`end_attempt` for (job, attempt, exit code, why, node lost) of many attempts in one
-        transaction; None for an attempt that is not live (its end was recorded already)."""
+        """`end_attempt` for (job, attempt, exit code, why, node lost, usage) of many attempts
+        in one transaction; None for an attempt that is not live (its end was recorded already)."""
         states: list[JobState | None] = []
         with self.transaction() as s:
-            for job_id, attempt, exit_code, why, lost in ended:
+            for job_id, attempt, exit_code, why, lost, usage in ended:
                 try:
                     with s.begin_nested():  # a refused end leaves nothing half-written
                         states.append(
@@ -289,6 +292,7 @@ class AttemptsStore(StoreBase):
                                 why=why,
                                 node_lost=lost,
                                 max_node_losses=max_node_losses,
+                                usage=usage,
                             )
                         )
                 except Conflict:
@@ -307,6 +311,7 @@ class AttemptsStore(StoreBase):
         why: str | None = None,
         node_lost: str | None = None,
         max_node_losses: int = 3,
+        usage: Usage | None = None,
     ) -> JobState:
         row = self.live_attempt(s, job_id, attempt)
         job = self.locked_job(s, job_id)
@@ -315,6 +320,9 @@ class AttemptsStore(StoreBase):
         end = max(row.started_at, min(now, ran_until)) if ran_until is not None else now
         job.run_seconds = (job.run_seconds or 0.0) + run_time(row, end)
         row.ended_at, row.exit_code = end, exit_code
+        if usage is not None:
+            row.peak_memory, row.cpu_seconds = usage.peak_memory, usage.cpu_seconds
+            row.oom_kills, row.peak_gpu_memory = usage.oom_kills, usage.peak_gpu_memory
         self._release(s, job_id, attempt, end)
         ending = AttemptEnd(
             exit_code,
@@ -325,6 +333,7 @@ class AttemptsStore(StoreBase):
             timed_out=row.timeout_at is not None,
             node_lost=node_lost,
             why=why,
+            out_of_memory=usage is not None and usage.oom_kills > 0,
         )
         counts = JobCounts(
             job.failures,

@@ -50,6 +50,10 @@ class JobSpec:
     the same submission, retried. An array keeps it on its first task."""
     notify: str | None = None
     """A URL told of the job's start, end and each notice (a Slack-compatible webhook)."""
+    mem: int | None = None
+    """Bytes of memory on each node (`--mem`)."""
+    mem_per_gpu: int | None = None
+    cpus_per_gpu: float | None = None
 
 
 class DuplicateSubmission(Conflict):
@@ -79,6 +83,9 @@ REQUEST_FIELDS = (
     "error",
     "array",
     "array_limit",
+    "mem",
+    "mem_per_gpu",
+    "cpus_per_gpu",
 )
 """What makes two submissions the same request (the team is the key's own)."""
 FIELD_NAMES = {"dependencies": "after", "array_limit": "array"}
@@ -290,6 +297,9 @@ class JobsStore(StoreBase):
             error=spec.error,
             idempotency_key=spec.idempotency_key,
             notify=spec.notify,
+            mem=spec.mem,
+            mem_per_gpu=spec.mem_per_gpu,
+            cpus_per_gpu=spec.cpus_per_gpu,
         )
 
     def job(self, job_id: int) -> JobRow:

@@ -195,6 +195,10 @@ class JobRow(Base):
     held_by: Mapped[str | None] = mapped_column(String(20), default=None)
     """`user` or `admin` while a person holds the pending job (`gpupool hold`): it waits until
     released, by the admin, or by anyone who may act on it if a user held it."""
+    mem: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    """Bytes of memory on each node (`--mem`); None: `mem_per_gpu`, else the pool's default."""
+    mem_per_gpu: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    cpus_per_gpu: Mapped[float | None] = mapped_column(Float, default=None)
 
     @property
     def label(self) -> str:
@@ -244,6 +248,13 @@ class AttemptRow(Base):
     ended_at: Mapped[float | None] = mapped_column(Float, default=None)
     outcome: Mapped[str | None] = mapped_column(String(20), default=None)
     exit_code: Mapped[int | None] = mapped_column(Integer, default=None)
+    peak_memory: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    """Bytes, the largest of its members' peaks, as their cgroups counted (Slurm's MaxRSS)."""
+    cpu_seconds: Mapped[float | None] = mapped_column(Float, default=None)
+    oom_kills: Mapped[int | None] = mapped_column(Integer, default=None)
+    """Processes the kernel killed because the attempt reached its memory limit."""
+    peak_gpu_memory: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    """Bytes, the largest GPU memory its processes held at once, where NVML counts it."""
 
 
 class PlacementRow(Base):

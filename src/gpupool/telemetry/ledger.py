@@ -29,7 +29,13 @@ from gpupool.store.telemetry import Committed, Happened
 
 Labels = tuple[str, ...]
 
-INTERRUPTION_KINDS = {"preempted": "preemption", "node_lost": "node_lost", "failed": "failure", "lost": "lost"}
+INTERRUPTION_KINDS = {
+    "preempted": "preemption",
+    "node_lost": "node_lost",
+    "failed": "failure",
+    "out_of_memory": "out_of_memory",
+    "lost": "lost",
+}
 """An attempt's outcome → the `kind` label of an interruption (`lost`: its process was lost
 while the scheduler was down)."""
 

@@ -1,6 +1,7 @@
-"""Attempts as local processes: one process group per attempt, under a launcher that records
-its outcome (`launcher.py`); logs and the notice in the attempt's folder. The machine is one
-node (`gpus.py`); a gang of one member runs here, with the rendezvous on loopback."""
+"""Attempts as local processes: one cgroup per attempt where `containment` is given (else one
+process group), under a launcher that records its outcome (`launcher.py`); logs and the notice
+in the attempt's folder. The machine is one node (`gpus.py`); a gang of one member runs here,
+with the rendezvous on loopback."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from gpupool.executors import Exit, Key, Launch, Member, NodeState, Progress, Recorded, Started
+from gpupool.executors.containment import Containment
 from gpupool.executors.proc import (
     last_sign_of_life,
     outcome,
@@ -20,8 +22,10 @@ from gpupool.executors.proc import (
     process_started,
     recorded_exit_time,
     recorded_launcher,
+    recorded_usage,
 )
 from gpupool.executors.spawn import Spawn, signal_group, spawn, write_notice
+from gpupool.settle import Usage
 
 
 def free_port() -> int:
@@ -36,10 +40,17 @@ class LocalExecutor:
     attempt's process ends, so the control loop wakes at once instead of on its next timer.
     `store_id` names the store whose attempts these are (in the launchers' records)."""
 
-    def __init__(self, node: NodeState, on_exit: Callable[[], None] = lambda: None, store_id: str = "") -> None:
+    def __init__(
+        self,
+        node: NodeState,
+        on_exit: Callable[[], None] = lambda: None,
+        store_id: str = "",
+        containment: Containment | None = None,
+    ) -> None:
         self.node = node
         self.on_exit = on_exit
         self.store_id = store_id
+        self.containment = containment
         self.children: dict[Key, subprocess.Popen[bytes]] = {}
         self.adopted: dict[Key, tuple[int, str]] = {}
         self.dirs: dict[Key, Path] = {}
@@ -55,7 +66,12 @@ class LocalExecutor:
         folder = launch.attempt_dir
         env = launch.member_env(member, "127.0.0.1", free_port())
         mine = owner(self.store_id, *key)
-        spec = Spawn(folder, mine, launch.user, launch.workdir, launch.command, env, launch.stdout, launch.stderr)
+        contain = None
+        if self.containment is not None:
+            contain = self.containment.request(*key, member, self.node.node.gpus, launch.resources)
+        spec = Spawn(
+            folder, mine, launch.user, launch.workdir, launch.command, env, launch.stdout, launch.stderr, contain
+        )
         child = spawn(spec)
         self.children[key] = child
         self.dirs[key] = folder
@@ -73,7 +89,11 @@ class LocalExecutor:
         self._signal(key, signal.SIGTERM)
 
     def kill(self, job_id: int, attempt: int) -> None:
+        """Its launcher's session, then its cgroup: whatever left the session dies too (and
+        what the launcher had not started yet never starts)."""
         self._signal((job_id, attempt), signal.SIGKILL)
+        if self.containment is not None:
+            self.containment.cgroup(job_id, attempt).kill()
 
     def _signal(self, key: Key, sig: signal.Signals) -> None:
         signal_group(self.children[key].pid if key in self.children else self.adopted[key][0], sig)
@@ -94,10 +114,26 @@ class LocalExecutor:
     def _exit(self, key: Key, code: int | None, ended_at: float | None = None) -> Exit:
         """How an attempt ended: its launcher's record (the command's status), else what the
         process returned; and, for a failure, what the launcher said went wrong."""
-        status, why, trouble = outcome(self.dirs[key], owner(self.store_id, *key), code)
+        mine = owner(self.store_id, *key)
+        status, why, trouble = outcome(self.dirs[key], mine, code)
+        usage = recorded_usage(self.dirs[key], mine)
+        if self.containment is not None:
+            usage = self._clear(key) or usage
         if trouble is not None:
             return Exit(*key, None, trouble, started=False, ended_at=ended_at)
-        return Exit(*key, status, why, ended_at=ended_at)
+        return Exit(*key, status, why, ended_at=ended_at, usage=usage)
+
+    def _clear(self, key: Key) -> Usage | None:
+        """Kill what is left in the attempt's cgroup, where its launcher could not (it was
+        killed itself), and what it counted: an attempt ends only once its cgroup is empty."""
+        assert self.containment is not None
+        cgroup = self.containment.cgroup(*key)
+        if not cgroup.exists():
+            return None
+        cgroup.kill()
+        usage = Usage.from_json(cgroup.usage())
+        cgroup.remove()
+        return usage
 
     def adopt(self, recorded: Recorded) -> Started | Exit:
         """The attempt's launcher, if it is still the process that was started (a pid alone
