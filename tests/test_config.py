@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.config import ConfigError, load, parse, parse_spec
+from gpupool.config import ConfigError, load, load_spec, parse, parse_spec
 from gpupool.model import DEFAULT_CLASSES, PlacementRule, PriorityBudget, QueueMode
 from gpupool.units import parse_duration
 
@@ -256,3 +256,12 @@ def test_waits_are_explained_for_the_first_thousand_jobs_in_line_by_default() ->
     assert parse({}).explain_depth == 1000
     assert parse({"policy": {"explain_depth": None}}).explain_depth is None
     assert parse({"policy": {"explain_depth": 50}}).explain_depth == 50
+
+
+def test_off_is_the_word_off_as_the_documentation_writes_it(tmp_path: Path) -> None:
+    """YAML 1.1 reads an unquoted off as false; the documented `fair_share: off` and
+    `containment: {mode: off}` mean the word."""
+    path = tmp_path / "gpupool.yaml"
+    path.write_text("policy: {fair_share: off, preemption: false}\nservice: {containment: {mode: off}}\n")
+    spec = load_spec(path)
+    assert (spec.policy.fair_share, spec.policy.preemption, spec.service.containment.mode) == ("off", False, "off")

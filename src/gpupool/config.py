@@ -429,6 +429,17 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+# Booleans as YAML 1.2 has them, true and false alone: `fair_share: off` and `mode: off` are the
+# word off, as the documentation writes them, not YAML 1.1's false (nor yes, no, on).
+_UniqueKeyLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
 SYSTEM_CONFIG = Path("/etc/gpupool")
 """Where an admin puts the service's file (`gpupool.yaml`) and the users' (`client.yaml`)."""
 
