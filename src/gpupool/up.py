@@ -293,8 +293,11 @@ def executor(service: ServiceSpec, store_id: str, wake: Callable[[], None]) -> t
             from gpupool.executors.ray.executor import RayExecutor
         except ImportError:
             raise ConfigError("service.executor: ray needs Ray: pip install 'gpupool[ray]'") from None
+        containment, said = contain(service.containment, store_id)
         try:
-            ray_executor = RayExecutor(service.ray_address, store_id, wake, service.start_timeout)
+            ray_executor = RayExecutor(
+                service.ray_address, store_id, wake, service.start_timeout, containment=containment
+            )
         except ConnectionError as exc:
             raise ConfigError(f"service.ray_address: no Ray cluster at {service.ray_address} ({exc})") from None
         nodes = ray_executor.nodes()
@@ -308,7 +311,8 @@ def executor(service: ServiceSpec, store_id: str, wake: Callable[[], None]) -> t
             )
         gpus = sum(n.node.gpus for n in nodes)
         detail = f"Ray cluster at {service.ray_address}: {plural(len(nodes), 'node')} with GPUs, {gpus} GPUs"
-        return ray_executor, Pool(detail, bool(nodes) and all(n.virtual for n in nodes))
+        virtual = bool(nodes) and all(n.virtual for n in nodes)
+        return ray_executor, Pool(detail, virtual, f"{said} (where each node allows)", containment is not None)
     gpus_here = discover(socket.gethostname(), service.virtual_gpus)
     containment, said = contain(service.containment, store_id)
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -114,7 +113,8 @@ class Ana:
         done = self.run("show", str(job), "--json")
         assert done.returncode == 0, done.stderr
         shown = json.loads(done.stdout)
-        return shown[0] if isinstance(shown, list) else shown
+        job_shown: dict[str, Any] = shown[0] if isinstance(shown, list) else shown
+        return job_shown
 
 
 def alive(pids: list[int]) -> list[int]:
@@ -221,10 +221,8 @@ def test_a_job_opens_its_own_gpu_device_and_is_refused_the_others(lab: Service) 
     devices: Path = lab.devices  # type: ignore[attr-defined]
     job = ana.submit("-p", "low", "--gpus", "2", "--", PYTHON, "-c", OPENS % devices)
     wait_for(lambda: state(lab, job) == "succeeded", timeout=60)
-    seen = dict(
-        (int(i), (whose, how))
-        for i, whose, how in (word.split(":") for word in ana.run("logs", str(job)).stdout.split())
-    )
+    words = [word.split(":") for word in ana.run("logs", str(job)).stdout.split()]
+    seen = {int(i): (whose, how) for i, whose, how in words}
     assert sorted(whose for whose, _ in seen.values()) == ["mine", "mine", "other", "other"], seen
     for whose, how in seen.values():
         assert how == ("ENXIO" if whose == "mine" else "EPERM"), seen
@@ -237,7 +235,8 @@ tried = []
 for _, names, path in cgroup:
     if "memory" in names.split(","):
         own = "/sys/fs/cgroup/memory" + path
-        for target, value in ((own + "/memory.limit_in_bytes", "-1"), ("/sys/fs/cgroup/memory/cgroup.procs", str(os.getpid()))):
+        root = "/sys/fs/cgroup/memory/cgroup.procs"
+        for target, value in ((own + "/memory.limit_in_bytes", "-1"), (root, str(os.getpid()))):
             try:
                 with open(target, "w") as f:
                     f.write(value)

@@ -442,19 +442,3 @@ def cgroup_path(root: str, store_id: str, job_id: int, attempt: int, rank: int =
     """A member's cgroup, relative to each hierarchy's mount point: one folder per store, so
     that stores sharing a machine never touch each other's attempts."""
     return f"{root}/{store_id[:12]}/{job_id}.{attempt}.{rank}"
-
-
-def owned(layout: Layout, root: str, store_id: str) -> list[Cgroup]:
-    """The members' cgroups of one store that exist on this machine (to kill what is left of
-    attempts that ended while no scheduler watched)."""
-    found: dict[str, Cgroup] = {}
-    for point in [layout.unified, *layout.v1.values()]:
-        if point is None:
-            continue
-        base = os.path.join(point, root, store_id[:12])
-        with contextlib.suppress(OSError):
-            for name in os.listdir(base):
-                if os.path.isdir(os.path.join(base, name)):
-                    path = f"{root}/{store_id[:12]}/{name}"
-                    found.setdefault(path, Cgroup(layout, path))
-    return list(found.values())

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 
 from gpupool.executors import Member, NodeState, Resources
-from gpupool.executors.cgroups import Cgroup, Layout, Request, cgroup_path, owned
+from gpupool.executors.cgroups import Layout, Request, cgroup_path
 from gpupool.units import human_bytes
 
 
@@ -43,18 +43,6 @@ class Containment:
             pids=self.pids,
             devices=self.devices,
         )
-
-    def cgroup(self, job_id: int, attempt: int, rank: int = 0) -> Cgroup:
-        return Cgroup(Layout.read(), cgroup_path(self.root, self.store_id, job_id, attempt, rank))
-
-    def leftovers(self, live: set[tuple[int, int]]) -> list[Cgroup]:
-        """This store's members' cgroups on this machine whose attempt is not in `live`."""
-        found = []
-        for cgroup in owned(Layout.read(), self.root, self.store_id):
-            job, attempt, _rank = (int(part) for part in cgroup.path.rsplit("/", 1)[1].split("."))
-            if (job, attempt) not in live:
-                found.append(cgroup)
-        return found
 
 
 def unfit(resources: Resources, gpus_on_node: int, nodes: list[NodeState]) -> str | None:

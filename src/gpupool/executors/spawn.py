@@ -16,6 +16,7 @@ from pathlib import Path
 
 from gpupool.executors.cgroups import Cgroup, Layout, Request
 from gpupool.executors.users import JobUser, give
+from gpupool.settle import Usage
 
 LAUNCHER = Path(__file__).with_name("launcher.py")
 LAUNCHER_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -103,9 +104,23 @@ def signal_group(pid: int, sig: signal.Signals) -> None:
 
 
 def kill(pid: int, contain: Request | None) -> None:
-    """Kill a member: every process of its cgroup, where it has one (its launcher, outside it,
-    then records how it ended and what it used, and ends), else its whole session."""
+    """Kill a member: its launcher's session, then every process of its cgroup, where it has
+    one (what left the session dies too, and what the launcher had not started never starts)."""
+    signal_group(pid, signal.SIGKILL)
     if contain is not None:
         Cgroup(Layout.read(), contain.cgroup).kill()
-    else:
-        signal_group(pid, signal.SIGKILL)
+
+
+def clear(contain: Request | None) -> Usage | None:
+    """At a member's end: kill what is left in its cgroup, where its launcher could not (it was
+    killed itself), and what the cgroup counted; then remove it. A member ends only once its
+    cgroup is empty. None when there is no cgroup left (its launcher removed it)."""
+    if contain is None:
+        return None
+    cgroup = Cgroup(Layout.read(), contain.cgroup)
+    if not cgroup.exists():
+        return None
+    cgroup.kill()
+    usage = Usage.from_json(cgroup.usage())
+    cgroup.remove()
+    return usage

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from gpupool.executors import Exit, Key, Launch, Member, NodeState, Progress, Recorded, Started
+from gpupool.executors import Exit, Key, Launch, Member, NodeState, Progress, Recorded, Resources, Started
+from gpupool.executors.cgroups import Request
 from gpupool.executors.containment import Containment
 from gpupool.executors.proc import (
     last_sign_of_life,
@@ -24,8 +25,7 @@ from gpupool.executors.proc import (
     recorded_launcher,
     recorded_usage,
 )
-from gpupool.executors.spawn import Spawn, signal_group, spawn, write_notice
-from gpupool.settle import Usage
+from gpupool.executors.spawn import Spawn, clear, kill, signal_group, spawn, write_notice
 
 
 def free_port() -> int:
@@ -89,11 +89,14 @@ class LocalExecutor:
         self._signal(key, signal.SIGTERM)
 
     def kill(self, job_id: int, attempt: int) -> None:
-        """Its launcher's session, then its cgroup: whatever left the session dies too (and
-        what the launcher had not started yet never starts)."""
-        self._signal((job_id, attempt), signal.SIGKILL)
-        if self.containment is not None:
-            self.containment.cgroup(job_id, attempt).kill()
+        key = (job_id, attempt)
+        kill(self.children[key].pid if key in self.children else self.adopted[key][0], self._contain(key))
+
+    def _contain(self, key: Key) -> Request | None:
+        """The attempt's cgroup (its one member's), where attempts are contained."""
+        if self.containment is None:
+            return None
+        return self.containment.request(*key, Member(0, self.node.node.name, ()), self.node.node.gpus, Resources())
 
     def _signal(self, key: Key, sig: signal.Signals) -> None:
         signal_group(self.children[key].pid if key in self.children else self.adopted[key][0], sig)
@@ -116,24 +119,10 @@ class LocalExecutor:
         process returned; and, for a failure, what the launcher said went wrong."""
         mine = owner(self.store_id, *key)
         status, why, trouble = outcome(self.dirs[key], mine, code)
-        usage = recorded_usage(self.dirs[key], mine)
-        if self.containment is not None:
-            usage = self._clear(key) or usage
+        usage = clear(self._contain(key)) or recorded_usage(self.dirs[key], mine)
         if trouble is not None:
             return Exit(*key, None, trouble, started=False, ended_at=ended_at)
         return Exit(*key, status, why, ended_at=ended_at, usage=usage)
-
-    def _clear(self, key: Key) -> Usage | None:
-        """Kill what is left in the attempt's cgroup, where its launcher could not (it was
-        killed itself), and what it counted: an attempt ends only once its cgroup is empty."""
-        assert self.containment is not None
-        cgroup = self.containment.cgroup(*key)
-        if not cgroup.exists():
-            return None
-        cgroup.kill()
-        usage = Usage.from_json(cgroup.usage())
-        cgroup.remove()
-        return usage
 
     def adopt(self, recorded: Recorded) -> Started | Exit:
         """The attempt's launcher, if it is still the process that was started (a pid alone

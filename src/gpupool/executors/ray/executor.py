@@ -28,6 +28,7 @@ import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
 from gpupool.executors import Exit, Handle, Key, Launch, NodeState, Progress, Recorded, Started
+from gpupool.executors.containment import Containment
 from gpupool.executors.proc import owner
 from gpupool.executors.ray.adopt import (
     GONE,
@@ -72,8 +73,11 @@ class RayExecutor:
         start_timeout: float = 60.0,
         end_timeout: float = 60.0,
         wait_timeout: float = 30.0,
+        containment: Containment | None = None,
     ) -> None:
         self.store_id = store_id
+        self.containment = containment
+        """Each member in a cgroup on its node, where that node can (its launcher says)."""
         self.namespace = f"gpupool-{store_id[:12]}"
         self.on_change = on_change
         self.start_timeout = start_timeout
@@ -143,6 +147,9 @@ class RayExecutor:
             port: Any = nodes[0].launcher.free_port.remote() if len(nodes) > 1 else 0
             for member, node in zip(launch.members, nodes, strict=True):
                 first = member.rank == 0
+                contain = None
+                if self.containment is not None:
+                    contain = self.containment.request(*key, member, node.state.node.gpus, launch.resources)
                 spec = Spawn(
                     member_folder(launch.attempt_dir, member.rank),
                     gang.owner(member.rank),
@@ -152,6 +159,7 @@ class RayExecutor:
                     launch.member_env(member, nodes[0].address, 0),
                     launch.stdout if first else None,
                     launch.stderr if first else None,
+                    contain,
                 )
                 self.members[spec.owner] = (key, member.rank)
                 ref = node.launcher.start.remote(spec, str(launch.attempt_dir), port)

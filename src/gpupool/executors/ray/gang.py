@@ -4,12 +4,15 @@ plain data and a pure function, no Ray."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpupool.executors import Exit, Key
-from gpupool.executors.proc import outcome
+from gpupool.executors.cgroups import Request
+from gpupool.executors.proc import outcome, recorded_usage
+from gpupool.executors.spawn import clear
+from gpupool.settle import Usage
 
 
 def member_folder(attempt_dir: Path, rank: int) -> Path:
@@ -29,11 +32,13 @@ def attempt_of(owner: str) -> str:
     return owner.rsplit(":", 1)[0]
 
 
-def member_end(folder: Path, owner: str, code: int | None) -> dict[str, Any]:
+def member_end(folder: Path, owner: str, code: int | None, contain: Request | None = None) -> dict[str, Any]:
     """How a member ended, as its launcher tells it (`proc.outcome` of its records and what its
-    process returned)."""
+    process returned), and what its cgroup counted (its leftovers killed first: `clear`)."""
     status, why, not_started = outcome(folder, owner, code)
-    return {"exit_code": status, "why": why, "not_started": not_started}
+    usage = clear(contain) or recorded_usage(folder, owner)
+    used = asdict(usage) if usage is not None else None
+    return {"exit_code": status, "why": why, "not_started": not_started, "usage": used}
 
 
 @dataclass
@@ -78,7 +83,11 @@ def attempt_exit(
     never = next((e["not_started"] for e in ended.values() if e.get("not_started")), None)
     if never is not None:
         return Exit(*key, None, never, started=False, ended_at=ended_at)
+    usage = None
+    for end in ended.values():
+        used = Usage.from_json(end.get("usage"))
+        usage = used.joined(usage) if used is not None else usage
     failed = failure or next((e for _, e in sorted(ended.items()) if e.get("exit_code") != 0), None)
     if failed is not None:
-        return Exit(*key, failed.get("exit_code"), failed.get("why"), ended_at=ended_at)
-    return Exit(*key, 0, ended_at=ended_at)
+        return Exit(*key, failed.get("exit_code"), failed.get("why"), ended_at=ended_at, usage=usage)
+    return Exit(*key, 0, ended_at=ended_at, usage=usage)

@@ -19,6 +19,7 @@ and whether it had run.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -30,11 +31,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from gpupool.executors.cgroups import Layout
+from gpupool.executors.containment import unavailable
 from gpupool.executors.forks import ForkServer
 from gpupool.executors.proc import process_started
 from gpupool.executors.ray.gang import attempt_of, member_end
-from gpupool.executors.spawn import Spawn, signal_group, write_notice
+from gpupool.executors.spawn import Spawn, kill, signal_group, write_notice
 from gpupool.executors.users import lookup
+
+log = logging.getLogger("gpupool.ray.launcher")
 
 FORGOTTEN = 100_000
 """How many forgotten gangs a launcher remembers, so that a late `start` of one is refused."""
@@ -72,6 +77,8 @@ class NodeLauncher:
         self.seq = 0
         self.changed = threading.Condition()
         self.forks: ForkServer | None = None
+        self.uncontained = unavailable(Layout.read())
+        """Why this node cannot put members in cgroups (they run as sessions), or None."""
 
     def ping(self) -> dict[str, Any]:
         """This launcher's process and node: it is up."""
@@ -106,6 +113,9 @@ class NodeLauncher:
             user = lookup(spec.user.name) if spec.user is not None else None
             here = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
             env = {**spec.env, "MASTER_PORT": str(port), "GPUPOOL_NODE_ADDRESS": here}
+            if self.uncontained is not None and spec.contain is not None:
+                log.warning("%s runs as a session, not a cgroup: %s", spec.owner, self.uncontained)
+                spec = member.spec = replace(spec, contain=None)
             with self.changed:
                 if self.forks is None:
                     self.forks = ForkServer(self.on_lost)
@@ -119,13 +129,13 @@ class NodeLauncher:
         with self.changed:
             member.pid = pid
             if member.killed or attempt_of(spec.owner) in self.forgotten:  # while it started
-                signal_group(pid, signal.SIGKILL)
+                kill(pid, spec.contain)
             elif member.noticed:
                 signal_group(pid, signal.SIGTERM)
             return {"pid": pid, "started": process_started(pid) or "", "node": os.uname().nodename}
 
     def _reap(self, member: Member, code: int) -> None:
-        self._tell(member, member_end(member.spec.folder, member.spec.owner, code))
+        self._tell(member, member_end(member.spec.folder, member.spec.owner, code, member.spec.contain))
 
     def _tell(self, member: Member, end: dict[str, Any]) -> None:
         with self.changed:
@@ -197,4 +207,7 @@ class NodeLauncher:
 
     def _signal(self, member: Member, sig: signal.Signals) -> None:
         if member.end is None and member.pid:
-            signal_group(member.pid, sig)
+            if sig == signal.SIGKILL:
+                kill(member.pid, member.spec.contain)
+            else:
+                signal_group(member.pid, sig)
