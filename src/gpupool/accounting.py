@@ -37,7 +37,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from gpupool.settle import AttemptOutcome
+from gpupool.settle import AttemptOutcome, Usage
 
 SUMMED_PHASES = ("launch", "set-up", "imports", "model build", "restore", "data position", "other")
 """Restart phases that totals keep by name (a job's own marks are its own business)."""
@@ -88,6 +88,8 @@ class AttemptRecord:
     """When its process started, as the job reported it."""
     phases: tuple[tuple[str, float], ...] = ()
     """Seconds of each phase of its start-up after the process's start, as the job reported them."""
+    usage: Usage | None = None
+    """What its cgroups counted (memory, CPU time), once it ended contained."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,8 @@ class JobAccount:
     """Who submitted it, where the driver knows."""
     ended: bool = False
     """The job has ended: an interruption with no next attempt never will have one."""
+    usage: Usage | None = None
+    """What its attempts used, together (`Usage.joined`), where their cgroups counted."""
 
     @property
     def allocated(self) -> float:
@@ -184,6 +188,10 @@ class Totals:
     causes: dict[str, int] = field(default_factory=dict)
     restart_phases: dict[str, float] = field(default_factory=dict)
     """GPU-seconds of restarts after interruptions, by phase, where the jobs reported them."""
+    cpu_seconds: float = 0.0
+    """CPU time of the attempts whose cgroups counted it."""
+    peak_memory: int | None = None
+    """The largest attempt's peak memory, in bytes (Slurm's MaxRSS)."""
 
     @property
     def goodput(self) -> float | None:
@@ -191,6 +199,10 @@ class Totals:
 
     def add(self, account: JobAccount) -> None:
         self.jobs += 1
+        if account.usage is not None:
+            self.cpu_seconds += account.usage.cpu_seconds or 0.0
+            if account.usage.peak_memory is not None:
+                self.peak_memory = max(self.peak_memory or 0, account.usage.peak_memory)
         for a in account.attempts:
             self.allocated += a.allocated
             self.productive += a.productive
@@ -250,7 +262,16 @@ def account(
                 phases,
             )
         )
-    return JobAccount(job_id, team, priority, tuple(costs), tuple(interruptions), user, ended)
+    return JobAccount(job_id, team, priority, tuple(costs), tuple(interruptions), user, ended, used(ordered))
+
+
+def used(attempts: Iterable[AttemptRecord]) -> Usage | None:
+    """What attempts used together: the largest peak memory, the sum of CPU time."""
+    together = None
+    for attempt in attempts:
+        if attempt.usage is not None:
+            together = attempt.usage.joined(together)
+    return together
 
 
 def _cost(

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TextIO
 
-from gpupool.accounting import AttemptRecord, account
+from gpupool.accounting import AttemptRecord, account, used
+from gpupool.settle import Usage
 
 COLUMNS: tuple[str, ...] = (
     "job_id",
@@ -39,8 +40,14 @@ COLUMNS: tuple[str, ...] = (
     "wait",
     "preemptions",
     "node_losses",
+    "max_rss",
+    "cpu_time",
+    "max_gpu_memory",
 )
-"""`vc` and `team` both hold the team: `vc` is the normalised format's name for it."""
+"""`vc` and `team` both hold the team: `vc` is the normalised format's name for it. `max_rss`
+(bytes, its attempts' largest peak), `cpu_time` (seconds, all attempts) and `max_gpu_memory`
+(bytes) are what its cgroups and NVML counted, as `sacct`'s MaxRSS and TotalCPU; empty where
+nothing counted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +80,8 @@ class HistoryJob:
     """Mean time its checkpoint saves blocked training."""
     restart_cost: float | None
     """Mean time its resumed attempts took from allocation to their first productive step."""
+    usage: Usage | None = None
+    """What its attempts used, together."""
 
 
 def history_job(job: EndedJob, attempts: Sequence[AttemptRecord]) -> HistoryJob:
@@ -98,6 +107,7 @@ def history_job(job: EndedJob, attempts: Sequence[AttemptRecord]) -> HistoryJob:
         wait,
         sum(saves) / len(saves) if saves else None,
         sum(restarts) / len(restarts) if restarts else None,
+        used(ordered),
     )
 
 
@@ -129,9 +139,20 @@ def write_history(jobs: Iterable[HistoryJob], stream: TextIO) -> int:
                 _seconds(h.wait),
                 job.preemptions,
                 job.node_losses,
+                *_used(h.usage),
             ]
         )
     return len(ordered)
+
+
+def _used(usage: Usage | None) -> list[str]:
+    if usage is None:
+        return ["", "", ""]
+    return [
+        "" if usage.peak_memory is None else str(usage.peak_memory),
+        _seconds(usage.cpu_seconds),
+        "" if usage.peak_gpu_memory is None else str(usage.peak_gpu_memory),
+    ]
 
 
 def _seconds(value: float | None) -> str:

@@ -8,6 +8,7 @@ import os
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,8 +16,8 @@ from gpupool.demo.loopback import LoopbackCluster
 from gpupool.executors.cgroups import Layout
 from gpupool.executors.containment import unavailable
 from gpupool.executors.proc import process_started
-from tests.cluster.test_ray_live import RayService, job
 from tests.support.live import running, state, wait_for
+from tests.support.ray import RayService, job
 
 pytestmark = pytest.mark.skipif(unavailable(Layout.read()) is not None, reason="no cgroups here")
 
@@ -61,7 +62,8 @@ def test_a_cancelled_gang_leaves_nothing_on_any_node_and_counts_what_its_ranks_u
     assert service.cli("cancel", str(job_id)).returncode == 0
     wait_for(lambda: state(service, job_id) == "cancelled", timeout=60)
     assert alive(pids) == []
-    [attempt] = job(service, job_id)["history"]  # type: ignore[misc]
+    history: Any = job(service, job_id)["history"]
+    [attempt] = history
     assert attempt["peak_memory"] >= 24 << 20 and attempt["cpu_seconds"] > 0, attempt
 
 

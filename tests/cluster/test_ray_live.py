@@ -3,7 +3,6 @@ what a lost node does to its job, and a scheduler killed while gangs run."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -20,65 +19,9 @@ from gpupool.demo.loopback import LoopbackCluster
 from gpupool.executors import Executor, Exit, Launch, Member, Recorded, Started
 from gpupool.executors.proc import kill_attempts, process_started
 from gpupool.up import free_port
-from tests.support.live import Service, assert_no_gpu_held_twice, running, state, wait_for
+from tests.support.live import assert_no_gpu_held_twice, running, state, wait_for
+from tests.support.ray import RayService, job
 from tests.support.users import os_user
-
-RANK = textwrap.dedent(
-    """
-    import json, os, signal, sys, time
-    from pathlib import Path
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    keys = ("RANK", "WORLD_SIZE", "NODE_RANK", "LOCAL_RANK", "CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT",
-            "GPUPOOL_NODE", "GPUPOOL_NODE_ADDRESS", "GPUPOOL_ATTEMPT")
-    print(json.dumps({**{k: os.environ.get(k) for k in keys}, "pid": os.getpid()}), flush=True)
-    done = Path(sys.argv[1])
-    while not done.exists():
-        time.sleep(0.1)
-    """
-)
-
-
-class RayService(Service):
-    def __init__(self, tmp: Path, address: str, grace: str = "2s") -> None:
-        super().__init__(tmp, grace)
-        self.config.write_text(
-            self.config.read_text().replace(
-                "run_as: service}",
-                f"run_as: service, executor: ray, ray_address: '{address}', start_timeout: 20s}}",
-            )
-        )
-        self.env["RAY_AUTH_MODE"] = "disabled"
-        self.done = tmp / "done"
-        self.script = tmp / "rank.py"
-        self.script.write_text(RANK)
-
-    def gang(self, gpus: int = 4, per_node: int = 2) -> int:
-        return self.submit(
-            "--gpus",
-            str(gpus),
-            "--gpus-per-node",
-            str(per_node),
-            "--",
-            sys.executable,
-            str(self.script),
-            str(self.done),
-        )
-
-    def reports(self, job: int, ranks: int = 2, attempt: int | None = None) -> list[dict[str, object]]:
-        """What each rank printed first, read through `gpupool logs --rank`."""
-        return [json.loads(self.first_line(job, rank, attempt)) for rank in range(ranks)]
-
-    def first_line(self, job: int, rank: int, attempt: int | None) -> str:
-        extra = ["--attempt", str(attempt)] if attempt is not None else []
-        printed: list[str] = []
-
-        def some() -> bool:
-            done = self.cli("logs", str(job), "--rank", str(rank), *extra)
-            printed[:] = done.stdout.splitlines() if done.returncode == 0 else []
-            return bool(printed)
-
-        wait_for(some, timeout=30)
-        return printed[0]
 
 
 def node_of(executor: Any, name: str) -> Any:
@@ -91,13 +34,6 @@ def node_of(executor: Any, name: str) -> Any:
 @pytest.fixture
 def service(cluster: LoopbackCluster, tmp_path: Path) -> Iterator[RayService]:
     yield from running(RayService(tmp_path, cluster.address))  # type: ignore[misc]
-
-
-def job(service: Service, job_id: int) -> dict[str, object]:
-    response = service.get(f"/jobs/{job_id}")
-    assert response is not None and response.is_success
-    shown: dict[str, object] = response.json()
-    return shown
 
 
 def test_every_ray_node_is_in_the_pool_and_a_gang_lands_where_the_core_placed_it(

@@ -272,6 +272,10 @@ class TotalsOut(BaseModel):
     causes: dict[str, int]
     restart_phases: dict[str, float]
     """GPU-seconds of restarts after interruptions, by phase, where the jobs reported them."""
+    cpu_seconds: float = 0.0
+    """CPU time of the attempts whose cgroups counted it."""
+    peak_memory: int | None = None
+    """Bytes: the largest attempt's peak memory (MaxRSS)."""
 
     @classmethod
     def of(cls, totals: Totals) -> TotalsOut:

@@ -23,7 +23,7 @@ from gpupool.cli.common import (
 )
 from gpupool.cli.jobs import interruptions_table
 from gpupool.cli.table import Column, table
-from gpupool.units import gpu_time, gpu_unit, parse_duration
+from gpupool.units import gpu_time, gpu_unit, human_bytes, parse_duration
 
 BUCKETS = ("startup", "checkpoint", "drain", "wasted", "unreported")
 
@@ -33,15 +33,17 @@ def totals_columns(title: str) -> tuple[Column, ...]:
         Column(title.upper(), shrink=7, minimum=8),
         Column("JOBS", justify="right"),
         Column("ALLOC", justify="right"),
-        Column("PROD", justify="right", drop=6),
+        Column("PROD", justify="right", drop=8),
         Column("GOODPUT", justify="right"),
-        Column("STARTUP", justify="right", drop=2),
-        Column("CKPT", justify="right", drop=1),
-        Column("DRAIN", justify="right", drop=3),
-        Column("WASTED", justify="right", drop=5),
-        Column("UNREP", justify="right", drop=4),
+        Column("STARTUP", justify="right", drop=4),
+        Column("CKPT", justify="right", drop=3),
+        Column("DRAIN", justify="right", drop=5),
+        Column("WASTED", justify="right", drop=7),
+        Column("UNREP", justify="right", drop=6),
         Column("CUTS", justify="right"),
         Column("LOST", justify="right"),
+        Column("CPU·H", justify="right", drop=1),
+        Column("MAXRSS", justify="right", drop=2),
     )
 
 
@@ -122,6 +124,8 @@ def totals_table(title: str, rows: Mapping[str, Mapping[str, Any]], unit: tuple[
                 *(f"{t[b] / size:.1f}" for b in BUCKETS),
                 str(t["interruptions"]),
                 f"{t['lost'] / size:.1f}",
+                f"{t.get('cpu_seconds', 0.0) / 3600:.1f}",
+                "" if t.get("peak_memory") is None else human_bytes(t["peak_memory"]),
             ]
         )
     return table(totals_columns(title), cells, console.width, title=f"per {title}, GPU time in {unit_name}")

@@ -12,6 +12,7 @@ from sqlalchemy import select
 from gpupool.accounting import AttemptRecord, Commit, JobAccount, account
 from gpupool.history import EndedJob
 from gpupool.model import ENDED, JobState
+from gpupool.settle import Usage
 from gpupool.store.base import StoreBase
 from gpupool.store.schema import AttemptRow, CheckpointRow, EventRow, JobRow
 
@@ -127,9 +128,12 @@ class AccountsStore(StoreBase):
                     # The notice's reason wins over the requeue that follows it.
                     reasons.setdefault((of_job or 0, cut), message)
         by_job: dict[int, list[AttemptRecord]] = defaultdict(list)
-        for job_id, number, started, ended, productive, notice, restored, restore, outcome, heartbeat, said in rows:
+        for row in rows:
+            job_id, number, started, ended, productive, notice, restored, restore, outcome, heartbeat, said = row[:11]
+            peak, cpu, oom, gpu_peak = row[11:]
             key = (job_id, number)
             restart = said or {}
+            counted = None if peak is None and cpu is None else Usage(peak, cpu, oom or 0, gpu_peak)
             by_job[job_id].append(
                 AttemptRecord(
                     number,
@@ -146,6 +150,7 @@ class AccountsStore(StoreBase):
                     heartbeat is not None or productive is not None or bool(commits[key]),
                     restart.get("process_started_at"),
                     tuple((restart.get("phases") or {}).items()),
+                    counted,
                 )
             )
         return [(jobs[i], by_job[i]) for i in sorted(by_job)]
@@ -163,6 +168,10 @@ ATTEMPT_COLUMNS = (
     AttemptRow.outcome,
     AttemptRow.last_heartbeat_at,
     AttemptRow.restart,
+    AttemptRow.peak_memory,
+    AttemptRow.cpu_seconds,
+    AttemptRow.oom_kills,
+    AttemptRow.peak_gpu_memory,
 )
 
 

@@ -62,7 +62,8 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "gpupool_interruptions": (
         "Attempts cut short, as gpupool report counts them: preemption, node_lost, failure (the attempt "
-        "failed, retried or not), lost (its process was lost while the scheduler was down); counted once "
+        "failed, retried or not), out_of_memory (it failed at its memory limit), lost (its process was lost "
+        "while the scheduler was down); counted once "
         "their cost is known.",
         ("class", "team", "kind"),
     ),
@@ -77,6 +78,11 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("class", "team", "use"),
     ),
     "gpupool_checkpoint_commits": ("Checkpoints jobs committed and reported.", ("class", "team")),
+    "gpupool_cpu_seconds": ("CPU time of ended attempts, as their cgroups counted it.", ("class", "team")),
+    "gpupool_oom_kills": (
+        "Processes the kernel killed because an attempt reached its memory limit (--mem).",
+        ("class", "team"),
+    ),
 }
 """Counters from the store (name without `_total`) → help and labels."""
 

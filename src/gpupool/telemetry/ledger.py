@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, Histogram
 
 from gpupool.accounting import INTERRUPTED, AttemptRecord, account
 from gpupool.model import ENDED, JobState
+from gpupool.settle import Usage
 from gpupool.store.attempts import LAUNCH_RETRY
 from gpupool.store.tail import Tail
 from gpupool.store.telemetry import Committed, Happened
@@ -44,6 +45,8 @@ USES = ("productive", "startup", "checkpoint", "drain", "wasted", "unreported")
 ENDED_STATES = frozenset(s.value for s in ENDED)
 
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400, 259200, 604800)
+MEMORY_BUCKETS = tuple(float(2**power) for power in range(26, 42, 2))
+"""64 MiB to 2 TiB, by fours."""
 BLOCKING_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
@@ -82,6 +85,13 @@ class Ledger:
             "the job was submitted (first) or requeued after an interruption.",
             ["class", "kind"],
             buckets=WAIT_BUCKETS,
+            registry=self.registry,
+        )
+        self.peak_memory = Histogram(
+            "gpupool_attempt_peak_memory_bytes",
+            "Each ended attempt's peak memory (its largest member's), as its cgroups counted it (Slurm's MaxRSS).",
+            ["class"],
+            buckets=MEMORY_BUCKETS,
             registry=self.registry,
         )
         self.blocking = Histogram(
@@ -134,6 +144,13 @@ class Ledger:
             self.unsettled.add(job)
         elif h.kind in (JobState.RUNNING.value, "restored"):
             self.unsettled.add(job)
+
+    def _count_usage(self, labels: tuple[str, str], usage: Usage) -> None:
+        if usage.cpu_seconds is not None:
+            self.counts["gpupool_cpu_seconds"][labels] += usage.cpu_seconds
+        self.counts["gpupool_oom_kills"][labels] += usage.oom_kills
+        if usage.peak_memory is not None:
+            self.peak_memory.labels(labels[0]).observe(usage.peak_memory)
 
     def read_commits(self, commits: Sequence[Committed], now: float) -> None:
         fresh = self.commits.fresh((c.id for c in commits), now)
@@ -198,6 +215,9 @@ class Ledger:
             }
             for use, value in uses.items():
                 allocated[(*labels, use)] += value
+        for record in ordered[first:final]:
+            if record.usage is not None:
+                self._count_usage(labels, record.usage)
         numbers = {r.attempt for r in ordered[first:final]}
         for interruption in whole.interruptions:
             if interruption.attempt not in numbers:
