@@ -163,10 +163,14 @@ def all_succeeded(service: Service, count: int) -> bool:
     return sum(j.state == "succeeded" for j in service.store.jobs(limit=count + 10)) >= count
 
 
-def starts_per_second(gpus: int = 64) -> float:
+def starts_per_second(gpus: int = 64, containment: str = "auto") -> float:
     """SHORT_JOBS jobs (`true`) queue behind a job holding all the GPUs; when it is cancelled
-    they drain: attempts started per second, from the first start to the last."""
-    with served(None, gpus=gpus) as service, service.client() as client:
+    they drain: attempts started per second, from the first start to the last. `containment`:
+    the service's `containment.mode`."""
+    with (
+        served(None, gpus=gpus, containment={"mode": containment}) as service,
+        service.client() as client,
+    ):
         gate = client.post("/jobs", json={"command": ["sleep", "600"], "priority": "gate", "gpus": gpus}).json()["id"]
         for _ in range(SHORT_JOBS):
             client.post("/jobs", json={"command": ["true"], "priority": "low"}).raise_for_status()
@@ -185,11 +189,11 @@ def in_state(service: Service, job: int, states: tuple[str, ...]) -> bool:
     return service.store.job(job).state in states
 
 
-def preemption_latency(rounds: int = 10) -> list[float]:
+def preemption_latency(rounds: int = 10, containment: str = "auto") -> list[float]:
     """Seconds from a high-priority submission into a full pool to the preemptor running, with
     a victim that exits on SIGTERM."""
     latencies = []
-    with served(None, gpus=1) as service, service.client() as client:
+    with served(None, gpus=1, containment={"mode": containment}) as service, service.client() as client:
         for _ in range(rounds):
             victim = client.post("/jobs", json={"command": VICTIM, "priority": "low"}).json()["id"]
             wait_for(partial(says_ready, client, victim))
@@ -215,12 +219,24 @@ def main() -> None:
             rate = submissions_per_second(fresh_database(server, f"bench{clients}"), clients)
             label = f"submissions/s through the API, PostgreSQL (fsync on), {clients} client(s):"
             print(f"{label:72} {rate:6.0f}", flush=True)
-    print(f"attempts started/s, {SHORT_JOBS} short jobs draining onto 64 GPUs: {starts_per_second():6.0f}", flush=True)
-    latency = preemption_latency()
-    print(
-        f"preemption latency (arrival → preemptor started), cooperating victim: "
-        f"median {statistics.median(latency) * 1000:.0f} ms, max {max(latency) * 1000:.0f} ms over {len(latency)}"
-    )
+    for mode in containment_modes():
+        rate = starts_per_second(containment=mode)
+        print(f"{f'attempts started/s, {SHORT_JOBS} short jobs onto 64 GPUs, containment {mode}:':72} {rate:6.0f}")
+    for mode in containment_modes():
+        latency = preemption_latency(containment=mode)
+        print(
+            f"preemption latency (arrival → preemptor started), cooperating victim, containment {mode}: "
+            f"median {statistics.median(latency) * 1000:.0f} ms, max {max(latency) * 1000:.0f} ms over {len(latency)}",
+            flush=True,
+        )
+
+
+def containment_modes() -> list[str]:
+    """`cgroups` where this host allows them, and `off` (process groups), in one run."""
+    from gpupool.executors.cgroups import Layout
+    from gpupool.executors.containment import unavailable
+
+    return ["cgroups", "off"] if unavailable(Layout.read()) is None else ["off"]
 
 
 if __name__ == "__main__":

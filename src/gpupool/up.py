@@ -31,6 +31,7 @@ from gpupool.executors import Executor, NodeState, executor_of
 from gpupool.executors.containment import Containment, ContainmentUnavailable, detect
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.local.gpus import discover
+from gpupool.executors.local.nvml import GpuWatch
 from gpupool.executors.users import can_switch_users
 from gpupool.model import Config
 from gpupool.service.leader import IDENTITY, Guard, NotLeader, StoreLease, claim_data_dir, lock_data_dir
@@ -317,7 +318,8 @@ def executor(service: ServiceSpec, store_id: str, wake: Callable[[], None]) -> t
     containment, said = contain(service.containment, store_id)
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     node = NodeState(gpus_here.node, gpus_here.virtual, memory, len(os.sched_getaffinity(0)))
-    local = LocalExecutor(node, on_exit=wake, store_id=store_id, containment=containment)
+    watch = None if gpus_here.virtual else GpuWatch(containment.root if containment else None, store_id)
+    local = LocalExecutor(node, on_exit=wake, store_id=store_id, containment=containment, watch=watch)
     return local, Pool(gpus_here.detail, gpus_here.virtual, said, containment is not None)
 
 

@@ -118,7 +118,9 @@ def test_a_victim_that_ignores_its_notice_is_killed_at_the_deadline(
     assert (loop.workspace.attempt_dir(low, 0) / "notice").exists()
 
 
-def test_a_launcher_is_found_by_its_attempt_folder_before_it_recorded_itself(tmp_path: Path) -> None:
+def test_a_launcher_has_recorded_itself_before_its_pid_is_known(tmp_path: Path) -> None:
+    """A scheduler that dies before recording an attempt's handle finds its launcher by its
+    record: the launcher writes it before the fork server tells its pid."""
     from gpupool.executors import Launch
     from gpupool.executors.local import LocalExecutor
     from gpupool.executors.proc import owner, process_started, recorded_launcher
@@ -127,13 +129,12 @@ def test_a_launcher_is_found_by_its_attempt_folder_before_it_recorded_itself(tmp
     executor = LocalExecutor(NodeState(Node("local", 1)), store_id="s1")
     handle = executor.start(Launch(7, 0, ["sleep", "30"], tmp_path, {}, folder)).handle
     try:
-        wait_for((folder / "launcher.json").exists)
-        (folder / "launcher.json").unlink()  # as if the scheduler had died before it was written
         assert recorded_launcher(folder, owner("s1", 7, 0)) == (handle["pid"], process_started(handle["pid"]))
         assert recorded_launcher(folder, owner("another store", 7, 0)) is None
     finally:
         executor.kill(7, 0)
         wait_for(lambda: bool(executor.poll().ended))
+        executor.close()
     assert recorded_launcher(tmp_path / "attempt-1") is None
 
 

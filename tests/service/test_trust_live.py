@@ -165,38 +165,6 @@ def test_a_data_directory_that_vanishes_stops_the_scheduler_loudly(service: Serv
     assert "gpupool stops deciding: the data directory's identity" in out
 
 
-def test_a_copy_of_a_launcher_run_by_a_user_is_not_taken_for_the_attempt(tmp_path: Path) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("runs a process as another user")
-    from gpupool.executors.proc import owner, recorded_launcher
-
-    folder = tmp_path / "attempt-0"
-    folder.mkdir()
-    fake = Path(tempfile.mkdtemp(prefix="gpupool-fake-")) / "launcher.py"
-    fake.write_text("import time; time.sleep(30)\n")
-    fake.parent.chmod(0o755)
-    mine = owner("s1", 3, 0)
-    copy = subprocess.Popen(
-        [
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "/usr/bin/python3",
-            str(fake),
-            str(folder),
-            mine,
-        ]
-    )
-    try:
-        wait_for(lambda: str(folder).encode() in Path(f"/proc/{copy.pid}/cmdline").read_bytes())
-        assert recorded_launcher(folder, mine) is None
-    finally:
-        copy.kill()
-        copy.wait()
-        shutil.rmtree(fake.parent)
-
-
 def test_a_sqlite_store_outside_the_data_directory_is_refused(tmp_path: Path) -> None:
     config = tmp_path / "gpupool.yaml"
     elsewhere = f"sqlite:///{tmp_path / 'shared.db'}"

@@ -39,9 +39,14 @@ def pool(who: Who, ctx: Ctx) -> PoolOut:
     """Every node and GPU: idle, allocated, draining (its job has notice) or held for a
     preemptor, with the job, team and user that hold it (another team's without its user)."""
     nodes, gpus = ctx.store.pool_view()
+    dirty = ctx.service.dirty
     out = []
     for n in nodes:
         mine = [access.gpu_view(who, g) for g in gpus if g.node == n.name]
+        for shown in mine:
+            shown.dirty = dirty.get(n.name, {}).get(shown.gpu)
+            if shown.dirty is not None and shown.state == "idle":
+                shown.state = "dirty"
         out.append(NodeOut(name=n.name, gpus=n.gpus, gpu_type=n.gpu_type, virtual=n.virtual, gpu_states=mine))
     busy = sum(1 for g in gpus if g.state in ("allocated", "draining"))
     return PoolOut(nodes=out, gpus=len(gpus), busy=busy)

@@ -61,7 +61,8 @@ class TeamOut(BaseModel):
 class GpuOut(BaseModel):
     gpu: int
     state: str
-    """idle, allocated, draining (its job has notice), held (free, kept for a preemptor)."""
+    """idle, allocated, draining (its job has notice), held (free, kept for a preemptor), dirty
+    (free, but a process of no live attempt holds it: no job is given it until that ends)."""
     job: int | None
     team: str | None
     user: str | None
@@ -71,6 +72,9 @@ class GpuOut(BaseModel):
     """The holder as people name it: `ARRAYID_INDEX` for a task of an array, else its id."""
     for_label: str | None
     """`for_job` as people name it."""
+    dirty: str | None = None
+    """The process of no live attempt on it, where NVML sees one: `pid 4242 (ana: python
+    train.py), 3.1 G`."""
 
 
 class NodeOut(BaseModel):

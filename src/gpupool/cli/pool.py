@@ -37,8 +37,9 @@ POOL_COLUMNS = (
 def pool(as_json: JsonOption = False, config: ConfigOption = None, api: ApiOption = None) -> None:
     """The nodes and their GPUs, as sinfo, with who holds what.
 
-    A GPU is idle, allocated, draining (its job has notice) or held for a preemptor (free,
-    kept while that job's victims drain)."""
+    A GPU is idle, allocated, draining (its job has notice), held for a preemptor (free,
+    kept while that job's victims drain), or dirty (a process of no live attempt holds it:
+    no job is given it until that process ends; listed under the table)."""
     data = call(client(config, api).pool)
     if as_json:
         print_json(data)
@@ -53,6 +54,8 @@ def pool(as_json: JsonOption = False, config: ConfigOption = None, api: ApiOptio
                 who = f"{g['team']}/{g['job_label']}{towards}"
             elif g["state"] == "held":
                 who = f"held→{g['for_label']}"
+            elif g["state"] == "dirty":
+                who = "dirty"
             else:
                 continue
             holders.setdefault(who, []).append(g["gpu"])
@@ -71,6 +74,11 @@ def pool(as_json: JsonOption = False, config: ConfigOption = None, api: ApiOptio
         )
     console.print(table(POOL_COLUMNS, rows, console.width))
     console.print(f"{data['busy']} of {plural(data['gpus'], 'GPU')} in use", highlight=False, markup=False)
+    for node in data["nodes"]:
+        for g in node["gpu_states"]:
+            if g.get("dirty"):
+                said = f"dirty: GPU {g['gpu']} of {node['name']}: {g['dirty']}, of no live attempt"
+                console.print(said, highlight=False, markup=False, soft_wrap=True)
 
 
 team_app = typer.Typer(

@@ -155,6 +155,9 @@ class Progress:
     running: dict[Key, str] = field(default_factory=dict)
     """Attempts whose every member runs now, with where they run (`Started.where`)."""
     ended: list[Exit] = field(default_factory=list)
+    notes: list[tuple[int, int, str]] = field(default_factory=list)
+    """What the executor did that people should see, for the job and attempt it concerns: a
+    process an ended attempt left on a GPU, killed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +187,9 @@ class NodeState:
     memory: int | None = None
     """Bytes of memory, where the executor knows (a job's `--mem` is checked against it)."""
     cpus: int | None = None
+    dirty: tuple[tuple[int, str], ...] = ()
+    """Its GPUs that a process of no live attempt holds, with that process (`nvml.describe`):
+    kept from new jobs until it ends."""
 
 
 class Executor(Protocol):

@@ -58,11 +58,18 @@ class ForkServer:
         threading.Thread(target=self._read, daemon=True, name="fork-server").start()
         threading.Thread(target=self._tell_exits, daemon=True, name="fork-server-exits").start()
 
-    def spawn(self, member: Spawn, on_exit: Callable[[int], None]) -> int:
-        """Start the member's launcher; its pid."""
+    def spawn(self, member: Spawn, on_exit: Callable[[int], None], detach: bool = False) -> int:
+        """Start the member's launcher; its pid. A detached launcher (`launcher.detached`)
+        outlives this fork server, and its end is not told (`on_exit` is not called)."""
         request_id = next(self.ids)
         answers: Queue[dict[str, object]] = Queue(maxsize=1)
-        request = {"id": request_id, "argv": prepare(member), "folder": str(member.folder), **member.payload()}
+        request = {
+            "id": request_id,
+            "argv": prepare(member),
+            "folder": str(member.folder),
+            "detach": detach,
+            **member.payload(),
+        }
         with self.tracked:
             self.waiting[request_id] = answers
         try:
@@ -82,6 +89,8 @@ class ForkServer:
         if "error" in answer:
             raise OSError(f"the fork server could not start a launcher: {answer['error']}")
         pid = int(str(answer["pid"]))
+        if detach:
+            return pid
         with self.tracked:
             self.known[pid] = on_exit
             code = self.early.pop(pid, None)

@@ -1,12 +1,26 @@
-"""The launcher every attempt runs under (standard library only: it runs as `python -I -S`).
+"""The launcher every attempt's member runs under, forked from a fork server of launchers
+(standard library only: it runs as `python -I -S launcher.py --serve`, started and imported
+once; a Python start of its own per attempt would cost most of an attempt's CPU on a small
+machine).
 
-    python -I -S launcher.py ATTEMPT_DIR OWNER USER WORKDIR STDOUT STDERR COMMAND...
-    (on standard input, as JSON: `env`, the job's environment, and `contain`, its cgroup)
+The fork server reads requests, a JSON line each: an id, the launcher's arguments (ATTEMPT_DIR
+OWNER USER WORKDIR STDOUT STDERR COMMAND...), the job's environment (`env`), its cgroup
+(`contain`), its folder, and whether it is `detach`ed; it answers each (`{"id": ID, "pid":
+PID}`) once the launcher leads its own session.
 
-It records its pid and start time (launcher.json), starts the command, outlives the notice's
-SIGTERM (the command keeps the default action), waits for the command and writes its exit
-status to exit.json: an attempt's outcome survives a crash of the scheduler. Both records name
-their OWNER (store:job:attempt), so that no other store's attempt is taken for this one.
+- A **detached** launcher (the local executor's) is forked twice, a child of no process of the
+  scheduler's: it outlives the fork server and the scheduler, which adopts it again after a
+  restart. Its end is not told; the scheduler watches its pid.
+- Any other (each Ray node's launcher actor's) is the fork server's child: the fork server
+  tells when it ends (`{"exited": PID, "code": CODE}`, CODE negative for a signal, as
+  `subprocess` has it), and it ends its member, cgroup and session, when the fork server is
+  gone (its actor is: the node's raylet was killed, or the actor removed).
+
+The launcher records its pid and start time (launcher.json) before its pid is told, starts the
+command, outlives the notice's SIGTERM (the command keeps the default action), waits for the
+command and writes its exit status to exit.json: an attempt's outcome survives a crash of the
+scheduler. Both records name their OWNER (store:job:attempt), so that no other store's attempt
+is taken for this one.
 
 The launcher runs as the scheduler's user, with an environment of its own: the job's
 variables (LD_PRELOAD, PATH...) reach only the command, which runs as USER (an OS user name,
@@ -20,21 +34,6 @@ whatever is left in it when the command ends, however the command ended (a daemo
 process that changed its session), and exits only once the cgroup is empty: the attempt's end,
 and its GPUs' release, wait for that. Its exit record says what the cgroup counted (peak memory,
 CPU time, processes killed for memory).
-
-The local executor runs one launcher per attempt this way; its launchers outlive the scheduler,
-which adopts them again. On Ray, each node's launcher actor starts one fork server instead:
-
-    python -I -S launcher.py --serve
-
-which reads requests (a JSON line each: an id, the arguments above, the environment, the
-folder) and forks a launcher for each, already started and imported (a launcher of its own
-costs a Python start and its imports, most of an attempt's CPU on a small machine). It answers
-each request (`{"id": ID, "pid": PID}`) once the launcher leads its own session, and tells
-when each launcher ends
-(`{"exited": PID, "code": CODE}`, CODE negative for a signal, as `subprocess` has it). The fork
-server ends when its actor does (its standard input closes); a forked launcher ends its whole
-session, the command too, when the fork server is gone: a member must not run on when its
-actor is gone (its node's raylet was killed, or the actor removed).
 """
 
 import json
@@ -104,10 +103,16 @@ def die_with_parent(parent: int, cgroup: cgroups.Cgroup | None) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def main(argv: list[str], env: dict[str, str], contain: dict[str, object] | None = None) -> int:
+def main(argv: list[str], env: dict[str, str], contain: dict[str, object] | None = None, ready: int = -1) -> int:
+    """Run the attempt's command to its end; `ready`, where given, is told this launcher's pid
+    once its record is written (a fork server's detached launcher)."""
     folder, owner, user, workdir, stdout, stderr, *command = argv
     cgroup = contained(contain)
     try:
+        record(folder, owner)
+        if ready >= 0:
+            os.write(ready, str(os.getpid()).encode())
+            os.close(ready)
         if cgroup is not None:
             assert contain is not None
             limits = cgroups.Request.from_json(contain).limits()
@@ -130,12 +135,12 @@ def main(argv: list[str], env: dict[str, str], contain: dict[str, object] | None
     code: int = child.wait()
     if code < 0:
         code = 128 - code  # killed by a signal: as a shell reports it
-    record: dict[str, object] = {"exit_code": code, "owner": owner}
+    ending: dict[str, object] = {"exit_code": code, "owner": owner}
     if cgroup is not None:
         cgroup.kill()
-        record["usage"] = cgroup.usage()
+        ending["usage"] = cgroup.usage()
         cgroup.remove()
-    write(os.path.join(folder, "exit.json"), record)
+    write(os.path.join(folder, "exit.json"), ending)
     return code
 
 
@@ -172,7 +177,10 @@ def serve() -> None:
     for line in sys.stdin.buffer:
         request = json.loads(line)
         try:
-            pid = fork(request["argv"], request["env"], request["folder"], request.get("contain"))
+            if request.get("detach"):
+                pid = detached(request["argv"], request["env"], request["folder"], request.get("contain"))
+            else:
+                pid = fork(request["argv"], request["env"], request["folder"], request.get("contain"))
             tell({"id": request["id"], "pid": pid})
         except OSError as exc:
             tell({"id": request["id"], "error": str(exc)})
@@ -219,12 +227,61 @@ def fork(argv: list[str], env: dict[str, str], folder: str, contain: dict[str, o
     return pid
 
 
-def start(folder: str, owner: str, user: str, arguments: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """Record the launcher, then start the command (`arguments`: workdir, stdout, stderr, the
-    command) as `user`."""
+def record(folder: str, owner: str) -> None:
+    """The launcher's pid and start time, by which a scheduler finds it again."""
     with open("/proc/self/stat") as stat:
         started = stat.read().rsplit(")", 1)[1].split()[19]
     write(os.path.join(folder, "launcher.json"), {"pid": os.getpid(), "started": started, "owner": owner})
+
+
+def detached(argv: list[str], env: dict[str, str], folder: str, contain: dict[str, object] | None) -> int:
+    """A launcher forked twice from the fork server: a child of no process of the scheduler's
+    (init, or the nearest subreaper, reaps it), the leader of a session of its own, living on
+    when the fork server and the scheduler are gone (the local executor's, which a restarted
+    scheduler adopts); returns its pid once its record is written. Its end is not told: the
+    caller watches its pid. SIGCHLD is held while the fork in between is reaped here, so that
+    it is never told for a launcher."""
+    log = os.open(os.path.join(folder, "launcher.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    ready_r, ready_w = os.pipe()
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    try:
+        between = os.fork()
+        if between == 0:
+            code = 1
+            try:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
+                if os.fork() != 0:
+                    os._exit(0)
+                ignore_notice()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                os.setsid()
+                os.close(ready_r)
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)
+                os.dup2(log, 1)
+                os.dup2(log, 2)
+                os.closerange(3, ready_w)
+                os.closerange(ready_w + 1, 256)
+                os.chdir(folder)
+                code = main(argv, env, contain, ready_w)
+            finally:
+                os._exit(code)
+        os.close(ready_w)
+        said = b""
+        while chunk := os.read(ready_r, 32):
+            said += chunk
+        os.waitpid(between, 0)
+    finally:
+        os.close(ready_r)
+        os.close(log)
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    if not said:
+        raise OSError("the launcher ended before it could start")
+    return int(said)
+
+
+def start(folder: str, owner: str, user: str, arguments: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start the command (`arguments`: workdir, stdout, stderr, the command) as `user`."""
     uid = gid = groups = None
     if user != "-":
         entry = pwd.getpwnam(user)
@@ -242,9 +299,6 @@ def start(folder: str, owner: str, user: str, arguments: list[str], env: dict[st
 
 
 if __name__ == "__main__":
-    ignore_notice()
-    if sys.argv[1:] == ["--serve"]:
-        serve()
-    else:
-        given = json.loads(sys.stdin.read())
-        sys.exit(main(sys.argv[1:], given["env"], given.get("contain")))
+    if sys.argv[1:] != ["--serve"]:
+        sys.exit("usage: python -I -S launcher.py --serve (gpupool's fork server of launchers)")
+    serve()

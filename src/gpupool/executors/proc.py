@@ -110,33 +110,14 @@ def last_sign_of_life(attempt_dir: Path, logs: Sequence[Path], since: float) -> 
 
 
 def recorded_launcher(attempt_dir: Path, expected_owner: str | None = None) -> tuple[int, str] | None:
-    """The launcher's pid and start time: as it wrote them when it started or, if the scheduler
-    died before the launcher could write them, found among the running processes by the
-    attempt folder on its command line (so no attempt can run unknown to a new scheduler)."""
+    """The launcher's pid and start time, as it recorded them before anyone learnt its pid (so
+    a scheduler that died before recording its handle finds it by its record)."""
     data = _record(attempt_dir / "launcher.json", expected_owner)
     try:
         if data is not None:
             return int(str(data["pid"])), str(data["started"])
     except (KeyError, ValueError):
         pass
-    wanted = str(attempt_dir).encode()
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            args = cmdline.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        at = next((i for i, arg in enumerate(args[:4]) if arg.endswith(b"launcher.py")), None)
-        if at is None or args[at + 1 : at + 2] != [wanted]:
-            continue
-        try:
-            ours = cmdline.parent.stat().st_uid == os.geteuid()  # a user's copy is not a launcher
-        except OSError:
-            continue
-        if ours and (expected_owner is None or args[at + 2 : at + 3] == [expected_owner.encode()]):
-            pid = int(cmdline.parent.name)
-            started = process_started(pid)
-            if started is not None:
-                return pid, started
     return None
 
 

@@ -1,6 +1,6 @@
-"""Starting one member of an attempt on this machine, under the launcher (`launcher.py`), and
+"""One member of an attempt on this machine, as the launcher (`launcher.py`) takes it, and
 telling it things: what the local executor does for its attempts, and what Ray's launcher
-actors do on each node (through a fork server of launchers, `forks.py`)."""
+actors do on each node (both through a fork server of launchers, `forks.py`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,29 +59,6 @@ def prepare(member: Spawn) -> list[str]:
             give(path, member.user, 0o600)
     user = member.user.name if member.user is not None else "-"
     return [str(folder), member.owner, user, str(member.workdir), str(stdout), str(stderr), *member.command]
-
-
-def spawn(member: Spawn) -> subprocess.Popen[bytes]:
-    """Start the member's launcher, a process of its own in a session of its own, and return at
-    once."""
-    argv = [sys.executable, "-I", "-S", str(LAUNCHER), *prepare(member)]
-    log = os.open(member.folder / "launcher.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-    try:
-        child = subprocess.Popen(
-            argv,
-            cwd=member.folder,
-            env=LAUNCHER_ENV,
-            stdin=subprocess.PIPE,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
-    finally:
-        os.close(log)
-    assert child.stdin is not None
-    with child.stdin:
-        child.stdin.write(json.dumps(member.payload()).encode())
-    return child
 
 
 def write_notice(folder: Path, deadline: float) -> None:

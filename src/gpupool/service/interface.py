@@ -27,6 +27,11 @@ class Service(Protocol):
         """The data directory: jobs' folders, their attempts' folders and logs."""
         ...
 
+    @property
+    def dirty(self) -> dict[str, dict[int, str]]:
+        """Per node, its GPUs that a process of no live attempt holds, with that process."""
+        ...
+
     def wake(self) -> None:
         """Decide soon: a job was submitted or cancelled, or a team's policy changed."""
         ...

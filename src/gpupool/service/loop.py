@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from gpupool.errors import Conflict, InvalidInput
-from gpupool.executors import Executor, Exit, Key, Recorded, Resources, Started
+from gpupool.executors import Executor, Exit, Key, NodeState, Recorded, Resources, Started
 from gpupool.executors.containment import unfit
 from gpupool.executors.users import JobUser, job_user
 from gpupool.model import Config, JobState, Node, Placement, Plan, Reason, Wait
@@ -59,6 +59,9 @@ class ControlLoop:
     """Notice and cancel deadlines still to come, as of the last tick: when to wake up."""
     nodes_seen: list[tuple[Node, bool]] | None = None
     """The executor's nodes as last written to the store."""
+    dirty: dict[str, dict[int, str]] = field(default_factory=dict)
+    """Per node, its GPUs that a process of no live attempt holds (the executor's NVML look),
+    with that process: kept from new jobs (`KeptSnapshots.read`) until it ends."""
     told: dict[str, tuple[Reason, str]] = field(default_factory=dict)
     """The reason to wait last recorded for each pending job."""
     holding: set[str] = field(default_factory=set)
@@ -125,11 +128,11 @@ class ControlLoop:
         Returns whether anything changed. Nothing at all while the guard says not to."""
         if not self.guarded(now):
             return False
-        changed = self.sync_nodes()
+        changed = self.sync_nodes(now)
         changed |= self.reap(now)
         self.enforce_deadlines(now)
         changed |= self.store.settle_dependencies(now)
-        state, holds = self.snapshots.read(now)
+        state, holds = self.snapshots.read(now, {node: frozenset(gpus) for node, gpus in self.dirty.items()})
         if not state.line and not holds:
             self.retry_at = None
             return self.ticked(now, changed)
@@ -214,21 +217,47 @@ class ControlLoop:
             self.reconcile(now)
         return reason is None
 
-    def sync_nodes(self) -> bool:
+    def sync_nodes(self, now: float | None = None) -> bool:
         """The executor's nodes into the store when they change: one that joined is used at
-        this decision, one that left leaves the pool."""
-        nodes = [(state.node, state.virtual) for state in self.executor.nodes()]
+        this decision, one that left leaves the pool. A GPU that became dirty, or clean again,
+        is recorded (an event), and so is a change."""
+        states = self.executor.nodes()
+        dirty_changed = self.note_dirty(states, time.time() if now is None else now)
+        nodes = [(state.node, state.virtual) for state in states]
         if nodes == self.nodes_seen:
-            return False
+            return dirty_changed
         changed = self.store.sync_nodes(nodes)
         if changed and self.nodes_seen is not None:
             log.warning("the pool's nodes changed: %s", ", ".join(f"{n.name} ({n.gpus} GPUs)" for n, _ in nodes))
         self.nodes_seen = list(nodes)
-        return changed
+        return changed or dirty_changed
+
+    def note_dirty(self, states: list[NodeState], now: float) -> bool:
+        """Keep each node's dirty GPUs, and record each that became dirty or clean."""
+        dirty = {state.node.name: dict(state.dirty) for state in states if state.dirty}
+        if dirty == self.dirty:
+            return False
+        notes: list[tuple[int | None, int | None, str]] = []
+        for node in sorted(set(dirty) | set(self.dirty)):
+            now_dirty, was = dirty.get(node, {}), self.dirty.get(node, {})
+            for gpu in sorted(set(now_dirty) - set(was)):
+                said = f"GPU {gpu} of {node} is dirty: {now_dirty[gpu]} belongs to no live attempt"
+                notes.append((None, None, f"{said}; no job is given it until that process ends"))
+            for gpu in sorted(set(was) - set(now_dirty)):
+                notes.append((None, None, f"GPU {gpu} of {node} is clean again: {was[gpu]} has ended"))
+        for _, _, message in notes:
+            log.warning("%s", message)
+        self.store.note("gpu_dirty", notes, now)
+        self.dirty = dirty
+        return True
 
     def reap(self, now: float) -> bool:
         # Reports stay here until the store has them: the executor gives each one only once.
         progress = self.executor.poll()
+        if progress.notes:
+            for job_id, attempt, message in progress.notes:
+                log.warning("job %s attempt %s: %s", job_id, attempt, message)
+            self.store.note("leftover_killed", progress.notes, now)
         self.unrecorded.extend(progress.ended)
         self.unmarked.update(progress.running)
         if self.unmarked:

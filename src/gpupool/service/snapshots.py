@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import gc
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gpupool.model import HELD_BACK, Job, Reason, RunningJob, Snapshot, Wait
+from gpupool.model import HELD_BACK, Allocation, Job, Reason, RunningJob, Snapshot, Wait
 from gpupool.policy import PoolState
 from gpupool.store import Store
 from gpupool.store.reads import SchedulingRead
@@ -51,13 +52,18 @@ class KeptSnapshots:
     arrived: list[int] = field(default_factory=list)
     """The jobs that came in the core's line at the last read (new, requeued, or no longer held
     back; at a whole read, those whose stored reason to wait is none or no longer true)."""
+    reserved: dict[str, set[int]] = field(default_factory=dict)
+    """GPUs taken out of the kept state's free ones, per node: dirty GPUs (`read`)."""
     read_whole_at: float | None = None
     read_whole: bool = False
     """Whether the last read took everything."""
     reads: int = 0
 
-    def read(self, now: float) -> tuple[PoolState, list[Wait]]:
-        """The state to decide on at `now`, and the jobs held back from the core, with why."""
+    def read(self, now: float, dirty: Mapping[str, frozenset[int]] | None = None) -> tuple[PoolState, list[Wait]]:
+        """The state to decide on at `now`, and the jobs held back from the core, with why.
+        `dirty`: GPUs per node a process of no live attempt holds: those free now are taken
+        out of the free ones, as if held, until they are no longer dirty (one held by a
+        running attempt is taken once that attempt has let it go)."""
         fresh = self.state is not None and self.read_whole_at is not None and now - self.read_whole_at < self.resync
         since = self.position if fresh else None
         read = self.store.read_scheduling(now, since, self.watched, whole=self.check and since is not None)
@@ -70,6 +76,7 @@ class KeptSnapshots:
             self.apply(read)
         assert self.state is not None
         self.position = read.position
+        self.reserve(dirty or {})
         if read.whole is not None:
             self.compare(read.whole)
         self.reads += 1
@@ -82,8 +89,28 @@ class KeptSnapshots:
         """Take everything again at the next read."""
         self.state = None
 
+    def reserve(self, dirty: Mapping[str, frozenset[int]]) -> None:
+        """Make the GPUs taken out of the free ones the dirty ones that are free or taken."""
+        state = self.state
+        assert state is not None
+        for node, taken in list(self.reserved.items()):
+            clean = taken - dirty.get(node, frozenset())
+            if clean and node in state.free:
+                state.free.give((Allocation(node, tuple(sorted(clean))),))
+            taken.difference_update(clean)
+            if not taken:
+                del self.reserved[node]
+        for node, gpus in dirty.items():
+            if node not in state.free:
+                continue
+            newly = sorted(set(gpus) & set(state.free[node]))
+            if newly:
+                state.free.take((Allocation(node, tuple(newly)),))
+                self.reserved.setdefault(node, set()).update(newly)
+
     def start_over(self, read: SchedulingRead) -> None:
         assert read.nodes is not None
+        self.reserved = {}
         self.state = PoolState(read.nodes)
         self.watched, self.holds = set(), {}
         self.apply(read)
@@ -140,6 +167,9 @@ class KeptSnapshots:
         in_line = {p.id: p for j in whole.jobs if (p := j.pending) is not None and j.id not in whole.holds}
         held = {p.id: p for j in whole.jobs if (p := j.pending) is not None and j.id in whole.holds}
         expected = PoolState.of(Snapshot(whole.nodes, list(running.values()), list(in_line.values())))
+        for node, taken in self.reserved.items():
+            if node in expected.free and taken <= set(expected.free[node]):
+                expected.free.take((Allocation(node, tuple(sorted(taken))),))
         not_draining = {job_id: r for job_id, r in running.items() if r.notice is None}
         problems = [
             what

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from gpupool.errors import Conflict, InvalidInput, NotFound
 from gpupool.model import ENDED, Config, Node, Team
 from gpupool.store.base import StoreBase
-from gpupool.store.schema import BudgetRow, JobRow, NodeRow, PriorityClassRow, TeamRow, UserRow
+from gpupool.store.schema import BudgetRow, EventRow, JobRow, NodeRow, PriorityClassRow, TeamRow, UserRow
 from gpupool.units import plural
 
 DEFAULT_TEAM = "default"
@@ -202,6 +202,13 @@ class PoolStore(StoreBase):
                 s.add(NodeRow(name=node.name, gpus=node.gpus, gpu_type=node.gpu_type, virtual=virtual, team=node.team))
                 changed = True
         return changed
+
+    def note(self, kind: str, notes: Sequence[tuple[int | None, int | None, str]], now: float) -> None:
+        """Events of `kind` that no job's state change records: (job, attempt, message) each, a
+        GPU's or a node's with no job."""
+        with self.transaction() as s:
+            for job_id, attempt, message in notes:
+                s.add(EventRow(time=now, kind=kind, job_id=job_id, attempt=attempt, message=message[:2000]))
 
     def nodes_as_core(self, every: bool = False) -> list[Node]:
         return [Node(n.name, n.gpus, n.gpu_type, n.team) for n in self.nodes(every)]

@@ -5,17 +5,22 @@ with the rendezvous on loopback."""
 
 from __future__ import annotations
 
+import os
+import select
 import signal
 import socket
-import subprocess
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO
 
 from gpupool.executors import Exit, Key, Launch, Member, NodeState, Progress, Recorded, Resources, Started
 from gpupool.executors.cgroups import Request
 from gpupool.executors.containment import Containment
+from gpupool.executors.forks import ForkServer
+from gpupool.executors.local.nvml import GpuWatch
 from gpupool.executors.proc import (
     last_sign_of_life,
     outcome,
@@ -25,7 +30,12 @@ from gpupool.executors.proc import (
     recorded_launcher,
     recorded_usage,
 )
-from gpupool.executors.spawn import Spawn, clear, kill, signal_group, spawn, write_notice
+from gpupool.executors.spawn import Spawn, clear, kill, signal_group, write_notice
+from gpupool.settle import Usage
+
+
+def _untold(_code: int) -> None:
+    """A detached launcher's end is never told: its pid is watched."""
 
 
 def free_port() -> int:
@@ -46,17 +56,24 @@ class LocalExecutor:
         on_exit: Callable[[], None] = lambda: None,
         store_id: str = "",
         containment: Containment | None = None,
+        watch: GpuWatch | None = None,
     ) -> None:
         self.node = node
         self.on_exit = on_exit
         self.store_id = store_id
         self.containment = containment
-        self.children: dict[Key, subprocess.Popen[bytes]] = {}
-        self.adopted: dict[Key, tuple[int, str]] = {}
+        self.watched: dict[Key, tuple[int, str]] = {}
+        """Each live attempt's launcher: pid and start time (a pid alone may be reused)."""
         self.dirs: dict[Key, Path] = {}
+        self.forks: ForkServer | None = None
+        self.forking = threading.Lock()
+        self.watch = watch
+        """Real GPUs, read through NVML; None for virtual ones."""
 
     def nodes(self) -> list[NodeState]:
-        return [self.node]
+        if self.watch is None:
+            return [self.node]
+        return [replace(self.node, dirty=tuple(sorted(self.watch.dirty.items())))]
 
     def start(self, launch: Launch) -> Started:
         key = (launch.job_id, launch.attempt)
@@ -72,15 +89,40 @@ class LocalExecutor:
         spec = Spawn(
             folder, mine, launch.user, launch.workdir, launch.command, env, launch.stdout, launch.stderr, contain
         )
-        child = spawn(spec)
-        self.children[key] = child
+        pid = self._fork_server().spawn(spec, _untold, detach=True)
+        started = process_started(pid) or ""
+        self.watched[key] = (pid, started)
         self.dirs[key] = folder
-        threading.Thread(target=self._watch, args=(child,), daemon=True, name=f"attempt-{key}").start()
-        handle = {"executor": "local", "pid": child.pid, "started": process_started(child.pid) or ""}
-        return Started(handle, True, f"as pid {child.pid}")
+        self._watch(pid)
+        return Started({"executor": "local", "pid": pid, "started": started}, True, f"as pid {pid}")
 
-    def _watch(self, child: subprocess.Popen[bytes]) -> None:
-        child.wait()
+    def _fork_server(self) -> ForkServer:
+        """Launchers are forked from one fork server, detached: they outlive it and this
+        scheduler, for the next one to adopt."""
+        with self.forking:
+            if self.forks is None:
+                self.forks = ForkServer(on_lost=self._lost)
+            return self.forks
+
+    def _lost(self) -> None:
+        with self.forking:
+            self.forks = None  # its launchers run on; the next start makes another
+
+    def _watch(self, pid: int) -> None:
+        """Wake the control loop as soon as the launcher `pid` ends (a thread waits on its
+        pidfd; the launcher is no child of ours)."""
+        try:
+            handle = os.pidfd_open(pid)
+        except OSError:  # ended already
+            self.on_exit()
+            return
+        threading.Thread(target=self._wait, args=(handle,), daemon=True, name=f"launcher-{pid}").start()
+
+    def _wait(self, handle: int) -> None:
+        try:
+            select.select([handle], [], [])
+        finally:
+            os.close(handle)
         self.on_exit()
 
     def notify(self, job_id: int, attempt: int, deadline: float) -> None:
@@ -90,7 +132,7 @@ class LocalExecutor:
 
     def kill(self, job_id: int, attempt: int) -> None:
         key = (job_id, attempt)
-        kill(self.children[key].pid if key in self.children else self.adopted[key][0], self._contain(key))
+        kill(self.watched[key][0], self._contain(key))
 
     def _contain(self, key: Key) -> Request | None:
         """The attempt's cgroup (its one member's), where attempts are contained."""
@@ -99,20 +141,18 @@ class LocalExecutor:
         return self.containment.request(*key, Member(0, self.node.node.name, ()), self.node.node.gpus, Resources())
 
     def _signal(self, key: Key, sig: signal.Signals) -> None:
-        signal_group(self.children[key].pid if key in self.children else self.adopted[key][0], sig)
+        signal_group(self.watched[key][0], sig)
 
     def poll(self) -> Progress:
+        notes = []
+        if self.watch is not None:
+            notes = self.watch.look(time.monotonic(), {key: pid for key, (pid, _) in self.watched.items()})
         ended = []
-        for key, child in list(self.children.items()):
-            code = child.poll()
-            if code is not None:
-                del self.children[key]
-                ended.append(self._exit(key, code))
-        for key, (pid, started) in list(self.adopted.items()):
+        for key, (pid, started) in list(self.watched.items()):
             if process_started(pid) != started:
-                del self.adopted[key]
+                del self.watched[key]
                 ended.append(self._exit(key, None))
-        return Progress(ended=ended)
+        return Progress(ended=ended, notes=notes)
 
     def _exit(self, key: Key, code: int | None, ended_at: float | None = None) -> Exit:
         """How an attempt ended: its launcher's record (the command's status), else what the
@@ -120,6 +160,9 @@ class LocalExecutor:
         mine = owner(self.store_id, *key)
         status, why, trouble = outcome(self.dirs[key], mine, code)
         usage = clear(self._contain(key)) or recorded_usage(self.dirs[key], mine)
+        peak = self.watch.peaks.pop(key, None) if self.watch is not None else None
+        if peak is not None:
+            usage = replace(usage or Usage(), peak_gpu_memory=peak)
         if trouble is not None:
             return Exit(*key, None, trouble, started=False, ended_at=ended_at)
         return Exit(*key, status, why, ended_at=ended_at, usage=usage)
@@ -130,8 +173,8 @@ class LocalExecutor:
         line when the scheduler died before recording it. If it ended unwatched, it ran until
         its exit record was written, or until its files were last written."""
         key = (recorded.job_id, recorded.attempt)
-        if key in self.children or key in self.adopted:  # adopted again after a halt: watched already
-            watched = self.children[key].pid if key in self.children else self.adopted[key][0]
+        if key in self.watched:  # adopted again after a halt: watched already
+            watched = self.watched[key][0]
             return Started(recorded.handle or {"executor": "local", "pid": watched}, True, f"as pid {watched}")
         folder = self.dirs[key] = recorded.attempt_dir
         handle = recorded.handle or {}
@@ -140,7 +183,8 @@ class LocalExecutor:
             found = recorded_launcher(folder, owner(self.store_id, *key))
             pid, started = found if found is not None else (None, None)
         if pid is not None and started and process_started(pid) == started:
-            self.adopted[key] = (pid, started)
+            self.watched[key] = (pid, started)
+            self._watch(pid)
             if recorded.notice_deadline is not None and not (folder / "notice").exists():
                 self.notify(*key, recorded.notice_deadline)  # recorded, but the scheduler died before giving it
             return Started({"executor": "local", "pid": pid, "started": started}, True, f"as pid {pid}")
@@ -148,7 +192,12 @@ class LocalExecutor:
         return self._exit(key, None, ended)
 
     def close(self) -> None:
-        """Nothing to let go of: the watcher threads end with their processes or with ours."""
+        """End the fork server; the launchers run on (the watcher threads end with them or
+        with this process)."""
+        with self.forking:
+            forks, self.forks = self.forks, None
+        if forks is not None:
+            forks.close()
 
     def logs(self, job_id: int, attempt: int, rank: int, stream: str, attempt_dir: Path) -> BinaryIO | None:
         if rank != 0:

@@ -1,0 +1,137 @@
+"""What NVML says of this machine's GPUs while attempts run: each GPU's compute processes and
+the GPU memory each holds, and who a process is. The local executor reads it every few seconds
+(`GpuWatch`): to count each attempt's peak GPU memory, to kill what an ended attempt left on a
+GPU, and to keep from new jobs a GPU that a process of no live attempt holds (`dirty`)."""
+
+from __future__ import annotations
+
+import contextlib
+import pwd
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpupool.executors import Key
+from gpupool.executors.cgroups import Cgroup, Layout
+from gpupool.units import human_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    gpu: int
+    """The GPU's index (NVML's, as `CUDA_VISIBLE_DEVICES` with `CUDA_DEVICE_ORDER=PCI_BUS_ID`)."""
+    pid: int
+    memory: int | None
+    """Bytes of GPU memory it holds; None where NVML does not say (in some containers)."""
+
+
+def gpu_processes() -> list[GpuProcess] | None:
+    """Every compute process on every GPU, or None where NVML cannot be read."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # NVML raises its own error types, or the library is absent
+        return None
+    try:
+        found = []
+        for index in range(int(pynvml.nvmlDeviceGetCount())):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            for process in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                memory: Any = getattr(process, "usedGpuMemory", None)
+                found.append(GpuProcess(index, int(process.pid), int(memory) if memory is not None else None))
+        return found
+    except Exception:
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+def describe(process: GpuProcess) -> str:
+    """`pid 4242 (ana: python train.py), 3.1 G`: the process, its owner and what it holds."""
+    proc = Path(f"/proc/{process.pid}")
+    try:
+        owner = pwd.getpwuid(proc.stat().st_uid).pw_name
+    except (OSError, KeyError):
+        owner = "?"
+    try:
+        command = proc.joinpath("cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        command = ""
+    held = f", {human_bytes(process.memory)}" if process.memory else ""
+    return f"pid {process.pid} ({owner}: {command[:80] or '?'}){held}"
+
+
+def cgroup_of(pid: int, root: str, store_id: str) -> tuple[Key, str] | None:
+    """The (job, attempt) of this store whose member's cgroup holds `pid`, and that cgroup's
+    path (`cgroups.cgroup_path`); None for a process in none of them."""
+    pattern = re.compile(rf"/({re.escape(root)}/{re.escape(store_id[:12])}/(\d+)\.(\d+)\.\d+)$")
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        found = pattern.search(line.split(":", 2)[-1])
+        if found is not None:
+            return (int(found.group(2)), int(found.group(3))), found.group(1)
+    return None
+
+
+def session_of(pid: int) -> int | None:
+    """The session `pid` is in (a launcher leads its attempt's), or None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[3])
+
+
+@dataclass
+class GpuWatch:
+    """The local executor's look at its GPUs every `every` seconds: each live attempt's peak
+    GPU memory, what ended attempts left (killed, with a note for people), and the GPUs a
+    process of no attempt holds (`dirty`: kept from new jobs until it ends). `root` and
+    `store_id` name this store's cgroups; None where attempts are not contained (a process is
+    then an attempt's by its launcher's session)."""
+
+    root: str | None
+    store_id: str
+    every: float = 2.0
+    read: Callable[[], list[GpuProcess] | None] = gpu_processes
+    last: float = float("-inf")
+    peaks: dict[Key, int] = field(default_factory=dict)
+    """Per live attempt, the most GPU memory its processes held at once (bytes)."""
+    dirty: dict[int, str] = field(default_factory=dict)
+    """GPU index → the process of no live attempt on it (`describe`)."""
+
+    def look(self, now: float, live: Mapping[Key, int]) -> list[tuple[int, int, str]]:
+        """Read NVML if it is time, given the live attempts (key → launcher pid); what was done
+        that people should see: (job, attempt, message) for each leftover killed."""
+        if now - self.last < self.every:
+            return []
+        self.last = now
+        processes = self.read()
+        if processes is None:
+            return []
+        sessions = {pid: key for key, pid in live.items()}
+        held: dict[Key, int] = {}
+        dirty: dict[int, str] = {}
+        notes = []
+        for process in processes:
+            found = cgroup_of(process.pid, self.root, self.store_id) if self.root is not None else None
+            key = found[0] if found is not None else sessions.get(session_of(process.pid) or -1)
+            if key is not None and key in live:
+                held[key] = held.get(key, 0) + (process.memory or 0)
+            elif found is not None:
+                said = describe(process)
+                Cgroup(Layout.read(), found[1]).kill()
+                notes.append((*found[0], f"killed {said} on GPU {process.gpu}: left by an attempt that had ended"))
+            else:
+                dirty.setdefault(process.gpu, describe(process))
+        for key, used in held.items():
+            self.peaks[key] = max(self.peaks.get(key, 0), used)
+        self.dirty = dirty
+        return notes
