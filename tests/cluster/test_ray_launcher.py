@@ -186,7 +186,7 @@ def test_a_launcher_whose_fork_server_died_before_it_looked_ends_its_session(tmp
         launcher = runpy.run_path({str(LAUNCHER)!r})
         argv = [{str(tmp_path / "f")!r}, "s:1:0:0", "-", "/", "/dev/null", "/dev/null",
                 sys.executable, "-c", {SLEEPS!r}, {str(pid_file)!r}]
-        launcher["fork"](argv, {{}}, {str(tmp_path / "f")!r})
+        launcher["fork"](argv, {{}}, {str(tmp_path / "f")!r}, None)
         os._exit(0)
         """
     )

@@ -285,3 +285,29 @@ def test_usage_is_counted_as_sacct_shows_it(lab: Service) -> None:
     [attempt] = ana.show(job)["history"]
     assert 48 << 20 <= attempt["peak_memory"] <= 1 << 30, attempt
     assert attempt["cpu_seconds"] >= 0.5 and attempt["oom_kills"] == 0, attempt
+
+
+def test_limits_a_node_cannot_give_are_refused_at_submit_naming_the_limit(lab: Service) -> None:
+    ana = Ana(lab)
+    for options, words in (
+        (("--mem", "1G", "--mem-per-gpu", "1G"), "give one of them, as Slurm's --mem and --mem-per-gpu"),
+        (("--mem", "16X"), "'16X' is not an amount of memory (use megabytes, or 512M, 16G, 1.5T)"),
+        (("--mem", "0"), "at least 1M of memory"),
+        (("--mem", "4000T"), "more than 1024T"),
+        (
+            ("--gpus", "2", "--mem-per-gpu", "800T"),
+            "mem_per_gpu: 1600 T (800 T × 2 GPUs) on a node, and the largest node has",
+        ),
+        (
+            ("--cpus-per-gpu", "4096", "--gpus", "2"),
+            "cpus_per_gpu: 8192 CPUs on a node (2 GPUs), and the largest node has",
+        ),
+        (("--cpus-per-gpu", "0"), "cpus_per_gpu"),
+    ):
+        refused = ana.run("submit", *options, "--", "true")
+        said = " ".join(refused.stderr.split())
+        assert refused.returncode == 2 and words in said, (options, refused.returncode, said)
+    ok = ana.submit("-p", "low", "--mem", "512", "--cpus-per-gpu", "0.5", "--", "true")
+    wait_for(lambda: state(lab, ok) == "succeeded", timeout=60)
+    shown = ana.show(ok)
+    assert (shown["mem"], shown["cpus_per_gpu"]) == (512 << 20, 0.5), shown

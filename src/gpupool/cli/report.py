@@ -21,7 +21,7 @@ from gpupool.cli.common import (
     prepare_output,
     print_json,
 )
-from gpupool.cli.jobs import interruptions_table
+from gpupool.cli.show import interruptions_table
 from gpupool.cli.table import Column, table
 from gpupool.units import gpu_time, gpu_unit, human_bytes, parse_duration
 
