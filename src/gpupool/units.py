@@ -64,6 +64,8 @@ def parse_time_limit(value: str) -> float:
 
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
 _MEMORY_UNITS = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+MIN_MEMORY = 16 * 2**20
+"""The least memory a job may ask: a shell and a small program (less would fail at once)."""
 MAX_MEMORY = 2**50
 """A petabyte: more than any node has, and within the store's 64-bit columns."""
 
@@ -77,8 +79,8 @@ def parse_memory(value: object) -> int:
     if match is None:
         raise ValueError(f"{value!r} is not an amount of memory (use megabytes, or 512M, 16G, 1.5T)")
     amount = float(match.group(1)) * _MEMORY_UNITS[(match.group(2) or "M").upper()]
-    if amount < 2**20:
-        raise ValueError(f"{value!r}: at least 1M of memory")
+    if amount < MIN_MEMORY:
+        raise ValueError(f"{value!r}: at least 16M of memory")
     if amount > MAX_MEMORY:
         raise ValueError(f"{value!r} is more than 1024T")
     return int(amount)

@@ -7,14 +7,19 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from gpupool.executors import Launch, Member, NodeState
+from gpupool.executors import spawn as spawning
 from gpupool.executors.cgroups import Cgroup, Layout, Limits, Request, hide
-from gpupool.executors.containment import unavailable
+from gpupool.executors.containment import Containment, unavailable
+from gpupool.executors.local import LocalExecutor
+from gpupool.model import Node
 
 HERE = Layout.read()
 needs_cgroups = pytest.mark.skipif(unavailable(HERE) is not None, reason=f"no cgroups here: {unavailable(HERE)}")
@@ -142,3 +147,86 @@ def test_hidden_devices_open_as_dev_null_in_the_member_alone(tmp_path: Path) -> 
     os.waitpid(pid, 0)
     assert told == "ENXIO 1:3", "its own GPU reaches the (absent) driver; the other is /dev/null"
     assert os.stat(tmp_path / "nvidia1").st_rdev == os.makedev(195, 1), "the host's view is unchanged"
+
+
+def test_a_member_whose_cgroup_will_not_empty_is_not_reported_ended_and_the_others_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process the kernel holds (uninterruptible sleep in a driver) keeps an ended attempt's
+    cgroup populated: that attempt stays live, its GPUs held, and is tried again at the next
+    poll; the other attempts that ended are reported all the same."""
+    if unavailable(HERE) is not None:
+        pytest.skip(str(unavailable(HERE)))
+    containment = Containment("s1", root=f"gpupool-test-{uuid.uuid4().hex[:8]}")
+    executor = LocalExecutor(NodeState(Node("local", 2)), store_id="s1", containment=containment)
+    for job in (1, 2):
+        launch = Launch(job, 0, ["sleep", "30"], tmp_path, {}, tmp_path / f"a{job}", (Member(0, "local", (job - 1,)),))
+        executor.start(launch)
+    stuck = executor._contain((1, 0))
+    assert stuck is not None
+    real_kill = Cgroup.kill
+
+    def held(self: Cgroup, within: float | None = 30.0) -> bool:
+        real_kill(self, within)
+        return self.path != stuck.cgroup  # as if a process of job 1 could not die
+
+    monkeypatch.setattr(Cgroup, "kill", held)
+    for job in (1, 2):
+        spawning.kill(executor.watched[(job, 0)][0], executor._contain((job, 0)))
+    ended: list[int] = []
+    for _ in range(200):
+        ended += [e.job_id for e in executor.poll().ended]
+        if 2 in ended:
+            break
+        time.sleep(0.05)
+    assert ended == [2] and (1, 0) in executor.watched, "job 1's cgroup is not empty: it has not ended"
+    monkeypatch.setattr(Cgroup, "kill", real_kill)
+    for _ in range(200):
+        ended += [e.job_id for e in executor.poll().ended]
+        if 1 in ended:
+            break
+        time.sleep(0.05)
+    assert ended == [2, 1]
+    executor.close()
+
+
+@needs_cgroups
+def test_auto_keeps_process_groups_where_no_cgroup_can_be_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A container's root may see the controllers on a read-only cgroup filesystem: `auto`
+    finds out by making one, and says why it runs process groups."""
+    from gpupool.executors.containment import detect
+
+    def read_only(self: Cgroup, limits: Limits) -> None:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(Cgroup, "create", read_only)
+    chosen, said = detect("auto", Containment("s1"))
+    assert chosen is None and "no cgroup can be made under gpupool (Read-only file system)" in said, said
+    with pytest.raises(RuntimeError, match="containment.mode is cgroups, but no cgroup can be made"):
+        detect("cgroups", Containment("s1"))
+
+
+def test_a_member_sees_its_gpus_numbered_as_nvml_and_the_fence_number_them() -> None:
+    launch = Launch(1, 0, ["true"], Path("/"), {"CUDA_DEVICE_ORDER": "FASTEST_FIRST"}, Path("/tmp"))
+    env = launch.member_env(Member(0, "n0", (2, 3)), "127.0.0.1", 1234)
+    assert (env["CUDA_DEVICE_ORDER"], env["CUDA_VISIBLE_DEVICES"]) == ("PCI_BUS_ID", "2,3")
+
+
+def test_a_detached_launcher_that_cannot_be_forked_leaks_no_descriptor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fork server lives as long as its executor: a fork refused (no process left) must
+    not cost it a file descriptor each time."""
+    from gpupool.executors import launcher
+
+    def no_fork() -> int:
+        raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(5):
+        with pytest.raises(OSError):
+            launcher.detached(
+                [str(tmp_path), "s:1:0", "-", "/", "/dev/null", "/dev/null", "true"], {}, str(tmp_path), None
+            )
+    assert len(os.listdir("/proc/self/fd")) == before

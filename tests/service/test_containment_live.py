@@ -156,14 +156,14 @@ def test_nothing_survives_a_job_that_ended_was_cancelled_preempted_or_timed_out(
 
 def test_a_job_over_its_memory_ends_out_of_memory_and_the_next_job_starts(lab: Service) -> None:
     ana = Ana(lab)
-    hog = ana.submit("-p", "low", "--gpus", "4", "--mem", "64M", "--", PYTHON, "-c", "x = bytearray(256 << 20)")
+    hog = ana.submit("-p", "low", "--gpus", "4", "--mem", "16M", "--", PYTHON, "-c", "x = bytearray(256 << 20)")
     wait_for(lambda: state(lab, hog) == "failed", timeout=60)
     shown = ana.show(hog)
     [attempt] = shown["history"]
     assert attempt["outcome"] == "out_of_memory" and attempt["oom_kills"] >= 1, attempt
-    assert attempt["peak_memory"] <= 64 << 20
+    assert attempt["peak_memory"] <= 16 << 20
     printed = " ".join(ana.run("show", str(hog)).stdout.split())
-    assert "out_of_memory" in printed and "asked: memory 64 M per node" in printed, printed
+    assert "out_of_memory" in printed and "asked: memory 16 M per node" in printed, printed
     events = lab.get(f"/events?job={hog}").json()  # type: ignore[union-attr]
     assert any("failed (out of memory" in e["message"] for e in events), events
     after = ana.submit("-p", "low", "--gpus", "4", "--", "true")
@@ -292,7 +292,8 @@ def test_limits_a_node_cannot_give_are_refused_at_submit_naming_the_limit(lab: S
     for options, words in (
         (("--mem", "1G", "--mem-per-gpu", "1G"), "give one of them, as Slurm's --mem and --mem-per-gpu"),
         (("--mem", "16X"), "'16X' is not an amount of memory (use megabytes, or 512M, 16G, 1.5T)"),
-        (("--mem", "0"), "at least 1M of memory"),
+        (("--mem", "0"), "at least 16M of memory"),
+        (("--mem", "15M"), "at least 16M of memory"),
         (("--mem", "4000T"), "more than 1024T"),
         (
             ("--gpus", "2", "--mem-per-gpu", "800T"),

@@ -14,7 +14,7 @@ from gpupool.api import limits
 from gpupool.model import JobState
 from gpupool.store.jobs import job_name
 from gpupool.store.schema import AttemptRow, EventRow, JobRow
-from gpupool.units import MAX_MEMORY, parse_memory
+from gpupool.units import MAX_MEMORY, MIN_MEMORY, parse_memory
 
 
 class _In(BaseModel):
@@ -28,8 +28,8 @@ MANY = 1_000_000
 def memory_in(value: object) -> int:
     """Bytes from an integer (bytes) or Slurm's text (`16G`; a bare number is megabytes)."""
     if isinstance(value, int) and not isinstance(value, bool):
-        if not 2**20 <= value <= MAX_MEMORY:
-            raise ValueError(f"{value} bytes: give from 1M (1048576) to 1024T")
+        if not MIN_MEMORY <= value <= MAX_MEMORY:
+            raise ValueError(f"{value} bytes: give from 16M ({MIN_MEMORY}) to 1024T")
         return value
     if isinstance(value, str):
         return parse_memory(value)

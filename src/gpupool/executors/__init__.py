@@ -96,10 +96,13 @@ class Launch:
     resources: Resources = Resources()
 
     def member_env(self, member: Member, master_addr: str, master_port: int) -> dict[str, str]:
-        """A member's environment: `CUDA_VISIBLE_DEVICES` for its GPUs, and the variables
+        """A member's environment: `CUDA_VISIBLE_DEVICES` for its GPUs, in NVML's order (the
+        PCI bus's, as gpupool numbers GPUs and fences their device nodes: CUDA's own default
+        order, fastest first, may name another GPU by the same number), and the variables
         `torch.distributed` (`env://`) and `torchrun --nnodes` read, one process per node."""
         return {
             **self.env,
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in member.gpus),
             "GPUPOOL_NODE": member.node,
             "GPUPOOL_GPUS_ON_NODE": str(len(member.gpus)),

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import errno
 import os
 import signal
 import stat
@@ -40,7 +39,7 @@ NEEDED = ("memory", "cpu", "pids")
 """Without these, jobs run as plain process groups (`Layout.missing`)."""
 
 EMPTY_WITHIN = 30.0
-"""How long a kill may take to empty a cgroup before it is tried again and reported."""
+"""How long a kill tries to empty a cgroup before it says so (and is tried again later)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,12 +234,13 @@ class Cgroup:
 
     def create(self, limits: Limits) -> None:
         """Make its folders (and, in v2, let its parents hand the controllers down), then
-        apply the limits. Owned by root, as its parents are: a job cannot write to them."""
+        apply the limits but memory's (`limit_memory`, once its first process is in). Owned by
+        root, as its parents are: a job cannot write to them."""
         if self.layout.unified is not None and self.layout.unified_controllers:
             self._delegate()
         for folder in self.folders():
             os.makedirs(folder, exist_ok=True)
-        self._limit(limits)
+        self._limit_cpu_and_pids(limits)
 
     def _delegate(self) -> None:
         """Enable the v2 controllers it uses in each parent's `cgroup.subtree_control`: a v2
@@ -262,18 +262,24 @@ class Cgroup:
             if name not in enabled:
                 _write(control, f"+{name}")
 
-    def _limit(self, limits: Limits) -> None:
+    def limit_memory(self, limits: Limits) -> None:
+        """Apply the memory limit: after the launcher has left (it forks from inside, and at a
+        small limit the kernel would kill the launcher, the largest process in the cgroup)."""
         v2 = self.layout.unified
         memory = self.folder("memory")
-        if memory is not None and limits.memory is not None:
-            if self.layout.where("memory") == v2:
-                _write(os.path.join(memory, "memory.max"), str(limits.memory))
-                with contextlib.suppress(FileNotFoundError):  # no swap accounting: nothing to cap
-                    _write(os.path.join(memory, "memory.swap.max"), "0")
-            else:
-                _write(os.path.join(memory, "memory.limit_in_bytes"), str(limits.memory))
-                with contextlib.suppress(FileNotFoundError):
-                    _write(os.path.join(memory, "memory.memsw.limit_in_bytes"), str(limits.memory))
+        if memory is None or limits.memory is None:
+            return
+        if self.layout.where("memory") == v2:
+            _write(os.path.join(memory, "memory.max"), str(limits.memory))
+            with contextlib.suppress(FileNotFoundError):  # no swap accounting: nothing to cap
+                _write(os.path.join(memory, "memory.swap.max"), "0")
+        else:
+            _write(os.path.join(memory, "memory.limit_in_bytes"), str(limits.memory))
+            with contextlib.suppress(FileNotFoundError):
+                _write(os.path.join(memory, "memory.memsw.limit_in_bytes"), str(limits.memory))
+
+    def _limit_cpu_and_pids(self, limits: Limits) -> None:
+        v2 = self.layout.unified
         cpu = self.folder("cpu")
         if cpu is not None and limits.cpus is not None:
             period = 100_000
@@ -332,20 +338,23 @@ class Cgroup:
                 return populated == 1
         return bool(self.pids())
 
-    def kill(self) -> None:
-        """SIGKILL every process in it, forks racing the kill included; returns once it is
-        empty (or after `EMPTY_WITHIN` seconds, when something the kernel holds, such as a
-        process in uninterruptible sleep, keeps it: it is tried again later)."""
-        deadline = time.monotonic() + EMPTY_WITHIN
-        while self.populated() and time.monotonic() < deadline:
+    def kill(self, within: float | None = EMPTY_WITHIN) -> bool:
+        """SIGKILL every process in it, forks racing the kill included, until it is empty or
+        `within` seconds have passed (None: until it is empty); whether it is empty. A process
+        the kernel holds (uninterruptible sleep in a driver) can keep it populated for long."""
+        deadline = None if within is None else time.monotonic() + within
+        while self.populated():
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
             if not self._kill_v2() and not self._kill_frozen():
                 for pid in self.pids():
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
             for _ in range(50):
                 if not self.populated():
-                    return
+                    return True
                 time.sleep(0.01)
+        return True
 
     def _kill_v2(self) -> bool:
         if self.layout.unified is None:
@@ -405,14 +414,12 @@ class Cgroup:
         return {"peak_memory": peak, "cpu_seconds": cpu_seconds, "oom_kills": oom}
 
     def remove(self) -> None:
-        """Remove its folders once it is empty (nested ones first); gone already is no error."""
+        """Remove its folders, nested ones first, once it is empty: what cannot be removed (a
+        folder still busy) is left, as an empty cgroup costs nothing."""
         for folder in self.folders():
             for root, _dirs, _files in sorted(os.walk(folder), key=lambda entry: -len(entry[0])):
-                try:
+                with contextlib.suppress(OSError):
                     os.rmdir(root)
-                except OSError as exc:
-                    if exc.errno not in (errno.ENOENT,):
-                        raise
 
 
 def hide(paths: tuple[str, ...]) -> None:

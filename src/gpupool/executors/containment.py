@@ -6,10 +6,11 @@ this host cannot (not root, no cgroup filesystem, a controller missing), process
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 
 from gpupool.executors import Member, NodeState, Resources
-from gpupool.executors.cgroups import Layout, Request, cgroup_path
+from gpupool.executors.cgroups import Cgroup, Layout, Limits, Request, cgroup_path
 from gpupool.units import human_bytes
 
 
@@ -66,8 +67,10 @@ def unfit(resources: Resources, gpus_on_node: int, nodes: list[NodeState]) -> st
     return None
 
 
-def unavailable(layout: Layout) -> str | None:
-    """Why this process cannot contain attempts in cgroups here, or None when it can."""
+def unavailable(layout: Layout, root: str = "gpupool") -> str | None:
+    """Why this process cannot contain attempts in cgroups here, or None when it can: it makes
+    and removes one under `root` to know (a container may show the controllers on a read-only
+    cgroup filesystem, or in a namespace whose root holds its own processes)."""
     if os.geteuid() != 0:
         return "gpupool up does not run as root"
     if layout.unified is None and not layout.v1:
@@ -75,6 +78,13 @@ def unavailable(layout: Layout) -> str | None:
     missing = layout.missing()
     if missing:
         return f"no cgroup controller for {', '.join(missing)}"
+    probe = Cgroup(layout, f"{root}/probe-{os.getpid()}-{threading.get_ident()}")
+    try:
+        probe.create(Limits(pids=16))
+    except OSError as exc:
+        return f"no cgroup can be made under {root} ({exc.strerror or exc})"
+    finally:
+        probe.remove()
     return None
 
 
@@ -83,7 +93,7 @@ def detect(mode: str, containment: Containment) -> tuple[Containment | None, str
     if mode == "off":
         return None, "attempts are process groups (containment.mode: off)"
     layout = Layout.read()
-    why = unavailable(layout)
+    why = unavailable(layout, containment.root)
     if why is None:
         fence = "devices controller" if layout.fences_devices() else "a mount namespace per attempt"
         return containment, f"each attempt in a cgroup: {layout.describe()}; GPUs fenced by the {fence}"

@@ -120,14 +120,14 @@ def main(argv: list[str], env: dict[str, str], contain: dict[str, object] | None
             if not cgroup.layout.fences_devices():
                 cgroups.hide(limits.hidden)
             child = cgroup.started(lambda: start(folder, owner, user, [workdir, stdout, stderr, *command], env))
+            cgroup.limit_memory(limits)
         else:
             child = start(folder, owner, user, [workdir, stdout, stderr, *command], env)
     except OSError as exc:
         # No space for a record, no process to fork, no cgroup: the scheduler's trouble, not
         # the job's.
         if cgroup is not None:
-            cgroup.kill()
-            cgroup.remove()
+            emptied(cgroup)
         write(os.path.join(folder, "exit.json"), {"exit_code": None, "not_started": str(exc), "owner": owner})
         return NOT_STARTED
     if NOTICED:  # given before the command ran: it has it now
@@ -137,11 +137,21 @@ def main(argv: list[str], env: dict[str, str], contain: dict[str, object] | None
         code = 128 - code  # killed by a signal: as a shell reports it
     ending: dict[str, object] = {"exit_code": code, "owner": owner}
     if cgroup is not None:
-        cgroup.kill()
-        ending["usage"] = cgroup.usage()
-        cgroup.remove()
+        ending["usage"] = emptied(cgroup)
     write(os.path.join(folder, "exit.json"), ending)
     return code
+
+
+def emptied(cgroup: cgroups.Cgroup) -> dict[str, int | float | None]:
+    """Kill what is left in the member's cgroup, for as long as it takes (a process the kernel
+    holds in uninterruptible sleep keeps it, and the attempt's GPUs, until it dies: said in
+    launcher.log every `EMPTY_WITHIN` seconds); then what it counted, and it is removed."""
+    while not cgroup.kill(cgroups.EMPTY_WITHIN):
+        left = len(cgroup.pids())
+        print(f"launcher: {left} processes left in the attempt's cgroup after SIGKILL; killing again", flush=True)
+    usage = cgroup.usage()
+    cgroup.remove()
+    return usage
 
 
 NOTICED: list[int] = []
@@ -242,9 +252,10 @@ def detached(argv: list[str], env: dict[str, str], folder: str, contain: dict[st
     caller watches its pid. SIGCHLD is held while the fork in between is reaped here, so that
     it is never told for a launcher."""
     log = os.open(os.path.join(folder, "launcher.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-    ready_r, ready_w = os.pipe()
+    ready: tuple[int, int] | None = None
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
     try:
+        ready = ready_r, ready_w = os.pipe()
         between = os.fork()
         if between == 0:
             code = 1
@@ -267,13 +278,15 @@ def detached(argv: list[str], env: dict[str, str], folder: str, contain: dict[st
             finally:
                 os._exit(code)
         os.close(ready_w)
+        ready = ready_r, -1
         said = b""
         while chunk := os.read(ready_r, 32):
             said += chunk
         os.waitpid(between, 0)
     finally:
-        os.close(ready_r)
-        os.close(log)
+        for fd in (log, *(ready or ())):
+            if fd >= 0:
+                os.close(fd)
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
     if not said:
         raise OSError("the launcher ended before it could start")

@@ -86,16 +86,18 @@ def kill(pid: int, contain: Request | None) -> None:
         Cgroup(Layout.read(), contain.cgroup).kill()
 
 
-def clear(contain: Request | None) -> Usage | None:
+def clear(contain: Request | None, within: float | None = 1.0) -> tuple[bool, Usage | None]:
     """At a member's end: kill what is left in its cgroup, where its launcher could not (it was
-    killed itself), and what the cgroup counted; then remove it. A member ends only once its
-    cgroup is empty. None when there is no cgroup left (its launcher removed it)."""
+    killed itself), for up to `within` seconds (None: until it is empty); whether it is empty,
+    and what the cgroup counted. A member ends only once its cgroup is empty: one that is not
+    is tried again later. No usage when there is no cgroup left (its launcher removed it)."""
     if contain is None:
-        return None
+        return True, None
     cgroup = Cgroup(Layout.read(), contain.cgroup)
     if not cgroup.exists():
-        return None
-    cgroup.kill()
+        return True, None
+    if not cgroup.kill(within):
+        return False, None
     usage = Usage.from_json(cgroup.usage())
     cgroup.remove()
-    return usage
+    return True, usage

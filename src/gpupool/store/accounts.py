@@ -133,7 +133,9 @@ class AccountsStore(StoreBase):
             peak, cpu, oom, gpu_peak = row[11:]
             key = (job_id, number)
             restart = said or {}
-            counted = None if peak is None and cpu is None else Usage(peak, cpu, oom or 0, gpu_peak)
+            counted = (
+                None if peak is None and cpu is None and gpu_peak is None else Usage(peak, cpu, oom or 0, gpu_peak)
+            )
             by_job[job_id].append(
                 AttemptRecord(
                     number,

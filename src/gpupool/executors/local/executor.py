@@ -149,17 +149,22 @@ class LocalExecutor:
             notes = self.watch.look(time.monotonic(), {key: pid for key, (pid, _) in self.watched.items()})
         ended = []
         for key, (pid, started) in list(self.watched.items()):
-            if process_started(pid) != started:
-                del self.watched[key]
-                ended.append(self._exit(key, None))
+            if process_started(pid) == started:
+                continue
+            empty, usage = clear(self._contain(key))
+            if not empty:
+                continue  # its launcher is gone and its cgroup will not empty yet: still live
+            del self.watched[key]
+            ended.append(self._exit(key, None, cleared=usage))
         return Progress(ended=ended, notes=notes)
 
-    def _exit(self, key: Key, code: int | None, ended_at: float | None = None) -> Exit:
+    def _exit(self, key: Key, code: int | None, ended_at: float | None = None, cleared: Usage | None = None) -> Exit:
         """How an attempt ended: its launcher's record (the command's status), else what the
-        process returned; and, for a failure, what the launcher said went wrong."""
+        process returned; and, for a failure, what the launcher said went wrong. `cleared`:
+        what its cgroup counted, where the executor cleared it (its launcher could not)."""
         mine = owner(self.store_id, *key)
         status, why, trouble = outcome(self.dirs[key], mine, code)
-        usage = clear(self._contain(key)) or recorded_usage(self.dirs[key], mine)
+        usage = cleared or recorded_usage(self.dirs[key], mine)
         peak = self.watch.peaks.pop(key, None) if self.watch is not None else None
         if peak is not None:
             usage = replace(usage or Usage(), peak_gpu_memory=peak)
@@ -188,8 +193,13 @@ class LocalExecutor:
             if recorded.notice_deadline is not None and not (folder / "notice").exists():
                 self.notify(*key, recorded.notice_deadline)  # recorded, but the scheduler died before giving it
             return Started({"executor": "local", "pid": pid, "started": started}, True, f"as pid {pid}")
+        empty, usage = clear(self._contain(key))
+        if not empty:
+            # Its launcher is gone, and what it left will not die yet: live until it has.
+            self.watched[key] = (pid or 0, started or "")
+            return Started({"executor": "local", "pid": pid or 0, "started": started or ""}, True, "(ending)")
         ended = recorded_exit_time(folder) or last_sign_of_life(folder, recorded.logs, recorded.since)
-        return self._exit(key, None, ended)
+        return self._exit(key, None, ended, cleared=usage)
 
     def close(self) -> None:
         """End the fork server; the launchers run on (the watcher threads end with them or

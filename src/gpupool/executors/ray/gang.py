@@ -36,7 +36,8 @@ def member_end(folder: Path, owner: str, code: int | None, contain: Request | No
     """How a member ended, as its launcher tells it (`proc.outcome` of its records and what its
     process returned), and what its cgroup counted (its leftovers killed first: `clear`)."""
     status, why, not_started = outcome(folder, owner, code)
-    usage = clear(contain) or recorded_usage(folder, owner)
+    _, cleared = clear(contain, within=None)  # the launcher's thread waits; the member is not over before
+    usage = cleared or recorded_usage(folder, owner)
     used = asdict(usage) if usage is not None else None
     return {"exit_code": status, "why": why, "not_started": not_started, "usage": used}
 
