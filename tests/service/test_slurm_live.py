@@ -80,16 +80,18 @@ def test_an_array_runs_at_most_its_limit_at_once_even_across_a_kill_9(service: S
 def test_a_batch_script_is_read_for_directives_and_runs_as_it_was_submitted(service: Service, tmp_path: Path) -> None:
     script = tmp_path / "train.sh"
     script.write_text(
-        "#!/bin/sh\n#GPUPOOL --name scripted --priority low\n#GPUPOOL -o out-%j.log\n"
+        "#!/bin/sh\n#GPUPOOL --name scripted --priority low\n#GPUPOOL -o out-%j.log\n#GPUPOOL --mem 64M\n"
         'echo "job $GPUPOOL_JOB_ID says $1"\n'
     )
-    done = service.cli("submit", "--parsable", "--chdir", str(tmp_path), "--name", "mine", str(script), "hello")
+    given = ("--name", "mine", "--mem-per-gpu", "32M")  # the script's --mem gives way to --mem-per-gpu
+    done = service.cli("submit", "--parsable", "--chdir", str(tmp_path), *given, str(script), "hello")
     assert done.returncode == 0, done.stderr
     job_id = int(done.stdout)
     script.write_text("#!/bin/sh\necho changed\n")  # the job runs the copy taken at submit
     wait_for(lambda: state(service, job_id) == "succeeded")
     shown = job(service, job_id)
     assert (shown["name"], shown["priority"]) == ("mine", "low")  # the command line wins over a directive
+    assert (shown["mem"], shown["mem_per_gpu"]) == (None, 32 << 20)
     assert (tmp_path / f"out-{job_id}.log").read_text() == f"job {job_id} says hello\n"
     assert service.cli("logs", str(job_id)).stdout == f"job {job_id} says hello\n"
 

@@ -118,11 +118,15 @@ def with_directives(ctx: typer.Context, script: str, source: str) -> dict[str, A
     except Exception as exc:  # click's usage errors (typer ships its own click)
         problem = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         raise fail(f"{source}: {DIRECTIVE} line: {problem}") from None
+    given = {name for name in ctx.params if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"}
     for name, value in parsed.params.items():
-        source_of = ctx.get_parameter_source(name)
-        if name != "command" and getattr(source_of, "name", None) != "COMMANDLINE":
+        if name != "command" and name not in given and RIVALS.get(name) not in given:
             options[name] = value
     return options
+
+
+RIVALS = {"mem": "mem_per_gpu", "mem_per_gpu": "mem"}
+"""Options of which a job gives one: the command line's wins over the script's other."""
 
 
 def submit(

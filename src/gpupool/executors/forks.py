@@ -24,7 +24,8 @@ import threading
 from collections.abc import Callable
 from queue import Empty, Queue
 
-from gpupool.executors.spawn import LAUNCHER, LAUNCHER_ENV, Spawn, prepare, signal_group
+from gpupool.executors.proc import recorded_launcher
+from gpupool.executors.spawn import LAUNCHER, LAUNCHER_ENV, Spawn, kill, prepare, signal_group
 
 log = logging.getLogger("gpupool.forks")
 
@@ -33,6 +34,13 @@ ANSWER_WITHIN = 30.0
 
 def _ignore(_code: int) -> None:
     return None
+
+
+def abandon(member: Spawn) -> None:
+    """Kill a member whose start was given up on: its launcher, if it got as far as recording
+    itself (a detached one outlives the fork server), and its cgroup."""
+    found = recorded_launcher(member.folder, member.owner)
+    kill(found[0] if found is not None else 0, member.contain)
 
 
 class ForkServer:
@@ -85,6 +93,7 @@ class ForkServer:
             if isinstance(exc, Empty):
                 log.error("the fork server of launchers did not answer within %.0f s: it is killed", ANSWER_WITHIN)
                 self.process.kill()
+                abandon(member)
             raise OSError(f"the fork server of launchers does not answer ({exc or 'no answer'})") from None
         if "error" in answer:
             raise OSError(f"the fork server could not start a launcher: {answer['error']}")
@@ -120,7 +129,7 @@ class ForkServer:
             if answers is not None:
                 answers.put(message)
             elif "pid" in message:
-                signal_group(int(str(message["pid"])), signal.SIGKILL)
+                signal_group(int(str(message["pid"])), signal.SIGKILL)  # its cgroup: `abandon`
             return
         pid, code = int(str(message["exited"])), int(str(message["code"]))
         with self.tracked:

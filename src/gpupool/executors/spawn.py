@@ -73,7 +73,9 @@ def write_notice(folder: Path, deadline: float) -> None:
 
 def signal_group(pid: int, sig: signal.Signals) -> None:
     """Signal the member's session (its launcher leads it); gone already is no error: its exit
-    is reported."""
+    is reported. No pid (0: none known) signals nothing (`killpg(0)` is the caller's own)."""
+    if pid <= 0:
+        return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, sig)
 

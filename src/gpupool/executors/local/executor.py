@@ -10,7 +10,6 @@ import select
 import signal
 import socket
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -68,7 +67,11 @@ class LocalExecutor:
         self.forks: ForkServer | None = None
         self.forking = threading.Lock()
         self.watch = watch
-        """Real GPUs, read through NVML; None for virtual ones."""
+        """Real GPUs, read through NVML in a thread of its own; None for virtual ones."""
+        self.stopped = threading.Event()
+        if watch is not None:
+            live = self._live
+            threading.Thread(target=watch.watch, args=(live, self.stopped), daemon=True, name="nvml").start()
 
     def nodes(self) -> list[NodeState]:
         if self.watch is None:
@@ -143,10 +146,11 @@ class LocalExecutor:
     def _signal(self, key: Key, sig: signal.Signals) -> None:
         signal_group(self.watched[key][0], sig)
 
+    def _live(self) -> dict[Key, int]:
+        return {key: pid for key, (pid, _) in list(self.watched.items())}
+
     def poll(self) -> Progress:
-        notes = []
-        if self.watch is not None:
-            notes = self.watch.look(time.monotonic(), {key: pid for key, (pid, _) in self.watched.items()})
+        notes = self.watch.taken() if self.watch is not None else []
         ended = []
         for key, (pid, started) in list(self.watched.items()):
             if process_started(pid) == started:
@@ -165,7 +169,7 @@ class LocalExecutor:
         mine = owner(self.store_id, *key)
         status, why, trouble = outcome(self.dirs[key], mine, code)
         usage = cleared or recorded_usage(self.dirs[key], mine)
-        peak = self.watch.peaks.pop(key, None) if self.watch is not None else None
+        peak = self.watch.peak(key) if self.watch is not None else None
         if peak is not None:
             usage = replace(usage or Usage(), peak_gpu_memory=peak)
         if trouble is not None:
@@ -204,6 +208,7 @@ class LocalExecutor:
     def close(self) -> None:
         """End the fork server; the launchers run on (the watcher threads end with them or
         with this process)."""
+        self.stopped.set()
         with self.forking:
             forks, self.forks = self.forks, None
         if forks is not None:

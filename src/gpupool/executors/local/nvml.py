@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import pwd
 import re
+import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +17,6 @@ from typing import Any
 
 from gpupool.executors import Key
 from gpupool.executors.cgroups import Cgroup, Layout
-from gpupool.units import human_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +52,8 @@ def gpu_processes() -> list[GpuProcess] | None:
 
 
 def describe(process: GpuProcess) -> str:
-    """`pid 4242 (ana: python train.py), 3.1 G`: the process, its owner and what it holds."""
+    """`pid 4242 (ana: python train.py)`: the process and its owner (the same words as long as
+    it lives, whatever GPU memory it holds)."""
     proc = Path(f"/proc/{process.pid}")
     try:
         owner = pwd.getpwuid(proc.stat().st_uid).pw_name
@@ -61,8 +63,7 @@ def describe(process: GpuProcess) -> str:
         command = proc.joinpath("cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
         command = ""
-    held = f", {human_bytes(process.memory)}" if process.memory else ""
-    return f"pid {process.pid} ({owner}: {command[:80] or '?'}){held}"
+    return f"pid {process.pid} ({owner}: {command[:80] or '?'})"
 
 
 def cgroup_of(pid: int, root: str, store_id: str) -> tuple[Key, str] | None:
@@ -106,6 +107,28 @@ class GpuWatch:
     """Per live attempt, the most GPU memory its processes held at once (bytes)."""
     dirty: dict[int, str] = field(default_factory=dict)
     """GPU index → the process of no live attempt on it (`describe`)."""
+    notes: list[tuple[int, int, str]] = field(default_factory=list)
+    """What `look` did that the executor has not passed on yet (`taken`)."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def watch(self, live: Callable[[], Mapping[Key, int]], stop: threading.Event) -> None:
+        """Look every `every` seconds until `stop`, in a thread of its own: NVML may take long
+        to answer (idle GPUs without persistence mode), never the control loop's time."""
+        while not stop.wait(self.every):
+            notes = self.look(time.monotonic(), live())
+            with self.lock:
+                self.notes.extend(notes)
+
+    def taken(self) -> list[tuple[int, int, str]]:
+        """The notes since the last call."""
+        with self.lock:
+            notes, self.notes = self.notes, []
+        return notes
+
+    def peak(self, key: Key) -> int | None:
+        """The attempt's peak GPU memory, forgotten (it has ended)."""
+        with self.lock:
+            return self.peaks.pop(key, None)
 
     def look(self, now: float, live: Mapping[Key, int]) -> list[tuple[int, int, str]]:
         """Read NVML if it is time, given the live attempts (key → launcher pid); what was done
@@ -131,7 +154,8 @@ class GpuWatch:
                 notes.append((*found[0], f"killed {said} on GPU {process.gpu}: left by an attempt that had ended"))
             else:
                 dirty.setdefault(process.gpu, describe(process))
-        for key, used in held.items():
-            self.peaks[key] = max(self.peaks.get(key, 0), used)
+        with self.lock:
+            for key, used in held.items():
+                self.peaks[key] = max(self.peaks.get(key, 0), used)
         self.dirty = dirty
         return notes
