@@ -84,3 +84,15 @@ def test_a_lost_nodes_ranks_leave_nothing_behind(service: RayService, cluster: L
     cluster.kill_node(cluster.names.index(victim))
     wait_for(lambda: int(str(job(service, job_id)["attempts"])) == 2, timeout=120)
     wait_for(lambda: len(alive(pids)) == 0, timeout=30)
+
+
+def test_a_gang_adopted_after_a_kill_9_of_gpupool_up_is_cancelled_whole(service: RayService) -> None:
+    job_id = service.gang()
+    pids = leftovers(service, job_id)
+    service.kill()
+    service.up()
+    wait_for(lambda: state(service, job_id) == "running", timeout=60)
+    assert len(alive(pids)) == 2, "the gang runs on while no scheduler watches, and is adopted"
+    assert service.cli("cancel", str(job_id)).returncode == 0
+    wait_for(lambda: state(service, job_id) == "cancelled", timeout=60)
+    assert alive(pids) == []
