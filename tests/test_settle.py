@@ -53,3 +53,21 @@ def test_a_persons_requeue_goes_back_in_line_without_counting_as_a_preemption() 
     assert "requeued by a person" in requeued.message
     preempted = settle(AttemptEnd(75, noticed=True), counts)
     assert preempted.preemptions == 4
+
+
+def test_a_job_killed_at_its_memory_limit_fails_out_of_memory_with_its_failure_budget() -> None:
+    end = AttemptEnd(137, out_of_memory=True)
+    retried = settle(end, JobCounts(max_failures=1))
+    assert (retried.outcome, retried.state, retried.failures) == (AttemptOutcome.OUT_OF_MEMORY, JobState.PENDING, 1)
+    assert retried.message == "failed (out of memory: killed at its memory limit, exit code 137); retry 1 of 1"
+    final = settle(end, JobCounts(failures=1, max_failures=1))
+    assert (final.outcome, final.state) == (AttemptOutcome.OUT_OF_MEMORY, JobState.FAILED)
+    assert final.message == "failed (out of memory: killed at its memory limit, exit code 137)"
+
+
+def test_a_kill_for_memory_is_no_failure_of_a_job_that_succeeded_or_was_preempted() -> None:
+    assert settle(AttemptEnd(0, out_of_memory=True), JobCounts()).outcome == AttemptOutcome.SUCCEEDED
+    noticed = settle(AttemptEnd(137, noticed=True, out_of_memory=True), JobCounts())
+    assert (noticed.outcome, noticed.state) == (AttemptOutcome.PREEMPTED, JobState.PENDING)
+    plain = settle(AttemptEnd(1), JobCounts())
+    assert (plain.outcome, plain.message) == (AttemptOutcome.FAILED, "failed (exit code 1)")

@@ -171,10 +171,9 @@ def settle(end: AttemptEnd, counts: JobCounts) -> Settlement:
     if end.exit_code is None:
         return requeue(AttemptOutcome.LOST, "requeued: its process ended while the scheduler was down")
     failures += 1
-    outcome, failed = AttemptOutcome.FAILED, "failed"
+    outcome, failed = AttemptOutcome.FAILED, f"failed ({code})"
     if end.out_of_memory:
-        outcome, failed = AttemptOutcome.OUT_OF_MEMORY, "failed (out of memory)"
-        code = f"killed at its memory limit, {code}"
+        outcome, failed = AttemptOutcome.OUT_OF_MEMORY, f"failed (out of memory: killed at its memory limit, {code})"
     if failures <= counts.max_failures:
-        return requeue(outcome, f"{failed} ({code}); retry {failures} of {counts.max_failures}")
-    return done(outcome, JobState.FAILED, f"{failed} ({code})")
+        return requeue(outcome, f"{failed}; retry {failures} of {counts.max_failures}")
+    return done(outcome, JobState.FAILED, failed)

@@ -202,7 +202,7 @@ def test_auto_keeps_process_groups_where_no_cgroup_can_be_made(monkeypatch: pyte
     monkeypatch.setattr(Cgroup, "create", read_only)
     chosen, said = detect("auto", Containment("s1"))
     assert chosen is None and "no cgroup can be made under gpupool (Read-only file system)" in said, said
-    with pytest.raises(RuntimeError, match="containment.mode is cgroups, but no cgroup can be made"):
+    with pytest.raises(RuntimeError, match=r"containment\.mode is cgroups, but no cgroup can be made"):
         detect("cgroups", Containment("s1"))
 
 
@@ -225,7 +225,7 @@ def test_a_detached_launcher_that_cannot_be_forked_leaks_no_descriptor(
     monkeypatch.setattr(os, "fork", no_fork)
     before = len(os.listdir("/proc/self/fd"))
     for _ in range(5):
-        with pytest.raises(OSError):
+        with pytest.raises(OSError, match="Resource temporarily unavailable"):
             launcher.detached(
                 [str(tmp_path), "s:1:0", "-", "/", "/dev/null", "/dev/null", "true"], {}, str(tmp_path), None
             )

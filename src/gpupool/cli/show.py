@@ -95,7 +95,8 @@ def resources_line(job: dict[str, Any]) -> str:
     if job.get("mem_per_gpu") is not None:
         parts.append(f"memory {human_bytes(job['mem_per_gpu'])} per GPU")
     if job.get("cpus_per_gpu") is not None:
-        parts.append(f"{job['cpus_per_gpu']:g} CPUs per GPU")
+        cpus = job["cpus_per_gpu"]
+        parts.append(f"{cpus:g} {'CPU' if cpus == 1 else 'CPUs'} per GPU")
     return "asked: " + ", ".join(parts) if parts else ""
 
 

@@ -142,13 +142,15 @@ def submit(
     name: Annotated[str, typer.Option("--name", "-J", help="A name to find the job by.")] = "",
     max_failures: Annotated[int, typer.Option(help="Retries after failed attempts.")] = 0,
     mem: Annotated[
-        str | None, typer.Option(help="Memory on each node: 16G, 512M (a number is MB); its cgroup's limit.")
+        str | None,
+        typer.Option(metavar="SIZE", help="Memory on each node: 16G, 512M (a number is MB); its cgroup's limit."),
     ] = None,
     mem_per_gpu: Annotated[
-        str | None, typer.Option(help="Memory for each GPU (default: the pool's, or a node's memory / GPUs).")
+        str | None,
+        typer.Option(metavar="SIZE", help="Memory for each GPU (default: the pool's, or a node's memory / GPUs)."),
     ] = None,
     cpus_per_gpu: Annotated[
-        float | None, typer.Option(help="CPUs for each GPU (default: a node's CPUs / GPUs).")
+        float | None, typer.Option(metavar="CPUS", help="CPUs for each GPU (default: a node's CPUs / GPUs).")
     ] = None,
     time: Annotated[
         str | None,
