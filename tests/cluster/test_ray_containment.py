@@ -5,6 +5,8 @@ cancelled or its node is lost, and what the ranks used is the attempt's."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,10 +40,14 @@ LEAVER = textwrap.dedent(
 def service(cluster: LoopbackCluster, tmp_path: Path) -> Iterator[RayService]:
     made = RayService(tmp_path, cluster.address)
     made.script.write_text(LEAVER)
+    devices = tmp_path / "dev"
+    devices.mkdir()
+    for index in range(4):  # each node's GPUs, as device nodes of NVIDIA's major number
+        subprocess.run(["mknod", "-m", "666", str(devices / f"nvidia{index}"), "c", "195", str(index)], check=True)
     mode = os.environ.get("GPUPOOL_TEST_CONTAINMENT", "cgroups")  # off: each test here fails
-    made.config.write_text(
-        made.config.read_text().replace("start_timeout: 20s}", f"start_timeout: 20s, containment: {{mode: {mode}}}}}")
-    )
+    contain = f'containment: {{mode: {mode}, gpu_devices: "{devices}/nvidia{{index}}"}}'
+    made.config.write_text(made.config.read_text().replace("start_timeout: 20s}", f"start_timeout: 20s, {contain}}}"))
+    made.devices = devices  # type: ignore[attr-defined]
     yield from running(made)  # type: ignore[misc]
 
 
@@ -96,3 +102,30 @@ def test_a_gang_adopted_after_a_kill_9_of_gpupool_up_is_cancelled_whole(service:
     assert service.cli("cancel", str(job_id)).returncode == 0
     wait_for(lambda: state(service, job_id) == "cancelled", timeout=60)
     assert alive(pids) == []
+
+
+OPENS = """
+import errno, os, sys
+mine = {int(g) for g in os.environ["CUDA_VISIBLE_DEVICES"].split(",")}
+seen = []
+for index in range(4):
+    try:
+        os.close(os.open(f"%s/nvidia{index}", os.O_RDWR))
+        how = "opened"
+    except OSError as exc:
+        how = errno.errorcode[exc.errno]
+    seen.append(("mine" if index in mine else "other") + ":" + how)
+print(" ".join(seen))
+"""
+
+
+def test_a_rank_is_limited_and_fenced_on_its_node_as_on_one_machine(service: RayService) -> None:
+    devices = service.devices  # type: ignore[attr-defined]
+    opener = service.submit("--gpus", "2", "--", sys.executable, "-c", OPENS % devices)
+    wait_for(lambda: state(service, opener) == "succeeded", timeout=60)
+    seen = sorted(service.first_line(opener, 0, None).split())
+    assert seen == ["mine:ENXIO", "mine:ENXIO", "other:EPERM", "other:EPERM"], seen
+    hog = service.submit("--gpus", "2", "--mem", "16M", "--", sys.executable, "-c", "x = bytearray(256 << 20)")
+    wait_for(lambda: state(service, hog) == "failed", timeout=60)
+    history: Any = job(service, hog)["history"]
+    assert history[0]["outcome"] == "out_of_memory", history
