@@ -244,3 +244,39 @@ def test_notice_given_while_a_member_starts_reaches_it_once_it_has_started(
     _, _, ends = launcher.ended(0, timeout=30)
     assert [o for o, _ in ends] == ["s:14:0:0"], "it got SIGTERM, and left"
     assert (tmp_path / "notice").exists()
+
+
+def test_a_member_whose_cgroup_will_not_empty_holds_back_no_other_members_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fork server's ends are told from one thread: a member whose cgroup a process the
+    kernel holds keeps full (its launcher killed) is told once it empties, and the members
+    that end meanwhile are told at once."""
+    from dataclasses import replace
+
+    from gpupool.executors import cgroups
+    from gpupool.executors.ray import launcher as ray_launcher
+
+    stuck_path, freed = "gpupool/s/1.0.0", threading.Event()
+
+    def clear(contain: cgroups.Request | None, within: float | None = 0.1) -> tuple[bool, None]:
+        if contain is not None and contain.cgroup == stuck_path:
+            if within is not None:
+                return False, None
+            freed.wait(30)
+        return True, None
+
+    monkeypatch.setattr(ray_launcher, "clear", clear)
+    node = NodeLauncher(on_lost=lambda: None)
+    stuck = ray_launcher.Member(
+        replace(member(tmp_path, "s:1:0:0", "true"), contain=cgroups.Request(stuck_path)), tmp_path
+    )
+    other = ray_launcher.Member(member(tmp_path, "s:2:0:0", "true"), tmp_path)
+    node.members = {"s:1:0:0": stuck, "s:2:0:0": other}
+    began = time.monotonic()
+    node._reap(stuck, -9)
+    node._reap(other, 0)
+    assert time.monotonic() - began < 5
+    assert other.end is not None and stuck.end is None
+    freed.set()
+    wait_for(lambda: stuck.end is not None, timeout=10)

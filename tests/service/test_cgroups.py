@@ -230,3 +230,90 @@ def test_a_detached_launcher_that_cannot_be_forked_leaks_no_descriptor(
                 [str(tmp_path), "s:1:0", "-", "/", "/dev/null", "/dev/null", "true"], {}, str(tmp_path), None
             )
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_the_gpu_watch_starts_with_the_first_poll_and_spares_what_started_while_it_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The attempts an earlier scheduler started are adopted before the first poll: until then
+    a process in one of this store's cgroups is no leftover. Nor is one of an attempt that
+    started while NVML was read."""
+    from gpupool.executors.local import nvml
+
+    killed: list[str] = []
+    monkeypatch.setattr(nvml, "cgroup_of", lambda pid, root, store: ((7, 0), "gpupool/s1/7.0.0"))
+
+    def kill(self: Cgroup, within: float | None = 30.0) -> bool:
+        killed.append(self.path)
+        return True
+
+    monkeypatch.setattr(Cgroup, "kill", kill)
+    watch = nvml.GpuWatch("gpupool", "s1", every=0.05, read=lambda: [nvml.GpuProcess(0, 4242, 1 << 30)])
+    executor = LocalExecutor(NodeState(Node("local", 1)), store_id="s1", containment=Containment("s1"), watch=watch)
+    time.sleep(0.3)
+    assert killed == [], "no look before the attempts are adopted"
+    calls: list[int] = []
+
+    def live() -> dict[tuple[int, int], int]:
+        calls.append(1)
+        return {} if len(calls) == 1 else {(7, 0): 4242}  # it started during the read
+
+    assert watch.look(time.monotonic(), live) == [] and killed == []
+    executor.poll()
+    time.sleep(0.3)
+    executor.close()
+    assert killed, "after the first poll, a leftover of an attempt that is not live is killed"
+
+
+def test_a_launcher_known_gone_is_never_signalled_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its pid may be another process's by now (a new launcher leads a session of that id)."""
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(os, "killpg", lambda pid, sig: sent.append((pid, sig)))
+    monkeypatch.setattr(Cgroup, "kill", lambda self, within=30.0: False)
+    monkeypatch.setattr(Cgroup, "exists", lambda self: True)
+    executor = LocalExecutor(NodeState(Node("local", 1)), store_id="s1", containment=Containment("s1"))
+    executor.watched[(1, 0)] = (os.getpid(), "1")  # a start time that is not this process's
+    executor.dirs[(1, 0)] = tmp_path
+    assert executor.poll().ended == []
+    executor.kill(1, 0)
+    executor.notify(1, 0, time.time() + 10)
+    assert sent == []
+
+
+def test_cgroups_that_will_not_empty_do_not_stall_the_control_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def stuck(self: Cgroup, within: float | None = 30.0) -> bool:
+        time.sleep(within or 0)
+        return False
+
+    monkeypatch.setattr(Cgroup, "kill", stuck)
+    monkeypatch.setattr(Cgroup, "exists", lambda self: True)
+    executor = LocalExecutor(NodeState(Node("local", 8)), store_id="s1", containment=Containment("s1"))
+    for job in range(4):
+        executor.watched[(job, 0)] = (0, "")
+        executor.dirs[(job, 0)] = tmp_path
+    began = time.monotonic()
+    assert executor.poll().ended == []
+    assert time.monotonic() - began < 1.0
+
+
+@needs_cgroups
+def test_a_command_over_its_memory_before_the_limit_is_written_ends_out_of_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cgroup v1 refuses a limit under what a cgroup holds (EBUSY): the command is killed, as
+    v2's kernel would kill it, and ends out of memory, not as a launch to try again."""
+    import json
+
+    from gpupool.executors import launcher
+
+    def busy(self: object, limits: object) -> None:
+        raise OSError(errno.EBUSY, os.strerror(errno.EBUSY))
+
+    monkeypatch.setattr(vars(launcher)["cgroups"].Cgroup, "limit_memory", busy)  # the launcher's own import
+    request = Request(f"gpupool-test-{uuid.uuid4().hex[:8]}/s1/1.0.0", mem=64 << 20)
+    argv = [str(tmp_path), "s1:1:0", "-", "/", "/dev/null", "/dev/null", "sleep", "30"]
+    assert launcher.main(argv, {}, request.as_json()) == 137
+    ended = json.loads((tmp_path / "exit.json").read_text())
+    assert ended["exit_code"] == 137 and ended["usage"]["oom_kills"] >= 1, ended

@@ -344,16 +344,19 @@ class Cgroup:
         the kernel holds (uninterruptible sleep in a driver) can keep it populated for long."""
         deadline = None if within is None else time.monotonic() + within
         while self.populated():
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
             if not self._kill_v2() and not self._kill_frozen():
                 for pid in self.pids():
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
-            for _ in range(50):
+            pass_ends = time.monotonic() + 0.5
+            if deadline is not None:
+                pass_ends = min(pass_ends, deadline)
+            while time.monotonic() < pass_ends:
                 if not self.populated():
                     return True
                 time.sleep(0.01)
+            if deadline is not None and time.monotonic() >= deadline:
+                return not self.populated()
         return True
 
     def _kill_v2(self) -> bool:

@@ -36,6 +36,7 @@ and its GPUs' release, wait for that. Its exit record says what the cgroup count
 CPU time, processes killed for memory).
 """
 
+import errno
 import json
 import os
 import pwd
@@ -108,6 +109,9 @@ def main(argv: list[str], env: dict[str, str], contain: dict[str, object] | None
     once its record is written (a fork server's detached launcher)."""
     folder, owner, user, workdir, stdout, stderr, *command = argv
     cgroup = contained(contain)
+    over = False
+    """The command was over its memory limit before the limit could be written (v1 refuses a
+    limit under what a cgroup holds): killed, as the kernel would have, out of memory."""
     try:
         record(folder, owner)
         if ready >= 0:
@@ -120,7 +124,7 @@ def main(argv: list[str], env: dict[str, str], contain: dict[str, object] | None
             if not cgroup.layout.fences_devices():
                 cgroups.hide(limits.hidden)
             child = cgroup.started(lambda: start(folder, owner, user, [workdir, stdout, stderr, *command], env))
-            cgroup.limit_memory(limits)
+            over = memory_limited(cgroup, limits)
         else:
             child = start(folder, owner, user, [workdir, stdout, stderr, *command], env)
     except OSError as exc:
@@ -137,9 +141,24 @@ def main(argv: list[str], env: dict[str, str], contain: dict[str, object] | None
         code = 128 - code  # killed by a signal: as a shell reports it
     ending: dict[str, object] = {"exit_code": code, "owner": owner}
     if cgroup is not None:
-        ending["usage"] = emptied(cgroup)
+        usage = ending["usage"] = emptied(cgroup)
+        if over:
+            usage["oom_kills"] = max(1, int(usage.get("oom_kills") or 0))
     write(os.path.join(folder, "exit.json"), ending)
     return code
+
+
+def memory_limited(cgroup: cgroups.Cgroup, limits: cgroups.Limits) -> bool:
+    """Write the member's memory limit; True when it was over it already (EBUSY, on v1): it is
+    killed then, and ends out of memory, as on v2, where the kernel kills it."""
+    try:
+        cgroup.limit_memory(limits)
+    except OSError as exc:
+        if exc.errno != errno.EBUSY:
+            raise
+        cgroup.kill(None)
+        return True
+    return False
 
 
 def emptied(cgroup: cgroups.Cgroup) -> dict[str, int | float | None]:

@@ -85,10 +85,12 @@ def kill(pid: int, contain: Request | None) -> None:
     one (what left the session dies too, and what the launcher had not started never starts)."""
     signal_group(pid, signal.SIGKILL)
     if contain is not None:
-        Cgroup(Layout.read(), contain.cgroup).kill()
+        # One pass, never a long wait: the caller is the control loop; the member's end, once
+        # its cgroup is empty, is its launcher's to record (or `clear`'s, at the next poll).
+        Cgroup(Layout.read(), contain.cgroup).kill(within=0.1)
 
 
-def clear(contain: Request | None, within: float | None = 1.0) -> tuple[bool, Usage | None]:
+def clear(contain: Request | None, within: float | None = 0.1) -> tuple[bool, Usage | None]:
     """At a member's end: kill what is left in its cgroup, where its launcher could not (it was
     killed itself), for up to `within` seconds (None: until it is empty); whether it is empty,
     and what the cgroup counted. A member ends only once its cgroup is empty: one that is not

@@ -69,9 +69,9 @@ class LocalExecutor:
         self.watch = watch
         """Real GPUs, read through NVML in a thread of its own; None for virtual ones."""
         self.stopped = threading.Event()
-        if watch is not None:
-            live = self._live
-            threading.Thread(target=watch.watch, args=(live, self.stopped), daemon=True, name="nvml").start()
+        self.watching = False
+        """Whether the NVML thread runs: from the first poll, once the attempts of an earlier
+        scheduler are adopted (a process of one not adopted yet is no leftover)."""
 
     def nodes(self) -> list[NodeState]:
         if self.watch is None:
@@ -150,6 +150,9 @@ class LocalExecutor:
         return {key: pid for key, (pid, _) in list(self.watched.items())}
 
     def poll(self) -> Progress:
+        if self.watch is not None and not self.watching:
+            self.watching = True
+            threading.Thread(target=self.watch.watch, args=(self._live, self.stopped), daemon=True, name="nvml").start()
         notes = self.watch.taken() if self.watch is not None else []
         ended = []
         for key, (pid, started) in list(self.watched.items()):
@@ -157,7 +160,10 @@ class LocalExecutor:
                 continue
             empty, usage = clear(self._contain(key))
             if not empty:
-                continue  # its launcher is gone and its cgroup will not empty yet: still live
+                # Its launcher is gone and its cgroup will not empty yet: still live, and no
+                # pid of its (that one may be another process's by now) is signalled again.
+                self.watched[key] = (0, "")
+                continue
             del self.watched[key]
             ended.append(self._exit(key, None, cleared=usage))
         return Progress(ended=ended, notes=notes)
@@ -200,8 +206,8 @@ class LocalExecutor:
         empty, usage = clear(self._contain(key))
         if not empty:
             # Its launcher is gone, and what it left will not die yet: live until it has.
-            self.watched[key] = (pid or 0, started or "")
-            return Started({"executor": "local", "pid": pid or 0, "started": started or ""}, True, "(ending)")
+            self.watched[key] = (0, "")
+            return Started({"executor": "local", "pid": 0, "started": ""}, True, "(ending)")
         ended = recorded_exit_time(folder) or last_sign_of_life(folder, recorded.logs, recorded.since)
         return self._exit(key, None, ended, cleared=usage)
 

@@ -115,7 +115,7 @@ class GpuWatch:
         """Look every `every` seconds until `stop`, in a thread of its own: NVML may take long
         to answer (idle GPUs without persistence mode), never the control loop's time."""
         while not stop.wait(self.every):
-            notes = self.look(time.monotonic(), live())
+            notes = self.look(time.monotonic(), live)
             with self.lock:
                 self.notes.extend(notes)
 
@@ -130,15 +130,18 @@ class GpuWatch:
         with self.lock:
             return self.peaks.pop(key, None)
 
-    def look(self, now: float, live: Mapping[Key, int]) -> list[tuple[int, int, str]]:
-        """Read NVML if it is time, given the live attempts (key → launcher pid); what was done
-        that people should see: (job, attempt, message) for each leftover killed."""
+    def look(self, now: float, live_now: Callable[[], Mapping[Key, int]]) -> list[tuple[int, int, str]]:
+        """Read NVML if it is time, given the live attempts (key → launcher pid, asked before
+        and after the read: an attempt that started meanwhile is no leftover); what was done that
+        people should see: (job, attempt, message) for each leftover killed."""
         if now - self.last < self.every:
             return []
         self.last = now
+        live = dict(live_now())
         processes = self.read()
         if processes is None:
             return []
+        live.update(live_now())
         sessions = {pid: key for key, pid in live.items()}
         held: dict[Key, int] = {}
         dirty: dict[int, str] = {}

@@ -9,9 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.executors import Exit, Key
-from gpupool.executors.cgroups import Request
 from gpupool.executors.proc import outcome, recorded_usage
-from gpupool.executors.spawn import clear
 from gpupool.settle import Usage
 
 
@@ -32,11 +30,11 @@ def attempt_of(owner: str) -> str:
     return owner.rsplit(":", 1)[0]
 
 
-def member_end(folder: Path, owner: str, code: int | None, contain: Request | None = None) -> dict[str, Any]:
+def member_end(folder: Path, owner: str, code: int | None, cleared: Usage | None = None) -> dict[str, Any]:
     """How a member ended, as its launcher tells it (`proc.outcome` of its records and what its
-    process returned), and what its cgroup counted (its leftovers killed first: `clear`)."""
+    process returned), and what its cgroup counted (`cleared`: where the node's launcher actor
+    emptied it, its own launcher having been killed; else as its launcher recorded it)."""
     status, why, not_started = outcome(folder, owner, code)
-    _, cleared = clear(contain, within=None)  # the launcher's thread waits; the member is not over before
     usage = cleared or recorded_usage(folder, owner)
     used = asdict(usage) if usage is not None else None
     return {"exit_code": status, "why": why, "not_started": not_started, "usage": used}

@@ -36,7 +36,7 @@ from gpupool.executors.containment import unavailable
 from gpupool.executors.forks import ForkServer
 from gpupool.executors.proc import process_started
 from gpupool.executors.ray.gang import attempt_of, member_end
-from gpupool.executors.spawn import Spawn, kill, signal_group, write_notice
+from gpupool.executors.spawn import Spawn, clear, kill, signal_group, write_notice
 from gpupool.executors.users import lookup
 
 log = logging.getLogger("gpupool.ray.launcher")
@@ -77,8 +77,9 @@ class NodeLauncher:
         self.seq = 0
         self.changed = threading.Condition()
         self.forks: ForkServer | None = None
-        self.uncontained = unavailable(Layout.read())
-        """Why this node cannot put members in cgroups (they run as sessions), or None."""
+        self.uncontained: dict[str, str | None] = {}
+        """Per cgroup root: why this node cannot put members in cgroups there (they run as
+        sessions), or None when it can (found out at the first member under it)."""
 
     def ping(self) -> dict[str, Any]:
         """This launcher's process and node: it is up."""
@@ -113,9 +114,13 @@ class NodeLauncher:
             user = lookup(spec.user.name) if spec.user is not None else None
             here = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
             env = {**spec.env, "MASTER_PORT": str(port), "GPUPOOL_NODE_ADDRESS": here}
-            if self.uncontained is not None and spec.contain is not None:
-                log.warning("%s runs as a session, not a cgroup: %s", spec.owner, self.uncontained)
-                spec = member.spec = replace(spec, contain=None)
+            if spec.contain is not None:
+                root = spec.contain.cgroup.rsplit("/", 2)[0]  # root/store/member
+                if root not in self.uncontained:
+                    self.uncontained[root] = unavailable(Layout.read(), root)
+                if self.uncontained[root] is not None:
+                    log.warning("%s runs as a session, not a cgroup: %s", spec.owner, self.uncontained[root])
+                    spec = member.spec = replace(spec, contain=None)
             with self.changed:
                 if self.forks is None:
                     self.forks = ForkServer(self.on_lost)
@@ -135,7 +140,21 @@ class NodeLauncher:
             return {"pid": pid, "started": process_started(pid) or "", "node": os.uname().nodename}
 
     def _reap(self, member: Member, code: int) -> None:
-        self._tell(member, member_end(member.spec.folder, member.spec.owner, code, member.spec.contain))
+        """Its end, once its cgroup is empty (what its launcher, killed, left is killed here):
+        told at once, in the order of ends, when it empties within a second; else from a
+        thread of its own once it has, as a process the kernel holds may keep one cgroup for
+        long, and the other members' ends must not wait behind it."""
+        spec = member.spec
+        empty, usage = clear(spec.contain, within=1.0)
+        if empty:
+            self._tell(member, member_end(spec.folder, spec.owner, code, usage))
+            return
+
+        def end() -> None:
+            _, cleared = clear(spec.contain, within=None)
+            self._tell(member, member_end(spec.folder, spec.owner, code, cleared))
+
+        threading.Thread(target=end, daemon=True, name=f"end-{spec.owner}").start()
 
     def _tell(self, member: Member, end: dict[str, Any]) -> None:
         with self.changed:
