@@ -192,6 +192,8 @@ class Totals:
     """CPU time of the attempts whose cgroups counted it."""
     peak_memory: int | None = None
     """The largest attempt's peak memory, in bytes (Slurm's MaxRSS)."""
+    peak_gpu_memory: int | None = None
+    """The largest attempt's peak GPU memory, in bytes, where NVML counted it."""
 
     @property
     def goodput(self) -> float | None:
@@ -203,6 +205,8 @@ class Totals:
             self.cpu_seconds += account.usage.cpu_seconds or 0.0
             if account.usage.peak_memory is not None:
                 self.peak_memory = max(self.peak_memory or 0, account.usage.peak_memory)
+            if account.usage.peak_gpu_memory is not None:
+                self.peak_gpu_memory = max(self.peak_gpu_memory or 0, account.usage.peak_gpu_memory)
         for a in account.attempts:
             self.allocated += a.allocated
             self.productive += a.productive

@@ -138,4 +138,12 @@ def test_an_attempts_peak_gpu_memory_is_counted(lab: Service) -> None:
     gpus.clear(0)
     [attempt] = lab.get(f"/jobs/{job}").json()["history"]  # type: ignore[union-attr]
     assert attempt["peak_gpu_memory"] == 5 << 30, attempt
+    report = lab.get("/report").json()  # type: ignore[union-attr]
+    assert report["pool"]["peak_gpu_memory"] == 5 << 30, report["pool"]
+
+    def counted() -> bool:
+        metrics = lab.get("/metrics")
+        return metrics is not None and 'gpupool_attempt_peak_gpu_memory_bytes_count{class="low"} 1.0' in metrics.text
+
+    wait_for(counted, timeout=30)
     assert pool(lab)["nodes"][0]["gpu_states"][0]["state"] == "idle", "a job's own process does not make it dirty"

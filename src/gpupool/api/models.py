@@ -276,6 +276,8 @@ class TotalsOut(BaseModel):
     """CPU time of the attempts whose cgroups counted it."""
     peak_memory: int | None = None
     """Bytes: the largest attempt's peak memory (MaxRSS)."""
+    peak_gpu_memory: int | None = None
+    """Bytes: the largest attempt's peak GPU memory, where NVML counted it."""
 
     @classmethod
     def of(cls, totals: Totals) -> TotalsOut:

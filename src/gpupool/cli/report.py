@@ -44,6 +44,7 @@ def totals_columns(title: str) -> tuple[Column, ...]:
         Column("LOST", justify="right"),
         Column("CPU·H", justify="right", drop=1),
         Column("MAXRSS", justify="right", drop=2),
+        Column("GPUMEM", justify="right", drop=1),
     )
 
 
@@ -126,6 +127,7 @@ def totals_table(title: str, rows: Mapping[str, Mapping[str, Any]], unit: tuple[
                 f"{t['lost'] / size:.1f}",
                 f"{t.get('cpu_seconds', 0.0) / 3600:.1f}",
                 "" if t.get("peak_memory") is None else human_bytes(t["peak_memory"]),
+                "" if t.get("peak_gpu_memory") is None else human_bytes(t["peak_gpu_memory"]),
             ]
         )
     return table(totals_columns(title), cells, console.width, title=f"per {title}, GPU time in {unit_name}")

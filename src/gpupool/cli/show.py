@@ -29,6 +29,7 @@ ATTEMPT_COLUMNS = (
     Column("CHECKPOINT", drop=1),
     Column("MAXRSS", justify="right", drop=3),
     Column("CPU", justify="right", drop=4),
+    Column("GPUMEM", justify="right", drop=5),
 )
 
 
@@ -78,6 +79,7 @@ def show_job(job: dict[str, Any]) -> None:
                 when(a["last_checkpoint_at"], now),
                 "" if a.get("peak_memory") is None else human_bytes(a["peak_memory"]),
                 "" if a.get("cpu_seconds") is None else clock_time(a["cpu_seconds"]),
+                "" if a.get("peak_gpu_memory") is None else human_bytes(a["peak_gpu_memory"]),
             ]
             for a in job["history"]
         ]

@@ -94,6 +94,13 @@ class Ledger:
             buckets=MEMORY_BUCKETS,
             registry=self.registry,
         )
+        self.peak_gpu_memory = Histogram(
+            "gpupool_attempt_peak_gpu_memory_bytes",
+            "Each ended attempt's peak GPU memory (its processes' together), where NVML counted it.",
+            ["class"],
+            buckets=MEMORY_BUCKETS,
+            registry=self.registry,
+        )
         self.blocking = Histogram(
             "gpupool_checkpoint_blocking_seconds",
             "How long each committed checkpoint blocked training, as the job reported it.",
@@ -151,6 +158,8 @@ class Ledger:
         self.counts["gpupool_oom_kills"][labels] += usage.oom_kills
         if usage.peak_memory is not None:
             self.peak_memory.labels(labels[0]).observe(usage.peak_memory)
+        if usage.peak_gpu_memory is not None:
+            self.peak_gpu_memory.labels(labels[0]).observe(usage.peak_gpu_memory)
 
     def read_commits(self, commits: Sequence[Committed], now: float) -> None:
         fresh = self.commits.fresh((c.id for c in commits), now)
