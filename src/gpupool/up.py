@@ -28,6 +28,7 @@ import uvicorn
 from gpupool.api import Context, create_app
 from gpupool.config import ConfigError, ConfigSpec, ContainmentSpec, ServiceSpec, build
 from gpupool.executors import Executor, NodeState, executor_of
+from gpupool.executors.cgroups import node_cpus, node_memory
 from gpupool.executors.containment import Containment, ContainmentUnavailable, detect
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.local.gpus import discover
@@ -316,8 +317,7 @@ def executor(service: ServiceSpec, store_id: str, wake: Callable[[], None]) -> t
         return ray_executor, Pool(detail, virtual, f"{said} (where each node allows)", containment is not None)
     gpus_here = discover(socket.gethostname(), service.virtual_gpus)
     containment, said = contain(service.containment, store_id)
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    node = NodeState(gpus_here.node, gpus_here.virtual, memory, len(os.sched_getaffinity(0)))
+    node = NodeState(gpus_here.node, gpus_here.virtual, node_memory(), node_cpus())
     watch = None if gpus_here.virtual else GpuWatch(containment.root if containment else None, store_id)
     local = LocalExecutor(node, on_exit=wake, store_id=store_id, containment=containment, watch=watch)
     return local, Pool(gpus_here.detail, gpus_here.virtual, said, containment is not None)

@@ -1,8 +1,9 @@
 """A job is its cgroup (issue 34): `gpupool up` as root, jobs as an OS user (ana), and jobs that
 try to outlive themselves, to use more than they were given, or to reach what is not theirs.
 
-Each test fails with containment turned off: run them with GPUPOOL_TEST_CONTAINMENT=off to see
-it (the issue's note records the run)."""
+Each test fails with containment turned off (run them with GPUPOOL_TEST_CONTAINMENT=off to see
+it; the issue's note records the run), but the last: what is refused at submit is checked with
+or without cgroups."""
 
 from __future__ import annotations
 

@@ -73,8 +73,8 @@ class GpuOut(BaseModel):
     for_label: str | None
     """`for_job` as people name it."""
     dirty: str | None = None
-    """The process of no live attempt on it, where NVML sees one: `pid 4242 (ana: python
-    train.py), 3.1 G`."""
+    """The process of no live attempt on it, where NVML sees one, and its owner: `pid 4242
+    (ana)`."""
 
 
 class NodeOut(BaseModel):

@@ -129,6 +129,28 @@ RIVALS = {"mem": "mem_per_gpu", "mem_per_gpu": "mem"}
 """Options of which a job gives one: the command line's wins over the script's other."""
 
 
+def request_body(o: dict[str, Any], argv: list[str], script: str | None) -> dict[str, Any]:
+    """The API's submission from `submit`'s options (`o`, the script's directives merged in),
+    the command and the batch script's text."""
+    workdir = (o["chdir"] or Path.cwd()).expanduser().absolute()
+    try:
+        time_limit = parse_time_limit(o["time"]) if o["time"] is not None else None
+    except ValueError as exc:
+        raise fail(f"--time: {exc}") from None
+    passed = ("team", "priority", "gpus", "gpus_per_node", "gpu_type", "max_failures", "after", "array")
+    return {
+        **{name: o[name] for name in passed},
+        "command": argv,
+        "name": o["name"] or (Path(argv[0]).name if script is not None else ""),
+        "workdir": str(workdir),
+        "env": job_environment(o["export"], o["env"] or [], os.environ),
+        "time_limit": time_limit,
+        "script": script,
+        **{name: o[name] for name in ("output", "error", "notify", "mem", "mem_per_gpu", "cpus_per_gpu")},
+        "user": getpass.getuser(),
+    }
+
+
 def submit(
     ctx: typer.Context,
     command: Annotated[
@@ -201,34 +223,7 @@ def submit(
         argv = ["/bin/sh", "-c", o["wrap"]]
     if not argv:
         raise fail("give the command to run after --, a batch script, or --wrap 'shell line'")
-    workdir = (o["chdir"] or Path.cwd()).expanduser().absolute()
-    try:
-        time_limit = parse_time_limit(o["time"]) if o["time"] is not None else None
-    except ValueError as exc:
-        raise fail(f"--time: {exc}") from None
-    body = {
-        "command": argv,
-        "team": o["team"],
-        "priority": o["priority"],
-        "gpus": o["gpus"],
-        "gpus_per_node": o["gpus_per_node"],
-        "gpu_type": o["gpu_type"],
-        "name": o["name"] or (Path(argv[0]).name if script is not None else ""),
-        "workdir": str(workdir),
-        "env": job_environment(o["export"], o["env"] or [], os.environ),
-        "max_failures": o["max_failures"],
-        "time_limit": time_limit,
-        "after": o["after"],
-        "array": o["array"],
-        "script": script,
-        "output": o["output"],
-        "error": o["error"],
-        "notify": o["notify"],
-        "user": getpass.getuser(),
-        "mem": o["mem"],
-        "mem_per_gpu": o["mem_per_gpu"],
-        "cpus_per_gpu": o["cpus_per_gpu"],
-    }
+    body = request_body(o, argv, script)
     api_client = client(config, api)
     # One key for every try of this submission: a retry after a lost answer is the same job.
     job = call(api_client.submit, body, str(uuid.uuid4()))

@@ -167,9 +167,8 @@ class Request:
     def limits(self) -> Limits:
         gpus = max(1, len(self.gpus))
         per_gpu = max(1, self.node_gpus)
-        node_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        memory = self.mem if self.mem is not None else (self.mem_per_gpu or node_memory // per_gpu) * gpus
-        cpus = (self.cpus_per_gpu or len(os.sched_getaffinity(0)) / per_gpu) * gpus
+        memory = self.mem if self.mem is not None else (self.mem_per_gpu or node_memory() // per_gpu) * gpus
+        cpus = (self.cpus_per_gpu or node_cpus() / per_gpu) * gpus
         denied = self.denied()
         return Limits(memory, cpus, self.cpu_quota, self.pids, tuple(denied.values()), tuple(denied))
 
@@ -188,6 +187,16 @@ class Request:
             if stat.S_ISCHR(status.st_mode):
                 found[path] = (os.major(status.st_rdev), os.minor(status.st_rdev))
         return found
+
+
+def node_memory() -> int:
+    """This machine's memory, in bytes."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def node_cpus() -> int:
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0))
 
 
 def _read(path: str) -> str:
@@ -214,8 +223,8 @@ def _keyed(path: str, key: str) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class Cgroup:
-    """One member's cgroup: `path` (relative, such as `gpupool/ab12cd34ef56/7.0`) in every
-    hierarchy of `layout`."""
+    """One member's cgroup: `path` (relative, such as `gpupool/ab12cd34ef56/7.0.0`: see
+    `cgroup_path`) in every hierarchy of `layout`."""
 
     layout: Layout
     path: str
@@ -246,21 +255,16 @@ class Cgroup:
         """Enable the v2 controllers it uses in each parent's `cgroup.subtree_control`: a v2
         cgroup has a controller only where its parent hands it down."""
         assert self.layout.unified is not None
-        wanted = [c for c in ("memory", "cpu", "pids") if self.layout.where(c) == self.layout.unified]
+        wanted = [c for c in NEEDED if self.layout.where(c) == self.layout.unified]
         parent = self.layout.unified
-        for part in self.path.split("/")[:-1]:
-            parent = os.path.join(parent, part)
+        for part in ["", *self.path.split("/")[:-1]]:  # the mount point, then each parent
+            parent = os.path.join(parent, part) if part else parent
             os.makedirs(parent, exist_ok=True)
-            control = os.path.join(os.path.dirname(parent), "cgroup.subtree_control")
+            control = os.path.join(parent, "cgroup.subtree_control")
             enabled = set(_read(control).split())
             for name in wanted:
                 if name not in enabled:
                     _write(control, f"+{name}")
-        control = os.path.join(parent, "cgroup.subtree_control")
-        enabled = set(_read(control).split())
-        for name in wanted:
-            if name not in enabled:
-                _write(control, f"+{name}")
 
     def limit_memory(self, limits: Limits) -> None:
         """Apply the memory limit: after the launcher has left (it forks from inside, and at a
@@ -391,7 +395,7 @@ class Cgroup:
         return True
 
     def usage(self) -> dict[str, int | float | None]:
-        """What it counted, as JSON (`model.Usage` reads it): peak memory in bytes, CPU
+        """What it counted, as JSON (`settle.Usage` reads it): peak memory in bytes, CPU
         seconds, processes the kernel killed for memory; None where this host does not count."""
         v2 = self.layout.unified
         memory, cpu = self.folder("memory"), self.folder("cpu")

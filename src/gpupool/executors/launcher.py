@@ -109,9 +109,7 @@ def main(argv: list[str], env: dict[str, str], contain: dict[str, object] | None
     once its record is written (a fork server's detached launcher)."""
     folder, owner, user, workdir, stdout, stderr, *command = argv
     cgroup = contained(contain)
-    over = False
-    """The command was over its memory limit before the limit could be written (v1 refuses a
-    limit under what a cgroup holds): killed, as the kernel would have, out of memory."""
+    over = False  # over its memory limit before the limit was written (`memory_limited`)
     try:
         record(folder, owner)
         if ready >= 0:
@@ -234,17 +232,8 @@ def fork(argv: list[str], env: dict[str, str], folder: str, contain: dict[str, o
     if pid == 0:
         code = 1
         try:
-            ignore_notice()
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            os.setsid()
             os.close(ready_r)
-            os.close(ready_w)
-            null = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(null, 0)
-            os.dup2(log, 1)
-            os.dup2(log, 2)
-            os.closerange(3, 256)
-            os.chdir(folder)
+            become_launcher(log, folder)  # its end of the pipe closes with the others
             die_with_parent(server, contained(contain))
             code = main(argv, env, contain)
         finally:
@@ -254,6 +243,25 @@ def fork(argv: list[str], env: dict[str, str], folder: str, contain: dict[str, o
     os.read(ready_r, 1)  # its end of the pipe closes once it leads its session
     os.close(ready_r)
     return pid
+
+
+def become_launcher(log: int, folder: str, keep: int = -1) -> None:
+    """What a forked process does first to be a launcher: the notice kept for its command, the
+    leader of a session of its own, its output to `log`, no other descriptor of the fork
+    server's but `keep`, in its folder."""
+    ignore_notice()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    if keep >= 3:
+        os.closerange(3, keep)
+        os.closerange(keep + 1, 256)
+    else:
+        os.closerange(3, 256)
+    os.chdir(folder)
 
 
 def record(folder: str, owner: str) -> None:
@@ -282,17 +290,8 @@ def detached(argv: list[str], env: dict[str, str], folder: str, contain: dict[st
                 signal.pthread_sigmask(signal.SIG_SETMASK, held)
                 if os.fork() != 0:
                     os._exit(0)
-                ignore_notice()
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                os.setsid()
                 os.close(ready_r)
-                null = os.open(os.devnull, os.O_RDONLY)
-                os.dup2(null, 0)
-                os.dup2(log, 1)
-                os.dup2(log, 2)
-                os.closerange(3, ready_w)
-                os.closerange(ready_w + 1, 256)
-                os.chdir(folder)
+                become_launcher(log, folder, keep=ready_w)
                 code = main(argv, env, contain, ready_w)
             finally:
                 os._exit(code)

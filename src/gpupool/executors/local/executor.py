@@ -15,8 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO
 
-from gpupool.executors import Exit, Key, Launch, Member, NodeState, Progress, Recorded, Resources, Started
-from gpupool.executors.cgroups import Request
+from gpupool.executors import Exit, Key, Launch, Member, NodeState, Progress, Recorded, Started
+from gpupool.executors.cgroups import Request, cgroup_path
 from gpupool.executors.containment import Containment
 from gpupool.executors.forks import ForkServer
 from gpupool.executors.local.nvml import GpuWatch
@@ -141,7 +141,7 @@ class LocalExecutor:
         """The attempt's cgroup (its one member's), where attempts are contained."""
         if self.containment is None:
             return None
-        return self.containment.request(*key, Member(0, self.node.node.name, ()), self.node.node.gpus, Resources())
+        return Request(cgroup_path(self.containment.root, self.store_id, *key))
 
     def _signal(self, key: Key, sig: signal.Signals) -> None:
         signal_group(self.watched[key][0], sig)

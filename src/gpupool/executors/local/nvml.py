@@ -9,7 +9,6 @@ import contextlib
 import pwd
 import re
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,18 +51,13 @@ def gpu_processes() -> list[GpuProcess] | None:
 
 
 def describe(process: GpuProcess) -> str:
-    """`pid 4242 (ana: python train.py)`: the process and its owner (the same words as long as
-    it lives, whatever GPU memory it holds)."""
-    proc = Path(f"/proc/{process.pid}")
+    """`pid 4242 (ana)`: the process and its owner, as every token's view of the pool shows
+    them (its command line, which may hold what its owner would not show, is left out)."""
     try:
-        owner = pwd.getpwuid(proc.stat().st_uid).pw_name
+        owner = pwd.getpwuid(Path(f"/proc/{process.pid}").stat().st_uid).pw_name
     except (OSError, KeyError):
         owner = "?"
-    try:
-        command = proc.joinpath("cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        command = ""
-    return f"pid {process.pid} ({owner}: {command[:80] or '?'})"
+    return f"pid {process.pid} ({owner})"
 
 
 def cgroup_of(pid: int, root: str, store_id: str) -> tuple[Key, str] | None:
@@ -102,7 +96,6 @@ class GpuWatch:
     store_id: str
     every: float = 2.0
     read: Callable[[], list[GpuProcess] | None] = gpu_processes
-    last: float = float("-inf")
     peaks: dict[Key, int] = field(default_factory=dict)
     """Per live attempt, the most GPU memory its processes held at once (bytes)."""
     dirty: dict[int, str] = field(default_factory=dict)
@@ -115,7 +108,7 @@ class GpuWatch:
         """Look every `every` seconds until `stop`, in a thread of its own: NVML may take long
         to answer (idle GPUs without persistence mode), never the control loop's time."""
         while not stop.wait(self.every):
-            notes = self.look(time.monotonic(), live)
+            notes = self.look(live)
             with self.lock:
                 self.notes.extend(notes)
 
@@ -130,13 +123,10 @@ class GpuWatch:
         with self.lock:
             return self.peaks.pop(key, None)
 
-    def look(self, now: float, live_now: Callable[[], Mapping[Key, int]]) -> list[tuple[int, int, str]]:
-        """Read NVML if it is time, given the live attempts (key → launcher pid, asked before
-        and after the read: an attempt that started meanwhile is no leftover); what was done that
-        people should see: (job, attempt, message) for each leftover killed."""
-        if now - self.last < self.every:
-            return []
-        self.last = now
+    def look(self, live_now: Callable[[], Mapping[Key, int]]) -> list[tuple[int, int, str]]:
+        """Read NVML, given the live attempts (key → launcher pid, asked before and after the
+        read: an attempt that started meanwhile is no leftover); what was done that people
+        should see: (job, attempt, message) for each leftover killed."""
         live = dict(live_now())
         processes = self.read()
         if processes is None:
