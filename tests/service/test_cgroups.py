@@ -317,3 +317,10 @@ def test_a_command_over_its_memory_before_the_limit_is_written_ends_out_of_memor
     assert launcher.main(argv, {}, request.as_json()) == 137
     ended = json.loads((tmp_path / "exit.json").read_text())
     assert ended["exit_code"] == 137 and ended["usage"]["oom_kills"] >= 1, ended
+
+
+def test_a_members_cgroup_names_the_root_it_is_under() -> None:
+    from gpupool.executors.cgroups import cgroup_path, root_of
+
+    assert root_of(cgroup_path("gpupool", "ab12cd34ef56gh78", 7, 1, 2)) == "gpupool"
+    assert root_of(cgroup_path("lab/gpupool", "s1", 3, 0)) == "lab/gpupool"

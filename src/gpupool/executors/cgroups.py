@@ -456,3 +456,8 @@ def cgroup_path(root: str, store_id: str, job_id: int, attempt: int, rank: int =
     """A member's cgroup, relative to each hierarchy's mount point: one folder per store, so
     that stores sharing a machine never touch each other's attempts."""
     return f"{root}/{store_id[:12]}/{job_id}.{attempt}.{rank}"
+
+
+def root_of(path: str) -> str:
+    """The root a member's cgroup (`cgroup_path`) is under (the configured `cgroup_root`)."""
+    return path.rsplit("/", 2)[0]

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from gpupool.executors.cgroups import Layout
+from gpupool.executors.cgroups import Layout, root_of
 from gpupool.executors.containment import unavailable
 from gpupool.executors.forks import ForkServer
 from gpupool.executors.proc import process_started
@@ -115,7 +115,7 @@ class NodeLauncher:
             here = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
             env = {**spec.env, "MASTER_PORT": str(port), "GPUPOOL_NODE_ADDRESS": here}
             if spec.contain is not None:
-                root = spec.contain.cgroup.rsplit("/", 2)[0]  # root/store/member
+                root = root_of(spec.contain.cgroup)
                 if root not in self.uncontained:
                     self.uncontained[root] = unavailable(Layout.read(), root)
                 if self.uncontained[root] is not None:
