@@ -3,6 +3,8 @@
     classes:                       # replaces the defaults when given
       urgent: {value: 1000, may_preempt: true, preemptible: false, grace_period: 60s}
       low:    {value: 0, may_preempt: false, preemptible: true, min_runtime: 2m}
+      interactive: {value: 500, may_preempt: true, preemptible: false, time_limit: 8h,
+                    idle_after: 1h, on_idle: end}   # or requeue; a class may give neither
     teams:
       nlp: {weight: 2, guaranteed_gpus: 16, budgets: {high: {gpu_hours: 100, window: 7d}}}
     policy:
@@ -39,6 +41,12 @@
         cpu_limit: weight          # or quota: CPUs as a share when busy, or as a cap
         pids: 16384                # processes and threads of one member, at most
         gpu_devices: /dev/nvidia{index}   # each GPU's device node, fenced per job
+    sessions:                      # gpupool run, shell, notebook (docs/sessions.md)
+      priority: null               # the class of a session that names none; null:
+                                   # interactive if there is one, else normal
+      detach_grace: 10m            # a shell with no terminal attached ends after this
+      idle_notice: 5m              # an idle session is warned this long before its reclaim
+      idle_counts_after: 5m        # no activity for this long counts as idle GPU-time
 
 Durations are seconds or a number with a unit: `90s`, `30m`, `1.5h`, `7d`; at most 10 years.
 
@@ -72,6 +80,7 @@ from gpupool.model import (
     PriorityScope,
     QueueMode,
     QueueOrder,
+    SessionPolicy,
     Team,
 )
 from gpupool.units import parse_duration, parse_memory
@@ -120,6 +129,17 @@ class ClassSpec(_Strict):
     preemptible: bool
     min_runtime: Duration = 0.0
     grace_period: Duration = 30.0
+    time_limit: Duration | None = Field(default=None, gt=0)
+    idle_after: Duration | None = Field(default=None, gt=0)
+    on_idle: Literal["end", "requeue"] = "end"
+
+
+class SessionsSpec(_Strict):
+    priority: str | None = Field(default=None, max_length=100)
+    """None: `interactive` where the classes have it, else `normal`, as for any job."""
+    detach_grace: Duration = Field(default=600.0, gt=0)
+    idle_notice: Duration = 300.0
+    idle_counts_after: Duration = 300.0
 
 
 class BudgetSpec(_Strict):
@@ -280,10 +300,15 @@ class ConfigSpec(_Strict):
     teams: dict[str, TeamSpec] = Field(default_factory=dict)
     policy: PolicySpec = Field(default_factory=PolicySpec)
     service: ServiceSpec = Field(default_factory=ServiceSpec)
+    sessions: SessionsSpec = Field(default_factory=SessionsSpec)
 
     @model_validator(mode="after")
     def _budgets_name_known_classes(self) -> ConfigSpec:
         known = set(self.classes) if self.classes is not None else {c.name for c in DEFAULT_CLASSES}
+        if self.sessions.priority is not None and self.sessions.priority not in known:
+            raise ValueError(
+                f"sessions.priority: unknown priority class {self.sessions.priority!r} (known: {', '.join(known)})"
+            )
         for team, spec in self.teams.items():
             for cls in spec.budgets:
                 if cls not in known:
@@ -345,7 +370,17 @@ def build(spec: ConfigSpec) -> Config:
         classes = DEFAULT_CLASSES
     else:
         classes = tuple(
-            PriorityClass(name, c.value, c.may_preempt, c.preemptible, c.min_runtime, c.grace_period)
+            PriorityClass(
+                name,
+                c.value,
+                c.may_preempt,
+                c.preemptible,
+                c.min_runtime,
+                c.grace_period,
+                c.time_limit,
+                c.idle_after,
+                c.on_idle,
+            )
             for name, c in sorted(spec.classes.items(), key=lambda item: -item[1].value)
         )
     teams = {
@@ -372,6 +407,12 @@ def build(spec: ConfigSpec) -> Config:
         seniority_after=p.seniority_after,
         placement=p.placement,
         explain_depth=p.explain_depth,
+        sessions=SessionPolicy(
+            spec.sessions.priority or ("interactive" if any(c.name == "interactive" for c in classes) else "normal"),
+            spec.sessions.detach_grace,
+            spec.sessions.idle_notice,
+            spec.sessions.idle_counts_after,
+        ),
     )
 
 

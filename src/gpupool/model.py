@@ -93,6 +93,42 @@ class PriorityClass:
     """Seconds an attempt runs before it can be preempted (anti-thrash)."""
     grace_period: float = 30.0
     """Seconds between notice and the hard kill."""
+    time_limit: float | None = None
+    """A job's time limit when it gives none (`--time`); None: no limit."""
+    idle_after: float | None = None
+    """A session (a shell, a notebook) with no activity for this long is warned, then
+    reclaimed `SessionPolicy.idle_notice` later (`on_idle`); None: never."""
+    on_idle: str = "end"
+    """What reclaims an idle session: `end` (it ends, cancelled) or `requeue` (it is preempted:
+    notice, then back in line, as any preempted job)."""
+
+
+ON_IDLE = ("end", "requeue")
+
+
+class SessionKind(StrEnum):
+    """What makes a job a session: a person at a terminal or a browser waits on it."""
+
+    RUN = "run"
+    """`gpupool run`: a command whose output streams to the person who ran it."""
+    SHELL = "shell"
+    """`gpupool shell`: a terminal (PTY) over the API."""
+    NOTEBOOK = "notebook"
+    """`gpupool notebook`: a Jupyter server behind the API's proxy."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPolicy:
+    """What the scheduler does with sessions (docs/sessions.md)."""
+
+    priority: str = "interactive"
+    """The class of a session that names none."""
+    detach_grace: float = 600.0
+    """Seconds a shell runs on with no terminal attached before it ends."""
+    idle_notice: float = 300.0
+    """Seconds between an idle session's warning and its reclaim."""
+    idle_counts_after: float = 300.0
+    """A stretch with no activity counts as idle GPU-time, whole, once it is this long."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +166,23 @@ class Node:
     gpu_type: str = "gpu"
     team: str | None = None
     """A node dedicated to one team (a partition); `None` is the shared pool."""
+
+
+ONE_NODE_SESSIONS = (SessionKind.SHELL, SessionKind.NOTEBOOK)
+"""Sessions whose terminal or server is one process, on one node."""
+
+
+def session_problem(session: str | None, gpus: int, gpus_per_node: int | None, array: bool) -> str | None:
+    """What is wrong with a session's shape, said for its submitter; None when it is fine."""
+    if session is None:
+        return None
+    if session not in tuple(SessionKind):
+        return f"session: {session!r} is not one of {', '.join(SessionKind)}"
+    if session in ONE_NODE_SESSIONS and gpus_per_node not in (None, gpus):
+        return f"gpus_per_node: a {session} session runs on one node, with all its GPUs"
+    if array:
+        return f"array: a {session} session is one job, not an array"
+    return None
 
 
 def gang_split_problem(gpus: int, gpus_per_node: int | None) -> str | None:
@@ -308,6 +361,7 @@ class Config:
     """With `explain_waits`, only the first this many jobs in line that wait get a `Wait` (the
     later ones keep the reason they were last given, as Slurm's `default_queue_depth`): what a
     decision costs then does not grow with the queue. None: every one."""
+    sessions: SessionPolicy = SessionPolicy()
     _by_name: Mapping[str, PriorityClass] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def priority_class(self, name: str) -> PriorityClass:
@@ -330,6 +384,16 @@ class Config:
 
 DEFAULT_CLASSES: tuple[PriorityClass, ...] = (
     PriorityClass("urgent", 1000, may_preempt=True, preemptible=False, min_runtime=0.0, grace_period=60.0),
+    PriorityClass(
+        "interactive",
+        500,
+        may_preempt=True,
+        preemptible=False,
+        min_runtime=0.0,
+        grace_period=30.0,
+        time_limit=8 * 3600.0,
+        idle_after=3600.0,
+    ),
     PriorityClass("high", 100, may_preempt=True, preemptible=True, min_runtime=600.0, grace_period=120.0),
     PriorityClass("normal", 10, may_preempt=True, preemptible=True, min_runtime=300.0, grace_period=120.0),
     PriorityClass("low", 0, may_preempt=False, preemptible=True, min_runtime=120.0, grace_period=60.0),

@@ -57,7 +57,7 @@ def test_jobs_are_listed_by_state_and_team(store: Store) -> None:
         (
             JobSpec(["x"], priority="vip"),
             NotFound,
-            "priority: unknown priority class 'vip' (known: urgent, high, normal, low)",
+            "priority: unknown priority class 'vip' (known: urgent, interactive, high, normal, low)",
         ),
         (JobSpec(["x"], dependencies=[("ok", 999)]), NotFound, "after: no job 999"),
         (JobSpec(["x"], gpus=0), InvalidInput, "gpus: 0 is not a positive number of GPUs"),

@@ -6,7 +6,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from gpupool.executors import Exit, Launch, NodeState, Progress, Recorded, Started
+from gpupool.executors import Exit, Launch, NodeState, Progress, Recorded, Started, Terminal
 from gpupool.model import Config, Node
 from gpupool.store import Store
 
@@ -79,6 +79,9 @@ class FakeExecutor:
             return (attempt_dir / f"{stream}.log").open("rb") if rank == 0 else None
         except OSError:
             return None
+
+    def terminal(self, job_id: int, attempt: int) -> Terminal:
+        raise OSError("a fake executor runs no process: it has no terminal")
 
 
 def two_node_store(url: str, config: Config) -> Iterator[Store]:

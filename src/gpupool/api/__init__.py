@@ -18,16 +18,18 @@ A submission may carry an `Idempotency-Key`: retried with it, it is the same job
 
 One router per part, each a module: `jobs` (submit, list, show, cancel, logs, events, the
 report), `protocol` (what a running attempt reports), `pool` (nodes, teams, users, classes),
-`history`, `metrics` (`/health` and `/metrics`) and the `dashboard`'s pages. Their routes take
+`history`, `metrics` (`/health` and `/metrics`), `sessions` (a shell's terminal, a WebSocket)
+and the `dashboard`'s pages. Their routes take
 the app's `context.Context` (the store, and the running service through its narrow interface
 `gpupool.service.interface.Service`, never the control loop) and `auth.Who`, the principal.
 `create_app` only puts them together.
 """
 
 from fastapi import FastAPI
+from fastapi.routing import APIWebSocketRoute
 from fastapi_offline import FastAPIOffline
 
-from gpupool.api import access, changes, dashboard, history, jobs, limits, metrics, pool, protocol
+from gpupool.api import access, changes, dashboard, history, jobs, limits, metrics, pool, protocol, sessions
 from gpupool.api.access import Principal
 from gpupool.api.context import Context
 from gpupool.api.errors import install
@@ -58,6 +60,7 @@ ROUTERS = (
     history.router,
     metrics.router,
     protocol.router,
+    sessions.router,
 )
 """The API's parts, in the order of the OpenAPI document; the dashboard's pages come last."""
 
@@ -84,7 +87,7 @@ def create_app(ctx: Context) -> FastAPI:
         (
             (method, getattr(route, "path", ""))
             for route in every_route(app.routes)
-            for method in getattr(route, "methods", None) or ()
+            for method in getattr(route, "methods", None) or (("WS",) if isinstance(route, APIWebSocketRoute) else ())
         ),
         pages=dashboard.PAGE_ROUTES,
     )

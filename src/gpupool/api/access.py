@@ -67,6 +67,7 @@ class Rule(StrEnum):
     REPORT = "any token; pool, team and class totals of all, users and interruptions of its own team"
     HISTORY = "any token; the admin's every team's ended jobs, a team's or user's token its own team's"
     ATTEMPT = "only the token of that live attempt"
+    SESSION = "the job's own user's token (a team's, for a session its team's token started)"
 
 
 ROUTES: Final[dict[tuple[str, str], Rule]] = {
@@ -90,6 +91,7 @@ ROUTES: Final[dict[tuple[str, str], Rule]] = {
     ("POST", "/jobs/{job_id}/release"): Rule.ACT,
     ("PATCH", "/jobs/{job_id}"): Rule.ACT,
     ("POST", "/jobs/{job_id}/requeue"): Rule.ACT,
+    ("WS", "/jobs/{job_id}/terminal"): Rule.SESSION,
     ("GET", "/events"): Rule.EVENTS,
     ("GET", "/report"): Rule.REPORT,
     ("GET", "/history"): Rule.HISTORY,
@@ -104,7 +106,7 @@ ROUTES: Final[dict[tuple[str, str], Rule]] = {
 DOCUMENTS: Final = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 """The API's own description, open to all (not routes of the OpenAPI document)."""
 
-JOB_RULES: Final = frozenset({Rule.JOB, Rule.ACT})
+JOB_RULES: Final = frozenset({Rule.JOB, Rule.ACT, Rule.SESSION})
 """Rules about the job in the path: the principal dependency reads it to apply them."""
 
 
@@ -144,6 +146,10 @@ def enforce(who: Principal, rule: Rule, job: JobRow | None = None) -> None:
     if rule is Rule.ACT and not who.admin and who.user is not None and job.user != who.user:
         by = f"user {job.user}" if job.user else f"team {job.team}'s token"
         raise Forbidden(f"{who} may act only on the jobs {who.user} submitted; job {job.label} was submitted by {by}")
+    if rule is Rule.SESSION and not who.admin and job.user != who.user:
+        # A terminal types as the session's user: its own token, not a teammate's or the team's.
+        by = f"user {job.user}" if job.user else f"team {job.team}'s token"
+        raise Forbidden(f"{who} may not use job {job.label}'s session: it was started by {by}")
 
 
 def require_may_submit(who: Principal, team: str) -> None:

@@ -33,8 +33,8 @@ from gpupool.api.models import (
 )
 from gpupool.api.submission import check_fits, check_key, check_paths, parsed
 from gpupool.config import webhook_url
-from gpupool.errors import Conflict, StoreUnavailable
-from gpupool.model import JobState
+from gpupool.errors import Conflict, InvalidInput, StoreUnavailable
+from gpupool.model import JobState, session_problem
 from gpupool.slurm import parse_after, parse_array
 from gpupool.store import DEFAULT_TEAM, JobSpec
 from gpupool.store.jobs import DuplicateSubmission
@@ -103,10 +103,14 @@ def prepare(ctx: Context, body: JobIn, who: Principal, key: str | None) -> JobSp
         # What would be written now could be lost, or scheduled by a scheduler that is blind.
         raise StoreUnavailable(f"the scheduler has stopped deciding ({ctx.service.halted}): no job is accepted now")
     team = body.team or who.team or DEFAULT_TEAM
+    priority, time_limit = ctx.service.job_defaults(body.priority, body.session)
+    problem = session_problem(body.session, body.gpus, body.gpus_per_node, bool(body.array))
+    if problem is not None:
+        raise InvalidInput(problem)
     access.require_may_submit(who, team)
     user = who.user if not who.admin else body.user
     ctx.service.check_runnable(user, team)
-    check_fits(ctx.nodes(), body, team)
+    check_fits(ctx.nodes(), body, team, priority)
     ctx.service.check_resources(body.gpus, body.gpus_per_node, body.mem, body.mem_per_gpu, body.cpus_per_gpu)
     check_paths(body, ctx.service.workspace.data_dir)
     dependencies = parsed("after", parse_after, body.after) or []
@@ -114,7 +118,7 @@ def prepare(ctx: Context, body: JobIn, who: Principal, key: str | None) -> JobSp
     return JobSpec(
         body.command,
         team,
-        body.priority,
+        priority,
         body.gpus,
         body.name,
         body.gpus_per_node,
@@ -123,7 +127,7 @@ def prepare(ctx: Context, body: JobIn, who: Principal, key: str | None) -> JobSp
         body.env,
         body.max_failures,
         body.max_preemptions,
-        body.time_limit,
+        body.time_limit if body.time_limit is not None else time_limit,
         user=user,
         dependencies=dependencies,
         script=body.script,
@@ -136,6 +140,7 @@ def prepare(ctx: Context, body: JobIn, who: Principal, key: str | None) -> JobSp
         mem=body.mem,
         mem_per_gpu=body.mem_per_gpu,
         cpus_per_gpu=body.cpus_per_gpu,
+        session=body.session,
     )
 
 
@@ -231,9 +236,17 @@ def report(
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut, responses=responses(401, 403, 404, 409, 422, 503))
-def cancel(job_id: JobId, who: Who, ctx: Ctx) -> JobOut:
-    """Cancel a job: a team's token any of its team's, a user's token those it submitted."""
-    job = ctx.store.cancel(job_id, ctx.clock())
+def cancel(
+    job_id: JobId,
+    who: Who,
+    ctx: Ctx,
+    now: Annotated[
+        bool, Query(description="Kill a running attempt at once, without its class's grace (also during it).")
+    ] = False,
+) -> JobOut:
+    """Cancel a job: a team's token any of its team's, a user's token those it submitted. A
+    running attempt gets notice and its class's grace, or is killed at once with `now`."""
+    job = ctx.store.cancel(job_id, ctx.clock(), kill=now)
     ctx.service.wake()
     return JobOut.of(job)
 

@@ -68,7 +68,8 @@ class JobIn(_In):
     """The program and its arguments (1 MB in all, 128 KiB each; the program a path the system takes)."""
     team: str | None = Field(default=None, max_length=200)
     """Defaults to the team of the token (or `default` for the admin)."""
-    priority: str = Field(default="normal", max_length=100)
+    priority: str | None = Field(default=None, max_length=100)
+    """Its class; by default `normal`, or the sessions' class (`sessions.priority`) for a session."""
     gpus: int = Field(default=1, ge=1, le=MANY)
     gpus_per_node: int | None = Field(default=None, ge=1, le=MANY)
     gpu_type: str | None = Field(default=None, max_length=100)
@@ -107,6 +108,10 @@ class JobIn(_In):
     """Memory for each GPU (the default: a node's memory divided by its GPUs)."""
     cpus_per_gpu: float | None = Field(default=None, gt=0, le=4096)
     """CPUs for each GPU: a weight or a cap, as the pool is configured."""
+    session: Literal["run", "shell", "notebook"] | None = None
+    """`run`, `shell` (a terminal through `/jobs/{id}/terminal`) or `notebook`: a person waits
+    on it. It gets the sessions' class when it names none, and is one job on one node (`run`
+    may span nodes)."""
 
     @field_validator("team", "priority", "gpu_type", "name", "after", "array", "user")
     @classmethod
@@ -203,6 +208,8 @@ class AttemptOut(BaseModel):
     """Processes the kernel killed because it reached its memory limit."""
     peak_gpu_memory: int | None = None
     """Bytes, where NVML counts it."""
+    idle_seconds: float | None = None
+    """A session's: seconds it held its GPUs with no activity (stretches of `idle_counts_after` or more)."""
 
     @classmethod
     def of(cls, row: AttemptRow) -> AttemptOut:
@@ -347,6 +354,8 @@ class JobOut(_Out):
     mem_per_gpu: int | None = None
     cpus_per_gpu: float | None = None
     """What it asked besides GPUs (None: the pool's default)."""
+    session: str | None = None
+    """`run`, `shell` or `notebook` for a session; null for a batch job."""
     user: str | None
     dependencies: list[list[Any]] | None
     dependency_met_at: float | None

@@ -112,3 +112,8 @@ class ClassOut(BaseModel):
     preemptible: bool
     min_runtime: float
     grace_period: float
+    time_limit: float | None = None
+    """A job's time limit when it gives none."""
+    idle_after: float | None = None
+    """A session idle this long is warned, then reclaimed (`on_idle`); null: never."""
+    on_idle: str | None = None

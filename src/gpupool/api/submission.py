@@ -38,12 +38,12 @@ def parsed(field: str, parse: Callable[[str], T], text: str | None) -> T | None:
         raise InvalidInput(f"{field}: {exc}") from None
 
 
-def check_fits(nodes: list[Node], body: JobIn, team: str) -> None:
+def check_fits(nodes: list[Node], body: JobIn, team: str, priority: str) -> None:
     """Refuse a job that no placement of this pool could ever hold."""
     problem = gang_split_problem(body.gpus, body.gpus_per_node)
     if problem is not None:
         raise InvalidInput(f"gpus_per_node: {problem}")
-    probe = Job("new", team, body.priority, body.gpus, 0.0, body.gpus_per_node, body.gpu_type)
+    probe = Job("new", team, priority, body.gpus, 0.0, body.gpus_per_node, body.gpu_type)
     if not can_ever_fit(probe, nodes):
         raise InvalidInput(f"gpus: {messages.never_fits(probe, nodes)}")
 

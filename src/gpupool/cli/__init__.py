@@ -2,7 +2,8 @@
 
 - `simulate` (replay a trace; `replay` holds the options it shares with `advise`), `advise`;
 - `demo`;
-- `up` (the service); `submit`; `jobs`: `queue`, `show`, `cancel`, `logs`; `events`;
+- `up` (the service); `submit`, and the sessions it starts (`run`, `shell`; `attach`, in
+  `sessions`, with the terminal in `terminal`); `jobs`: `queue`, `show`, `cancel`, `logs`; `events`;
   `changes`: `hold`, `release`, `update`, `requeue` (as scontrol); `login`; `backup`;
 - `pool`: `pool`, `classes`, `team ...`, `user ...`; `report` (with `report_plots`); `export`.
 
@@ -20,7 +21,22 @@ import typer.core
 import typer.main
 
 # The modules, not their commands: a command named as its module would hide it.
-from gpupool.cli import advise, backup, changes, demo, events, export, jobs, login, pool, report, simulate, submit, up
+from gpupool.cli import (
+    advise,
+    backup,
+    changes,
+    demo,
+    events,
+    export,
+    jobs,
+    login,
+    pool,
+    report,
+    sessions,
+    simulate,
+    submit,
+    up,
+)
 from gpupool.cli.common import HELP, console
 
 app = typer.Typer(
@@ -72,6 +88,10 @@ COMMANDS = (
 )
 for command in COMMANDS:
     app.command(context_settings=HELP)(command)
+    if command is submit.submit:  # the sessions: submit's options, run in the foreground
+        app.command("run", context_settings=HELP, help=submit.RUN_HELP)(submit.submit)
+        app.command("shell", context_settings=HELP, help=submit.SHELL_HELP)(submit.submit)
+        app.command("attach", context_settings=HELP)(sessions.attach)
 app.add_typer(pool.team_app, name="team")
 app.add_typer(pool.user_app, name="user")
 app.command("advise", context_settings=HELP)(advise.advise_command)

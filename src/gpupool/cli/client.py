@@ -76,6 +76,7 @@ class Client:
     def __init__(self, url: str, token: str, timeout: float = 30.0) -> None:
         self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout)
         self.url = url
+        self.token = token
         self.pause: Callable[[float], None] = time.sleep
         """How the client waits between tries (tests replace it)."""
 
@@ -147,7 +148,12 @@ class Client:
         job: dict[str, Any] = self.request("GET", f"/jobs/{job_id}")
         return job
 
-    def cancel(self, job_id: int) -> dict[str, Any]:
+    def cancel(self, job_id: int, now: bool = False) -> dict[str, Any]:
+        """Cancel a job: a running one gets notice and its class's grace, or is killed at once
+        (`now`, also during the grace)."""
+        if now:
+            job: dict[str, Any] = self.request("POST", f"/jobs/{job_id}/cancel", params={"now": "true"})
+            return job
         return self.act(job_id, "cancel")
 
     def act(self, job_id: int, action: str) -> dict[str, Any]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
@@ -233,13 +235,16 @@ def cancel(
     team: Annotated[str | None, typer.Option("--team", "-A", help="Every live job of this team.")] = None,
     state: Annotated[str | None, typer.Option("--state", "-t", help="Only jobs in these states.")] = None,
     name: Annotated[str | None, typer.Option("--name", "-n", help="Only jobs of this name.")] = None,
+    now: Annotated[
+        bool, typer.Option("--now", help="Kill running jobs at once, with no grace (also during their grace).")
+    ] = False,
     config: ConfigOption = None,
     api: ApiOption = None,
 ) -> None:
     """Cancel jobs, as scancel.
 
     A waiting job ends at once; a running one gets SIGTERM, then SIGKILL after its class's
-    grace. An array's id cancels all its tasks. Filters narrow the ids given, or pick the jobs
+    grace (at once with --now). An array's id cancels all its tasks. Filters narrow the ids given, or pick the jobs
     when no id is given."""
     api_client = client(config, api)
     filtered = any(f is not None for f in (user, team, state, name))
@@ -270,7 +275,7 @@ def cancel(
             continue
         seen.add(job["id"])
         try:
-            done = api_client.cancel(job["id"])
+            done = api_client.cancel(job["id"], now)
         except GpupoolError as exc:
             errors.print(f"[bold red]error:[/] job {label(job)}: {escape(str(exc))}", highlight=False)
             worst = max(worst, exit_code(exc))
@@ -304,41 +309,58 @@ def logs(
     stream = "stderr" if stderr else "stdout"
     # Followed, a job's output is every attempt's, from the first: a flaky job's first try too.
     number = attempt if attempt is not None else 0 if follow else max(0, job["attempts"] - 1)
-    offset = 0
+    tail = Tail(api_client, job["id"], stream, number, rank=rank)
 
-    def drain() -> None:
-        """Print what the attempt's file holds from `offset` on, as of now (an answer holds a
-        few MiB at most: ask again while the file has more)."""
-        nonlocal offset
-        while True:
-            text, following, size = call(api_client.log_part, job["id"], number, stream, offset, rank)
-            console.out(text, end="", highlight=False)
-            advanced, offset = following > offset, following
-            if not advanced or offset >= size:
-                return
+    def printed(text: str) -> None:
+        console.out(text, end="", highlight=False)
 
     while True:
-        drain()
+        tail.drain(printed)
         if not follow:
             return
         job = call(api_client.job, job["id"])
-        if attempt is None and job["attempts"] - 1 > number:
+        if attempt is None and job["attempts"] - 1 > tail.attempt:
             # The next attempt: the end of this one first, then the next from its start, unless
             # every attempt writes one file.
-            drain()
+            tail.drain(printed)
             template = job["error"] if stderr and job["error"] else job["output"]
-            number += 1
-            offset = offset if template is not None and not PER_ATTEMPT.search(template) else 0
+            tail.attempt += 1
+            tail.offset = tail.offset if template is not None and not PER_ATTEMPT.search(template) else 0
             continue
         if ended(job):
-            drain()  # the last words of the attempt, then stop
+            tail.drain(printed)  # the last words of the attempt, then stop
             raise typer.Exit(outcome_code(job))
         if attempt is not None:
             mine = next((a for a in job["history"] if a["attempt"] == attempt), None)
             if mine is not None and mine["ended_at"] is not None and mine["outcome"] == "preempted":
-                drain()
+                tail.drain(printed)
                 raise typer.Exit(EXIT_PREEMPTED)
         time.sleep(0.5)
+
+
+@dataclass
+class Tail:
+    """Where a reader of one member's output is: the attempt, and the byte offset in its file."""
+
+    api: Client
+    job_id: int
+    stream: str
+    attempt: int
+    offset: int = 0
+    rank: int = 0
+
+    def drain(self, write: Callable[[str], object]) -> None:
+        """Print what the attempt's file holds from `offset` on, as of now (an answer holds a
+        few MiB at most: ask again while the file has more)."""
+        while True:
+            text, following, size = call(
+                self.api.log_part, self.job_id, self.attempt, self.stream, self.offset, self.rank
+            )
+            if text:
+                write(text)
+            advanced, self.offset = following > self.offset, following
+            if not advanced or self.offset >= size:
+                return
 
 
 PER_ATTEMPT = re.compile(r"(?<!%)(?:%%)*%t")

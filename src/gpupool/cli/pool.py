@@ -277,6 +277,8 @@ def classes(as_json: JsonOption = False, config: ConfigOption = None, api: ApiOp
         Column("PREEMPTIBLE"),
         Column("MIN RUN", justify="right"),
         Column("GRACE", justify="right"),
+        Column("LIMIT", justify="right", drop=1),
+        Column("IDLE", justify="right", drop=2),
     )
     rows = [
         [
@@ -286,6 +288,8 @@ def classes(as_json: JsonOption = False, config: ConfigOption = None, api: ApiOp
             "yes" if c["preemptible"] else "no",
             human_seconds(c["min_runtime"]),
             human_seconds(c["grace_period"]),
+            human_seconds(c["time_limit"]) if c["time_limit"] else "",
+            f"{human_seconds(c['idle_after'])} {c['on_idle']}" if c["idle_after"] else "",
         ]
         for c in found
     ]

@@ -13,7 +13,9 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
+from gpupool.cli import sessions
 from gpupool.cli.common import ApiOption, ConfigOption, call, client, console, fail, wait_for_outcome
+from gpupool.model import SessionKind
 from gpupool.slurm import DIRECTIVE, directives
 from gpupool.units import parse_time_limit
 
@@ -157,7 +159,12 @@ def submit(
         list[str] | None, typer.Argument(help="The command after --, or a batch script and its arguments.")
     ] = None,
     team: Annotated[str | None, typer.Option(help="Team (default: the token's team).")] = None,
-    priority: Annotated[str, typer.Option("--priority", "-p", help="Priority class.")] = "normal",
+    priority: Annotated[
+        str | None,
+        typer.Option(
+            "--priority", "-p", help="Priority class (default: normal; a session's: the pool's, interactive)."
+        ),
+    ] = None,
     gpus: Annotated[int, typer.Option(help="GPUs, all or nothing.")] = 1,
     gpus_per_node: Annotated[int | None, typer.Option(help="GPUs on each node of a multi-node job.")] = None,
     gpu_type: Annotated[str | None, typer.Option(help="Only nodes with this GPU type.")] = None,
@@ -212,7 +219,10 @@ def submit(
     executable, is a batch script, as sbatch reads #SBATCH: options on the command line win, and
     the job runs a copy of the script taken now. Any other command runs in place.
     """
+    mode = ctx.info_name or "submit"
     argv = list(command or [])
+    if mode == SessionKind.SHELL.value and not argv and wrap is None:
+        argv = [os.environ.get("SHELL") or "/bin/bash", "-l"]
     script = batch_script(argv) if wrap is None else None
     if script is None and argv and wrap is None:
         argv[0] = runnable(argv[0])
@@ -224,9 +234,19 @@ def submit(
     if not argv:
         raise fail("give the command to run after --, a batch script, or --wrap 'shell line'")
     body = request_body(o, argv, script)
+    if mode != "submit":
+        for option in ("array", "wait", "parsable"):
+            if o[option]:
+                raise fail(f"--{option}: gpupool {mode} runs one job in the foreground; use gpupool submit")
+        body["session"] = mode
+        body["name"] = body["name"] or (mode if mode == SessionKind.SHELL.value else "")
     api_client = client(config, api)
     # One key for every try of this submission: a retry after a lost answer is the same job.
     job = call(api_client.submit, body, str(uuid.uuid4()))
+    if mode != "submit":
+        sessions.say(f"job {job['label']} submitted ({job['name']}, team {job['team']}, {job['priority']})")
+        finish = sessions.run_session if mode == SessionKind.RUN.value else sessions.shell_session
+        raise typer.Exit(finish(api_client, job))
     if o["parsable"]:
         console.print(str(job["id"]), highlight=False)
     else:
@@ -235,3 +255,18 @@ def submit(
         console.print(f"submitted {kind} [bold]{job['id']}[/] {about}", highlight=False)
     if o["wait"]:
         raise typer.Exit(wait_for_outcome(api_client, job["id"], quiet=o["parsable"]))
+
+
+RUN_HELP = """Run a command as a job in the foreground, as srun: gpupool run --gpus 1 -- python eval.py
+
+It waits for the start, streams the job's standard output and error here, and exits with its
+exit code (125 cancelled, 124 time limit, 75 preempted). Ctrl-C cancels the job (notice, then its
+class's grace); a second Ctrl-C kills it at once. Takes submit's options; its class is the pool's
+sessions' class (interactive) unless -p names one."""
+
+SHELL_HELP = """A shell on the pool's GPUs, as srun --pty bash: gpupool shell --gpus 1 --time 2h
+
+A terminal on the node that holds the job's GPUs, as the job's user, inside its limits, with
+CUDA_VISIBLE_DEVICES set. Its exit ends the job. Enter ~ . detaches; gpupool attach JOB comes back
+(within sessions.detach_grace). An idle session is warned, then ended (its class's idle_after).
+Takes submit's options (a command after -- instead of your shell)."""

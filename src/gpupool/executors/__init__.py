@@ -94,6 +94,8 @@ class Launch:
     user: JobUser | None = None
     """The OS user it runs as; None for the scheduler's own."""
     resources: Resources = Resources()
+    tty: bool = False
+    """Rank 0 runs on a terminal its launcher serves (a shell session): `Executor.terminal`."""
 
     def member_env(self, member: Member, master_addr: str, master_port: int) -> dict[str, str]:
         """A member's environment: `CUDA_VISIBLE_DEVICES` for its GPUs, in NVML's order (the
@@ -195,6 +197,18 @@ class NodeState:
     kept from new jobs until it ends."""
 
 
+class Terminal(Protocol):
+    """One connection to a member's terminal: frames as `terminal.py` defines them."""
+
+    def send(self, kind: bytes, payload: bytes = b"") -> None: ...
+
+    def receive(self, timeout: float) -> list[tuple[bytes, bytes]] | None:
+        """The frames that came within `timeout` s ([] if none); None once the terminal is gone."""
+        ...
+
+    def close(self) -> None: ...
+
+
 class Executor(Protocol):
     def nodes(self) -> list[NodeState]:
         """The nodes that can run attempts now; one that is gone leaves the pool."""
@@ -224,6 +238,11 @@ class Executor(Protocol):
 
     def logs(self, job_id: int, attempt: int, rank: int, stream: str, attempt_dir: Path) -> BinaryIO | None:
         """A member's `stdout` or `stderr` in the attempt's folder, open for reading, or None."""
+        ...
+
+    def terminal(self, job_id: int, attempt: int) -> Terminal:
+        """A new connection to the terminal of the attempt's rank 0 (`Launch.tty`); OSError when
+        it has none, or none any more."""
         ...
 
     def close(self) -> None:

@@ -48,12 +48,15 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpupool.executors import cgroups
-else:  # run as a script, with no package: its neighbour
+    from gpupool.executors import cgroups, terminal
+else:  # run as a script, with no package: its neighbours
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
     import cgroups
+    import terminal
 
 AS_JOB = 'exec >>"$2" 2>>"$3"; cd -- "$1" || exit 126; shift 3; exec "$@"'
+AT_TERMINAL = 'cd -- "$1" || exit 126; shift 3; exec "$@"'
+"""A session's command: its output is its terminal's, not the logs'."""
 
 
 def write(path: str, record: dict[str, object]) -> None:
@@ -104,39 +107,57 @@ def die_with_parent(parent: int, cgroup: cgroups.Cgroup | None) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def main(argv: list[str], env: dict[str, str], contain: dict[str, object] | None = None, ready: int = -1) -> int:
+def main(
+    argv: list[str], env: dict[str, str], contain: dict[str, object] | None = None, ready: int = -1, tty: bool = False
+) -> int:
     """Run the attempt's command to its end; `ready`, where given, is told this launcher's pid
-    once its record is written (a fork server's detached launcher)."""
+    once its record is written (a fork server's detached launcher). With `tty` the command
+    runs on a terminal of its own, which the launcher serves (`terminal.Relay`)."""
     folder, owner, user, workdir, stdout, stderr, *command = argv
     cgroup = contained(contain)
     over = False  # over its memory limit before the limit was written (`memory_limited`)
+    relay: terminal.Relay | None = None
     try:
         record(folder, owner)
         if ready >= 0:
             os.write(ready, str(os.getpid()).encode())
             os.close(ready)
+        slave = None
+        if tty:
+            master, slave = terminal.opened(pwd.getpwnam(user).pw_uid if user != "-" else None)
+            relay = terminal.Relay(owner, master)
+        arguments = [workdir, stdout, stderr, *command]
         if cgroup is not None:
             assert contain is not None
             limits = cgroups.Request.from_json(contain).limits()
             cgroup.create(limits)
             if not cgroup.layout.fences_devices():
                 cgroups.hide(limits.hidden)
-            child = cgroup.started(lambda: start(folder, owner, user, [workdir, stdout, stderr, *command], env))
+            child = cgroup.started(lambda: start(folder, owner, user, arguments, env, slave))
             over = memory_limited(cgroup, limits)
         else:
-            child = start(folder, owner, user, [workdir, stdout, stderr, *command], env)
+            child = start(folder, owner, user, arguments, env, slave)
+        if slave is not None:
+            os.close(slave)
     except OSError as exc:
         # No space for a record, no process to fork, no cgroup: the scheduler's trouble, not
         # the job's.
+        if relay is not None:
+            relay.close()
         if cgroup is not None:
             emptied(cgroup)
         write(os.path.join(folder, "exit.json"), {"exit_code": None, "not_started": str(exc), "owner": owner})
         return NOT_STARTED
-    if NOTICED:  # given before the command ran: it has it now
-        child.send_signal(signal.SIGTERM)
-    code: int = child.wait()
+    if relay is not None:
+        code = relay.run(child, lambda: len(NOTICED))
+    else:
+        if NOTICED:  # given before the command ran: it has it now
+            child.send_signal(signal.SIGTERM)
+        code = child.wait()
     if code < 0:
         code = 128 - code  # killed by a signal: as a shell reports it
+    if relay is not None:
+        relay.finish(code)
     ending: dict[str, object] = {"exit_code": code, "owner": owner}
     if cgroup is not None:
         usage = ending["usage"] = emptied(cgroup)
@@ -204,16 +225,17 @@ def serve() -> None:
     for line in sys.stdin.buffer:
         request = json.loads(line)
         try:
+            tty = bool(request.get("tty"))
             if request.get("detach"):
-                pid = detached(request["argv"], request["env"], request["folder"], request.get("contain"))
+                pid = detached(request["argv"], request["env"], request["folder"], request.get("contain"), tty)
             else:
-                pid = fork(request["argv"], request["env"], request["folder"], request.get("contain"))
+                pid = fork(request["argv"], request["env"], request["folder"], request.get("contain"), tty)
             tell({"id": request["id"], "pid": pid})
         except OSError as exc:
             tell({"id": request["id"], "error": str(exc)})
 
 
-def fork(argv: list[str], env: dict[str, str], folder: str, contain: dict[str, object] | None) -> int:
+def fork(argv: list[str], env: dict[str, str], folder: str, contain: dict[str, object] | None, tty: bool) -> int:
     """A launcher forked from the fork server: the leader of a session of its own, with its
     output in the folder's launcher.log; returns its pid once it leads its session."""
     log = os.open(os.path.join(folder, "launcher.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
@@ -235,7 +257,7 @@ def fork(argv: list[str], env: dict[str, str], folder: str, contain: dict[str, o
             os.close(ready_r)
             become_launcher(log, folder)  # its end of the pipe closes with the others
             die_with_parent(server, contained(contain))
-            code = main(argv, env, contain)
+            code = main(argv, env, contain, tty=tty)
         finally:
             os._exit(code)
     os.close(log)
@@ -271,7 +293,7 @@ def record(folder: str, owner: str) -> None:
     write(os.path.join(folder, "launcher.json"), {"pid": os.getpid(), "started": started, "owner": owner})
 
 
-def detached(argv: list[str], env: dict[str, str], folder: str, contain: dict[str, object] | None) -> int:
+def detached(argv: list[str], env: dict[str, str], folder: str, contain: dict[str, object] | None, tty: bool) -> int:
     """A launcher forked twice from the fork server: a child of no process of the scheduler's
     (init, or the nearest subreaper, reaps it), the leader of a session of its own, living on
     when the fork server and the scheduler are gone (the local executor's, which a restarted
@@ -292,7 +314,7 @@ def detached(argv: list[str], env: dict[str, str], folder: str, contain: dict[st
                     os._exit(0)
                 os.close(ready_r)
                 become_launcher(log, folder, keep=ready_w)
-                code = main(argv, env, contain, ready_w)
+                code = main(argv, env, contain, ready_w, tty)
             finally:
                 os._exit(code)
         os.close(ready_w)
@@ -311,21 +333,40 @@ def detached(argv: list[str], env: dict[str, str], folder: str, contain: dict[st
     return int(said)
 
 
-def start(folder: str, owner: str, user: str, arguments: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """Start the command (`arguments`: workdir, stdout, stderr, the command) as `user`."""
+def start(
+    folder: str, owner: str, user: str, arguments: list[str], env: dict[str, str], tty: int | None = None
+) -> subprocess.Popen[bytes]:
+    """Start the command (`arguments`: workdir, stdout, stderr, the command) as `user`; on the
+    terminal whose slave is `tty`, where given: the leader of a session of its own, which has
+    that terminal."""
     uid = gid = groups = None
     if user != "-":
         entry = pwd.getpwnam(user)
         uid, gid, groups = entry.pw_uid, entry.pw_gid, os.getgrouplist(entry.pw_name, entry.pw_gid)
+    if tty is None:
+        return subprocess.Popen(
+            ["/bin/sh", "-c", AS_JOB, "job", *arguments],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            cwd="/",
+            umask=0o022,
+            user=uid,
+            group=gid,
+            extra_groups=groups,
+        )
     return subprocess.Popen(
-        ["/bin/sh", "-c", AS_JOB, "job", *arguments],
+        ["/bin/sh", "-c", AT_TERMINAL, "job", *arguments],
         env=env,
-        stdin=subprocess.DEVNULL,
+        stdin=tty,
+        stdout=tty,
+        stderr=tty,
         cwd="/",
         umask=0o022,
         user=uid,
         group=gid,
         extra_groups=groups,
+        start_new_session=True,
+        preexec_fn=terminal.take_terminal,  # noqa: PLW1509 - a launcher's own threads only sleep
     )
 
 

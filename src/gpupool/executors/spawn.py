@@ -37,10 +37,13 @@ class Spawn:
     stderr: Path | None = None
     contain: Request | None = None
     """Its cgroup, where the scheduler contains its attempts; None for a process group."""
+    tty: bool = False
+    """It runs on a terminal its launcher serves (`terminal.py`): a shell session's member."""
 
     def payload(self) -> dict[str, object]:
         """What the launcher reads on its standard input."""
-        return {"env": dict(self.env), "contain": self.contain.as_json() if self.contain is not None else None}
+        contain = self.contain.as_json() if self.contain is not None else None
+        return {"env": dict(self.env), "contain": contain, "tty": self.tty}
 
 
 def prepare(member: Spawn) -> list[str]:

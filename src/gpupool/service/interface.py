@@ -15,6 +15,27 @@ from gpupool.service.workspace import Workspace
 from gpupool.store.schema import JobRow
 
 
+class Terminal(Protocol):
+    """One connection to a shell session's terminal (`sessions.SessionTerminal` is one)."""
+
+    def screen(self) -> None:
+        """Ask for what the terminal showed last (its last 64 KiB), before what comes next."""
+        ...
+
+    def keys(self, data: bytes) -> None:
+        """Type `data` into the terminal."""
+        ...
+
+    def resize(self, rows: int, cols: int) -> None: ...
+
+    def output(self, timeout: float) -> tuple[bytes, int | None] | None:
+        """What the terminal showed within `timeout` s (b"" if nothing), with the shell's exit
+        code once it ended (then nothing follows); None once the terminal is gone."""
+        ...
+
+    def close(self) -> None: ...
+
+
 class Service(Protocol):
     @property
     def halted(self) -> str | None:
@@ -44,6 +65,23 @@ class Service(Protocol):
         self, gpus: int, gpus_per_node: int | None, mem: int | None, mem_per_gpu: int | None, cpus: float | None
     ) -> None:
         """Refuse, at submit, memory or CPUs no node has: `InvalidInput` naming the limit."""
+        ...
+
+    def job_defaults(self, priority: str | None, session: str | None) -> tuple[str, float | None]:
+        """What a submission that names no class gets (`normal`, or the sessions' class for a
+        session), and the time limit of the class it runs at when it gives none."""
+        ...
+
+    def open_terminal(self, job: JobRow) -> Terminal:
+        """A connection to the running shell session's terminal; `Conflict` when it has none."""
+        ...
+
+    def session_active(self, job_id: int) -> None:
+        """The session was used (a keystroke): not idle."""
+        ...
+
+    def session_attached(self, job_id: int, change: int) -> None:
+        """A terminal attached to the session (1) or left it (-1)."""
         ...
 
     def open_log(self, job: JobRow, attempt: int, stream: str, rank: int = 0) -> BinaryIO | None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gpupool.executors import Launch, Resources, members_of
 from gpupool.executors.users import JobUser
-from gpupool.model import Placement
+from gpupool.model import Placement, SessionKind
 from gpupool.service.workspace import Workspace
 from gpupool.store.schema import JobRow
 
@@ -46,8 +46,11 @@ def prepare_launch(
     stdout, stderr = workspace.checked_log_files(job, attempt)
     members = members_of(placement)
     resources = Resources(job.mem, job.mem_per_gpu, job.cpus_per_gpu)
+    if job.session is not None:
+        env["GPUPOOL_SESSION"] = job.session
+    tty = job.session == SessionKind.SHELL.value
     return Launch(
-        job.id, attempt, command, Path(job.workdir), env, attempt_dir, members, stdout, stderr, user, resources
+        job.id, attempt, command, Path(job.workdir), env, attempt_dir, members, stdout, stderr, user, resources, tty
     )
 
 

@@ -23,11 +23,14 @@ from typing import BinaryIO
 from gpupool.errors import Conflict, InvalidInput
 from gpupool.executors import Executor, Exit, Key, NodeState, Recorded, Resources, Started
 from gpupool.executors.containment import unfit
+from gpupool.executors.terminal import SAY
 from gpupool.executors.users import JobUser, job_user
-from gpupool.model import Config, JobState, Node, Placement, Plan, Reason, Wait
+from gpupool.model import Config, JobState, Node, Placement, Plan, Reason, SessionKind, Wait
 from gpupool.policy import PoolState, decide
+from gpupool.policy.idle import review
 from gpupool.service.launches import prepare_launch, protocol_env
 from gpupool.service.observer import Observer
+from gpupool.service.sessions import Sessions, SessionTerminal
 from gpupool.service.snapshots import UNEXPLAINED, KeptSnapshots
 from gpupool.service.workspace import Workspace, token_hash
 from gpupool.store import Store
@@ -36,6 +39,9 @@ from gpupool.store.schema import AttemptRow, JobRow
 from gpupool.units import plural
 
 log = logging.getLogger("gpupool.service")
+
+TERMINAL_WAIT = 5.0
+"""Seconds a terminal is tried for: its launcher serves it once it has started the shell."""
 
 
 @dataclass
@@ -85,11 +91,14 @@ class ControlLoop:
     """What the loop decides on: the store read whole once, then what changed (snapshots.py)."""
     workspace: Workspace = field(init=False)
     """Where jobs' folders and logs are, under `data_dir` (workspace.py)."""
+    sessions: Sessions = field(init=False)
+    """What the loop has seen of each running session (sessions.py): the idle rule's input."""
     _intervals: tuple[float, dict[str, float]] | None = None
 
     def __post_init__(self) -> None:
         self.snapshots = KeptSnapshots(self.store)
         self.workspace = Workspace(self.data_dir, self.store.identity)
+        self.sessions = Sessions(self.config)
 
     # --- what the API may ask (interface.Service) ------------------------------------------------
 
@@ -121,6 +130,39 @@ class ControlLoop:
         if problem is not None:
             raise InvalidInput(problem)
 
+    def job_defaults(self, priority: str | None, session: str | None) -> tuple[str, float | None]:
+        """What a submission that names no class gets (`normal`, or the sessions' class for a
+        session), and the time limit of the class it runs at when it gives none (an unknown
+        class is the store's to refuse)."""
+        chosen = priority or (self.config.sessions.priority if session is not None else "normal")
+        try:
+            return chosen, self.config.priority_class(chosen).time_limit
+        except ValueError:
+            return chosen, None
+
+    def open_terminal(self, job: JobRow) -> SessionTerminal:
+        """A connection to the running shell session's terminal; `Conflict` when it has none.
+        Its launcher serves it once the shell is started: tried for `TERMINAL_WAIT` seconds."""
+        if job.session != SessionKind.SHELL.value:
+            what = f"a {job.session} session" if job.session else "a batch job"
+            raise Conflict(f"job {job.label} is {what}, with no terminal: `gpupool logs -f {job.label}` follows it")
+        if job.state not in (JobState.STARTING.value, JobState.RUNNING.value, JobState.PREEMPTING.value):
+            raise Conflict(f"job {job.label} is {job.state}: its terminal is there only while it runs")
+        deadline = time.monotonic() + TERMINAL_WAIT
+        while True:
+            try:
+                return SessionTerminal(self.executor.terminal(job.id, job.attempts - 1))
+            except OSError as exc:
+                if time.monotonic() >= deadline:
+                    raise Conflict(f"job {job.label}'s terminal cannot be reached now ({exc})") from None
+            time.sleep(0.05)
+
+    def session_active(self, job_id: int) -> None:
+        self.sessions.active(job_id, time.time())
+
+    def session_attached(self, job_id: int, change: int) -> None:
+        self.sessions.attach(job_id, time.time(), change)
+
     # --- one iteration -----------------------------------------------------------------------
 
     def tick(self, now: float) -> bool:
@@ -131,6 +173,7 @@ class ControlLoop:
         changed = self.sync_nodes(now)
         changed |= self.reap(now)
         self.enforce_deadlines(now)
+        changed |= self.review_sessions(now)
         changed |= self.store.settle_dependencies(now)
         state, holds = self.snapshots.read(now, {node: frozenset(gpus) for node, gpus in self.dirty.items()})
         if not state.line and not holds:
@@ -277,6 +320,9 @@ class ControlLoop:
         except Exception:
             self.unrecorded = ended
             raise
+        idle = {(e.job_id, e.attempt): self.sessions.ended((e.job_id, e.attempt), now) for e in ended}
+        if any(idle.values()):
+            self.store.add_idle_seconds({key: seconds for key, seconds in idle.items() if seconds})
         for exit, state in zip(ended, states, strict=True):
             self.killed.discard((exit.job_id, exit.attempt))
             self.stopping.pop((exit.job_id, exit.attempt), None)
@@ -308,10 +354,8 @@ class ControlLoop:
                 # loop gives every other, then it drains as a preemption does.
                 self.requeued.add(key)
                 self.executor.notify(*key, attempt.notice_deadline or now)
-            if job.cancel_requested_at is not None and key not in self.stopping:
-                grace = self.config.priority_class(job.priority).grace_period
-                self.stopping[key] = now + grace
-                self.executor.notify(*key, now + grace)
+            if job.cancel_requested_at is not None:
+                self.stop(key, job, now)
             deadline = min(attempt.notice_deadline or float("inf"), self.stopping.get(key, float("inf")))
             if key in self.killed or deadline == float("inf"):
                 continue
@@ -320,6 +364,57 @@ class ControlLoop:
                 self.executor.kill(*key)
             else:
                 self.deadlines.append(deadline)
+
+    def review_sessions(self, now: float) -> bool:
+        """Record sessions' idle time, and warn, end or requeue those the rule says
+        (`policy.idle`); whether anything was ended or requeued."""
+        idle = self.sessions.take_idle()
+        if idle:
+            self.store.add_idle_seconds(idle)
+        changed = False
+        for action in review(self.sessions.seen(), self.config, now):
+            key = (action.job, action.attempt)
+            log.info("job %s session: %s", action.job, action.message)
+            if action.action == "warn":
+                self.sessions.warned(key, now)
+                self.store.note("session_idle", [(action.job, action.attempt, action.message)], now)
+                self.say(key, action.message)
+                continue
+            self.sessions.reclaimed(key)
+            changed = True
+            with contextlib.suppress(Conflict):  # it ended, or is ending, meanwhile
+                if action.action == "end":
+                    self.say(key, f"this session ends: {action.message}")
+                    self.store.cancel(action.job, now, why=action.message)
+                else:
+                    self.say(key, f"this session is requeued: {action.message}")
+                    self.store.requeue_job(action.job, now, why=f"({action.message})")
+        return changed
+
+    def say(self, key: Key, message: str) -> None:
+        """A line of gpupool's on a session's terminal, where it has one (its person sees it
+        there, now or when they attach)."""
+        try:
+            link = self.executor.terminal(*key)
+        except OSError:
+            return
+        try:
+            link.send(SAY, f"\r\n[gpupool] {message}\r\n".encode())
+        except OSError:
+            pass
+        finally:
+            link.close()
+
+    def stop(self, key: Key, job: JobRow, now: float) -> None:
+        """A cancelled job's attempt: notice with its class's grace, once; killed at once
+        instead, or as soon as a kill is asked for during the grace (`cancel --now`)."""
+        if key in self.stopping:
+            if job.kill_requested_at is not None:
+                self.stopping[key] = min(self.stopping[key], now)
+            return
+        grace = 0.0 if job.kill_requested_at is not None else self.config.priority_class(job.priority).grace_period
+        self.stopping[key] = now + grace
+        self.executor.notify(*key, now + grace)
 
     def carry_out(self, plan: Plan, tokens: Mapping[str, str], now: float) -> None:
         """Act on a recorded plan. One launch or notice that fails harms no other. A launch
@@ -339,6 +434,8 @@ class ControlLoop:
             job = jobs[int(start.job)]
             try:
                 launched.append(self.launch(job, start.placement, tokens[start.job], intervals.get(job.priority)))
+                if job.session is not None:
+                    self.sessions.started((job.id, job.attempts - 1), SessionKind(job.session), job.priority, now)
             except OSError as exc:
                 log.warning("the scheduler could not launch job %s: %s; it is tried again", job.id, exc)
                 self.store.retry_launch(job.id, job.attempts - 1, now, str(exc))
@@ -405,6 +502,8 @@ class ControlLoop:
                 self.store.mark_started([(*key, found.handle, found.running, found.where)], now)
             if attempt.notice_at is not None:
                 self.requeued.add(key)  # adopting gave it its notice again
+            if job.session is not None:
+                self.sessions.started(key, SessionKind(job.session), job.priority, now)
             log.info("adopted job %s attempt %s %s", job.label, attempt.attempt, found.where or "(starting)")
             return True
         if not found.started:

@@ -108,6 +108,14 @@ class AttemptsStore(StoreBase):
         """The attempt's processes run: STARTING → RUNNING."""
         self.mark_started([(job_id, attempt, handle, True, where)], now)
 
+    def add_idle_seconds(self, idle: Mapping[tuple[int, int], float]) -> None:
+        """Add to attempts' idle time (a session's stretches with no activity), in one commit."""
+        with self.transaction() as s:
+            for (job_id, attempt), seconds in idle.items():
+                row = s.get(AttemptRow, (job_id, attempt))
+                if row is not None:
+                    row.idle_seconds = (row.idle_seconds or 0.0) + seconds
+
     def mark_started(self, started: Sequence[tuple[int, int, dict[str, Any] | None, bool, str]], now: float) -> None:
         """For (job, attempt, handle, running, where) of many attempts, in one transaction:
         record the executor's handle (None keeps the one recorded), and STARTING → RUNNING for

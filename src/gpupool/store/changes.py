@@ -72,9 +72,9 @@ class ChangesStore(AttemptsStore):
                 self._said(s, job, now, "updated", "; ".join(said))
             return job
 
-    def requeue_job(self, job_id: int, now: float) -> JobRow:
+    def requeue_job(self, job_id: int, now: float, why: str = "by a person") -> JobRow:
         """Give a running job's live attempt notice, with its class's grace, as a preemption for
-        no job: it saves, leaves and goes back in line."""
+        no job: it saves, leaves and goes back in line. `why` says who or what requeued it."""
         with self.transaction() as s:
             job = self.locked_job(s, job_id)
             if job.state not in (JobState.STARTING.value, JobState.RUNNING.value):
@@ -87,7 +87,7 @@ class ChangesStore(AttemptsStore):
                 raise Conflict(f"job {job.label} {why}: it ends, it is not requeued")
             cls = s.get(PriorityClassRow, row.priority or job.priority)
             grace = cls.grace_period if cls is not None else 0.0
-            message = f"requeued by a person: notice given, it leaves within {human_seconds(grace)} and waits in line"
+            message = f"requeued {why}: notice given, it leaves within {human_seconds(grace)} and waits in line"
             self.notice_in(s, job_id, attempt, None, now + grace, now, REQUEUE, message)
             return job
 

@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpupool.errors import Conflict, Forbidden, GpupoolError, InvalidInput, NotFound
-from gpupool.model import ENDED, JobState, gang_split_problem
+from gpupool.model import ENDED, JobState, gang_split_problem, session_problem
 from gpupool.store.base import StoreBase
 from gpupool.store.holds import KINDS as DEPENDENCY_KINDS
 from gpupool.store.pool import DEFAULT_TEAM
@@ -54,6 +54,8 @@ class JobSpec:
     """Bytes of memory on each node (`--mem`)."""
     mem_per_gpu: int | None = None
     cpus_per_gpu: float | None = None
+    session: str | None = None
+    """`run`, `shell` or `notebook` (`model.SessionKind`) for a session; None for a batch job."""
 
 
 class DuplicateSubmission(Conflict):
@@ -86,6 +88,7 @@ REQUEST_FIELDS = (
     "mem",
     "mem_per_gpu",
     "cpus_per_gpu",
+    "session",
 )
 """What makes two submissions the same request (the team is the key's own)."""
 FIELD_NAMES = {"dependencies": "after", "array_limit": "array"}
@@ -264,6 +267,9 @@ class JobsStore(StoreBase):
             raise InvalidInput(f"time_limit: {spec.time_limit} is not a positive number of seconds")
         if spec.gpus < 1:
             raise InvalidInput(f"gpus: {spec.gpus} is not a positive number of GPUs")
+        problem = session_problem(spec.session, spec.gpus, spec.gpus_per_node, bool(spec.array))
+        if problem is not None:
+            raise InvalidInput(problem)
         problem = gang_split_problem(spec.gpus, spec.gpus_per_node)
         if problem is not None:
             raise InvalidInput(f"gpus_per_node: {problem}")
@@ -300,6 +306,7 @@ class JobsStore(StoreBase):
             mem=spec.mem,
             mem_per_gpu=spec.mem_per_gpu,
             cpus_per_gpu=spec.cpus_per_gpu,
+            session=spec.session,
         )
 
     def job(self, job_id: int) -> JobRow:
@@ -335,20 +342,28 @@ class JobsStore(StoreBase):
         with self.reading() as s:
             return list(s.scalars(query))
 
-    def cancel(self, job_id: int, now: float) -> JobRow:
+    def cancel(self, job_id: int, now: float, *, kill: bool = False, why: str = "") -> JobRow:
         """Cancel a job: at once if it holds no GPUs, else ask the control loop to stop its
-        attempt (the job is CANCELLED when the attempt has ended). Ended jobs are a `Conflict`."""
+        attempt (the job is CANCELLED when the attempt has ended): with its class's grace, or
+        killed at once (`kill`, also after a cancel with grace). Ended jobs are a `Conflict`.
+        `why`, when given, is said in the events (an idle session reclaimed)."""
         with self.transaction() as s:
             job = self.locked_job(s, job_id)
+            because = f" ({why})" if why else ""
             if job.state == JobState.PENDING.value:
-                self.move(s, job, JobState.CANCELLED, now, "cancelled")
+                self.move(s, job, JobState.CANCELLED, now, f"cancelled{because}")
                 job.ended_at = now
             elif JobState(job.state) in ENDED:
                 raise Conflict(f"job {job.label} has already ended ({job.state})")
-            elif job.cancel_requested_at is None:
-                job.cancel_requested_at = now
-                message = "cancel requested: its attempt is being stopped"
-                s.add(EventRow(time=now, kind="cancel_requested", job_id=job_id, message=message))
+            elif job.cancel_requested_at is None or (kill and job.kill_requested_at is None):
+                first = job.cancel_requested_at is None
+                job.cancel_requested_at = job.cancel_requested_at or now
+                if kill:
+                    job.kill_requested_at = now
+                how = "killed at once" if kill else "being stopped"
+                kind = "cancel_requested" if first else "kill_requested"
+                message = f"cancel requested{because}: its attempt is {how}"
+                s.add(EventRow(time=now, kind=kind, job_id=job_id, message=message))
             return job
 
     def events_to_tell(

@@ -44,6 +44,9 @@ class PoolStore(StoreBase):
                         preemptible=cls.preemptible,
                         min_runtime=cls.min_runtime,
                         grace_period=cls.grace_period,
+                        time_limit=cls.time_limit,
+                        idle_after=cls.idle_after,
+                        on_idle=cls.on_idle,
                     )
                 )
             teams = {DEFAULT_TEAM: config.team(DEFAULT_TEAM), **config.teams}

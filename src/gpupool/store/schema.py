@@ -78,6 +78,9 @@ class PriorityClassRow(Base):
     preemptible: Mapped[bool] = mapped_column(Boolean)
     min_runtime: Mapped[float] = mapped_column(Float)
     grace_period: Mapped[float] = mapped_column(Float)
+    time_limit: Mapped[float | None] = mapped_column(Float, default=None)
+    idle_after: Mapped[float | None] = mapped_column(Float, default=None)
+    on_idle: Mapped[str | None] = mapped_column(String(20), default=None)
 
 
 class TeamRow(Base):
@@ -199,6 +202,10 @@ class JobRow(Base):
     """Bytes of memory on each node (`--mem`); None: `mem_per_gpu`, else the pool's default."""
     mem_per_gpu: Mapped[int | None] = mapped_column(BigInteger, default=None)
     cpus_per_gpu: Mapped[float | None] = mapped_column(Float, default=None)
+    session: Mapped[str | None] = mapped_column(String(20), default=None)
+    """`run`, `shell` or `notebook` for a session (`model.SessionKind`); None for a batch job."""
+    kill_requested_at: Mapped[float | None] = mapped_column(Float, default=None)
+    """When a cancel asked for the attempt to be killed at once, with no grace."""
 
     @property
     def label(self) -> str:
@@ -255,6 +262,8 @@ class AttemptRow(Base):
     """Processes the kernel killed because the attempt reached its memory limit."""
     peak_gpu_memory: Mapped[int | None] = mapped_column(BigInteger, default=None)
     """Bytes, the largest GPU memory its processes held at once, where NVML counts it."""
+    idle_seconds: Mapped[float | None] = mapped_column(Float, default=None)
+    """A session's: seconds it held its GPUs with no activity (`SessionPolicy.idle_counts_after`)."""
 
 
 class PlacementRow(Base):

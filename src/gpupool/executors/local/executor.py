@@ -30,6 +30,7 @@ from gpupool.executors.proc import (
     recorded_usage,
 )
 from gpupool.executors.spawn import Spawn, clear, kill, signal_group, write_notice
+from gpupool.executors.terminal import Link
 from gpupool.settle import Usage
 
 
@@ -90,7 +91,16 @@ class LocalExecutor:
         if self.containment is not None:
             contain = self.containment.request(*key, member, self.node.node.gpus, launch.resources)
         spec = Spawn(
-            folder, mine, launch.user, launch.workdir, launch.command, env, launch.stdout, launch.stderr, contain
+            folder,
+            mine,
+            launch.user,
+            launch.workdir,
+            launch.command,
+            env,
+            launch.stdout,
+            launch.stderr,
+            contain,
+            launch.tty,
         )
         pid = self._fork_server().spawn(spec, _untold, detach=True)
         started = process_started(pid) or ""
@@ -219,6 +229,10 @@ class LocalExecutor:
             forks, self.forks = self.forks, None
         if forks is not None:
             forks.close()
+
+    def terminal(self, job_id: int, attempt: int) -> Link:
+        """A connection to the attempt's terminal, which its launcher serves on this machine."""
+        return Link(owner(self.store_id, job_id, attempt))
 
     def logs(self, job_id: int, attempt: int, rank: int, stream: str, attempt_dir: Path) -> BinaryIO | None:
         if rank != 0:

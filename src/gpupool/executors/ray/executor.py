@@ -42,6 +42,7 @@ from gpupool.executors.ray.adopt import (
 )
 from gpupool.executors.ray.gang import Gang, attempt_exit, member_folder, member_owner
 from gpupool.executors.ray.nodes import RayNodes
+from gpupool.executors.ray.terminal import RayTerminal
 from gpupool.executors.spawn import Spawn
 
 log = logging.getLogger("gpupool.ray")
@@ -160,6 +161,7 @@ class RayExecutor:
                     launch.stdout if first else None,
                     launch.stderr if first else None,
                     contain,
+                    launch.tty and first,
                 )
                 self.members[spec.owner] = (key, member.rank)
                 ref = node.launcher.start.remote(spec, str(launch.attempt_dir), port)
@@ -190,6 +192,14 @@ class RayExecutor:
             progress = Progress(self.running, self.ended)
             self.running, self.ended = {}, []
         return progress
+
+    def terminal(self, job_id: int, attempt: int) -> RayTerminal:
+        """The terminal of the attempt's rank 0, relayed by its node's launcher actor."""
+        with self.lock:
+            gang = self.gangs.get((job_id, attempt))
+        if gang is None or gang.phase != "running":
+            raise OSError(f"job {job_id} attempt {attempt} does not run here now")
+        return RayTerminal(gang.launchers[0], gang.owner(0))
 
     def logs(self, job_id: int, attempt: int, rank: int, stream: str, attempt_dir: Path) -> BinaryIO | None:
         """From the attempt's folder, which every node writes (it is on shared storage)."""

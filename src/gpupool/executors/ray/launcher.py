@@ -37,6 +37,7 @@ from gpupool.executors.forks import ForkServer
 from gpupool.executors.proc import process_started
 from gpupool.executors.ray.gang import attempt_of, member_end
 from gpupool.executors.spawn import Spawn, clear, kill, signal_group, write_notice
+from gpupool.executors.terminal import Link
 from gpupool.executors.users import lookup
 
 log = logging.getLogger("gpupool.ray.launcher")
@@ -77,6 +78,8 @@ class NodeLauncher:
         self.seq = 0
         self.changed = threading.Condition()
         self.forks: ForkServer | None = None
+        self.links: dict[str, Link] = {}
+        """Connections to members' terminals, relayed for the scheduler (`terminal_open`)."""
         self.uncontained: dict[str, str | None] = {}
         """Per cgroup root: why this node cannot put members in cgroups there (they run as
         sessions), or None when it can (found out at the first member under it)."""
@@ -223,6 +226,36 @@ class NodeLauncher:
                 self._signal(member, signal.SIGKILL)
             while len(self.forgotten) > FORGOTTEN:
                 self.forgotten.popitem(last=False)
+
+    # --- a session's terminal, relayed for the scheduler on another machine --------------------
+
+    def terminal_open(self, owner: str) -> str:
+        """Connect to the terminal of a member here (its launcher serves it); a name for the link."""
+        link = uuid.uuid4().hex
+        found = Link(owner)
+        with self.changed:
+            self.links[link] = found
+        return link
+
+    def terminal_send(self, link: str, kind: bytes, payload: bytes) -> None:
+        self._link(link).send(kind, payload)
+
+    def terminal_receive(self, link: str, timeout: float) -> list[tuple[bytes, bytes]] | None:
+        """As `Link.receive`; None as well for a link closed or unknown."""
+        found = self.links.get(link)
+        return found.receive(timeout) if found is not None else None
+
+    def terminal_close(self, link: str) -> None:
+        with self.changed:
+            found = self.links.pop(link, None)
+        if found is not None:
+            found.close()
+
+    def _link(self, link: str) -> Link:
+        found = self.links.get(link)
+        if found is None:
+            raise OSError(f"no terminal link {link}: closed, or this launcher started again")
+        return found
 
     def _signal(self, member: Member, sig: signal.Signals) -> None:
         if member.end is None and member.pid:

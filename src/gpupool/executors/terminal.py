@@ -1,0 +1,312 @@
+"""A session's terminal: the pseudo-terminal (PTY) a shell runs on, kept by its launcher, and
+the link through which the scheduler reaches it (standard library only: the launcher imports
+it as it imports `cgroups`).
+
+The launcher holds the PTY's master side and serves it on a Unix socket of the abstract
+namespace, named after the member's owner (`address`): a client (the local executor in the
+scheduler's process, or a Ray node's launcher actor on the member's node) connects there and
+exchanges frames: a kind byte, a 4-byte length, the payload.
+
+- client → launcher: `INPUT` (keystrokes, written to the PTY), `RESIZE` (`rows cols`: the
+  window size, which sends the program SIGWINCH), `SAY` (a line of gpupool's own, shown to
+  every client and kept, never typed into the program), `SCREEN` (send me the last `KEPT`
+  bytes of output: an `attach` sees the screen it comes back to);
+- launcher → client: `OUTPUT` (what the program wrote), `ENDED` (the command's exit status,
+  as the launcher reports it).
+
+Only processes of the launcher's own user (the scheduler's) are let in (`SO_PEERCRED`): a job
+of another user cannot type into someone's shell. The terminal lives as long as its command:
+clients come and go (a lost connection ends nothing), and the launcher keeps reading the PTY
+while none is there, so that the program never blocks on a full terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import select
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import termios
+import time
+from collections.abc import Callable
+
+HEADER = struct.Struct("!cI")
+INPUT, RESIZE, SAY, SCREEN, OUTPUT, ENDED = b"i", b"r", b"s", b"v", b"o", b"x"
+MAX_FRAME = 1 << 20
+"""The largest payload a frame may carry; a peer that sends more is cut off."""
+KEPT = 64 * 1024
+"""Bytes of output kept for a client that connects later (an `attach`)."""
+CLIENT_SEND_TIMEOUT = 5.0
+"""Seconds a client may keep the launcher waiting to take output before it is cut off."""
+
+
+def address(owner: str) -> bytes:
+    """The abstract socket a member's terminal is served on (no file: nothing to clean up)."""
+    return b"\0gpupool-terminal-" + hashlib.sha256(owner.encode()).hexdigest()[:40].encode()
+
+
+def frame(kind: bytes, payload: bytes = b"") -> bytes:
+    return HEADER.pack(kind, len(payload)) + payload
+
+
+def resize_payload(rows: int, cols: int) -> bytes:
+    return f"{rows} {cols}".encode()
+
+
+class Frames:
+    """Frames read from a byte stream as they come, in pieces of any size."""
+
+    def __init__(self) -> None:
+        self.pending = bytearray()
+
+    def feed(self, data: bytes) -> list[tuple[bytes, bytes]]:
+        """The whole frames `data` completes; `ValueError` for a frame too long."""
+        self.pending += data
+        found = []
+        while len(self.pending) >= HEADER.size:
+            kind, length = HEADER.unpack_from(self.pending)
+            if length > MAX_FRAME:
+                raise ValueError(f"a frame of {length} bytes is more than {MAX_FRAME}")
+            end = HEADER.size + length
+            if len(self.pending) < end:
+                break
+            found.append((kind, bytes(self.pending[HEADER.size : end])))
+            del self.pending[:end]
+        return found
+
+
+def opened(user_uid: int | None) -> tuple[int, int]:
+    """A new PTY (master, slave), the slave given to the job's user as a login's terminal is."""
+    master, slave = os.openpty()
+    if user_uid is not None and os.geteuid() == 0:
+        os.fchown(slave, user_uid, -1)
+        os.fchmod(slave, 0o620)
+    set_size(master, 24, 80)
+    return master, slave
+
+
+def set_size(fd: int, rows: int, cols: int) -> None:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+def take_terminal() -> None:
+    """In the command's process, before it runs (a new session already): its standard input,
+    the PTY's slave, becomes its controlling terminal, so that Ctrl-C and Ctrl-Z reach it."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+class Relay:
+    """The launcher's side: the PTY's master, the clients, the output kept."""
+
+    def __init__(self, owner: str, master: int) -> None:
+        self.master = master
+        self.kept = bytearray()
+        self.clients: dict[socket.socket, Frames] = {}
+        self.typed = bytearray()
+        """Keystrokes not yet taken by the program (the PTY's input queue was full)."""
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(address(owner))
+        self.listener.listen(8)
+        self.selector = selectors.DefaultSelector()
+
+    def run(self, child: subprocess.Popen[bytes], notices: Callable[[], int]) -> int:
+        """Relay until the command ends; its status (`Popen.wait`'s). Each notice the launcher
+        got (`notices` counts them) is passed on (`_notice`)."""
+        os.set_blocking(self.master, False)
+        ended = os.pidfd_open(child.pid)
+        self.selector.register(self.master, selectors.EVENT_READ, "master")
+        self.selector.register(self.listener, selectors.EVENT_READ, "listener")
+        self.selector.register(ended, selectors.EVENT_READ, "ended")
+        forwarded, hang_up = 0, False
+        try:
+            while child.poll() is None:
+                if notices() > forwarded:
+                    forwarded, hang_up = notices(), True
+                    self._notice(child.pid)
+                if hang_up and self._foreground() == child.pid:
+                    hang_up = False
+                    signal_session(child.pid, signal.SIGHUP)
+                for key, _ in self.selector.select(timeout=0.2):
+                    self._ready(key.data, key.fileobj)
+            self._read_master()  # what it wrote last
+            return child.wait()
+        finally:
+            os.close(ended)
+
+    def _notice(self, shell: int) -> None:
+        """A notice (SIGTERM) for the program in the terminal's foreground, as a batch job gets
+        it, and for the shell's own process group: an interactive shell ignores it, and is hung
+        up (SIGHUP, as when its terminal closes) once it is back at its prompt, so that a
+        program it runs saves and leaves first."""
+        foreground = self._foreground()
+        if foreground is not None and foreground != shell:
+            signal_session(foreground, signal.SIGTERM)
+        signal_session(shell, signal.SIGTERM)
+
+    def _foreground(self) -> int | None:
+        try:
+            return os.tcgetpgrp(self.master)
+        except OSError:
+            return None
+
+    def finish(self, code: int) -> None:
+        """Tell every client the command's exit status (as the launcher reports it), and close."""
+        self._send_all(frame(ENDED, str(code).encode()))
+        self.close()
+
+    def _ready(self, what: str, fileobj: object) -> None:
+        if what == "master":
+            self._read_master()
+        elif what == "listener":
+            self._accept()
+        elif what == "write":
+            self._type()
+        elif isinstance(fileobj, socket.socket):
+            self._from_client(fileobj)
+
+    def _read_master(self) -> None:
+        while True:
+            try:
+                data = os.read(self.master, 65536)
+            except BlockingIOError:
+                return
+            except OSError:  # EIO: no process holds the terminal any more
+                with contextlib.suppress(KeyError, ValueError):
+                    self.selector.unregister(self.master)
+                return
+            if not data:
+                return
+            self._show(data)
+
+    def _show(self, data: bytes) -> None:
+        self.kept += data
+        del self.kept[: max(0, len(self.kept) - KEPT)]
+        self._send_all(frame(OUTPUT, data))
+
+    def _accept(self) -> None:
+        client, _ = self.listener.accept()
+        creds = client.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _pid, uid, _gid = struct.unpack("3i", creds)
+        if uid not in (os.getuid(), 0):
+            client.close()
+            return
+        client.settimeout(CLIENT_SEND_TIMEOUT)
+        self.clients[client] = Frames()
+        self.selector.register(client, selectors.EVENT_READ, "client")
+
+    def _from_client(self, client: socket.socket) -> None:
+        try:
+            data = client.recv(65536)
+            frames = self.clients[client].feed(data) if data else None
+        except (OSError, ValueError):
+            frames = None
+        if frames is None:
+            self._drop(client)
+            return
+        for kind, payload in frames:
+            if kind == INPUT:
+                self.typed += payload
+                self._type()
+            elif kind == RESIZE:
+                with contextlib.suppress(ValueError, OSError):
+                    rows, cols = (int(n) for n in payload.split())
+                    set_size(self.master, max(1, min(rows, 1000)), max(1, min(cols, 1000)))
+            elif kind == SAY:
+                self._show(payload)
+            elif kind == SCREEN and self.kept:
+                self._send(client, frame(OUTPUT, bytes(self.kept)))
+
+    def _type(self) -> None:
+        """Write what was typed, as much as the terminal takes now; the rest when it can."""
+        try:
+            while self.typed:
+                written = os.write(self.master, self.typed)
+                del self.typed[:written]
+        except BlockingIOError:
+            pass
+        except OSError:
+            self.typed.clear()
+        wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if self.typed else 0)
+        with contextlib.suppress(KeyError, ValueError):
+            key = self.selector.get_key(self.master)
+            if key.events != wanted:
+                self.selector.modify(self.master, wanted, "write" if self.typed else "master")
+
+    def _send(self, client: socket.socket, data: bytes) -> None:
+        try:
+            client.sendall(data)
+        except OSError:
+            self._drop(client)
+
+    def _send_all(self, data: bytes) -> None:
+        for client in list(self.clients):
+            self._send(client, data)
+
+    def _drop(self, client: socket.socket) -> None:
+        if self.clients.pop(client, None) is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(client)
+        client.close()
+
+    def close(self) -> None:
+        for client in list(self.clients):
+            self._drop(client)
+        self.listener.close()
+        self.selector.close()
+        with contextlib.suppress(OSError):
+            os.close(self.master)
+
+
+def signal_session(group: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, sig)
+
+
+class Link:
+    """The scheduler's side of one connection to a member's terminal (on this machine)."""
+
+    def __init__(self, owner: str, timeout: float = 5.0) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.connect(address(owner))
+        except OSError:
+            self.sock.close()
+            raise
+        self.frames = Frames()
+
+    def send(self, kind: bytes, payload: bytes = b"") -> None:
+        self.sock.sendall(frame(kind, payload))
+
+    def receive(self, timeout: float) -> list[tuple[bytes, bytes]] | None:
+        """The frames that came within `timeout` seconds ([] if none); None once the terminal
+        is gone (its command ended and every frame was read). One thread receives while
+        another sends: the socket's own timeout is for sending."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                return []
+            try:
+                data = self.sock.recv(65536)
+            except OSError:
+                return None
+            if not data:
+                return None
+            try:
+                found = self.frames.feed(data)
+            except ValueError:
+                return None
+            if found:
+                return found
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()

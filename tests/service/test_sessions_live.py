@@ -1,0 +1,280 @@
+"""Sessions (issue 35) against `gpupool up`, driven as a person drives them: `gpupool shell`
+and `gpupool attach` in a real pseudo-terminal (pexpect), `gpupool run` as a foreground
+command. The shell runs on the launcher's own PTY and reaches the client over the API's
+WebSocket."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pexpect
+import pytest
+
+from tests.support.live import Service, running, state, wait_for
+
+PROMPT = r"[#$] "
+
+LAB = """
+service: {{data_dir: {data}, port: {port}, virtual_gpus: 2, interval: 0.2, run_as: service}}
+sessions: {{detach_grace: {detach}, idle_notice: 2s, idle_counts_after: 1s}}
+classes:
+  interactive: {{value: 500, may_preempt: true, preemptible: false, grace_period: 2s, time_limit: 1h,
+                idle_after: {idle}}}
+  low: {{value: 0, may_preempt: false, preemptible: true, min_runtime: 0s, grace_period: 2s}}
+"""
+
+
+class Sessions(Service):
+    def __init__(self, tmp: Path, idle: str = "1h", detach: str = "10m") -> None:
+        super().__init__(tmp)
+        self.config.write_text(LAB.format(data=self.data, port=self.port, idle=idle, detach=detach))
+        self.env = {**self.env, "TERM": "xterm", "GPUPOOL_CONFIG": str(self.config), "PS1": "$ "}
+
+    def spawn(self, *args: str, timeout: float = 30) -> pexpect.spawn[str]:
+        """`gpupool ARGS` in a terminal of 24 rows and 80 columns."""
+        child = pexpect.spawn(
+            sys.executable,
+            ["-m", "gpupool", *args],
+            env=self.env,
+            encoding="utf-8",
+            timeout=timeout,
+            dimensions=(24, 80),
+        )
+        child.logfile_read = sys.stdout
+        return child
+
+    def json(self, path: str) -> Any:
+        response = self.get(path)
+        assert response is not None and response.is_success
+        return response.json()
+
+    def job(self, job: int) -> dict[str, Any]:
+        return dict(self.json(f"/jobs/{job}"))
+
+    def ended(self, child: pexpect.spawn[str], timeout: float = 30) -> int:
+        child.expect(pexpect.EOF, timeout=timeout)
+        child.close()
+        assert child.exitstatus is not None, child.signalstatus
+        return int(child.exitstatus)
+
+
+def serving(lab: Sessions) -> Iterator[Sessions]:
+    for _ in running(lab):
+        yield lab
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[Sessions]:
+    yield from serving(Sessions(tmp_path))
+
+
+@pytest.fixture
+def idle_lab(tmp_path: Path) -> Iterator[Sessions]:
+    """Sessions idle for 3 s are warned, and ended 2 s later."""
+    yield from serving(Sessions(tmp_path, idle="3s"))
+
+
+@pytest.fixture
+def short_grace_lab(tmp_path: Path) -> Iterator[Sessions]:
+    """A shell left detached for 2 s ends."""
+    yield from serving(Sessions(tmp_path, detach="2s"))
+
+
+def submitted(child: pexpect.spawn[str]) -> int:
+    child.expect(r"job (\d+) submitted")
+    match = child.match
+    assert isinstance(match, re.Match)
+    return int(match.group(1))
+
+
+def test_a_shell_has_its_gpus_a_terminal_that_follows_the_window_and_ends_with_its_exit_code(lab: Sessions) -> None:
+    began = time.monotonic()
+    shell = lab.spawn("shell", "--gpus", "2", "--", "/bin/sh")
+    job = submitted(shell)
+    shell.expect(PROMPT)
+    assert time.monotonic() - began < 30  # a generous ceiling; the benchmark measures it
+    shell.sendline("echo GPUS=$CUDA_VISIBLE_DEVICES SESSION=$GPUPOOL_SESSION")
+    shell.expect("GPUS=0,1 SESSION=shell")
+    shell.sendline("stty size")
+    shell.expect("24 80")
+    shell.setwinsize(40, 120)
+    time.sleep(0.5)  # SIGWINCH reaches the client, which sends the new size
+    shell.sendline("stty size")
+    shell.expect("40 120")
+    shell.sendline("sleep 30; echo slept")
+    time.sleep(0.5)
+    shell.sendintr()  # Ctrl-C reaches sleep, not the client
+    shell.expect(PROMPT, timeout=5)
+    assert "slept" not in (shell.before or "")
+    shell.sendline("exit 3")
+    assert lab.ended(shell) == 3
+    record = lab.job(job)
+    assert (record["state"], record["exit_code"], record["session"]) == ("failed", 3, "shell")
+
+
+def test_detach_attach_and_a_kill_9_of_the_service_leave_the_session_running(lab: Sessions) -> None:
+    shell = lab.spawn("shell", "--", "/bin/sh")
+    job = submitted(shell)
+    shell.expect(PROMPT)
+    shell.sendline("echo MARK-ONE")
+    shell.expect("MARK-ONE\r\n")
+    shell.expect(PROMPT)
+    shell.send("~.")  # ssh's escape, at the start of a line
+    shell.expect("detached from job")
+    assert lab.ended(shell) == 0
+    assert state(lab, job) == "running"
+
+    again = lab.spawn("attach", str(job))
+    again.expect("MARK-ONE")  # the screen it left
+    again.sendline("echo MARK-TWO")
+    again.expect("MARK-TWO\r\n")
+    lab.kill()  # kill -9 of gpupool up: the client loses its link, the shell runs on
+    again.expect("runs on")
+    assert lab.ended(again) == 4
+    lab.up()
+    assert state(lab, job) == "running"
+    third = lab.spawn("attach", str(job))
+    third.expect("MARK-TWO")
+    third.sendline("exit")
+    assert lab.ended(third) == 0
+    wait_for(lambda: state(lab, job) == "succeeded", timeout=30)
+
+
+def test_a_session_preempts_low_batch_work_within_its_grace_and_one_second(lab: Sessions) -> None:
+    batch = [lab.submit("--gpus", "1", "--", "sleep", "600") for _ in range(2)]
+    wait_for(lambda: all(state(lab, b) == "running" for b in batch), timeout=30)
+    began = time.monotonic()
+    shell = lab.spawn("shell", "--gpus", "2", "--", "/bin/sh")
+    shell.expect(PROMPT)
+    took = time.monotonic() - began
+    assert took <= 2 + 1 + 2, took  # grace 2 s, 1 s, and the start of the client itself
+    assert [state(lab, b) for b in batch] == ["pending", "pending"]
+    shell.sendline("exit")
+    assert lab.ended(shell) == 0
+
+
+def test_an_idle_session_is_warned_then_reclaimed_and_its_gpus_start_the_next_job(idle_lab: Sessions) -> None:
+    lab = idle_lab
+    shell = lab.spawn("shell", "--gpus", "2", "--", "/bin/sh")
+    job = submitted(shell)
+    shell.expect(PROMPT)
+    waiting = lab.submit("--gpus", "2", "--", "sleep", "600")
+    shell.sendline("echo still here")  # activity: the idle clock starts again
+    shell.expect("still here\r\n")
+    began = time.monotonic()
+    shell.expect(r"idle for .*it ends and its GPUs go back to the pool in 2 s")
+    warned = time.monotonic() - began
+    shell.expect("this session ends")
+    assert lab.ended(shell) == 125  # cancelled
+    assert 3 - 0.5 <= warned <= 3 + 5, warned
+    record = lab.job(job)
+    assert record["state"] == "cancelled"
+    assert record["history"][0]["idle_seconds"] >= 3
+    wait_for(lambda: state(lab, waiting) == "running", timeout=30)
+    kinds = [e["kind"] for e in lab.json(f"/events?job={job}")]
+    assert kinds.index("session_idle") < kinds.index("cancel_requested")
+
+
+def test_a_detached_shell_ends_after_the_detach_grace(short_grace_lab: Sessions) -> None:
+    lab = short_grace_lab
+    shell = lab.spawn("shell", "--", "/bin/sh")
+    job = submitted(shell)
+    shell.expect(PROMPT)
+    shell.send("~.")
+    assert lab.ended(shell) == 0
+    wait_for(lambda: state(lab, job) == "cancelled", timeout=30)
+    messages = [e["message"] for e in lab.json(f"/events?job={job}")]
+    assert any("no terminal attached" in m for m in messages), messages
+
+
+def test_another_teams_token_and_a_teammates_cannot_attach(lab: Sessions) -> None:
+    for team in ("vision", "nlp"):
+        assert lab.cli("team", "set", team).returncode == 0
+    tokens = {}
+    for user, team in (("ana", "vision"), ("ben", "vision"), ("eve", "nlp")):
+        done = lab.cli("user", "set", user, "--team", team, "--new-token")
+        assert done.returncode == 0, done.stderr
+        tokens[user] = done.stdout.split()[-1]
+    ana = {**lab.env, "GPUPOOL_TOKEN": tokens["ana"]}
+    shell = pexpect.spawn(
+        sys.executable, ["-m", "gpupool", "shell", "--", "/bin/sh"], env=ana, encoding="utf-8", timeout=30
+    )
+    job = submitted(shell)
+    shell.expect(PROMPT)
+    for intruder in ("ben", "eve"):
+        env = {**lab.env, "GPUPOOL_TOKEN": tokens[intruder]}
+        attempt = subprocess.run(
+            [sys.executable, "-m", "gpupool", "attach", str(job)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+        assert attempt.returncode == 5, attempt.stderr  # refused
+        assert "may not" in attempt.stderr
+    shell.sendline("exit")
+    assert lab.ended(shell) == 0
+
+
+def test_run_streams_the_output_and_exits_with_the_jobs_code(lab: Sessions) -> None:
+    done = lab.run_cli(lab.env, "run", "--", "/bin/sh", "-c", "echo out; echo err >&2; exit 4")
+    assert done.returncode == 4
+    assert done.stdout == "out\n"
+    assert "err\n" in done.stderr
+    assert "submitted" in done.stderr  # gpupool's own words go to standard error
+
+
+def test_run_ctrl_c_cancels_with_grace_and_a_second_kills(lab: Sessions) -> None:
+    script = "trap 'echo got-notice' TERM; echo ready; while true; do sleep 0.1; done"
+    run = lab.spawn("run", "--", "/bin/sh", "-c", script)
+    job = submitted(run)
+    run.expect("ready")
+    run.sendintr()
+    run.expect("got-notice")  # the notice: SIGTERM, with the class's grace
+    assert state(lab, job) == "running"
+    run.sendintr()
+    run.expect("killed")
+    assert lab.ended(run) == 125
+    assert state(lab, job) == "cancelled"
+    kinds = [e["kind"] for e in lab.get(f"/events?job={job}").json()]  # type: ignore[union-attr]
+    assert kinds.index("cancel_requested") < kinds.index("kill_requested") < kinds.index("cancelled")
+
+
+def test_a_shell_session_is_one_job_on_one_node(lab: Sessions) -> None:
+    done = lab.run_cli(lab.env, "shell", "--array", "0-3")
+    assert done.returncode == 2
+    assert "--array: gpupool shell runs one job" in done.stderr
+    token = (lab.data / "admin.token").read_text().strip()
+    answer = httpx.post(
+        f"http://127.0.0.1:{lab.port}/jobs",
+        json={"command": ["/bin/sh"], "session": "notebook!"},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert answer.status_code == 422
+    assert "session" in json.dumps(answer.json())
+
+
+def test_a_cancelled_shell_gives_its_program_notice_then_hangs_up_at_its_prompt(lab: Sessions) -> None:
+    shell = lab.spawn("shell", "--", "/bin/sh")
+    job = submitted(shell)
+    shell.expect(PROMPT)
+    # A program in the foreground that saves and leaves on notice, as a batch job does; the
+    # interactive shell itself ignores SIGTERM, and ends once it is back at its prompt.
+    shell.sendline("""sh -c 'trap "echo program-noticed; exit 0" TERM; sleep 60 & wait'""")
+    time.sleep(0.5)
+    began = time.monotonic()
+    assert lab.cli("cancel", str(job)).returncode == 0
+    shell.expect("program-noticed")
+    assert lab.ended(shell) == 125
+    assert time.monotonic() - began < 2  # within the class's grace: not killed at its end
+    assert state(lab, job) == "cancelled"
