@@ -1,5 +1,5 @@
 # `make test` is the whole suite: it creates .venv if needed, installs gpupool with its
-# test, torch, ray, lightning and huggingface extras, then runs ruff, mypy and pytest. `make demo` runs the main job.
+# test, torch, ray, lightning, huggingface and notebook extras, then runs ruff, mypy and pytest. `make demo` runs the main job.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/pip || $(PYTHON) -m venv --clear $(VENV)  # a venv cut short is made again
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet '$(TORCH)'
-	$(BIN)/pip install --quiet -e '.[test,torch,ray,lightning,huggingface]'
+	$(BIN)/pip install --quiet -e '.[test,torch,ray,lightning,huggingface,notebook]'
 	touch $(STAMP)
 
 test: system lint typecheck pytest

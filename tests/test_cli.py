@@ -356,7 +356,7 @@ def test_a_cost_axis_starts_at_zero_and_has_height_when_every_cost_is_zero() -> 
 def test_the_admin_token_is_found_in_the_first_data_directory_that_has_one(tmp_path: Path, monkeypatch: Any) -> None:
     """A users' client.yaml names no data directory: root's command line finds the admin token
     in the service's (`cli.common.client` passes both)."""
-    from gpupool.cli.client import Client
+    from gpupool.client import Client
 
     monkeypatch.delenv("GPUPOOL_TOKEN", raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-login"))

@@ -90,6 +90,8 @@ class AttemptRecord:
     """Seconds of each phase of its start-up after the process's start, as the job reported them."""
     usage: Usage | None = None
     """What its cgroups counted (memory, CPU time), once it ended contained."""
+    idle_seconds: float = 0.0
+    """A session's: seconds it held its GPUs with no activity (`SessionPolicy.idle_counts_after`)."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,8 @@ class JobAccount:
     """The job has ended: an interruption with no next attempt never will have one."""
     usage: Usage | None = None
     """What its attempts used, together (`Usage.joined`), where their cgroups counted."""
+    idle: float = 0.0
+    """GPU-seconds a session held with no activity (`AttemptRecord.idle_seconds`)."""
 
     @property
     def allocated(self) -> float:
@@ -194,6 +198,8 @@ class Totals:
     """The largest attempt's peak memory, in bytes (Slurm's MaxRSS)."""
     peak_gpu_memory: int | None = None
     """The largest attempt's peak GPU memory, in bytes, where NVML counted it."""
+    idle: float = 0.0
+    """GPU-seconds sessions held with no activity: capacity an idle shell or notebook kept."""
 
     @property
     def goodput(self) -> float | None:
@@ -201,6 +207,7 @@ class Totals:
 
     def add(self, account: JobAccount) -> None:
         self.jobs += 1
+        self.idle += account.idle
         if account.usage is not None:
             self.cpu_seconds += account.usage.cpu_seconds or 0.0
             if account.usage.peak_memory is not None:
@@ -266,7 +273,8 @@ def account(
                 phases,
             )
         )
-    return JobAccount(job_id, team, priority, tuple(costs), tuple(interruptions), user, ended, used(ordered))
+    idle = sum(record.gpus * record.idle_seconds for record in ordered)
+    return JobAccount(job_id, team, priority, tuple(costs), tuple(interruptions), user, ended, used(ordered), idle)
 
 
 def used(attempts: Iterable[AttemptRecord]) -> Usage | None:

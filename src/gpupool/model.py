@@ -381,6 +381,14 @@ class Config:
     def team(self, name: str) -> Team:
         return self.teams.get(name) or Team(name)
 
+    def defaults(self, priority: str | None, session: str | None) -> tuple[str, float | None]:
+        """The class of a submission that names none (`normal`, or the sessions' class for a
+        session), and the time limit of the class it runs at, for when it gives none (an
+        unknown class has none: the store refuses it)."""
+        chosen = priority or (self.sessions.priority if session is not None else "normal")
+        found = self._by_name.get(chosen)
+        return chosen, found.time_limit if found is not None else None
+
 
 DEFAULT_CLASSES: tuple[PriorityClass, ...] = (
     PriorityClass("urgent", 1000, may_preempt=True, preemptible=False, min_runtime=0.0, grace_period=60.0),

@@ -26,7 +26,8 @@ from urllib.parse import urlsplit
 import uvicorn
 
 from gpupool.api import Context, create_app
-from gpupool.config import ConfigError, ConfigSpec, ContainmentSpec, ServiceSpec, build
+from gpupool.config import ConfigError, build
+from gpupool.config.specs import ConfigSpec, ContainmentSpec, ServiceSpec
 from gpupool.executors import Executor, NodeState, executor_of
 from gpupool.executors.cgroups import node_cpus, node_memory
 from gpupool.executors.containment import Containment, ContainmentUnavailable, detect

@@ -287,6 +287,9 @@ CASES: dict[tuple[str, str], Callable[[World], None]] = {
     ("POST", "/jobs/{job_id}/attempts/{attempt}/checkpoint"): protocol("checkpoint", {"step": 1}),
     ("POST", "/jobs/{job_id}/attempts/{attempt}/ack"): protocol("ack", None),
     ("POST", "/jobs/{job_id}/attempts/{attempt}/complete"): protocol("complete", None),
+    ("POST", "/jobs/{job_id}/attempts/{attempt}/server"): protocol(
+        "server", {"port": 8888, "token": "a-token-of-sixteen-or-more"}
+    ),
 }
 
 
@@ -295,9 +298,10 @@ def test_every_route_of_the_openapi_document_has_a_rule_and_a_case_here(world: W
     routes = {(method.upper(), path) for path, operations in paths.items() for method in operations}
     # WebSockets are not in the OpenAPI document; their cases are in tests/api/test_sessions.py.
     sockets = {("WS", r.path) for r in every_route(world.api.app.routes) if isinstance(r, APIWebSocketRoute)}
-    assert sockets == {("WS", "/jobs/{job_id}/terminal")}
+    assert sockets == {("WS", "/jobs/{job_id}/terminal"), ("WS", "/ui/notebooks/{job_id}/{path:path}")}
     assert routes - set(ROUTES) == set(), "routes without a rule in gpupool.api.access.ROUTES"
     assert set(ROUTES) - routes - sockets == set(), "rules of routes that do not exist"
+    assert ("WS", "/jobs/{job_id}/terminal") in ROUTES  # the notebook's is a page: it checks its cookie
     assert routes - set(CASES) == set(), "routes without a case in this test"
 
 

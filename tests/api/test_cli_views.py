@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from gpupool.api import limits
 from gpupool.cli import app as cli
 from gpupool.cli import jobs as cli_jobs
-from gpupool.cli.client import Client
+from gpupool.client import Client
 from tests.support.apiworld import World, opened, populated
 
 

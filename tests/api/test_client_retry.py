@@ -15,10 +15,10 @@ import pytest
 import uvicorn
 from typer.testing import CliRunner
 
+from gpupool import client as client_module
 from gpupool.cli import app as cli
-from gpupool.cli import client as client_module
-from gpupool.cli.client import Client, Unreachable
 from gpupool.cli.common import EXIT_UNREACHABLE
+from gpupool.client import Client, Unreachable
 from gpupool.up import free_port
 from tests.support.apiworld import ADMIN, Api, opened
 
@@ -115,7 +115,7 @@ def test_a_submission_whose_connection_drops_after_its_commit_is_retried_and_is_
     proxy = DroppingProxy(port)
     try:
         client = Client(f"http://127.0.0.1:{proxy.port}", ADMIN)
-        job = client.submit({"command": ["true"], "workdir": str(api.workdir)})
+        job = client.submit_body({"command": ["true"], "workdir": str(api.workdir)})
     finally:
         proxy.close()
     assert proxy.first_answer.startswith(b"HTTP/1.1 201"), "the first try was committed, then its answer lost"
@@ -137,8 +137,8 @@ def test_each_submission_sends_a_fresh_key_and_a_retry_the_same_one() -> None:
     client = Client("http://gpupool", ADMIN)
     client.http = httpx.Client(base_url="http://gpupool", transport=httpx.MockTransport(answer))
     client.pause = lambda _seconds: None
-    assert client.submit({"command": ["true"]}) == {"id": 3}
-    assert client.submit({"command": ["true"]}) == {"id": 4}
+    assert client.submit_body({"command": ["true"]}) == {"id": 3}
+    assert client.submit_body({"command": ["true"]}) == {"id": 4}
     assert seen[0] == seen[1] == seen[2] != seen[3]
     assert all(uuid.UUID(key).version == 4 for key in seen)
 
@@ -148,7 +148,7 @@ def test_a_submission_gives_up_after_its_retry_time(monkeypatch: pytest.MonkeyPa
     client = Client(f"http://127.0.0.1:{free_port()}", ADMIN)
     began = time.monotonic()
     with pytest.raises(Unreachable, match=r"retried for 0\.5 s"):
-        client.submit({"command": ["true"]})
+        client.submit_body({"command": ["true"]})
     assert 0.4 < time.monotonic() - began < 5
 
 

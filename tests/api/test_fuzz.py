@@ -29,7 +29,9 @@ def api(tmp_path: Path) -> Iterator[Api]:
 def test_fuzzed_requests_get_no_server_error_and_only_documented_answers(api: Api, who: str) -> None:
     token = fuzz_world(api)[who]
     report = fuzz(api.app, token, examples=EXAMPLES, derandomize=CI)
-    assert report.operations == {f"{method} {path}" for method, path in ROUTES}
-    assert report.examples >= len(ROUTES) * EXAMPLES
+    # The OpenAPI document's routes: every one but the WebSockets, which it does not describe.
+    documented = {(method, path) for method, path in ROUTES if method != "WS"}
+    assert report.operations == {f"{method} {path}" for method, path in documented}
+    assert report.examples >= len(documented) * EXAMPLES
     problems = "\n".join(f"{f.operation} ({f.mode}) {f.status}: {f.problem}\n  {f.request}" for f in report.findings)
     assert report.findings == [], f"{report.summary()}\n{problems}"

@@ -227,7 +227,7 @@ def test_a_detached_launcher_that_cannot_be_forked_leaks_no_descriptor(
     for _ in range(5):
         with pytest.raises(OSError, match="Resource temporarily unavailable"):
             launcher.detached(
-                [str(tmp_path), "s:1:0", "-", "/", "/dev/null", "/dev/null", "true"], {}, str(tmp_path), None, False
+                [str(tmp_path), "s:1:0", "-", "/", "/dev/null", "/dev/null", "true"], {}, str(tmp_path), None
             )
     assert len(os.listdir("/proc/self/fd")) == before
 

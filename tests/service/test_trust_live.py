@@ -175,7 +175,7 @@ def test_a_sqlite_store_outside_the_data_directory_is_refused(tmp_path: Path) ->
 
 
 def test_job_folders_of_an_earlier_version_are_closed_up_at_start(tmp_path: Path) -> None:
-    from gpupool.config import ServiceSpec
+    from gpupool.config.specs import ServiceSpec
     from gpupool.up import prepare_data_dir
 
     data = tmp_path / "data"

@@ -80,6 +80,9 @@ class FakeExecutor:
         except OSError:
             return None
 
+    def address(self, node: str) -> str:
+        return "127.0.0.1"
+
     def terminal(self, job_id: int, attempt: int) -> Terminal:
         raise OSError("a fake executor runs no process: it has no terminal")
 

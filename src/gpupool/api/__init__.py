@@ -18,8 +18,8 @@ A submission may carry an `Idempotency-Key`: retried with it, it is the same job
 
 One router per part, each a module: `jobs` (submit, list, show, cancel, logs, events, the
 report), `protocol` (what a running attempt reports), `pool` (nodes, teams, users, classes),
-`history`, `metrics` (`/health` and `/metrics`), `sessions` (a shell's terminal, a WebSocket)
-and the `dashboard`'s pages. Their routes take
+`history`, `metrics` (`/health` and `/metrics`), `sessions` (a shell's terminal, a WebSocket),
+the `dashboard`'s pages and `notebooks` (a notebook session's server, proxied behind them). Their routes take
 the app's `context.Context` (the store, and the running service through its narrow interface
 `gpupool.service.interface.Service`, never the control loop) and `auth.Who`, the principal.
 `create_app` only puts them together.
@@ -29,7 +29,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIWebSocketRoute
 from fastapi_offline import FastAPIOffline
 
-from gpupool.api import access, changes, dashboard, history, jobs, limits, metrics, pool, protocol, sessions
+from gpupool.api import access, changes, dashboard, history, jobs, limits, metrics, notebooks, pool, protocol, sessions
 from gpupool.api.access import Principal
 from gpupool.api.context import Context
 from gpupool.api.errors import install
@@ -83,12 +83,13 @@ def create_app(ctx: Context) -> FastAPI:
         app.include_router(router)
     app.mount(dashboard.STATIC, dashboard.static_files(), name="dashboard-static")
     app.include_router(dashboard.router)
+    app.include_router(notebooks.router)
     access.check_routes(
         (
             (method, getattr(route, "path", ""))
             for route in every_route(app.routes)
             for method in getattr(route, "methods", None) or (("WS",) if isinstance(route, APIWebSocketRoute) else ())
         ),
-        pages=dashboard.PAGE_ROUTES,
+        pages=dashboard.PAGE_ROUTES | notebooks.PAGE_ROUTES,
     )
     return app

@@ -100,6 +100,7 @@ ROUTES: Final[dict[tuple[str, str], Rule]] = {
     ("POST", "/jobs/{job_id}/attempts/{attempt}/checkpoint"): Rule.ATTEMPT,
     ("POST", "/jobs/{job_id}/attempts/{attempt}/ack"): Rule.ATTEMPT,
     ("POST", "/jobs/{job_id}/attempts/{attempt}/complete"): Rule.ATTEMPT,
+    ("POST", "/jobs/{job_id}/attempts/{attempt}/server"): Rule.ATTEMPT,
 }
 """Every route of the API and its rule."""
 

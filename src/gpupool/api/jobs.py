@@ -32,7 +32,7 @@ from gpupool.api.models import (
     TotalsOut,
 )
 from gpupool.api.submission import check_fits, check_key, check_paths, parsed
-from gpupool.config import webhook_url
+from gpupool.config.specs import webhook_url
 from gpupool.errors import Conflict, InvalidInput, StoreUnavailable
 from gpupool.model import JobState, session_problem
 from gpupool.slurm import parse_after, parse_array

@@ -285,6 +285,8 @@ class TotalsOut(BaseModel):
     """Bytes: the largest attempt's peak memory (MaxRSS)."""
     peak_gpu_memory: int | None = None
     """Bytes: the largest attempt's peak GPU memory, where NVML counted it."""
+    idle: float = 0.0
+    """GPU-seconds sessions (shells, notebooks) held with no activity (docs/sessions.md)."""
 
     @classmethod
     def of(cls, totals: Totals) -> TotalsOut:

@@ -1,7 +1,8 @@
 """The job protocol: what a running attempt reports, with its own token (`GPUPOOL_TOKEN`) and
 only for itself (`/jobs/{job_id}/attempts/{attempt}/...`): heartbeats (answered with its notice,
 if it has one), checkpoint commits, that it saw its notice (`ack`), and that its job is done
-(`complete`). What these reports carry is here too; the rest of the API's models are in
+(`complete`), and where a notebook session's server answers (`server`). What these reports
+carry is here too; the rest of the API's models are in
 `models`."""
 
 # No `from __future__ import annotations`: FastAPI reads the dependencies from the signatures.
@@ -69,6 +70,11 @@ class CheckpointIn(_In):
         return no_nul(value)
 
 
+class ServerIn(_In):
+    port: int = Field(ge=1024, le=65535, description="the port of its node the notebook server answers on")
+    token: str = Field(min_length=16, max_length=200, pattern=r"^[A-Za-z0-9_.~-]+$")
+
+
 AttemptNo = Annotated[int, PathParam(ge=0, le=limits.INT32, description="The attempt's number, from 0.")]
 PROTOCOL = "/jobs/{job_id}/attempts/{attempt}"
 WITH_BODY = responses(400, 401, 403, 404, 409, 413, 422, 503)
@@ -114,3 +120,10 @@ def ack(job_id: JobId, attempt: AttemptNo, who: Who, ctx: Ctx) -> None:
 @router.post(f"{PROTOCOL}/complete", status_code=204, responses=WITHOUT_BODY)
 def complete(job_id: JobId, attempt: AttemptNo, who: Who, ctx: Ctx) -> None:
     ctx.store.report_completed(job_id, attempt, ctx.clock())
+
+
+@router.post(f"{PROTOCOL}/server", status_code=204, responses=WITH_BODY)
+def server(job_id: JobId, attempt: AttemptNo, body: ServerIn, who: Who, ctx: Ctx) -> None:
+    """A notebook session's server answers: the service's proxy reaches it on this port of the
+    attempt's node, with this token (docs/sessions.md)."""
+    ctx.store.serve(job_id, attempt, body.port, body.token)

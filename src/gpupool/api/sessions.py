@@ -63,7 +63,7 @@ async def terminal(websocket: WebSocket, job_id: int) -> None:
     await websocket.accept()
     try:
         job = await run_sync(admitted, ctx, job_id, bearer(websocket))
-        link = await run_sync(ctx.service.open_terminal, job)
+        link = await run_sync(ctx.service.sessions.open_terminal, job)
     except GpupoolError as exc:
         await refuse(websocket, exc)
         return
@@ -73,14 +73,14 @@ async def terminal(websocket: WebSocket, job_id: int) -> None:
         await run_sync(link.close)
         await refuse(websocket, Conflict(f"job {job.label}'s terminal is gone ({exc})"))
         return
-    ctx.service.session_attached(job.id, 1)
+    ctx.service.sessions.attach(job.id, ctx.clock(), 1)
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(keystrokes, websocket, link, ctx, job.id, group.cancel_scope)
             await screen(websocket, link)
             group.cancel_scope.cancel()
     finally:
-        ctx.service.session_attached(job.id, -1)
+        ctx.service.sessions.attach(job.id, ctx.clock(), -1)
         await run_sync(link.close)
         if websocket.client_state is WebSocketState.CONNECTED:
             with contextlib.suppress(Exception):
@@ -101,7 +101,7 @@ async def keystrokes(websocket: WebSocket, link: Terminal, ctx: Context, job_id:
             if message["type"] == "websocket.disconnect":
                 break
             if message.get("bytes"):
-                ctx.service.session_active(job_id)
+                ctx.service.sessions.active(job_id, ctx.clock())
                 await run_sync(link.keys, message["bytes"])
             elif message.get("text"):
                 rows, cols = resize_of(message["text"])

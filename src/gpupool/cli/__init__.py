@@ -91,6 +91,7 @@ for command in COMMANDS:
     if command is submit.submit:  # the sessions: submit's options, run in the foreground
         app.command("run", context_settings=HELP, help=submit.RUN_HELP)(submit.submit)
         app.command("shell", context_settings=HELP, help=submit.SHELL_HELP)(submit.submit)
+        app.command("notebook", context_settings=HELP, help=submit.NOTEBOOK_HELP)(submit.submit)
         app.command("attach", context_settings=HELP)(sessions.attach)
 app.add_typer(pool.team_app, name="team")
 app.add_typer(pool.user_app, name="user")

@@ -11,10 +11,10 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from gpupool.cli.client import Client
 from gpupool.cli.common import ApiOption, ConfigOption, client, console, errors, exit_code, fail
 from gpupool.cli.jobs import named
 from gpupool.cli.show import label
+from gpupool.client import Client
 from gpupool.errors import GpupoolError
 from gpupool.units import human_seconds, parse_time_limit
 

@@ -28,8 +28,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from gpupool.cli.client import Client, Unavailable, Unreachable
-from gpupool.config import client_config, load_spec, service_config
+from gpupool.client import Client, Unavailable, Unreachable, connect
+from gpupool.config import client_config, load_spec
 from gpupool.errors import Conflict, Forbidden, GpupoolError, NotFound, Unauthorized
 from gpupool.model import ENDED, JobState
 
@@ -151,19 +151,10 @@ def client_url(config: Path | None, api: str | None) -> str:
 
 
 def client(config: Path | None, api: str | None) -> Client:
-    """The API client: `--api` wins over `$GPUPOOL_API`, which wins over the configuration
-    (`config.client_config`: --config, $GPUPOOL_CONFIG, /etc/gpupool's client.yaml or
-    gpupool.yaml)."""
+    """The API client (`gpupool.client.connect`: `--api` wins over `$GPUPOOL_API`, which wins
+    over the configuration)."""
     try:
-        path = client_config(config, os.environ)
-        spec = load_spec(path)
-        # The admin token is in the service's data directory, which a users' client.yaml need not
-        # name: as root, the service's own file says where it is.
-        data_dirs = [spec.service.data_path]
-        service_file = service_config(None, os.environ)
-        if service_file is not None and service_file != path and os.access(service_file, os.R_OK):
-            data_dirs.append(load_spec(service_file).service.data_path)
-        return Client.from_env(api or os.environ.get("GPUPOOL_API") or spec.service.url, data_dirs)
+        return connect(api, config)
     except GpupoolError as exc:
         failed(exc)
 

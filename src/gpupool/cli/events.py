@@ -9,7 +9,6 @@ from typing import Annotated, Any
 
 import typer
 
-from gpupool.cli.client import Client
 from gpupool.cli.common import (
     ApiOption,
     ConfigOption,
@@ -25,6 +24,7 @@ from gpupool.cli.common import (
 )
 from gpupool.cli.jobs import resolve
 from gpupool.cli.table import Column, table
+from gpupool.client import Client
 from gpupool.units import parse_duration
 
 HIDDEN = ("checkpoint",)

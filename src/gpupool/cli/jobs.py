@@ -15,7 +15,6 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from gpupool.cli.client import Client
 from gpupool.cli.common import (
     EXIT_PREEMPTED,
     EXIT_REFUSED,
@@ -34,6 +33,7 @@ from gpupool.cli.common import (
 )
 from gpupool.cli.show import label, show_job
 from gpupool.cli.table import Column, table
+from gpupool.client import Client
 from gpupool.errors import GpupoolError, InvalidInput, NotFound
 from gpupool.slurm import parse_states
 from gpupool.units import clock_time

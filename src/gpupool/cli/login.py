@@ -11,8 +11,8 @@ from typing import Annotated
 
 import typer
 
-from gpupool.cli.client import Client, token_file
 from gpupool.cli.common import ApiOption, ConfigOption, call, client_url, console, fail
+from gpupool.client import Client, token_file
 
 
 def login(

@@ -42,6 +42,7 @@ def totals_columns(title: str) -> tuple[Column, ...]:
         Column("UNREP", justify="right", drop=6),
         Column("CUTS", justify="right"),
         Column("LOST", justify="right"),
+        Column("IDLE", justify="right", drop=2),
         Column("CPU·H", justify="right", drop=1),
         Column("MAXRSS", justify="right", drop=2),
         Column("GPUMEM", justify="right", drop=1),
@@ -90,7 +91,15 @@ def report(
 
 
 def pool_notes(pool: Mapping[str, Any]) -> None:
-    """What the pool's table leaves out: the restarts' phases, the background writes."""
+    """What the pool's table leaves out: the restarts' phases, the background writes, the GPU
+    time idle sessions held."""
+    if pool.get("idle", 0.0) > 0:
+        held = gpu_time(pool["idle"])
+        console.print(
+            f"idle sessions held {held} (shells and notebooks with no activity: the IDLE column)",
+            highlight=False,
+            markup=False,
+        )
     if pool["restart_phases"]:
         parts = ", ".join(f"{name} {gpu_time(seconds)}" for name, seconds in pool["restart_phases"].items())
         console.print(f"restarts after interruptions, by phase: {parts}", highlight=False, markup=False)
@@ -125,6 +134,7 @@ def totals_table(title: str, rows: Mapping[str, Mapping[str, Any]], unit: tuple[
                 *(f"{t[b] / size:.1f}" for b in BUCKETS),
                 str(t["interruptions"]),
                 f"{t['lost'] / size:.1f}",
+                f"{t.get('idle', 0.0) / size:.1f}",
                 f"{t.get('cpu_seconds', 0.0) / 3600:.1f}",
                 "" if t.get("peak_memory") is None else human_bytes(t["peak_memory"]),
                 "" if t.get("peak_gpu_memory") is None else human_bytes(t["peak_gpu_memory"]),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Annotated, Any
 
@@ -19,9 +20,9 @@ import typer
 from rich.markup import escape
 
 from gpupool.cli import terminal
-from gpupool.cli.client import Client
 from gpupool.cli.common import (
     EXIT_CANCELLED,
+    EXIT_FAILED,
     EXIT_PREEMPTED,
     ApiOption,
     ConfigOption,
@@ -34,6 +35,7 @@ from gpupool.cli.common import (
     wait_for_outcome,
 )
 from gpupool.cli.jobs import Tail, one_job
+from gpupool.client import Client
 from gpupool.model import JobState, SessionKind
 
 RUNS = (JobState.RUNNING.value, JobState.PREEMPTING.value)
@@ -66,6 +68,20 @@ def waited(api: Client, job: dict[str, Any]) -> dict[str, Any]:
         raise typer.Exit(EXIT_CANCELLED) from None
 
 
+def output_of(api: Client, job: dict[str, Any]) -> Callable[[], None]:
+    """What prints the job's latest attempt's output as of now: its standard output to ours,
+    its standard error to ours."""
+    number = max(0, job["attempts"] - 1)
+    tails = [(Tail(api, job["id"], "stdout", number), sys.stdout), (Tail(api, job["id"], "stderr", number), sys.stderr)]
+
+    def drain() -> None:
+        for tail, stream in tails:
+            tail.drain(stream.write)
+            stream.flush()
+
+    return drain
+
+
 def run_session(api: Client, job: dict[str, Any]) -> int:
     """`gpupool run`: the job's output, live, until it ends. Ctrl-C cancels it (notice, then its
     class's grace); a second Ctrl-C kills it at once."""
@@ -77,14 +93,7 @@ def run_session(api: Client, job: dict[str, Any]) -> int:
         interrupts += 1
 
     previous = signal.signal(signal.SIGINT, interrupted)
-    number = max(0, job["attempts"] - 1)
-    tails = [(Tail(api, job["id"], "stdout", number), sys.stdout), (Tail(api, job["id"], "stderr", number), sys.stderr)]
-
-    def drain() -> None:
-        for tail, stream in tails:
-            tail.drain(stream.write)
-            stream.flush()
-
+    drain = output_of(api, job)
     try:
         acted = 0
         while True:
@@ -115,6 +124,35 @@ def shell_session(api: Client, job: dict[str, Any]) -> int:
     return attached(api, job)
 
 
+NOTEBOOK_WAIT = 180.0
+"""Seconds `gpupool notebook` waits for the server to answer once the job runs."""
+
+
+def notebook_session(api: Client, job: dict[str, Any]) -> int:
+    """`gpupool notebook`: once its server answers, where to open it; the job runs on."""
+    job = waited(api, job)
+    label = job["label"]
+    deadline = time.monotonic() + NOTEBOOK_WAIT
+    try:
+        while not ended(job):
+            status = call(api.notebook_status, job["id"])
+            if status.get("ready"):
+                say(f"job {label}: the notebook is at {api.url}/ui/notebooks/{job['id']}/lab")
+                say(f"sign in there with your token; `gpupool cancel {label}` ends it")
+                return 0
+            if time.monotonic() > deadline:
+                say(f"job {label}'s notebook server does not answer yet: `gpupool logs {label}` says why")
+                return EXIT_FAILED
+            time.sleep(POLL)
+            job = call(api.job, job["id"])
+    except KeyboardInterrupt:
+        call(api.cancel, job["id"])
+        say(f"job {label} cancelled")
+        return EXIT_CANCELLED
+    say(f"job {label} ended before its notebook answered: {job['state']} (`gpupool logs {label}` says why)")
+    return outcome_code(job)
+
+
 def attached(api: Client, job: dict[str, Any]) -> int:
     """Join the shell session's terminal; the job's outcome once its shell ends, 0 on a detach."""
     joined = terminal.attach(api, job["id"])
@@ -124,22 +162,33 @@ def attached(api: Client, job: dict[str, Any]) -> int:
         if joined.exit_code is None:
             say(f"job {label} runs on: `gpupool attach {label}` comes back to it")
         return exit_code(joined.error)
-    if joined.detached or joined.exit_code is None:
+    if joined.detached:
         say(f"detached from job {label}; it runs on: `gpupool attach {label}` comes back to it")
         return 0
+    if joined.exit_code is None and not ending(api, job["id"]):
+        say(f"the terminal of job {label} closed; it runs on: `gpupool attach {label}` comes back to it")
+        return 0
     return wait_for_outcome(api, job["id"], quiet=True, every=POLL)
+
+
+def ending(api: Client, job_id: int, within: float = 5.0) -> bool:
+    """Whether the job ends within `within` seconds (its terminal closed with no exit status:
+    the shell was killed at the end of its grace, its attempt with it)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if ended(call(api.job, job_id)):
+            return True
+        time.sleep(POLL)
+    return False
 
 
 def follow(api: Client, job: dict[str, Any]) -> int:
     """`attach` to a job with no terminal: its output, live, until it ends (Ctrl-C stops
     following; the job runs on)."""
-    number = max(0, job["attempts"] - 1)
-    tails = [(Tail(api, job["id"], "stdout", number), sys.stdout), (Tail(api, job["id"], "stderr", number), sys.stderr)]
+    drain = output_of(api, job)
     try:
         while True:
-            for tail, stream in tails:
-                tail.drain(stream.write)
-                stream.flush()
+            drain()
             if ended(job):
                 return outcome_code(job)
             time.sleep(POLL)

@@ -51,6 +51,13 @@ def show_job(job: dict[str, Any]) -> None:
         highlight=False,
         markup=False,
     )
+    if job.get("session"):
+        idle = sum(a.get("idle_seconds") or 0.0 for a in job["history"])
+        console.print(
+            f"  a {job['session']} session: idle for {human_seconds(idle)} (counted once it ended)",
+            highlight=False,
+            markup=False,
+        )
     asked = resources_line(job)
     if asked:
         console.print(f"  {asked}", highlight=False, markup=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import sys
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -223,6 +224,8 @@ def submit(
     argv = list(command or [])
     if mode == SessionKind.SHELL.value and not argv and wrap is None:
         argv = [os.environ.get("SHELL") or "/bin/bash", "-l"]
+    if mode == SessionKind.NOTEBOOK.value and not argv and wrap is None:
+        argv = [sys.executable, "-m", "gpupool.job.notebook"]
     script = batch_script(argv) if wrap is None else None
     if script is None and argv and wrap is None:
         argv[0] = runnable(argv[0])
@@ -239,14 +242,14 @@ def submit(
             if o[option]:
                 raise fail(f"--{option}: gpupool {mode} runs one job in the foreground; use gpupool submit")
         body["session"] = mode
-        body["name"] = body["name"] or (mode if mode == SessionKind.SHELL.value else "")
+        body["name"] = body["name"] or (mode if mode != SessionKind.RUN.value else "")
     api_client = client(config, api)
     # One key for every try of this submission: a retry after a lost answer is the same job.
-    job = call(api_client.submit, body, str(uuid.uuid4()))
+    job = call(api_client.submit_body, body, str(uuid.uuid4()))
     if mode != "submit":
         sessions.say(f"job {job['label']} submitted ({job['name']}, team {job['team']}, {job['priority']})")
-        finish = sessions.run_session if mode == SessionKind.RUN.value else sessions.shell_session
-        raise typer.Exit(finish(api_client, job))
+        finish = {"run": sessions.run_session, "shell": sessions.shell_session, "notebook": sessions.notebook_session}
+        raise typer.Exit(finish[mode](api_client, job))
     if o["parsable"]:
         console.print(str(job["id"]), highlight=False)
     else:
@@ -270,3 +273,10 @@ A terminal on the node that holds the job's GPUs, as the job's user, inside its 
 CUDA_VISIBLE_DEVICES set. Its exit ends the job. Enter ~ . detaches; gpupool attach JOB comes back
 (within sessions.detach_grace). An idle session is warned, then ended (its class's idle_after).
 Takes submit's options (a command after -- instead of your shell)."""
+
+NOTEBOOK_HELP = """JupyterLab on the pool's GPUs, behind the service: gpupool notebook --gpus 1 --time 4h
+
+Starts a Jupyter server as a job (gpupool[notebook] where it runs), waits until it answers and
+prints its address: the service proxies it, behind the dashboard's sign-in (your token), with no
+tunnel and no second token. It runs until gpupool cancel JOB, its time limit, or its class's
+idle_after with no kernel activity. Takes submit's options."""

@@ -25,7 +25,7 @@ from typing import Any
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 from websockets.sync.client import ClientConnection, connect
 
-from gpupool.cli.client import Client, Unreachable
+from gpupool.client import Client, Unreachable
 from gpupool.errors import HTTP_STATUS, GpupoolError
 
 ERRORS = {4000 + status: kind for kind, status in HTTP_STATUS.items()}
@@ -115,25 +115,21 @@ class Session:
 def attach(api: Client, job_id: int) -> Attached:
     """Join this terminal to the job's until its shell ends, this side detaches (`~.`) or the
     link is lost."""
+    url, session = terminal_url(api, job_id), None
+    headers = {"Authorization": f"Bearer {api.token}"}
     try:
-        connection = connect(
-            terminal_url(api, job_id),
-            additional_headers={"Authorization": f"Bearer {api.token}"},
-            proxy=None,
-            max_size=None,
-            compression=None,
-        )
+        with connect(url, additional_headers=headers, proxy=None, max_size=None, compression=None) as connection:
+            session = Session(connection)
+            threading.Thread(target=session.receive, daemon=True, name="terminal").start()
+            try:
+                session.ended.detached = relay(session)
+            finally:
+                connection.close()
+                session.done.wait(5)
     except (OSError, InvalidHandshake, InvalidURI, TimeoutError) as exc:
-        return Attached(error=Unreachable(f"cannot reach the session at {api.url} ({exc})"))
-    session = Session(connection)
-    threading.Thread(target=session.receive, daemon=True, name="terminal").start()
-    try:
-        detached = relay(session)
-    finally:
-        connection.close()
-        session.done.wait(5)
-    if detached:
-        session.ended.detached = True
+        if session is None:
+            return Attached(error=Unreachable(f"cannot reach the session at {api.url} ({exc})"))
+        raise
     return session.ended
 
 

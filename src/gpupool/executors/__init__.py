@@ -163,6 +163,9 @@ class Progress:
     notes: list[tuple[int, int, str]] = field(default_factory=list)
     """What the executor did that people should see, for the job and attempt it concerns: a
     process an ended attempt left on a GPU, killed."""
+    worked: set[Key] = field(default_factory=set)
+    """Live attempts whose GPUs worked since the last poll, where the executor can tell (NVML's
+    utilization): a session that computes is not idle."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +241,11 @@ class Executor(Protocol):
 
     def logs(self, job_id: int, attempt: int, rank: int, stream: str, attempt_dir: Path) -> BinaryIO | None:
         """A member's `stdout` or `stderr` in the attempt's folder, open for reading, or None."""
+        ...
+
+    def address(self, node: str) -> str:
+        """Where the scheduler reaches a server a member runs on `node` (a notebook's): the
+        node's address, loopback for this machine; OSError for a node it does not have."""
         ...
 
     def terminal(self, job_id: int, attempt: int) -> Terminal:

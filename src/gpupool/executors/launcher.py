@@ -235,7 +235,9 @@ def serve() -> None:
             tell({"id": request["id"], "error": str(exc)})
 
 
-def fork(argv: list[str], env: dict[str, str], folder: str, contain: dict[str, object] | None, tty: bool) -> int:
+def fork(
+    argv: list[str], env: dict[str, str], folder: str, contain: dict[str, object] | None, tty: bool = False
+) -> int:
     """A launcher forked from the fork server: the leader of a session of its own, with its
     output in the folder's launcher.log; returns its pid once it leads its session."""
     log = os.open(os.path.join(folder, "launcher.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
@@ -293,7 +295,9 @@ def record(folder: str, owner: str) -> None:
     write(os.path.join(folder, "launcher.json"), {"pid": os.getpid(), "started": started, "owner": owner})
 
 
-def detached(argv: list[str], env: dict[str, str], folder: str, contain: dict[str, object] | None, tty: bool) -> int:
+def detached(
+    argv: list[str], env: dict[str, str], folder: str, contain: dict[str, object] | None, tty: bool = False
+) -> int:
     """A launcher forked twice from the fork server: a child of no process of the scheduler's
     (init, or the nearest subreaper, reaps it), the leader of a session of its own, living on
     when the fork server and the scheduler are gone (the local executor's, which a restarted

@@ -122,15 +122,34 @@ def recorded_launcher(attempt_dir: Path, expected_owner: str | None = None) -> t
 
 
 def kill_attempts(data_dir: Path) -> None:
-    """SIGKILL the process group of every attempt launched under `data_dir` (its launcher names
-    its attempt folder; the launcher outlives a SIGTERM by design, so `pkill` would not do)."""
+    """SIGKILL every attempt launched under `data_dir`: each launcher (it works in its attempt's
+    folder, and outlives a SIGTERM by design, so `pkill` would not do) with its process group,
+    and the session of each of its children (a shell session's leads one of its own), as well
+    as any process whose command line names `data_dir`."""
+    launchers, children = set(), []
+    own = os.getpgid(0)
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            group = os.getpgid(int(proc.name))
-            if str(data_dir) in command and group != os.getpgid(0):  # never the caller's own group
-                os.killpg(group, signal.SIGKILL)
-        except (OSError, ProcessLookupError):
+            where = os.readlink(proc / "cwd")
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
             continue
+        children.append((int(proc.name), parent))
+        if str(data_dir) in command or where == str(data_dir) or where.startswith(str(data_dir) + "/"):
+            launchers.add(int(proc.name))
+    groups = {os.getpgid(pid) for pid in launchers if _exists(pid)}
+    groups |= {os.getpgid(pid) for pid, parent in children if parent in launchers and _exists(pid)}
+    for group in groups - {own}:  # never the caller's own group
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.getpgid(pid)
+    except ProcessLookupError:
+        return False
+    return True

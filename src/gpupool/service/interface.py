@@ -36,6 +36,31 @@ class Terminal(Protocol):
     def close(self) -> None: ...
 
 
+class SessionsView(Protocol):
+    """The running sessions, as the API reaches them (`service.sessions.Sessions` is this)."""
+
+    def open_terminal(self, job: JobRow) -> Terminal:
+        """A connection to the running shell session's terminal; `Conflict` when it has none."""
+        ...
+
+    def notebook(self, job: JobRow) -> tuple[str, str]:
+        """Where the running notebook session's server answers (`http://ADDRESS:PORT`, on its
+        node) and its token; `Conflict` while there is none."""
+        ...
+
+    def warning(self, job: int) -> str | None:
+        """What the session of `job` was warned of (its reclaim, when idle), while it stays idle."""
+        ...
+
+    def active(self, job: int, now: float) -> None:
+        """The session of `job` was used (a keystroke): not idle."""
+        ...
+
+    def attach(self, job: int, now: float, change: int) -> None:
+        """A terminal attached to the session of `job` (1) or left it (-1)."""
+        ...
+
+
 class Service(Protocol):
     @property
     def halted(self) -> str | None:
@@ -51,6 +76,11 @@ class Service(Protocol):
     @property
     def dirty(self) -> dict[str, dict[int, str]]:
         """Per node, its GPUs that a process of no live attempt holds, with that process."""
+        ...
+
+    @property
+    def sessions(self) -> SessionsView:
+        """The running sessions: terminals, notebooks' servers, activity."""
         ...
 
     def wake(self) -> None:
@@ -70,18 +100,6 @@ class Service(Protocol):
     def job_defaults(self, priority: str | None, session: str | None) -> tuple[str, float | None]:
         """What a submission that names no class gets (`normal`, or the sessions' class for a
         session), and the time limit of the class it runs at when it gives none."""
-        ...
-
-    def open_terminal(self, job: JobRow) -> Terminal:
-        """A connection to the running shell session's terminal; `Conflict` when it has none."""
-        ...
-
-    def session_active(self, job_id: int) -> None:
-        """The session was used (a keystroke): not idle."""
-        ...
-
-    def session_attached(self, job_id: int, change: int) -> None:
-        """A terminal attached to the session (1) or left it (-1)."""
         ...
 
     def open_log(self, job: JobRow, attempt: int, stream: str, rank: int = 0) -> BinaryIO | None:

@@ -23,14 +23,12 @@ from typing import BinaryIO
 from gpupool.errors import Conflict, InvalidInput
 from gpupool.executors import Executor, Exit, Key, NodeState, Recorded, Resources, Started
 from gpupool.executors.containment import unfit
-from gpupool.executors.terminal import SAY
 from gpupool.executors.users import JobUser, job_user
 from gpupool.model import Config, JobState, Node, Placement, Plan, Reason, SessionKind, Wait
 from gpupool.policy import PoolState, decide
-from gpupool.policy.idle import review
 from gpupool.service.launches import prepare_launch, protocol_env
 from gpupool.service.observer import Observer
-from gpupool.service.sessions import Sessions, SessionTerminal
+from gpupool.service.sessions import Sessions
 from gpupool.service.snapshots import UNEXPLAINED, KeptSnapshots
 from gpupool.service.workspace import Workspace, token_hash
 from gpupool.store import Store
@@ -39,9 +37,6 @@ from gpupool.store.schema import AttemptRow, JobRow
 from gpupool.units import plural
 
 log = logging.getLogger("gpupool.service")
-
-TERMINAL_WAIT = 5.0
-"""Seconds a terminal is tried for: its launcher serves it once it has started the shell."""
 
 
 @dataclass
@@ -98,7 +93,7 @@ class ControlLoop:
     def __post_init__(self) -> None:
         self.snapshots = KeptSnapshots(self.store)
         self.workspace = Workspace(self.data_dir, self.store.identity)
-        self.sessions = Sessions(self.config)
+        self.sessions = Sessions(self.store, self.executor, self.config)
 
     # --- what the API may ask (interface.Service) ------------------------------------------------
 
@@ -131,37 +126,8 @@ class ControlLoop:
             raise InvalidInput(problem)
 
     def job_defaults(self, priority: str | None, session: str | None) -> tuple[str, float | None]:
-        """What a submission that names no class gets (`normal`, or the sessions' class for a
-        session), and the time limit of the class it runs at when it gives none (an unknown
-        class is the store's to refuse)."""
-        chosen = priority or (self.config.sessions.priority if session is not None else "normal")
-        try:
-            return chosen, self.config.priority_class(chosen).time_limit
-        except ValueError:
-            return chosen, None
-
-    def open_terminal(self, job: JobRow) -> SessionTerminal:
-        """A connection to the running shell session's terminal; `Conflict` when it has none.
-        Its launcher serves it once the shell is started: tried for `TERMINAL_WAIT` seconds."""
-        if job.session != SessionKind.SHELL.value:
-            what = f"a {job.session} session" if job.session else "a batch job"
-            raise Conflict(f"job {job.label} is {what}, with no terminal: `gpupool logs -f {job.label}` follows it")
-        if job.state not in (JobState.STARTING.value, JobState.RUNNING.value, JobState.PREEMPTING.value):
-            raise Conflict(f"job {job.label} is {job.state}: its terminal is there only while it runs")
-        deadline = time.monotonic() + TERMINAL_WAIT
-        while True:
-            try:
-                return SessionTerminal(self.executor.terminal(job.id, job.attempts - 1))
-            except OSError as exc:
-                if time.monotonic() >= deadline:
-                    raise Conflict(f"job {job.label}'s terminal cannot be reached now ({exc})") from None
-            time.sleep(0.05)
-
-    def session_active(self, job_id: int) -> None:
-        self.sessions.active(job_id, time.time())
-
-    def session_attached(self, job_id: int, change: int) -> None:
-        self.sessions.attach(job_id, time.time(), change)
+        """What a submission that names no class gets, and its class's time limit (`Config.defaults`)."""
+        return self.config.defaults(priority, session)
 
     # --- one iteration -----------------------------------------------------------------------
 
@@ -173,7 +139,7 @@ class ControlLoop:
         changed = self.sync_nodes(now)
         changed |= self.reap(now)
         self.enforce_deadlines(now)
-        changed |= self.review_sessions(now)
+        changed |= self.sessions.review(now)
         changed |= self.store.settle_dependencies(now)
         state, holds = self.snapshots.read(now, {node: frozenset(gpus) for node, gpus in self.dirty.items()})
         if not state.line and not holds:
@@ -301,6 +267,8 @@ class ControlLoop:
             for job_id, attempt, message in progress.notes:
                 log.warning("job %s attempt %s: %s", job_id, attempt, message)
             self.store.note("leftover_killed", progress.notes, now)
+        for job_id, _attempt in progress.worked:
+            self.sessions.active(job_id, now)
         self.unrecorded.extend(progress.ended)
         self.unmarked.update(progress.running)
         if self.unmarked:
@@ -320,9 +288,7 @@ class ControlLoop:
         except Exception:
             self.unrecorded = ended
             raise
-        idle = {(e.job_id, e.attempt): self.sessions.ended((e.job_id, e.attempt), now) for e in ended}
-        if any(idle.values()):
-            self.store.add_idle_seconds({key: seconds for key, seconds in idle.items() if seconds})
+        self.sessions.ended([(e.job_id, e.attempt) for e in ended], now)
         for exit, state in zip(ended, states, strict=True):
             self.killed.discard((exit.job_id, exit.attempt))
             self.stopping.pop((exit.job_id, exit.attempt), None)
@@ -364,46 +330,6 @@ class ControlLoop:
                 self.executor.kill(*key)
             else:
                 self.deadlines.append(deadline)
-
-    def review_sessions(self, now: float) -> bool:
-        """Record sessions' idle time, and warn, end or requeue those the rule says
-        (`policy.idle`); whether anything was ended or requeued."""
-        idle = self.sessions.take_idle()
-        if idle:
-            self.store.add_idle_seconds(idle)
-        changed = False
-        for action in review(self.sessions.seen(), self.config, now):
-            key = (action.job, action.attempt)
-            log.info("job %s session: %s", action.job, action.message)
-            if action.action == "warn":
-                self.sessions.warned(key, now)
-                self.store.note("session_idle", [(action.job, action.attempt, action.message)], now)
-                self.say(key, action.message)
-                continue
-            self.sessions.reclaimed(key)
-            changed = True
-            with contextlib.suppress(Conflict):  # it ended, or is ending, meanwhile
-                if action.action == "end":
-                    self.say(key, f"this session ends: {action.message}")
-                    self.store.cancel(action.job, now, why=action.message)
-                else:
-                    self.say(key, f"this session is requeued: {action.message}")
-                    self.store.requeue_job(action.job, now, why=f"({action.message})")
-        return changed
-
-    def say(self, key: Key, message: str) -> None:
-        """A line of gpupool's on a session's terminal, where it has one (its person sees it
-        there, now or when they attach)."""
-        try:
-            link = self.executor.terminal(*key)
-        except OSError:
-            return
-        try:
-            link.send(SAY, f"\r\n[gpupool] {message}\r\n".encode())
-        except OSError:
-            pass
-        finally:
-            link.close()
 
     def stop(self, key: Key, job: JobRow, now: float) -> None:
         """A cancelled job's attempt: notice with its class's grace, once; killed at once

@@ -1,7 +1,9 @@
 """The live service's sessions: what it has seen of each running one (activity, terminals
-attached, warnings), kept in memory beside the control loop. The API tells it of terminal
-input and of terminals that attach and leave; the loop tells it of starts and ends, asks the
-rule (`policy.idle.review`) what to do each tick, and records each session's idle time.
+attached, warnings), kept in memory beside the control loop, and what it does with them. The
+API tells it of terminal input and of terminals that attach and leave, and opens terminals
+through it; the loop tells it of starts and ends, and has it carry out, at each tick, what the
+rule (`policy.idle.review`) says: warn (on the session's terminal, and in its events), end or
+requeue. It records each session's idle time in the store.
 
 After a restart nothing of this is known: an adopted session counts as active, and detached,
 from the moment it was adopted (it is never reclaimed for what happened while no scheduler
@@ -10,18 +12,41 @@ watched).
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
 import threading
+import time
+import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 
-from gpupool.executors import Key, Terminal
-from gpupool.executors.terminal import ENDED, INPUT, OUTPUT, RESIZE, SCREEN
-from gpupool.model import Config, SessionKind
-from gpupool.policy.idle import SessionSeen, idle_stretch
+from gpupool.errors import Conflict, GpupoolError
+from gpupool.executors import Executor, Key, Terminal
+from gpupool.executors.terminal import ENDED, INPUT, OUTPUT, RESIZE, SAY, SCREEN
+from gpupool.job.notebook import BASE as NOTEBOOK_BASE
+from gpupool.model import Config, JobState, SessionKind
+from gpupool.policy.idle import SessionSeen, idle_stretch, review
+from gpupool.store import Store
+from gpupool.store.schema import JobRow
+
+log = logging.getLogger("gpupool.service")
+
+NOTEBOOK_LOOK = 2.0
+"""Seconds between two looks at each notebook server's kernels (their last activity)."""
+TERMINAL_WAIT = 5.0
+"""Seconds a terminal is tried for: its launcher serves it once it has started the shell."""
+LIVE = (JobState.STARTING.value, JobState.RUNNING.value, JobState.PREEMPTING.value)
 
 
 @dataclass
 class Tracked:
     seen: SessionSeen
+    warning: str | None = None
+    """What it was warned of (its reclaim), until it is used again."""
+    server: tuple[str, str] | None = None
+    """A notebook's server, once it answered: its URL and its token."""
     attached: int = 0
     idle_seconds: float = 0.0
     """Idle time of stretches that ended (`idle_stretch`), not yet recorded in the store."""
@@ -30,32 +55,58 @@ class Tracked:
 
 
 class Sessions:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, store: Store, executor: Executor, config: Config) -> None:
+        self.store = store
+        self.executor = executor
         self.config = config
         self.lock = threading.Lock()
         self.tracked: dict[Key, Tracked] = {}
+        self.watching: threading.Thread | None = None
 
     def started(self, key: Key, kind: SessionKind, priority: str, now: float) -> None:
         """A session's attempt runs (or was adopted): active now; a shell as yet unattached."""
         detached = now if kind is SessionKind.SHELL else None
         with self.lock:
             self.tracked[key] = Tracked(SessionSeen(*key, kind, priority, now, None, detached))
+            if kind is SessionKind.NOTEBOOK and self.watching is None:
+                self.watching = threading.Thread(target=self.watch_notebooks, daemon=True, name="notebooks")
+                self.watching.start()
 
-    def ended(self, key: Key, now: float) -> float | None:
-        """The attempt ended: its idle seconds not yet recorded (None for no session)."""
+    def watch_notebooks(self) -> None:
+        """Every `NOTEBOOK_LOOK` seconds, each notebook's kernels: the latest activity of one
+        (code it ran, output it sent) is the session's, and a busy kernel is active now. In a
+        thread of its own: a server that is slow to answer never holds the control loop."""
+        while True:
+            time.sleep(NOTEBOOK_LOOK)
+            with self.lock:
+                notebooks = [key for key, found in self.tracked.items() if found.seen.kind is SessionKind.NOTEBOOK]
+            for job_id, _attempt in notebooks:
+                try:
+                    last = kernels_last_active(self.notebook(self.store.job(job_id)), job_id, time.time())
+                except (GpupoolError, OSError, ValueError):
+                    continue
+                if last is not None:
+                    self.active(job_id, last)
+
+    def ended(self, keys: Sequence[Key], now: float) -> None:
+        """These attempts ended: the idle time of those that were sessions is recorded."""
+        idle = {}
         with self.lock:
-            found = self.tracked.pop(key, None)
-        if found is None:
-            return None
-        return found.idle_seconds + idle_stretch(found.seen.last_activity, now, self.config)
+            for key in keys:
+                found = self.tracked.pop(key, None)
+                if found is not None:
+                    idle[key] = found.idle_seconds + idle_stretch(found.seen.last_activity, now, self.config)
+        if any(idle.values()):
+            self.store.add_idle_seconds({key: seconds for key, seconds in idle.items() if seconds})
 
     def active(self, job: int, now: float) -> None:
         """The session of `job` was used (input typed, a kernel ran, its GPUs worked)."""
         with self.lock:
             for key, found in self.tracked.items():
-                if key[0] == job:
+                if key[0] == job and now > found.seen.last_activity:  # news: not a time seen already
                     found.idle_seconds += idle_stretch(found.seen.last_activity, now, self.config)
-                    found.seen = replace(found.seen, last_activity=max(now, found.seen.last_activity), warned_at=None)
+                    found.seen = replace(found.seen, last_activity=now, warned_at=None)
+                    found.warning = None
 
     def attach(self, job: int, now: float, change: int) -> None:
         """A terminal attached to the session of `job` (`change` 1) or left it (-1)."""
@@ -66,11 +117,17 @@ class Sessions:
                     left = now if found.attached == 0 and found.seen.kind is SessionKind.SHELL else None
                     self.tracked[key].seen = replace(found.seen, detached_since=left)
 
-    def warned(self, key: Key, now: float) -> None:
+    def warned(self, key: Key, now: float, message: str) -> None:
         with self.lock:
             found = self.tracked.get(key)
             if found is not None:
                 found.seen = replace(found.seen, warned_at=now)
+                found.warning = message
+
+    def warning(self, job: int) -> str | None:
+        """What the session of `job` was warned of, while it stays idle (a notebook shows it)."""
+        with self.lock:
+            return next((found.warning for key, found in self.tracked.items() if key[0] == job), None)
 
     def reclaimed(self, key: Key) -> None:
         with self.lock:
@@ -83,6 +140,90 @@ class Sessions:
         with self.lock:
             return [found.seen for found in self.tracked.values() if not found.reclaimed]
 
+    def review(self, now: float) -> bool:
+        """Record the idle stretches that ended, and warn, end or requeue the sessions the
+        rule says (`policy.idle`); whether any was ended or requeued."""
+        idle = self.take_idle()
+        if idle:
+            self.store.add_idle_seconds(idle)
+        changed = False
+        for action in review(self.seen(), self.config, now):
+            key = (action.job, action.attempt)
+            log.info("job %s session: %s", action.job, action.message)
+            if action.action == "warn":
+                self.warned(key, now, action.message)
+                self.store.note("session_idle", [(action.job, action.attempt, action.message)], now)
+                self.say(key, action.message)
+                continue
+            self.reclaimed(key)
+            changed = True
+            with contextlib.suppress(Conflict):  # it ended, or is ending, meanwhile
+                if action.action == "end":
+                    self.say(key, f"this session ends: {action.message}")
+                    self.store.cancel(action.job, now, why=action.message)
+                else:
+                    self.say(key, f"this session is requeued: {action.message}")
+                    self.store.requeue_job(action.job, now, why=f"({action.message})")
+        return changed
+
+    def say(self, key: Key, message: str) -> None:
+        """A line of gpupool's on a session's terminal, where it has one (its person sees it
+        there, now or when they attach)."""
+        try:
+            link = self.executor.terminal(*key)
+        except OSError:
+            return
+        try:
+            link.send(SAY, f"\r\n[gpupool] {message}\r\n".encode())
+        except OSError:
+            pass
+        finally:
+            link.close()
+
+    def open_terminal(self, job: JobRow) -> SessionTerminal:
+        """A connection to the running shell session's terminal; `Conflict` when it has none.
+        Its launcher serves it once the shell is started: tried for `TERMINAL_WAIT` seconds."""
+        if job.session != SessionKind.SHELL.value:
+            what = f"a {job.session} session" if job.session else "a batch job"
+            raise Conflict(f"job {job.label} is {what}, with no terminal: `gpupool logs -f {job.label}` follows it")
+        if job.state not in LIVE:
+            raise Conflict(f"job {job.label} is {job.state}: its terminal is there only while it runs")
+        deadline = time.monotonic() + TERMINAL_WAIT
+        while True:
+            try:
+                return SessionTerminal(self.executor.terminal(job.id, job.attempts - 1))
+            except OSError as exc:
+                if time.monotonic() >= deadline:
+                    raise Conflict(f"job {job.label}'s terminal cannot be reached now ({exc})") from None
+            time.sleep(0.05)
+
+    def notebook(self, job: JobRow) -> tuple[str, str]:
+        """Where a running notebook session's server answers (its node's address and the port
+        it reported) and its token; `Conflict` while there is none."""
+        if job.session != SessionKind.NOTEBOOK.value:
+            what = f"a {job.session} session" if job.session else "a batch job"
+            raise Conflict(f"job {job.label} is {what}, not a notebook")
+        if job.state not in LIVE:
+            raise Conflict(f"job {job.label} is {job.state}: its notebook is there only while it runs")
+        key = (job.id, job.attempts - 1)
+        with self.lock:
+            found = self.tracked.get(key)
+            if found is not None and found.server is not None:
+                return found.server
+        attempt = next((a for a in self.store.attempts(job.id) if a.attempt == key[1]), None)
+        nodes = [p.node for p in self.store.held() if p.job_id == job.id]
+        if attempt is None or attempt.server is None or not nodes:
+            raise Conflict(f"job {job.label}'s notebook server does not answer yet: it is starting")
+        try:
+            url = f"http://{self.executor.address(nodes[0])}:{int(attempt.server['port'])}"
+        except OSError as exc:
+            raise Conflict(f"job {job.label}'s notebook cannot be reached ({exc})") from None
+        server = (url, str(attempt.server["token"]))
+        with self.lock:
+            if key in self.tracked:
+                self.tracked[key].server = server
+        return server
+
     def take_idle(self) -> dict[Key, float]:
         """Idle seconds of stretches that ended since the last call, to record."""
         with self.lock:
@@ -90,6 +231,24 @@ class Sessions:
             for key in taken:
                 self.tracked[key].idle_seconds = 0.0
         return taken
+
+
+def kernels_last_active(server: tuple[str, str], job_id: int, now: float) -> float | None:
+    """When a kernel of the notebook server was last active, as Jupyter's own `/api/kernels`
+    says (`now` for one that is busy); None when it has no kernel."""
+    url, token = server
+    request = urllib.request.Request(
+        f"{url}{NOTEBOOK_BASE.format(job=job_id)}api/kernels", headers={"Authorization": f"token {token}"}
+    )
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        kernels = json.loads(answer.read())
+    times = [now if k.get("execution_state") == "busy" else parse_time(k["last_activity"]) for k in kernels]
+    return max(times, default=None)
+
+
+def parse_time(text: str) -> float:
+    """Jupyter's times: ISO 8601 in UTC, `Z` at the end."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 class SessionTerminal:

@@ -130,7 +130,7 @@ class AccountsStore(StoreBase):
         by_job: dict[int, list[AttemptRecord]] = defaultdict(list)
         for row in rows:
             job_id, number, started, ended, productive, notice, restored, restore, outcome, heartbeat, said = row[:11]
-            peak, cpu, oom, gpu_peak = row[11:]
+            peak, cpu, oom, gpu_peak, idle = row[11:]
             key = (job_id, number)
             restart = said or {}
             counted = (
@@ -153,6 +153,7 @@ class AccountsStore(StoreBase):
                     restart.get("process_started_at"),
                     tuple((restart.get("phases") or {}).items()),
                     counted,
+                    idle or 0.0,
                 )
             )
         return [(jobs[i], by_job[i]) for i in sorted(by_job)]
@@ -174,6 +175,7 @@ ATTEMPT_COLUMNS = (
     AttemptRow.cpu_seconds,
     AttemptRow.oom_kills,
     AttemptRow.peak_gpu_memory,
+    AttemptRow.idle_seconds,
 )
 
 

@@ -108,6 +108,13 @@ class AttemptsStore(StoreBase):
         """The attempt's processes run: STARTING → RUNNING."""
         self.mark_started([(job_id, attempt, handle, True, where)], now)
 
+    def serve(self, job_id: int, attempt: int, port: int, token: str) -> None:
+        """A notebook session's server answers on `port` of its node (the job protocol's
+        `server` report); `Conflict` for an attempt that is not live."""
+        with self.transaction() as s:
+            row = self.live_attempt(s, job_id, attempt)
+            row.server = {"port": port, "token": token}
+
     def add_idle_seconds(self, idle: Mapping[tuple[int, int], float]) -> None:
         """Add to attempts' idle time (a session's stretches with no activity), in one commit."""
         with self.transaction() as s:

@@ -264,6 +264,9 @@ class AttemptRow(Base):
     """Bytes, the largest GPU memory its processes held at once, where NVML counts it."""
     idle_seconds: Mapped[float | None] = mapped_column(Float, default=None)
     """A session's: seconds it held its GPUs with no activity (`SessionPolicy.idle_counts_after`)."""
+    server: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), default=None)
+    """A notebook session's server, as it reported it: `{"port": N, "token": T}` (on the node
+    its placement names)."""
 
 
 class PlacementRow(Base):

@@ -79,6 +79,11 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "gpupool_checkpoint_commits": ("Checkpoints jobs committed and reported.", ("class", "team")),
     "gpupool_cpu_seconds": ("CPU time of ended attempts, as their cgroups counted it.", ("class", "team")),
+    "gpupool_idle_session_gpu_seconds": (
+        "GPU-seconds sessions (shells, notebooks) of ended attempts held with no activity, in stretches of "
+        "sessions.idle_counts_after or more: capacity idle sessions kept from the pool.",
+        ("class", "team"),
+    ),
     "gpupool_oom_kills": (
         "Processes the kernel killed because an attempt reached its memory limit (--mem).",
         ("class", "team"),

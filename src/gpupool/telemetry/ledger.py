@@ -227,6 +227,8 @@ class Ledger:
         for record in ordered[first:final]:
             if record.usage is not None:
                 self._count_usage(labels, record.usage)
+            if record.idle_seconds:
+                self.counts["gpupool_idle_session_gpu_seconds"][labels] += record.gpus * record.idle_seconds
         numbers = {r.attempt for r in ordered[first:final]}
         for interruption in whole.interruptions:
             if interruption.attempt not in numbers:

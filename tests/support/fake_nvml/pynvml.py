@@ -2,7 +2,7 @@
 GPUs: the GPUs and their compute processes are read, at every call, from the JSON file that
 $GPUPOOL_FAKE_NVML names, which the test writes:
 
-    {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory": 85520809984,
+    {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory": 85520809984, "utilization": 97,
                "processes": [{"pid": 4242, "memory": 3221225472}]}]}
 
 Put its folder first on PYTHONPATH of the process under test. Only the calls gpupool makes."""
@@ -59,3 +59,8 @@ def nvmlDeviceGetComputeRunningProcesses(handle: int) -> list[SimpleNamespace]:
     return [
         SimpleNamespace(pid=int(p["pid"]), usedGpuMemory=p.get("memory")) for p in _gpus()[handle].get("processes", [])
     ]
+
+
+def nvmlDeviceGetUtilizationRates(handle: int) -> SimpleNamespace:
+    gpu = _gpus()[handle]
+    return SimpleNamespace(gpu=int(gpu.get("utilization", 0)), memory=0)

@@ -164,6 +164,7 @@ class LocalExecutor:
             self.watching = True
             threading.Thread(target=self.watch.watch, args=(self._live, self.stopped), daemon=True, name="nvml").start()
         notes = self.watch.taken() if self.watch is not None else []
+        worked = self.watch.worked() if self.watch is not None else set()
         ended = []
         for key, (pid, started) in list(self.watched.items()):
             if process_started(pid) == started:
@@ -176,7 +177,7 @@ class LocalExecutor:
                 continue
             del self.watched[key]
             ended.append(self._exit(key, None, cleared=usage))
-        return Progress(ended=ended, notes=notes)
+        return Progress(ended=ended, notes=notes, worked=worked)
 
     def _exit(self, key: Key, code: int | None, ended_at: float | None = None, cleared: Usage | None = None) -> Exit:
         """How an attempt ended: its launcher's record (the command's status), else what the
@@ -229,6 +230,11 @@ class LocalExecutor:
             forks, self.forks = self.forks, None
         if forks is not None:
             forks.close()
+
+    def address(self, node: str) -> str:
+        if node != self.node.node.name:
+            raise OSError(f"the local executor has no node {node}")
+        return "127.0.0.1"
 
     def terminal(self, job_id: int, attempt: int) -> Link:
         """A connection to the attempt's terminal, which its launcher serves on this machine."""

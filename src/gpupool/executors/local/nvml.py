@@ -1,7 +1,8 @@
 """What NVML says of this machine's GPUs while attempts run: each GPU's compute processes and
-the GPU memory each holds, and who a process is. The local executor reads it every few seconds
-(`GpuWatch`): to count each attempt's peak GPU memory, to kill what an ended attempt left on a
-GPU, and to keep from new jobs a GPU that a process of no live attempt holds (`dirty`)."""
+the GPU memory each holds, how busy each GPU is, and who a process is. The local executor reads
+it every few seconds (`GpuWatch`): to count each attempt's peak GPU memory, to kill what an
+ended attempt left on a GPU, to keep from new jobs a GPU that a process of no live attempt holds
+(`dirty`), and to tell which attempts' GPUs worked (a session that computes is not idle)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,31 @@ def gpu_processes() -> list[GpuProcess] | None:
             pynvml.nvmlShutdown()
 
 
+BUSY = 5
+"""Percent of time a GPU ran kernels, over NVML's last sample period, from which it worked."""
+
+
+def gpu_utilization() -> dict[int, int] | None:
+    """Each GPU's utilization (percent of time a kernel ran, as nvidia-smi shows it), or None
+    where NVML cannot be read."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # NVML raises its own error types, or the library is absent
+        return None
+    try:
+        return {
+            index: int(pynvml.nvmlDeviceGetUtilizationRates(pynvml.nvmlDeviceGetHandleByIndex(index)).gpu)
+            for index in range(int(pynvml.nvmlDeviceGetCount()))
+        }
+    except Exception:
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
 def describe(process: GpuProcess) -> str:
     """`pid 4242 (ana)`: the process and its owner, as every token's view of the pool shows
     them (its command line, which may hold what its owner would not show, is left out)."""
@@ -75,13 +101,29 @@ def cgroup_of(pid: int, root: str, store_id: str) -> tuple[Key, str] | None:
     return None
 
 
-def session_of(pid: int) -> int | None:
-    """The session `pid` is in (a launcher leads its attempt's), or None if it is gone."""
+def stat_of(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after the command's name (state, ppid, pgrp, session, ...)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[3])
+    return stat.rsplit(")", 1)[1].split()
+
+
+def attempt_of(pid: int, launchers: Mapping[int, Key]) -> Key | None:
+    """The attempt whose launcher's session holds `pid`, or whose launcher is an ancestor of it
+    (a shell session's processes lead a session of their own, on their terminal)."""
+    for _ in range(64):  # a chain of parents, never a loop
+        fields = stat_of(pid)
+        if fields is None:
+            return None
+        found = launchers.get(int(fields[3])) or launchers.get(pid)
+        if found is not None:
+            return found
+        pid = int(fields[1])
+        if pid <= 1:
+            return None
+    return None
 
 
 @dataclass
@@ -96,12 +138,15 @@ class GpuWatch:
     store_id: str
     every: float = 2.0
     read: Callable[[], list[GpuProcess] | None] = gpu_processes
+    utilization: Callable[[], dict[int, int] | None] = gpu_utilization
     peaks: dict[Key, int] = field(default_factory=dict)
     """Per live attempt, the most GPU memory its processes held at once (bytes)."""
     dirty: dict[int, str] = field(default_factory=dict)
     """GPU index → the process of no live attempt on it (`describe`)."""
     notes: list[tuple[int, int, str]] = field(default_factory=list)
     """What `look` did that the executor has not passed on yet (`taken`)."""
+    busy: set[Key] = field(default_factory=set)
+    """Live attempts with a process on a GPU that worked (`BUSY`), since `worked` was last asked."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def watch(self, live: Callable[[], Mapping[Key, int]], stop: threading.Event) -> None:
@@ -118,6 +163,12 @@ class GpuWatch:
             notes, self.notes = self.notes, []
         return notes
 
+    def worked(self) -> set[Key]:
+        """The attempts whose GPUs worked since the last call."""
+        with self.lock:
+            busy, self.busy = self.busy, set()
+        return busy
+
     def peak(self, key: Key) -> int | None:
         """The attempt's peak GPU memory, forgotten (it has ended)."""
         with self.lock:
@@ -131,16 +182,20 @@ class GpuWatch:
         processes = self.read()
         if processes is None:
             return []
+        busy_gpus = {gpu for gpu, percent in (self.utilization() or {}).items() if percent >= BUSY}
         live.update(live_now())
         sessions = {pid: key for key, pid in live.items()}
+        worked: set[Key] = set()
         held: dict[Key, int] = {}
         dirty: dict[int, str] = {}
         notes = []
         for process in processes:
             found = cgroup_of(process.pid, self.root, self.store_id) if self.root is not None else None
-            key = found[0] if found is not None else sessions.get(session_of(process.pid) or -1)
+            key = found[0] if found is not None else attempt_of(process.pid, sessions)
             if key is not None and key in live:
                 held[key] = held.get(key, 0) + (process.memory or 0)
+                if process.gpu in busy_gpus:
+                    worked.add(key)
             elif found is not None:
                 said = describe(process)
                 Cgroup(Layout.read(), found[1]).kill()
@@ -150,5 +205,6 @@ class GpuWatch:
         with self.lock:
             for key, used in held.items():
                 self.peaks[key] = max(self.peaks.get(key, 0), used)
+            self.busy |= worked
         self.dirty = dirty
         return notes

@@ -41,7 +41,7 @@ from gpupool.executors.ray.adopt import (
     unrecorded,
 )
 from gpupool.executors.ray.gang import Gang, attempt_exit, member_folder, member_owner
-from gpupool.executors.ray.nodes import RayNodes
+from gpupool.executors.ray.nodes import RayNodes, fetch
 from gpupool.executors.ray.terminal import RayTerminal
 from gpupool.executors.spawn import Spawn
 
@@ -50,14 +50,6 @@ log = logging.getLogger("gpupool.ray")
 STRAYS = 10_000
 """How many ends of members no gang here knows are kept: a gang being adopted may be told of
 its member's end before it is registered."""
-
-
-def fetch(ref: Any) -> tuple[Any, BaseException | None]:
-    """A ready ref's value, or the error Ray raises for it."""
-    try:
-        return ray.get(ref, timeout=5), None
-    except Exception as exc:  # Ray's errors, and the launcher's own, have no common base
-        return None, exc
 
 
 class RayExecutor:
@@ -193,10 +185,14 @@ class RayExecutor:
             self.running, self.ended = {}, []
         return progress
 
+    def address(self, node: str) -> str:
+        if (found := self.pool.by_name(node)) is None:
+            raise OSError(f"Ray has no alive node {node}")
+        return found.address
+
     def terminal(self, job_id: int, attempt: int) -> RayTerminal:
         """The terminal of the attempt's rank 0, relayed by its node's launcher actor."""
-        with self.lock:
-            gang = self.gangs.get((job_id, attempt))
+        gang = self.gangs.get((job_id, attempt))
         if gang is None or gang.phase != "running":
             raise OSError(f"job {job_id} attempt {attempt} does not run here now")
         return RayTerminal(gang.launchers[0], gang.owner(0))

@@ -48,6 +48,14 @@ READ_EVERY = 0.2
 Launcher = ray.remote(NodeLauncher)
 
 
+def fetch(ref: Any) -> tuple[Any, BaseException | None]:
+    """A ready ref's value, or the error Ray raises for it."""
+    try:
+        return ray.get(ref, timeout=5), None
+    except Exception as exc:  # Ray's errors, and the launcher's own, have no common base
+        return None, exc
+
+
 @dataclass
 class RayNode:
     state: NodeState

@@ -1,5 +1,5 @@
 """sessions: what kind of session a job is (run, shell, notebook), a cancel that kills at once,
-each attempt's idle time, and a class's default time limit and idle reclaim
+each attempt's idle time and notebook server, and a class's default time limit and idle reclaim
 
 Revision ID: 0014
 Revises: 0013
@@ -19,7 +19,7 @@ depends_on = None
 
 COLUMNS: dict[str, dict[str, Any]] = {
     "jobs": {"session": sa.String(20), "kill_requested_at": sa.Float()},
-    "attempts": {"idle_seconds": sa.Float()},
+    "attempts": {"idle_seconds": sa.Float(), "server": sa.JSON()},
     "priority_classes": {"time_limit": sa.Float(), "idle_after": sa.Float(), "on_idle": sa.String(20)},
 }
 

@@ -1,8 +1,18 @@
-"""A small client of the HTTP API, for the command line (and for scripts).
+"""gpupool's Python API, for notebooks and scripts; the command line speaks through it too.
 
-A submission carries a fresh `Idempotency-Key` and is retried with it when its connection fails
-(refused, reset, cut before the answer, timed out) or the store is busy, for about
-`SUBMIT_RETRY_SECONDS`: the service makes one job of all the tries.
+    from gpupool.client import connect
+
+    pool = connect()                      # as the command line finds the service and your token
+    job = pool.submit(["python", "train.py"], gpus=2, priority="high", time_limit=3600)
+    done = pool.wait(job["id"])           # the job once it has ended
+    print(done["state"], pool.output(job["id"]))
+    pool.cancel(job["id"])                # notice and its class's grace; now=True kills at once
+
+Every answer is the API's JSON (docs/api.md), and every error a `gpupool.errors.GpupoolError`
+saying what went wrong (`Unreachable` when the service cannot be reached). A submission carries
+a fresh `Idempotency-Key` and is retried with it when its connection fails (refused, reset, cut
+before the answer, timed out) or the store is busy, for about `SUBMIT_RETRY_SECONDS`: the
+service makes one job of all the tries.
 """
 
 from __future__ import annotations
@@ -10,13 +20,16 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from gpupool.errors import HTTP_STATUS, GpupoolError, InvalidInput
+from gpupool.model import ENDED
+
+ENDED_STATES = frozenset(state.value for state in ENDED)
 
 
 class Unreachable(GpupoolError):
@@ -110,9 +123,38 @@ class Client:
             return response.json()
         return response.text
 
-    def submit(self, body: dict[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
-        """Submit a job with `idempotency_key` (a new UUID when None), trying again with the
-        same key after a connection error or a busy store, for `SUBMIT_RETRY_SECONDS`."""
+    def submit(
+        self,
+        command: Sequence[str],
+        *,
+        gpus: int = 1,
+        priority: str | None = None,
+        name: str = "",
+        time_limit: float | None = None,
+        workdir: str | Path | None = None,
+        env: Mapping[str, str] | None = None,
+        **fields: Any,
+    ) -> dict[str, Any]:
+        """Submit `command` as a job; the job as the API has it. `time_limit` is in seconds;
+        `workdir` is this process's folder by default; `env` the job's whole environment
+        (none of this process's unless given); `fields` are the API's other fields (`team`,
+        `gpus_per_node`, `gpu_type`, `after`, `mem`, `output`, ...: docs/api.md)."""
+        body = {
+            "command": list(command),
+            "gpus": gpus,
+            "priority": priority,
+            "name": name,
+            "time_limit": time_limit,
+            "workdir": str(Path(workdir or Path.cwd()).absolute()),
+            "env": dict(env or {}),
+            **fields,
+        }
+        return self.submit_body(body)
+
+    def submit_body(self, body: dict[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
+        """Submit the API's JSON `body` with `idempotency_key` (a new UUID when None), trying
+        again with the same key after a connection error or a busy store, for
+        `SUBMIT_RETRY_SECONDS`."""
         headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
         deadline = time.monotonic() + SUBMIT_RETRY_SECONDS
         wait = 0.25
@@ -147,6 +189,40 @@ class Client:
     def job(self, job_id: int) -> dict[str, Any]:
         job: dict[str, Any] = self.request("GET", f"/jobs/{job_id}")
         return job
+
+    def notebook_status(self, job_id: int) -> dict[str, Any]:
+        """Whether a notebook session's server answers (`ready`), and what it was warned of."""
+        try:
+            answer = self.http.get(f"/ui/notebooks/{job_id}/_gpupool/status")
+        except httpx.TransportError as exc:
+            raise Unreachable(f"cannot reach gpupool at {self.url} ({exc}); is `gpupool up` running?") from None
+        if answer.status_code in (401, 403, 404):
+            checked(answer)
+        status: dict[str, Any] = answer.json()
+        return status
+
+    def wait(self, job_id: int, timeout: float | None = None, every: float = 0.5) -> dict[str, Any]:
+        """The job once it has ended (`TimeoutError` after `timeout` seconds, when given)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = self.job(job_id)
+            if job["state"] in ENDED_STATES:
+                return job
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job['label']} is still {job['state']} after {timeout:g} s")
+            self.pause(every)
+
+    def output(self, job_id: int, attempt: int | None = None, stream: str = "stdout") -> str:
+        """All of one attempt's output (the latest by default) as it is now."""
+        text, offset, size = self.log_part(job_id, attempt, stream, 0)
+        parts = [text]
+        while offset < size:
+            text, following, size = self.log_part(job_id, attempt, stream, offset)
+            if following <= offset:
+                break
+            parts.append(text)
+            offset = following
+        return "".join(parts)
 
     def cancel(self, job_id: int, now: bool = False) -> dict[str, Any]:
         """Cancel a job: a running one gets notice and its class's grace, or is killed at once
@@ -253,3 +329,21 @@ def retry_seconds(header: str | None) -> float | None:
         return max(0.0, float(header)) if header is not None else None
     except ValueError:
         return None
+
+
+def connect(api: str | None = None, config: Path | None = None) -> Client:
+    """A client of the service: at `api` (else `$GPUPOOL_API`, else the configuration's), with
+    `$GPUPOOL_TOKEN`, else your token file (`gpupool login`), else the admin token where you
+    may read it. The configuration is `config`, else `$GPUPOOL_CONFIG`, else /etc/gpupool's
+    client.yaml or gpupool.yaml (`config.client_config`)."""
+    from gpupool.config import client_config, load_spec, service_config
+
+    path = client_config(config, os.environ)
+    spec = load_spec(path)
+    # The admin token is in the service's data directory, which a users' client.yaml need not
+    # name: as root, the service's own file says where it is.
+    data_dirs = [spec.service.data_path]
+    service_file = service_config(None, os.environ)
+    if service_file is not None and service_file != path and os.access(service_file, os.R_OK):
+        data_dirs.append(load_spec(service_file).service.data_path)
+    return Client.from_env(api or os.environ.get("GPUPOOL_API") or spec.service.url, data_dirs)
