@@ -7,6 +7,8 @@
    (client → API → launcher → PTY → shell and back), against the same byte on a PTY directly.
 3. Command to prompt when the session must preempt: both GPUs held by low jobs that take 1 s to
    leave after their notice (their class's grace is 2 s), against that grace and 1 s.
+4. On a Ray cluster of three nodes on loopback: 1 and 2 again, the terminal relayed by the
+   node's launcher actor.
 
 `gpupool up` is its own process with containment as this machine allows (cgroups as root).
 Run: .venv/bin/python -m benchmarks.sessions
@@ -25,6 +27,7 @@ from pathlib import Path
 import pexpect
 from websockets.sync.client import connect
 
+from gpupool.demo.loopback import LoopbackCluster
 from tests.support.live import state, wait_for
 from tests.support.sessions import PROMPT, Sessions, serving
 
@@ -72,6 +75,7 @@ def echoes(send: Callable[[bytes], None], receive: Callable[[], bytes]) -> list[
 
 def bare_echoes() -> list[float]:
     shell = pexpect.spawn("/bin/cat", timeout=30, encoding="latin-1")
+    shell.delaybeforesend = None  # pexpect's own pause of 50 ms before each send
 
     def send(key: bytes) -> None:
         shell.send(key.decode("latin-1"))
@@ -86,11 +90,12 @@ def bare_echoes() -> list[float]:
 
 
 def session_echoes(lab: Sessions) -> list[float]:
-    shell = lab.spawn("shell", "--", "/bin/cat")
+    shell = lab.spawn("shell", "--", "/bin/sh")
     shell.logfile_read = None
     shell.expect(r"job (\d+) submitted")
     job = int(shell.match.group(1))  # type: ignore[union-attr]
-    wait_for(lambda: state(lab, job) == "running", timeout=30)
+    shell.expect(PROMPT)
+    shell.send("exec cat\r")
     shell.send("~.")  # detach this client; the benchmark's own connects instead
     shell.expect(pexpect.EOF)
     token = (lab.data / "admin.token").read_text().strip()
@@ -145,6 +150,17 @@ def main() -> None:
             print("3. command to prompt when the session must preempt (victims leave 1 s after notice)", flush=True)
             print(row("grace 2 s + 1 s (the target)", [3.0]), flush=True)
             print(row("gpupool shell --gpus 2, both GPUs held", [preempting_prompt(lab) for _ in range(3)]))
+        os.environ["RAY_AUTH_MODE"] = "disabled"
+        (Path(tmp) / "on-ray").mkdir()
+        cluster = LoopbackCluster(Path(tmp) / "ray", k=3)
+        cluster.start()
+        try:
+            for lab in serving(Sessions(Path(tmp) / "on-ray", ray_address=cluster.address)):
+                print("4. on Ray (3 nodes on loopback)", flush=True)
+                print(row("gpupool shell -- /bin/sh, command to prompt", [session_prompt(lab) for _ in range(RUNS)]))
+                print(row("keystroke echo over the WebSocket and the actor", session_echoes(lab), 1000, "ms"))
+        finally:
+            cluster.stop()
 
 
 if __name__ == "__main__":

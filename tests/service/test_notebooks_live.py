@@ -152,11 +152,17 @@ def test_in_a_browser_sign_in_open_a_notebook_and_run_a_cell(
     (tmp_path / "check.ipynb").write_text(json.dumps(NOTEBOOK))
     job = notebook(lab, tmp_path)
     admin = (lab.data / "admin.token").read_text().strip()
-    chromium.get(f"http://127.0.0.1:{lab.port}/ui/notebooks/{job}/lab/tree/check.ipynb")
+    chromium.get(f"http://127.0.0.1:{lab.port}/ui/queue")
     wait_for(lambda: "/ui/signin" in chromium.current_url, timeout=30)  # not signed in yet
     chromium.find_element(By.ID, "token").send_keys(admin)
     chromium.find_element(By.CSS_SELECTOR, "form.signin button").click()
-    wait_for(lambda: "/lab/tree/check.ipynb" in chromium.current_url, timeout=30)
+    wait_for(lambda: "/ui/queue" in chromium.current_url, timeout=30)
+    # The queue lists the running sessions, with a link to open one's own notebook.
+    row = chromium.find_element(By.CSS_SELECTOR, f'table.sessions tr[data-job="{job}"]')
+    assert row.get_attribute("data-session") == "notebook"
+    row.find_element(By.CSS_SELECTOR, "a.open").click()
+    wait_for(lambda: f"/ui/notebooks/{job}/lab" in chromium.current_url, timeout=60)
+    chromium.get(f"http://127.0.0.1:{lab.port}/ui/notebooks/{job}/lab/tree/check.ipynb")
 
     def ready() -> bool:
         cells = chromium.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell")

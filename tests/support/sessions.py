@@ -19,7 +19,7 @@ FAKE_NVML = Path(__file__).resolve().parent / "fake_nvml"
 H100 = {"name": "NVIDIA H100 80GB HBM3", "memory": 85520809984}
 
 LAB = """
-service: {{data_dir: {data}, port: {port}, virtual_gpus: 2, interval: 0.2, run_as: service}}
+service: {{data_dir: {data}, port: {port}, virtual_gpus: 2, interval: 0.2, run_as: service{executor}}}
 sessions: {{detach_grace: {detach}, idle_notice: 2s, idle_counts_after: 1s}}
 classes:
   interactive: {{value: 500, may_preempt: true, preemptible: false, grace_period: 10s, time_limit: 1h,
@@ -29,9 +29,12 @@ classes:
 
 
 class Sessions(Service):
-    def __init__(self, tmp: Path, idle: str = "1h", detach: str = "10m") -> None:
+    def __init__(self, tmp: Path, idle: str = "1h", detach: str = "10m", ray_address: str | None = None) -> None:
         super().__init__(tmp)
-        self.config.write_text(LAB.format(data=self.data, port=self.port, idle=idle, detach=detach))
+        executor = f", executor: ray, ray_address: '{ray_address}', start_timeout: 20s" if ray_address else ""
+        self.config.write_text(LAB.format(data=self.data, port=self.port, idle=idle, detach=detach, executor=executor))
+        if ray_address:
+            self.env["RAY_AUTH_MODE"] = "disabled"
         self.env = {**self.env, "TERM": "xterm", "GPUPOOL_CONFIG": str(self.config), "PS1": "$ "}
 
     def spawn(self, *args: str, timeout: float = 30) -> pexpect.spawn[str]:

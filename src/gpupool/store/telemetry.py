@@ -77,6 +77,7 @@ class Listed:
     submit_time: float
     array_id: int | None
     array_index: int | None
+    session: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

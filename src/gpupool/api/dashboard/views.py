@@ -17,7 +17,7 @@ from gpupool.api.context import Context
 from gpupool.api.dashboard import svg
 from gpupool.api.logs import read_part
 from gpupool.errors import Forbidden, GpupoolError
-from gpupool.model import JobState, job_label
+from gpupool.model import JobState, SessionKind, job_label
 from gpupool.units import gpu_time, gpu_unit, human_seconds
 
 GPU_STATES = ("idle", "allocated", "draining", "held", "down")
@@ -121,6 +121,12 @@ class JobLine:
     waited: str = ""
     where: str = ""
     since: str = ""
+    session: str = ""
+    """`run`, `shell` or `notebook` for a session."""
+    opens: bool = False
+    """The viewer's own notebook: the page links to it."""
+    warning: str = ""
+    """What the session was warned of (it is idle, to be reclaimed)."""
 
 
 SHOWN = 200
@@ -144,6 +150,10 @@ def queue(ctx: Context, who: Principal, now: float, team: str | None, cls: str |
             return shown  # as JobBriefOut: id, team, class, state, GPUs (and its place in line)
         shown.name, shown.user = row.name, row.user or ""
         shown.reason, shown.message = row.wait_reason, row.wait_message
+        if row.session is not None:
+            shown.session = row.session
+            shown.opens = row.session == SessionKind.NOTEBOOK.value and (who.admin or who.user == row.user)
+            shown.warning = ctx.service.sessions.warning(row.id) or ""
         if row.state == JobState.PENDING.value:
             shown.waited = human_seconds(now - row.submit_time)
         elif row.id in held:
@@ -152,8 +162,10 @@ def queue(ctx: Context, who: Principal, now: float, team: str | None, cls: str |
             shown.since = human_seconds(now - started)
         return shown
 
+    running_lines = [line(r) for r in reversed(shown_running)]
     return {
-        "running": [line(r) for r in reversed(shown_running)],
+        "sessions": [j for j in running_lines if j.session and j.visible],
+        "running": running_lines,
         "pending": [line(r) for r in pending[:SHOWN]],
         "running_total": len(running),
         "pending_total": len(pending),
