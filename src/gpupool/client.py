@@ -97,7 +97,9 @@ class Client:
     def from_env(cls, url: str | None, data_dirs: Sequence[Path]) -> Client:
         """`GPUPOOL_API` and the token: `GPUPOOL_TOKEN`, else the user's token file (`gpupool
         login` writes it), else the admin token of the first of `data_dirs` that has one."""
-        token = os.environ.get("GPUPOOL_TOKEN") or user_token()
+        # Inside a job, GPUPOOL_TOKEN is its attempt's (the job protocol's): never a person's.
+        inside = "GPUPOOL_ATTEMPT" in os.environ
+        token = (None if inside else os.environ.get("GPUPOOL_TOKEN")) or user_token()
         token = token or next((t for t in map(admin_token, data_dirs) if t is not None), None)
         if token is None:
             raise GpupoolError(
@@ -198,7 +200,10 @@ class Client:
             raise Unreachable(f"cannot reach gpupool at {self.url} ({exc}); is `gpupool up` running?") from None
         if answer.status_code in (401, 403, 404):
             checked(answer)
-        status: dict[str, Any] = answer.json()
+        try:
+            status: dict[str, Any] = answer.json()
+        except ValueError:
+            return {"ready": False, "message": f"the service answered {answer.status_code}"}
         return status
 
     def wait(self, job_id: int, timeout: float | None = None, every: float = 0.5) -> dict[str, Any]:

@@ -12,6 +12,8 @@ import pytest
 from starlette.testclient import WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 
+from gpupool.api import notebooks
+from gpupool.client import Client
 from tests.support.apiworld import ADMIN, Api, World, auth, opened, populated
 
 
@@ -71,6 +73,7 @@ def test_a_session_gets_the_sessions_class_and_its_time_limit_unless_it_names_th
     ("fields", "problem"),
     [
         ({"session": "shell", "gpus": 2, "gpus_per_node": 1}, "a shell session runs on one node"),
+        ({"session": "notebook", "gpus": 8}, "can never fit: 8 GPUs as 1 member of 8"),
         ({"session": "notebook", "array": "0-3"}, "a notebook session is one job, not an array"),
         ({"session": "desktop"}, "session"),
     ],
@@ -106,3 +109,33 @@ def test_the_websocket_refuses_nothing_before_it_is_accepted(world: World) -> No
         refused(world.api, job, auth(world.tokens["b1"]))
     except WebSocketDenialResponse:  # pragma: no cover - what must not happen
         pytest.fail("the terminal's WebSocket was denied before it was accepted")
+
+
+def test_inside_a_job_the_command_line_never_takes_the_attempts_token_for_a_persons(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUPOOL_TOKEN", "the-attempts-token")
+    monkeypatch.setenv("GPUPOOL_ATTEMPT", "0")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    (tmp_path / "gpupool").mkdir()
+    (tmp_path / "gpupool" / "token").write_text("my-own-token")
+    (tmp_path / "gpupool" / "token").chmod(0o600)
+    assert Client.from_env("http://127.0.0.1:9", []).token == "my-own-token"
+    monkeypatch.delenv("GPUPOOL_ATTEMPT")
+    assert Client.from_env("http://127.0.0.1:9", []).token == "the-attempts-token"
+
+
+@pytest.mark.parametrize(
+    ("header", "passed"),
+    [
+        ("_xsrf=abc; Path=/ui/notebooks/7/", True),
+        ("username-x=abc; path=/ui/notebooks/7", True),
+        ("gpupool_token=stolen; Path=/ui/notebooks/7/", False),
+        ("x=1; Path=/ui", False),
+        ("x=1", False),
+        ("x=1; Path=/ui/notebooks/70/", False),
+    ],
+)
+def test_a_notebook_server_sets_cookies_only_for_its_own_path_and_never_gpupools(header: str, passed: bool) -> None:
+    assert notebooks.allowed("Set-Cookie", header, "/ui/notebooks/7") is passed
+    assert notebooks.allowed("Content-Type", "text/html", "/ui/notebooks/7")

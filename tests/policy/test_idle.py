@@ -93,3 +93,12 @@ def test_nothing_is_reclaimed_before_its_time_and_one_action_at_most() -> None:
 @pytest.mark.parametrize(("stretch", "counted"), [(119.0, 0.0), (120.0, 120.0), (3600.0, 3600.0)])
 def test_a_stretch_counts_as_idle_whole_once_it_is_long_enough(stretch: float, counted: float) -> None:
     assert idle_stretch(1000.0, 1000.0 + stretch, CONFIG) == counted
+
+
+def test_a_command_run_in_the_foreground_is_never_reclaimed_for_idleness() -> None:
+    run = replace(SHELL, kind=SessionKind.RUN, warned_at=1600.0)
+    assert review([run], CONFIG, 10**9) == []
+
+
+def test_a_session_of_a_class_the_configuration_lost_is_left_to_its_time_limit() -> None:
+    assert review([replace(SHELL, priority="gone")], CONFIG, 10**9) == []

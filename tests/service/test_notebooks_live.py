@@ -150,19 +150,32 @@ def test_in_a_browser_sign_in_open_a_notebook_and_run_a_cell(
     lab: Sessions, tmp_path: Path, chromium: WebDriver
 ) -> None:
     (tmp_path / "check.ipynb").write_text(json.dumps(NOTEBOOK))
-    job = notebook(lab, tmp_path)
+    ana = token_of(lab, "ana", "vision")
+    job = notebook(lab, tmp_path, token=ana)
     admin = (lab.data / "admin.token").read_text().strip()
-    chromium.get(f"http://127.0.0.1:{lab.port}/ui/queue")
-    wait_for(lambda: "/ui/signin" in chromium.current_url, timeout=30)  # not signed in yet
-    chromium.find_element(By.ID, "token").send_keys(admin)
-    chromium.find_element(By.CSS_SELECTOR, "form.signin button").click()
-    wait_for(lambda: "/ui/queue" in chromium.current_url, timeout=30)
-    # The queue lists the running sessions, with a link to open one's own notebook.
+    base = f"http://127.0.0.1:{lab.port}"
+
+    def sign_in(token: str, then: str) -> None:
+        chromium.delete_all_cookies()
+        chromium.get(f"{base}{then}")
+        wait_for(lambda: "/ui/signin" in chromium.current_url, timeout=30)  # not signed in yet
+        chromium.find_element(By.ID, "token").send_keys(token)
+        chromium.find_element(By.CSS_SELECTOR, "form.signin button").click()
+        wait_for(lambda: then in chromium.current_url, timeout=30)
+
+    # A browser signed in as the admin opens no user's notebook (its page is the user's code).
+    sign_in(admin, "/ui/queue")
+    row = chromium.find_element(By.CSS_SELECTOR, f'table.sessions tr[data-job="{job}"]')
+    assert not row.find_elements(By.CSS_SELECTOR, "a.open")
+    chromium.get(f"{base}/ui/notebooks/{job}/lab")
+    assert "opens no notebook" in chromium.find_element(By.TAG_NAME, "body").text
+    # Its own user: the queue lists the running sessions, with a link to open one's own notebook.
+    sign_in(ana, "/ui/queue")
     row = chromium.find_element(By.CSS_SELECTOR, f'table.sessions tr[data-job="{job}"]')
     assert row.get_attribute("data-session") == "notebook"
     row.find_element(By.CSS_SELECTOR, "a.open").click()
     wait_for(lambda: f"/ui/notebooks/{job}/lab" in chromium.current_url, timeout=60)
-    chromium.get(f"http://127.0.0.1:{lab.port}/ui/notebooks/{job}/lab/tree/check.ipynb")
+    chromium.get(f"{base}/ui/notebooks/{job}/lab/tree/check.ipynb")
 
     def ready() -> bool:
         cells = chromium.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell")

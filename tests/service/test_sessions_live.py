@@ -17,6 +17,7 @@ import httpx
 import pexpect
 import pytest
 
+from gpupool.executors.proc import process_started
 from tests.support.live import state, wait_for
 from tests.support.sessions import FAKE_NVML, PROMPT, Sessions, serving
 
@@ -41,6 +42,12 @@ def nvml_lab(tmp_path: Path) -> Iterator[Sessions]:
     lab.gpus([], 0)
     lab.env.update(PYTHONPATH=str(FAKE_NVML), GPUPOOL_FAKE_NVML=str(lab.nvml))
     yield from serving(lab)
+
+
+@pytest.fixture
+def uncontained_lab(tmp_path: Path) -> Iterator[Sessions]:
+    """Attempts as process groups, not cgroups (`containment: off`, or a host without them)."""
+    yield from serving(Sessions(tmp_path, contain="off"))
 
 
 @pytest.fixture
@@ -269,3 +276,40 @@ def test_a_cancelled_shell_gives_its_program_notice_then_hangs_up_at_its_prompt(
     assert lab.ended(shell) == 125
     assert time.monotonic() - began < 10  # within the class's grace (10 s): not killed at its end
     assert state(lab, job) == "cancelled"
+
+
+def test_a_command_that_takes_its_notice_itself_saves_before_it_leaves(lab: Sessions, tmp_path: Path) -> None:
+    saver = tmp_path / "saver.py"
+    saver.write_text(
+        "import signal, sys, time\n"
+        "def leave(*_):\n"
+        "    time.sleep(1)  # a save that takes a while\n"
+        "    print('saved', flush=True)\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, leave)\n"
+        "print('training', flush=True)\n"
+        "while True:\n"
+        "    time.sleep(0.1)\n"
+    )
+    shell = lab.spawn("shell", "--", sys.executable, str(saver))
+    job = submitted(shell)
+    shell.expect("training")
+    assert lab.cli("cancel", str(job)).returncode == 0
+    shell.expect("saved")  # not hung up before its save: it ignores no SIGTERM, it takes it
+    assert lab.ended(shell) == 125
+    assert state(lab, job) == "cancelled"
+
+
+def test_without_cgroups_a_killed_shell_takes_its_background_jobs_with_it(uncontained_lab: Sessions) -> None:
+    lab = uncontained_lab
+    shell = lab.spawn("shell", "--", "/bin/sh")
+    job = submitted(shell)
+    shell.expect(PROMPT)
+    shell.sendline("sleep 4646 & echo started-$!")
+    shell.expect(r"started-(\d+)")
+    match = shell.match
+    assert isinstance(match, re.Match)
+    left = int(match.group(1))
+    assert lab.cli("cancel", "--now", str(job)).returncode == 0
+    assert lab.ended(shell) == 125
+    wait_for(lambda: process_started(left) is None, timeout=10)  # its own process group, killed too

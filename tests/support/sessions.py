@@ -29,9 +29,12 @@ classes:
 
 
 class Sessions(Service):
-    def __init__(self, tmp: Path, idle: str = "1h", detach: str = "10m", ray_address: str | None = None) -> None:
+    def __init__(
+        self, tmp: Path, idle: str = "1h", detach: str = "10m", ray_address: str | None = None, contain: str = "auto"
+    ) -> None:
         super().__init__(tmp)
         executor = f", executor: ray, ray_address: '{ray_address}', start_timeout: 20s" if ray_address else ""
+        executor += f", containment: {{mode: {contain}}}"
         self.config.write_text(LAB.format(data=self.data, port=self.port, idle=idle, detach=detach, executor=executor))
         if ray_address:
             self.env["RAY_AUTH_MODE"] = "disabled"

@@ -34,7 +34,7 @@ from gpupool.api.access import Rule
 from gpupool.api.auth import identify
 from gpupool.api.context import Context
 from gpupool.api.dashboard import COOKIE, STATIC, STATUS
-from gpupool.errors import GpupoolError, Unauthorized
+from gpupool.errors import Forbidden, GpupoolError, Unauthorized
 from gpupool.job.notebook import BASE as NOTEBOOK_BASE
 from gpupool.store.schema import JobRow
 
@@ -57,9 +57,12 @@ HOP_BY_HOP = frozenset(
         "accept-encoding",
         "authorization",
         "cookie",
+        "origin",
+        "referer",
     }
 )
-"""Request headers not passed on (the connection's own, and gpupool's credentials)."""
+"""Request headers not passed on (the connection's own, gpupool's credentials, and where the
+browser came from: the proxy checks that itself, and the server sees requests of its token's)."""
 ANSWER_DROPPED = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding"})
 SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
@@ -67,19 +70,41 @@ UPSTREAM_TIMEOUT = httpx.Timeout(30.0, read=300.0)
 BANNER = '<script src="{static}/session.js" data-status="{base}/_gpupool/status"></script>'
 
 
-def token_of(connection: Request | WebSocket) -> str | None:
-    """The dashboard's cookie, else a bearer token."""
+def token_of(connection: Request | WebSocket) -> tuple[str | None, bool]:
+    """The dashboard's cookie, else a bearer token; and whether it came from the cookie."""
     scheme, _, bearer = connection.headers.get("authorization", "").partition(" ")
-    return connection.cookies.get(COOKIE) or (bearer.strip() if scheme.lower() == "bearer" else None)
+    cookie = connection.cookies.get(COOKIE)
+    return (cookie, True) if cookie else ((bearer.strip() if scheme.lower() == "bearer" else None), False)
 
 
-def admitted(ctx: Context, job_id: int, token: str | None) -> tuple[JobRow, tuple[str, str]]:
-    """The notebook session `token` may open, and where its server is; or the error that says
-    why not."""
+def admitted(ctx: Context, job_id: int, credentials: tuple[str | None, bool]) -> tuple[JobRow, tuple[str, str]]:
+    """The notebook session the token may open, and where its server is; or the error that
+    says why not. A notebook's pages are its user's code, run in the browser with the same
+    origin as the dashboard: a browser signed in as the admin opens none (the admin's token,
+    as a bearer from a script, still does)."""
+    token, from_cookie = credentials
     who = identify(ctx, token)
     job = ctx.store.job(job_id)
     access.enforce(who, Rule.SESSION, job)
+    if who.admin and from_cookie and job.session == "notebook":
+        raise Forbidden(
+            "a browser signed in with the admin token opens no notebook: its page runs its user's code "
+            "with your sign-in; sign in with the user's own token"
+        )
     return job, ctx.service.sessions.notebook(job)
+
+
+def allowed(header: str, value: str, base: str) -> bool:
+    """Whether an answer's header may reach the browser: a cookie only for the session's own
+    path, and never gpupool's (a server could otherwise sign the browser in as someone else)."""
+    if header.lower() != "set-cookie":
+        return True
+    name = value.split("=", 1)[0].strip()
+    path = next(
+        (part.split("=", 1)[1].strip() for part in value.split(";")[1:] if part.strip().lower().startswith("path=")),
+        "",
+    )
+    return name != COOKIE and (path + "/").startswith(base + "/")
 
 
 def same_origin(connection: Request | WebSocket) -> bool:
@@ -124,22 +149,27 @@ async def proxy(request: Request, job_id: int, path: str) -> Response:
     headers["Authorization"] = f"token {token}"
     if cookies := cookies_for_the_server(request):
         headers["Cookie"] = cookies
-    url = upstream + request.url.path + (f"?{request.url.query}" if request.url.query else "")
-    client = httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT)
+    path_as_sent = request.scope.get("raw_path", request.url.path.encode()).decode("latin-1")
+    url = upstream + path_as_sent + (f"?{request.url.query}" if request.url.query else "")
+    client = httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT, trust_env=False)
     try:
         sent = client.build_request(request.method, url, headers=headers, content=request.stream())
         answer = await client.send(sent, stream=True)
     except httpx.HTTPError as exc:
         await client.aclose()
         return PlainTextResponse(f"job {job_id}'s notebook server does not answer ({exc})", status_code=502)
-    kept = [(k, v) for k, v in answer.headers.multi_items() if k.lower() not in ANSWER_DROPPED]
+    base = BASE.format(job_id=job_id)
+    kept = [(k, v) for k, v in answer.headers.multi_items() if k.lower() not in ANSWER_DROPPED and allowed(k, v, base)]
     if answer.headers.get("content-type", "").startswith("text/html"):
         page = (await answer.aread()).decode(errors="replace")
         await answer.aclose()
         await client.aclose()
-        banner = BANNER.format(static=STATIC, base=BASE.format(job_id=job_id))
+        banner = BANNER.format(static=STATIC, base=base)
         page = page.replace("</body>", banner + "</body>", 1) if "</body>" in page else page
-        return Response(page.encode(), status_code=answer.status_code, headers=dict(kept))
+        shown = Response(page.encode(), status_code=answer.status_code)
+        for key, value in kept:
+            shown.headers.append(key, value)
+        return shown
 
     async def close() -> None:
         await answer.aclose()
@@ -163,7 +193,11 @@ async def proxy_socket(websocket: WebSocket, job_id: int, path: str) -> None:
     except GpupoolError:
         await websocket.close(code=4403)
         return
-    url = "ws" + upstream.removeprefix("http") + websocket.url.path
+    url = (
+        "ws"
+        + upstream.removeprefix("http")
+        + websocket.scope.get("raw_path", websocket.url.path.encode()).decode("latin-1")
+    )
     if websocket.url.query:
         url += f"?{websocket.url.query}"
     headers = {"Authorization": f"token {token}"}

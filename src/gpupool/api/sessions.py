@@ -41,6 +41,16 @@ router = APIRouter()
 
 RECEIVE_WAIT = 0.5
 """Seconds one read of the terminal waits before it looks again whether the client is gone."""
+TERMINAL_THREADS = 64
+"""Threads the terminals' relays may hold at once, apart from those of the API's other routes
+(each attached terminal holds one while it waits for output)."""
+_limiter: list[anyio.CapacityLimiter] = []
+
+
+def relaying() -> anyio.CapacityLimiter:
+    if not _limiter:
+        _limiter.append(anyio.CapacityLimiter(TERMINAL_THREADS))
+    return _limiter[0]
 
 
 def bearer(websocket: WebSocket) -> str | None:
@@ -102,7 +112,7 @@ async def keystrokes(websocket: WebSocket, link: Terminal, ctx: Context, job_id:
                 break
             if message.get("bytes"):
                 ctx.service.sessions.active(job_id, ctx.clock())
-                await run_sync(link.keys, message["bytes"])
+                await run_sync(link.keys, message["bytes"], limiter=relaying())
             elif message.get("text"):
                 rows, cols = resize_of(message["text"])
                 await run_sync(link.resize, rows, cols)
@@ -124,7 +134,7 @@ def resize_of(text: str) -> tuple[int, int]:
 async def screen(websocket: WebSocket, link: Terminal) -> None:
     """What the terminal shows, to the client, until the shell ends or the client leaves."""
     while True:
-        found = await run_sync(link.output, RECEIVE_WAIT, abandon_on_cancel=True)
+        found = await run_sync(link.output, RECEIVE_WAIT, abandon_on_cancel=True, limiter=relaying())
         if found is None:
             return
         shown, exit_code = found

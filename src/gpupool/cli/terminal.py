@@ -159,7 +159,8 @@ def relay(session: Session) -> bool:
                 session.connection.send(window())
             if stdin in ready:
                 data = os.read(stdin, 65536)
-                if not data:  # end of input (not a terminal): wait for the session to end
+                if not data:  # end of input (not a terminal): as Ctrl-D, then the session's end
+                    session.connection.send(b"\x04")
                     session.done.wait()
                     break
                 typed, detach = escape.feed(data)

@@ -78,10 +78,17 @@ def contained(contain: dict[str, object] | None) -> cgroups.Cgroup | None:
 
 
 def kill_all(cgroup: cgroups.Cgroup | None) -> None:
-    """Kill the member whole: its session, and every process in its cgroup."""
+    """Kill the member whole: its session, its terminal's (a shell leads one of its own), and
+    every process in its cgroup."""
     if cgroup is not None:
         cgroup.kill()
+    for session in AT_TERMINAL_SESSIONS:
+        terminal.signal_session(session, signal.SIGKILL)
     os.killpg(0, signal.SIGKILL)
+
+
+AT_TERMINAL_SESSIONS: list[int] = []
+"""The session a shell's command leads on its terminal, once started (`kill_all` kills it)."""
 
 
 def die_with_parent(parent: int, cgroup: cgroups.Cgroup | None) -> None:
@@ -139,6 +146,8 @@ def main(
             child = start(folder, owner, user, arguments, env, slave)
         if slave is not None:
             os.close(slave)
+            AT_TERMINAL_SESSIONS.append(child.pid)
+            write(os.path.join(folder, "terminal.json"), {"session": child.pid, "owner": owner})
     except OSError as exc:
         # No space for a record, no process to fork, no cgroup: the scheduler's trouble, not
         # the job's.
@@ -149,7 +158,12 @@ def main(
         write(os.path.join(folder, "exit.json"), {"exit_code": None, "not_started": str(exc), "owner": owner})
         return NOT_STARTED
     if relay is not None:
-        code = relay.run(child, lambda: len(NOTICED))
+        try:
+            code = relay.run(child, lambda: len(NOTICED))
+        except Exception as exc:  # the relay broke: its command must not outlive it, unrecorded
+            print(f"launcher: the terminal failed ({exc}); its session is killed", flush=True)
+            terminal.signal_session(child.pid, signal.SIGKILL)
+            code = child.wait()
     else:
         if NOTICED:  # given before the command ran: it has it now
             child.send_signal(signal.SIGTERM)

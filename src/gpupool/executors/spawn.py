@@ -83,14 +83,39 @@ def signal_group(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
 
 
-def kill(pid: int, contain: Request | None) -> None:
-    """Kill a member: its launcher's session, then every process of its cgroup, where it has
-    one (what left the session dies too, and what the launcher had not started never starts)."""
+def kill(pid: int, contain: Request | None, folder: Path | None = None) -> None:
+    """Kill a member: its launcher's session, a shell's own on its terminal (recorded in its
+    `folder`), then every process of its cgroup, where it has one (what left the session dies
+    too, and what the launcher had not started never starts)."""
+    session = None
+    if folder is not None and pid > 0:
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            recorded = int(json.loads((folder / "terminal.json").read_text())["session"])
+            session = recorded if _parent(recorded) == pid else None  # the launcher's child, no other
     signal_group(pid, signal.SIGKILL)
+    if session is not None:
+        kill_session(session)
     if contain is not None:
         # One pass, never a long wait: the caller is the control loop; the member's end, once
         # its cgroup is empty, is its launcher's to record (or `clear`'s, at the next poll).
         Cgroup(Layout.read(), contain.cgroup).kill(within=0.1)
+
+
+def kill_session(session: int) -> None:
+    """SIGKILL every process of a session (a shell's on its terminal: its jobs are process
+    groups of their own), as /proc lists them: what a cgroup would hold, where there is none."""
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                if int((proc / "stat").read_text().rsplit(")", 1)[1].split()[3]) == session:
+                    os.kill(int(proc.name), signal.SIGKILL)
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def clear(contain: Request | None, within: float | None = 0.1) -> tuple[bool, Usage | None]:

@@ -35,6 +35,7 @@ import subprocess
 import termios
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 HEADER = struct.Struct("!cI")
 INPUT, RESIZE, SAY, SCREEN, OUTPUT, ENDED = b"i", b"r", b"s", b"v", b"o", b"x"
@@ -42,6 +43,8 @@ MAX_FRAME = 1 << 20
 """The largest payload a frame may carry; a peer that sends more is cut off."""
 KEPT = 64 * 1024
 """Bytes of output kept for a client that connects later (an `attach`)."""
+TYPED_AT_MOST = 1 << 20
+"""Bytes typed that the program has not taken yet, at most: more is dropped (a paste too big)."""
 CLIENT_SEND_TIMEOUT = 5.0
 """Seconds a client may keep the launcher waiting to take output before it is cut off."""
 
@@ -102,12 +105,16 @@ def take_terminal() -> None:
 
 
 class Relay:
-    """The launcher's side: the PTY's master, the clients, the output kept."""
+    """The launcher's side: the PTY's master, the clients, the output kept. A client gets the
+    terminal's output once it asked for the screen (`SCREEN`): a client that only says a line
+    (`SAY`) gets none."""
 
     def __init__(self, owner: str, master: int) -> None:
         self.master = master
         self.kept = bytearray()
         self.clients: dict[socket.socket, Frames] = {}
+        self.watching: set[socket.socket] = set()
+        """The clients that asked for the screen: the output goes to them."""
         self.typed = bytearray()
         """Keystrokes not yet taken by the program (the PTY's input queue was full)."""
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -119,31 +126,26 @@ class Relay:
         """Relay until the command ends; its status (`Popen.wait`'s). Each notice the launcher
         got (`notices` counts them) is passed on (`_notice`)."""
         os.set_blocking(self.master, False)
-        ended = os.pidfd_open(child.pid)
         self.selector.register(self.master, selectors.EVENT_READ, "master")
         self.selector.register(self.listener, selectors.EVENT_READ, "listener")
-        self.selector.register(ended, selectors.EVENT_READ, "ended")
         forwarded, hang_up = 0, False
-        try:
-            while child.poll() is None:
-                if notices() > forwarded:
-                    forwarded, hang_up = notices(), True
-                    self._notice(child.pid)
-                if hang_up and self._foreground() == child.pid:
-                    hang_up = False
-                    signal_session(child.pid, signal.SIGHUP)
-                for key, _ in self.selector.select(timeout=0.2):
-                    self._ready(key.data, key.fileobj)
-            self._read_master()  # what it wrote last
-            return child.wait()
-        finally:
-            os.close(ended)
+        while child.poll() is None:
+            if notices() > forwarded:
+                forwarded, hang_up = notices(), True
+                self._notice(child.pid)
+            if hang_up and self._foreground() == child.pid and ignores_notice(child.pid):
+                hang_up = False
+                signal_session(child.pid, signal.SIGHUP)
+            for key, events in self.selector.select(timeout=0.2):
+                self._ready(key.data, key.fileobj, events)
+        self._read_master()  # what it wrote last
+        return child.wait()
 
     def _notice(self, shell: int) -> None:
         """A notice (SIGTERM) for the program in the terminal's foreground, as a batch job gets
-        it, and for the shell's own process group: an interactive shell ignores it, and is hung
-        up (SIGHUP, as when its terminal closes) once it is back at its prompt, so that a
-        program it runs saves and leaves first."""
+        it, and for the command's own process group. A shell ignores it: it is hung up (SIGHUP,
+        as when its terminal closes) once it is back at its prompt (`run`), so that a program
+        it runs saves and leaves first; a command that takes the notice itself is left to it."""
         foreground = self._foreground()
         if foreground is not None and foreground != shell:
             signal_session(foreground, signal.SIGTERM)
@@ -160,13 +162,14 @@ class Relay:
         self._send_all(frame(ENDED, str(code).encode()))
         self.close()
 
-    def _ready(self, what: str, fileobj: object) -> None:
+    def _ready(self, what: str, fileobj: object, events: int) -> None:
         if what == "master":
-            self._read_master()
+            if events & selectors.EVENT_READ:
+                self._read_master()
+            if events & selectors.EVENT_WRITE:
+                self._type()
         elif what == "listener":
             self._accept()
-        elif what == "write":
-            self._type()
         elif isinstance(fileobj, socket.socket):
             self._from_client(fileobj)
 
@@ -190,10 +193,11 @@ class Relay:
         self._send_all(frame(OUTPUT, data))
 
     def _accept(self) -> None:
-        client, _ = self.listener.accept()
-        creds = client.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        _pid, uid, _gid = struct.unpack("3i", creds)
-        if uid not in (os.getuid(), 0):
+        try:
+            client, _ = self.listener.accept()
+        except OSError:  # no descriptor left, or the client gave up: it may try again
+            return
+        if not trusted(client):
             client.close()
             return
         client.settimeout(CLIENT_SEND_TIMEOUT)
@@ -211,7 +215,7 @@ class Relay:
             return
         for kind, payload in frames:
             if kind == INPUT:
-                self.typed += payload
+                self.typed += payload[: max(0, TYPED_AT_MOST - len(self.typed))]
                 self._type()
             elif kind == RESIZE:
                 with contextlib.suppress(ValueError, OSError):
@@ -219,8 +223,10 @@ class Relay:
                     set_size(self.master, max(1, min(rows, 1000)), max(1, min(cols, 1000)))
             elif kind == SAY:
                 self._show(payload)
-            elif kind == SCREEN and self.kept:
-                self._send(client, frame(OUTPUT, bytes(self.kept)))
+            elif kind == SCREEN:
+                self.watching.add(client)
+                if self.kept:
+                    self._send(client, frame(OUTPUT, bytes(self.kept)))
 
     def _type(self) -> None:
         """Write what was typed, as much as the terminal takes now; the rest when it can."""
@@ -234,9 +240,8 @@ class Relay:
             self.typed.clear()
         wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if self.typed else 0)
         with contextlib.suppress(KeyError, ValueError):
-            key = self.selector.get_key(self.master)
-            if key.events != wanted:
-                self.selector.modify(self.master, wanted, "write" if self.typed else "master")
+            if self.selector.get_key(self.master).events != wanted:
+                self.selector.modify(self.master, wanted, "master")
 
     def _send(self, client: socket.socket, data: bytes) -> None:
         try:
@@ -245,10 +250,11 @@ class Relay:
             self._drop(client)
 
     def _send_all(self, data: bytes) -> None:
-        for client in list(self.clients):
+        for client in list(self.watching):
             self._send(client, data)
 
     def _drop(self, client: socket.socket) -> None:
+        self.watching.discard(client)
         if self.clients.pop(client, None) is not None:
             with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(client)
@@ -261,6 +267,25 @@ class Relay:
         self.selector.close()
         with contextlib.suppress(OSError):
             os.close(self.master)
+
+
+def trusted(peer: socket.socket) -> bool:
+    """Whether the process at the other end runs as the scheduler's user (or root): the kernel
+    says who it is (`SO_PEERCRED`), whoever connects or listens."""
+    creds = peer.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return uid in (os.getuid(), 0)
+
+
+def ignores_notice(pid: int) -> bool:
+    """Whether the process ignores SIGTERM (an interactive shell does), as /proc says."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigIgn:"):
+                return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    except (OSError, ValueError):
+        pass
+    return False
 
 
 def signal_session(group: int, sig: signal.Signals) -> None:
@@ -276,6 +301,8 @@ class Link:
         self.sock.settimeout(timeout)
         try:
             self.sock.connect(address(owner))
+            if not trusted(self.sock):  # a name any process could take once its launcher let it go
+                raise ConnectionRefusedError(f"the terminal of {owner} is served by another user's process")
         except OSError:
             self.sock.close()
             raise

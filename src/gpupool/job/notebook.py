@@ -27,6 +27,8 @@ from gpupool.job.link import SchedulerLink
 
 BASE = "/ui/notebooks/{job}/"
 """Where the service's proxy serves a notebook session, which its server must know."""
+NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+"""The server is this node's own: never reached through an environment's HTTP proxy."""
 READY_WITHIN = 120.0
 """Seconds the server may take to answer before the session gives up (a cold start of
 JupyterLab on a small machine takes a few)."""
@@ -38,9 +40,10 @@ def free_port(host: str) -> int:
         return int(probe.getsockname()[1])
 
 
-def command(host: str, port: int, base: str, token: str, root: str) -> list[str]:
-    """JupyterLab with what the proxy needs: its base URL, the token the proxy sends, any
-    origin (the browser's is the service's; the token is what lets a request in)."""
+def command(host: str, port: int, base: str, root: str) -> list[str]:
+    """JupyterLab with what the proxy needs: its base URL, and requests from another host (the
+    proxy's, on Ray). Its token is in its environment (`JUPYTER_TOKEN`), never on its command
+    line, which every user of the node may read."""
     return [
         sys.executable,
         "-m",
@@ -51,8 +54,6 @@ def command(host: str, port: int, base: str, token: str, root: str) -> list[str]
         "--ServerApp.port_retries=0",
         f"--ServerApp.base_url={base}",
         f"--ServerApp.root_dir={root}",
-        f"--IdentityProvider.token={token}",
-        "--ServerApp.allow_origin=*",
         "--ServerApp.allow_remote_access=True",
         *(["--allow-root"] if os.geteuid() == 0 else []),  # a job runs as root only where the admin lets it
     ]
@@ -63,7 +64,7 @@ def answers(host: str, port: int, base: str, token: str) -> bool:
         f"http://{host}:{port}{base}api/status", headers={"Authorization": f"token {token}"}
     )
     try:
-        with urllib.request.urlopen(request, timeout=2) as response:
+        with NO_PROXY.open(request, timeout=2) as response:
             return bool(json.loads(response.read()).get("started"))
     except (OSError, ValueError):
         return False
@@ -75,7 +76,7 @@ def main(env: Mapping[str, str] = os.environ) -> int:
     base = BASE.format(job=env.get("GPUPOOL_JOB_ID", "0"))
     token = secrets.token_urlsafe(32)
     port = free_port(host)
-    server = subprocess.Popen(command(host, port, base, token, os.getcwd()))
+    server = subprocess.Popen(command(host, port, base, os.getcwd()), env={**os.environ, "JUPYTER_TOKEN": token})
 
     def noticed(signum: int, _frame: FrameType | None) -> None:
         server.send_signal(signal.SIGTERM)

@@ -4,7 +4,8 @@ of each session and the time, and carries out what it answers).
 
 - **Detached**: a shell with no terminal attached for `SessionPolicy.detach_grace` ends (its
   person left without `exit`; `gpupool attach` within the grace takes it back).
-- **Idle**: a session whose class has `idle_after`, with no activity for that long (no terminal
+- **Idle**: a shell or a notebook (not `gpupool run`: a command has no input to be idle of)
+  whose class has `idle_after`, with no activity for that long (no terminal
   input, no notebook kernel activity, no GPU utilization, as its driver sees them), is warned,
   then, `idle_notice` later and still idle, reclaimed as its class says (`on_idle`): ended, or
   requeued (a preemption: notice, then back in line).
@@ -47,12 +48,17 @@ def review(sessions: list[SessionSeen], config: Config, now: float) -> list[Sess
     policy = config.sessions
     actions = []
     for seen in sessions:
+        if seen.kind is SessionKind.RUN:
+            continue  # a command with no input: only its time limit bounds it
         if seen.detached_since is not None and now - seen.detached_since >= policy.detach_grace:
             left = human_seconds(now - seen.detached_since)
             why = f"no terminal attached for {left} (sessions.detach_grace: {human_seconds(policy.detach_grace)})"
             actions.append(SessionAction(seen.job, seen.attempt, "end", why))
             continue
-        cls = config.priority_class(seen.priority)
+        try:
+            cls = config.priority_class(seen.priority)
+        except ValueError:  # a class the configuration no longer has: no idle rule for it
+            continue
         if cls.idle_after is None:
             continue
         idle = now - seen.last_activity

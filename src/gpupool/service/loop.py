@@ -276,6 +276,7 @@ class ControlLoop:
             self.unmarked = {}
         ended, self.unrecorded = self.unrecorded, []
         try:
+            self.sessions.forget([(e.job_id, e.attempt) for e in ended if not e.started])
             for never in [e for e in ended if not e.started]:
                 with contextlib.suppress(Conflict):  # recorded already: no longer live
                     self.store.retry_launch(never.job_id, never.attempt, now, never.why or "not started")

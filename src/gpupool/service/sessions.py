@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from gpupool.errors import Conflict, GpupoolError
+from gpupool.errors import Conflict
 from gpupool.executors import Executor, Key, Terminal
 from gpupool.executors.terminal import ENDED, INPUT, OUTPUT, RESIZE, SAY, SCREEN
 from gpupool.job.notebook import BASE as NOTEBOOK_BASE
@@ -83,7 +83,8 @@ class Sessions:
             for job_id, _attempt in notebooks:
                 try:
                     last = kernels_last_active(self.notebook(self.store.job(job_id)), job_id, time.time())
-                except (GpupoolError, OSError, ValueError):
+                except Exception as exc:  # a server that answers nonsense, a busy store: next time
+                    log.debug("job %s: its notebook's kernels could not be read (%s)", job_id, exc)
                     continue
                 if last is not None:
                     self.active(job_id, last)
@@ -98,6 +99,12 @@ class Sessions:
                     idle[key] = found.idle_seconds + idle_stretch(found.seen.last_activity, now, self.config)
         if any(idle.values()):
             self.store.add_idle_seconds({key: seconds for key, seconds in idle.items() if seconds})
+
+    def forget(self, keys: Sequence[Key]) -> None:
+        """These attempts never started: nothing of them to track or to record."""
+        with self.lock:
+            for key in keys:
+                self.tracked.pop(key, None)
 
     def active(self, job: int, now: float) -> None:
         """The session of `job` was used (input typed, a kernel ran, its GPUs worked)."""
@@ -155,8 +162,6 @@ class Sessions:
                 self.store.note("session_idle", [(action.job, action.attempt, action.message)], now)
                 self.say(key, action.message)
                 continue
-            self.reclaimed(key)
-            changed = True
             with contextlib.suppress(Conflict):  # it ended, or is ending, meanwhile
                 if action.action == "end":
                     self.say(key, f"this session ends: {action.message}")
@@ -164,6 +169,8 @@ class Sessions:
                 else:
                     self.say(key, f"this session is requeued: {action.message}")
                     self.store.requeue_job(action.job, now, why=f"({action.message})")
+            self.reclaimed(key)  # once recorded: a store that failed is tried again next tick
+            changed = True
         return changed
 
     def say(self, key: Key, message: str) -> None:
@@ -240,10 +247,20 @@ def kernels_last_active(server: tuple[str, str], job_id: int, now: float) -> flo
     request = urllib.request.Request(
         f"{url}{NOTEBOOK_BASE.format(job=job_id)}api/kernels", headers={"Authorization": f"token {token}"}
     )
-    with urllib.request.urlopen(request, timeout=5) as answer:
+    with NO_PROXY.open(request, timeout=5) as answer:
         kernels = json.loads(answer.read())
-    times = [now if k.get("execution_state") == "busy" else parse_time(k["last_activity"]) for k in kernels]
+    if not isinstance(kernels, list):
+        raise ValueError("/api/kernels is not a list")
+    times = [
+        now if kernel.get("execution_state") == "busy" else parse_time(str(kernel["last_activity"]))
+        for kernel in kernels
+        if isinstance(kernel, dict) and (kernel.get("execution_state") == "busy" or kernel.get("last_activity"))
+    ]
     return max(times, default=None)
+
+
+NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+"""The node's own servers are reached directly, never through an environment's HTTP proxy."""
 
 
 def parse_time(text: str) -> float:

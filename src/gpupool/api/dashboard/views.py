@@ -152,7 +152,8 @@ def queue(ctx: Context, who: Principal, now: float, team: str | None, cls: str |
         shown.reason, shown.message = row.wait_reason, row.wait_message
         if row.session is not None:
             shown.session = row.session
-            shown.opens = row.session == SessionKind.NOTEBOOK.value and (who.admin or who.user == row.user)
+            # Its own user's only: a notebook's page runs its user's code (`api.notebooks`).
+            shown.opens = row.session == SessionKind.NOTEBOOK.value and not who.admin and who.user == row.user
             shown.warning = ctx.service.sessions.warning(row.id) or ""
         if row.state == JobState.PENDING.value:
             shown.waited = human_seconds(now - row.submit_time)

@@ -145,7 +145,7 @@ class LocalExecutor:
 
     def kill(self, job_id: int, attempt: int) -> None:
         key = (job_id, attempt)
-        kill(self.watched[key][0], self._contain(key))
+        kill(self.watched[key][0], self._contain(key), self.dirs.get(key))
 
     def _contain(self, key: Key) -> Request | None:
         """The attempt's cgroup (its one member's), where attempts are contained."""

@@ -137,7 +137,7 @@ class NodeLauncher:
         with self.changed:
             member.pid = pid
             if member.killed or attempt_of(spec.owner) in self.forgotten:  # while it started
-                kill(pid, spec.contain)
+                kill(pid, spec.contain, spec.folder)
             elif member.noticed:
                 signal_group(pid, signal.SIGTERM)
             return {"pid": pid, "started": process_started(pid) or "", "node": os.uname().nodename}
@@ -260,6 +260,6 @@ class NodeLauncher:
     def _signal(self, member: Member, sig: signal.Signals) -> None:
         if member.end is None and member.pid:
             if sig == signal.SIGKILL:
-                kill(member.pid, member.spec.contain)
+                kill(member.pid, member.spec.contain, member.spec.folder)
             else:
                 signal_group(member.pid, sig)
