@@ -1,7 +1,9 @@
 """A shell session on the loopback Ray cluster (issue 35): its terminal is on the node that
 holds its GPUs, reached through the API and that node's launcher actor (no SSH), and it does
 there what it does on the local executor: the window's size, Ctrl-C, detach and attach, and
-the shell's exit code as the job's."""
+the shell's exit code as the job's; it preempts batch work within its victims' grace and a
+second; idle, it is warned, then reclaimed, and its GPUs start the next job; and another
+team's token cannot attach."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import pytest
 from gpupool.demo.loopback import LoopbackCluster
 from tests.support.live import running, state, wait_for
 from tests.support.ray import RayService
+from tests.support.sessions import Sessions, serving
 
 PROMPT = r"[#$] "
 
@@ -73,3 +76,46 @@ def test_a_shell_on_a_ray_node_has_its_gpus_its_window_detach_attach_and_its_exi
     again.sendline("exit 3")
     assert ended(again) == 3
     wait_for(lambda: state(service, job) == "failed", timeout=30)
+
+
+@pytest.fixture
+def lab(cluster: LoopbackCluster, tmp_path: Path) -> Iterator[Sessions]:
+    """The interactive class (idle after 3 s, warned 2 s before its end) on the Ray cluster."""
+    yield from serving(Sessions(tmp_path, idle="3s", ray_address=cluster.address))
+
+
+def test_on_ray_a_shell_preempts_batch_work_is_reclaimed_idle_and_is_only_its_users(lab: Sessions) -> None:
+    nodes = {n["name"]: n["gpus"] for n in lab.json("/pool")["nodes"]}
+    gpus = max(nodes.values())  # one node's, all of them
+    batch = [lab.submit("--gpus", str(g), "--", "sleep", "600") for g in nodes.values()]  # every GPU held
+    wait_for(lambda: all(state(lab, b) == "running" for b in batch), timeout=60)
+    for team in ("vision", "nlp"):
+        lab.cli("team", "set", team)
+    tokens = {}
+    for user, team in (("ana", "vision"), ("eve", "nlp")):
+        made = lab.cli("user", "set", user, "--team", team, "--new-token")
+        assert made.returncode == 0, made.stderr
+        tokens[user] = made.stdout.split()[-1]
+    began = time.monotonic()
+    env = {**lab.env, "GPUPOOL_TOKEN": tokens["ana"]}
+    shell = pexpect.spawn(
+        sys.executable, ["-m", "gpupool", "shell", "--gpus", str(gpus), "--", "/bin/sh"], env=env, encoding="utf-8"
+    )
+    shell.logfile_read = sys.stdout
+    shell.expect(r"job (\d+) submitted", timeout=60)
+    match = shell.match
+    assert isinstance(match, re.Match)
+    job = int(match.group(1))
+    shell.expect(PROMPT, timeout=60)
+    took = time.monotonic() - began
+    assert took <= 2 + 1 + 3, took  # the victims' grace (2 s) and 1 s, and the client's own start
+    eve = {**lab.env, "GPUPOOL_TOKEN": tokens["eve"]}
+    refused = lab.run_cli(eve, "attach", str(job))
+    assert refused.returncode == 5, refused.stderr
+    shell.expect(r"idle for .*it ends and its GPUs go back to the pool", timeout=60)
+    shell.expect("this session ends", timeout=60)
+    shell.expect(pexpect.EOF, timeout=60)
+    shell.close()
+    assert shell.exitstatus == 125
+    assert state(lab, job) == "cancelled"
+    wait_for(lambda: all(state(lab, b) == "running" for b in batch), timeout=60)  # its GPUs went back

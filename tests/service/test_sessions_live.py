@@ -57,7 +57,12 @@ def short_grace_lab(tmp_path: Path) -> Iterator[Sessions]:
 
 
 def submitted(child: pexpect.spawn[str]) -> int:
-    child.expect(r"job (\d+) submitted")
+    return number(child, r"job (\d+) submitted")
+
+
+def number(child: pexpect.spawn[str], pattern: str) -> int:
+    """The number the first group of `pattern` finds in what `child` prints next."""
+    child.expect(pattern)
     match = child.match
     assert isinstance(match, re.Match)
     return int(match.group(1))
@@ -167,15 +172,13 @@ def test_a_session_whose_gpu_works_is_not_idle_and_is_once_it_stops(nvml_lab: Se
     job = submitted(shell)
     shell.expect(PROMPT)
     shell.sendline("echo PID=$$")
-    shell.expect(r"PID=(\d+)\r\n")
-    match = shell.match
-    assert isinstance(match, re.Match)
-    lab.gpus([int(match.group(1))], utilization=80)  # the shell's process computes on GPU 0
+    pid = number(shell, r"PID=(\d+)\r\n")
+    lab.gpus([pid], utilization=80)  # the shell's process computes on GPU 0
     time.sleep(3 + 2 + 4)  # past idle_after and its notice, with no keystroke
     kinds = [e["kind"] for e in lab.json(f"/events?job={job}")]
     assert "session_idle" not in kinds, kinds
     assert state(lab, job) == "running"
-    lab.gpus([int(match.group(1))], utilization=0)
+    lab.gpus([pid], utilization=0)
     shell.expect("this session has been idle", timeout=30)
     shell.expect("this session ends", timeout=30)
     assert lab.ended(shell) == 125
@@ -306,10 +309,7 @@ def test_without_cgroups_a_killed_shell_takes_its_background_jobs_with_it(uncont
     job = submitted(shell)
     shell.expect(PROMPT)
     shell.sendline("sleep 4646 & echo started-$!")
-    shell.expect(r"started-(\d+)")
-    match = shell.match
-    assert isinstance(match, re.Match)
-    left = int(match.group(1))
+    left = number(shell, r"started-(\d+)")
     assert lab.cli("cancel", "--now", str(job)).returncode == 0
     assert lab.ended(shell) == 125
     wait_for(lambda: process_started(left) is None, timeout=10)  # its own process group, killed too
