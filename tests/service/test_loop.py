@@ -177,7 +177,9 @@ def test_an_exit_the_store_could_not_take_is_recorded_at_the_next_tick(loop: Con
     loop.tick(0.0)
     fake(loop).finish(job.id, 0, 0)
     real = store.end_attempts
-    store.end_attempts = lambda ended, now, max_node_losses=3: (_ for _ in ()).throw(RuntimeError("database is locked"))  # type: ignore[method-assign]
+    store.end_attempts = lambda ended, now, max_node_losses=3, idle=None: (_ for _ in ()).throw(  # type: ignore[method-assign]
+        RuntimeError("database is locked")
+    )
     with pytest.raises(RuntimeError):
         loop.tick(1.0)
     store.end_attempts = real  # type: ignore[method-assign]

@@ -281,15 +281,17 @@ class ControlLoop:
                 with contextlib.suppress(Conflict):  # recorded already: no longer live
                     self.store.retry_launch(never.job_id, never.attempt, now, never.why or "not started")
             ended = [e for e in ended if e.started]
+            keys = [(e.job_id, e.attempt) for e in ended]
             states = self.store.end_attempts(
                 [(e.job_id, e.attempt, e.exit_code, e.why, e.node_lost, e.usage) for e in ended],
                 now,
                 self.config.max_node_losses,
+                idle=self.sessions.idle_at_end(keys, now),
             )
+            self.sessions.forget(keys)
         except Exception:
             self.unrecorded = ended
             raise
-        self.sessions.ended([(e.job_id, e.attempt) for e in ended], now)
         for exit, state in zip(ended, states, strict=True):
             self.killed.discard((exit.job_id, exit.attempt))
             self.stopping.pop((exit.job_id, exit.attempt), None)

@@ -89,19 +89,18 @@ class Sessions:
                 if last is not None:
                     self.active(job_id, last)
 
-    def ended(self, keys: Sequence[Key], now: float) -> None:
-        """These attempts ended: the idle time of those that were sessions is recorded."""
-        idle = {}
+    def idle_at_end(self, keys: Sequence[Key], now: float) -> dict[Key, float]:
+        """The idle seconds not yet recorded of these attempts, ending now (those that were
+        sessions): recorded with their ends, then `forget` them."""
         with self.lock:
-            for key in keys:
-                found = self.tracked.pop(key, None)
-                if found is not None:
-                    idle[key] = found.idle_seconds + idle_stretch(found.seen.last_activity, now, self.config)
-        if any(idle.values()):
-            self.store.add_idle_seconds({key: seconds for key, seconds in idle.items() if seconds})
+            found = {key: self.tracked[key] for key in keys if key in self.tracked}
+            return {
+                key: tracked.idle_seconds + idle_stretch(tracked.seen.last_activity, now, self.config)
+                for key, tracked in found.items()
+            }
 
     def forget(self, keys: Sequence[Key]) -> None:
-        """These attempts never started: nothing of them to track or to record."""
+        """These attempts ended (or never started): nothing of them to track any more."""
         with self.lock:
             for key in keys:
                 self.tracked.pop(key, None)

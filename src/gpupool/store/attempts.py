@@ -289,11 +289,17 @@ class AttemptsStore(StoreBase):
         ended: Sequence[tuple[int, int, int | None, str | None, str | None, Usage | None]],
         now: float,
         max_node_losses: int = 3,
+        idle: Mapping[tuple[int, int], float] | None = None,
     ) -> list[JobState | None]:
         """`end_attempt` for (job, attempt, exit code, why, node lost, usage) of many attempts
-        in one transaction; None for an attempt that is not live (its end was recorded already)."""
+        in one transaction; None for an attempt that is not live (its end was recorded already).
+        `idle`: sessions' idle seconds not yet recorded, written with their ends."""
         states: list[JobState | None] = []
         with self.transaction() as s:
+            for (job_id, attempt), seconds in (idle or {}).items():
+                row = s.get(AttemptRow, (job_id, attempt))
+                if row is not None and seconds:
+                    row.idle_seconds = (row.idle_seconds or 0.0) + seconds
             for job_id, attempt, exit_code, why, lost, usage in ended:
                 try:
                     with s.begin_nested():  # a refused end leaves nothing half-written
