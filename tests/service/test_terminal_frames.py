@@ -1,13 +1,21 @@
-"""The terminal's pieces that need no process: frames read in any pieces, and ssh's escapes
-read from what is typed (`executors/terminal.py`, `cli/terminal.py`)."""
+"""The terminal's pieces (`executors/terminal.py`, `cli/terminal.py`): frames read in any
+pieces, ssh's escapes read from what is typed, and the relay with a real PTY and a program on
+it, whose slow client holds nobody back."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import uuid
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gpupool.cli.terminal import Escape
+from gpupool.executors import terminal
 from gpupool.executors.terminal import INPUT, MAX_FRAME, OUTPUT, Frames, frame
 
 
@@ -49,3 +57,42 @@ def test_an_escape_split_over_two_reads_still_detaches() -> None:
     escape = Escape()
     assert escape.feed(b"\r~") == (b"\r", False)
     assert escape.feed(b".") == (b"", True)
+
+
+def test_a_client_that_takes_no_output_holds_back_neither_the_terminal_nor_the_others() -> None:
+    """A program prints 8 MB; one client asked for the screen and never reads: it is cut off
+    once 4 MiB wait for it, and the other client gets everything, then the exit status."""
+    owner = f"test:{uuid.uuid4().hex}"
+    master, slave = terminal.opened(None)
+    relay = terminal.Relay(owner, master)
+    printer = "import sys\nfor _ in range(8192): sys.stdout.write('x' * 1023 + '\\n')"
+    child = subprocess.Popen(
+        [sys.executable, "-c", printer], stdin=slave, stdout=slave, stderr=slave, start_new_session=True
+    )
+    os.close(slave)
+    slow, fast = terminal.Link(owner), terminal.Link(owner)
+    slow.send(terminal.SCREEN)
+    fast.send(terminal.SCREEN)
+    ended: list[int] = []
+
+    def relaying() -> None:
+        code = relay.run(child, lambda: 0)
+        ended.append(code)
+        relay.finish(code)
+
+    thread = threading.Thread(target=relaying)
+    thread.start()
+    received, status = 0, None
+    while status is None:
+        frames = fast.receive(30)
+        assert frames is not None, f"the fast client was cut off after {received} bytes"
+        for kind, payload in frames:
+            if kind == terminal.OUTPUT:
+                received += len(payload)
+            elif kind == terminal.ENDED:
+                status = int(payload)
+    thread.join(timeout=30)
+    assert (status, ended) == (0, [0])
+    assert received >= 8192 * 1024  # every line, with the terminal's \r\n
+    slow.close()
+    fast.close()

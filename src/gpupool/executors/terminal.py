@@ -45,8 +45,9 @@ KEPT = 64 * 1024
 """Bytes of output kept for a client that connects later (an `attach`)."""
 TYPED_AT_MOST = 1 << 20
 """Bytes typed that the program has not taken yet, at most: more is dropped (a paste too big)."""
-CLIENT_SEND_TIMEOUT = 5.0
-"""Seconds a client may keep the launcher waiting to take output before it is cut off."""
+PENDING_AT_MOST = 4 << 20
+"""Bytes of output a client may leave untaken before it is cut off: a slow client never holds
+the terminal, nor the other clients, back."""
 
 
 def address(owner: str) -> bytes:
@@ -115,6 +116,8 @@ class Relay:
         self.clients: dict[socket.socket, Frames] = {}
         self.watching: set[socket.socket] = set()
         """The clients that asked for the screen: the output goes to them."""
+        self.pending: dict[socket.socket, bytearray] = {}
+        """Output each client has not taken yet (sent as its socket takes it)."""
         self.typed = bytearray()
         """Keystrokes not yet taken by the program (the PTY's input queue was full)."""
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -157,9 +160,18 @@ class Relay:
         except OSError:
             return None
 
-    def finish(self, code: int) -> None:
-        """Tell every client the command's exit status (as the launcher reports it), and close."""
+    def finish(self, code: int, within: float = 2.0) -> None:
+        """Tell every client the command's exit status (as the launcher reports it), giving
+        them `within` seconds to take what they have not taken yet, and close."""
         self._send_all(frame(ENDED, str(code).encode()))
+        deadline = time.monotonic() + within
+        for idle in (self.listener, self.master):
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(idle)
+        while any(self.pending.values()) and time.monotonic() < deadline:
+            for key, events in self.selector.select(timeout=0.1):
+                if isinstance(key.fileobj, socket.socket) and events & selectors.EVENT_WRITE:
+                    self._flush(key.fileobj)
         self.close()
 
     def _ready(self, what: str, fileobj: object, events: int) -> None:
@@ -171,7 +183,10 @@ class Relay:
         elif what == "listener":
             self._accept()
         elif isinstance(fileobj, socket.socket):
-            self._from_client(fileobj)
+            if events & selectors.EVENT_WRITE:
+                self._flush(fileobj)
+            if events & selectors.EVENT_READ and fileobj in self.clients:
+                self._from_client(fileobj)
 
     def _read_master(self) -> None:
         while True:
@@ -200,8 +215,9 @@ class Relay:
         if not trusted(client):
             client.close()
             return
-        client.settimeout(CLIENT_SEND_TIMEOUT)
+        client.setblocking(False)
         self.clients[client] = Frames()
+        self.pending[client] = bytearray()
         self.selector.register(client, selectors.EVENT_READ, "client")
 
     def _from_client(self, client: socket.socket) -> None:
@@ -244,10 +260,32 @@ class Relay:
                 self.selector.modify(self.master, wanted, "master")
 
     def _send(self, client: socket.socket, data: bytes) -> None:
+        pending = self.pending.get(client)
+        if pending is None:
+            return
+        pending += data
+        if len(pending) > PENDING_AT_MOST:
+            self._drop(client)
+            return
+        self._flush(client)
+
+    def _flush(self, client: socket.socket) -> None:
+        """Send what the client's socket takes now; the rest when it can take more."""
+        pending = self.pending.get(client)
+        if pending is None:
+            return
         try:
-            client.sendall(data)
+            while pending:
+                del pending[: client.send(pending)]
+        except BlockingIOError:
+            pass
         except OSError:
             self._drop(client)
+            return
+        wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if pending else 0)
+        with contextlib.suppress(KeyError, ValueError):
+            if self.selector.get_key(client).events != wanted:
+                self.selector.modify(client, wanted, "client")
 
     def _send_all(self, data: bytes) -> None:
         for client in list(self.watching):
@@ -255,6 +293,7 @@ class Relay:
 
     def _drop(self, client: socket.socket) -> None:
         self.watching.discard(client)
+        self.pending.pop(client, None)
         if self.clients.pop(client, None) is not None:
             with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(client)
