@@ -40,11 +40,11 @@ from gpupool.model import (
     Snapshot,
     Team,
 )
-from tests.support.builders import packed
+from tests.support.builders import BATCH_CLASSES, packed
 
 NOW = 5000.0
 TEAMS = ("a", "b", "c")
-CLASSES = tuple(c.name for c in DEFAULT_CLASSES)
+CLASSES = BATCH_CLASSES
 Case = tuple[Snapshot, Config]
 
 

@@ -17,10 +17,11 @@ import random
 from gpupool.model import DEFAULT_CLASSES, Allocation, Config, Job, Node, RunningJob, Snapshot
 from gpupool.policy import PoolState, decide
 from gpupool.policy.reference import cheapest_victims, set_cost
+from tests.support.builders import BATCH_CLASSES
 
 NOW = 5_000.0
 CONFIG = Config(DEFAULT_CLASSES, max_preemptions=None)
-CLASSES = [c.name for c in DEFAULT_CLASSES]
+CLASSES = list(BATCH_CLASSES)
 
 
 def pool(rng: random.Random) -> tuple[Snapshot, Job]:

@@ -31,13 +31,13 @@ from gpupool.model import (
 from gpupool.policy.budget import budgeted_class
 from gpupool.policy.line import submit_key
 from gpupool.policy.preempt.candidates import Shortcuts
-from tests.support.builders import packed
+from tests.support.builders import BATCH_CLASSES, packed
 from tests.support.exercised import Exercised
 from tests.support.oracle import decide, derived_free, reference_state
 
 NOW = 5_000.0
 TEAMS = ("a", "b", "c")
-CLASSES = tuple(c.name for c in DEFAULT_CLASSES)
+CLASSES = BATCH_CLASSES
 
 
 @st.composite

@@ -12,12 +12,12 @@ from test_properties import NOW
 
 from gpupool.model import DEFAULT_CLASSES, Config, Job, Node, RunningJob, Snapshot
 from gpupool.policy.reference import cheapest_victims, set_cost
-from tests.support.builders import packed
+from tests.support.builders import BATCH_CLASSES, packed
 from tests.support.exercised import Exercised
 from tests.support.oracle import decide
 
 CONFIG = Config(DEFAULT_CLASSES, max_preemptions=None)
-CLASSES = [c.name for c in DEFAULT_CLASSES]
+CLASSES = list(BATCH_CLASSES)
 
 
 @st.composite

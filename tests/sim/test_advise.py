@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from gpupool.config import parse
-from gpupool.model import DEFAULT_CLASSES, PriorityBudget
+from gpupool.model import PriorityBudget
 from gpupool.sim.advise import (
     BUDGET_SHARES,
     INTERVAL_FACTORS,
@@ -26,8 +26,9 @@ from gpupool.sim.jobmodel import JobModel
 from gpupool.sim.replay import ClusterSpec, Policy, Settings, replay
 from gpupool.sim.sweep import replay_all
 from gpupool.sim.trace import Trace, load_trace
+from tests.support.builders import BATCH_CLASSES
 
-CLASSES = [c.name for c in DEFAULT_CLASSES]
+CLASSES = list(BATCH_CLASSES)
 MODEL = JobModel({}, 1800.0, 30.0, 60.0)
 
 

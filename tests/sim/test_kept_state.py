@@ -16,6 +16,7 @@ from gpupool.sim.engine import Simulation
 from gpupool.sim.failures import Distribution, NodeFailures
 from gpupool.sim.jobmodel import JobModel
 from gpupool.sim.records import SimJob
+from tests.support.builders import BATCH_CLASSES
 from tests.support.oracle import assert_index_matches, derived_free, reference_state
 
 CONFIGS = (
@@ -34,7 +35,7 @@ def workload(seed: int) -> tuple[list[SimJob], list[Node]]:
         Node(f"n{i}", rng.choice([2, 4, 8]), rng.choice(["A", "B"]), "a" if i == 0 and seed % 2 else None)
         for i in range(rng.randint(2, 6))
     ]
-    classes = [c.name for c in DEFAULT_CLASSES]
+    classes = list(BATCH_CLASSES)
     jobs = [
         SimJob(
             f"j{i}",

@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpupool.model import Allocation, Job, Node, Notice, Placement, Plan, RunningJob
+from gpupool.model import DEFAULT_CLASSES, Allocation, Job, Node, Notice, Placement, Plan, RunningJob
+
+BATCH_CLASSES = tuple(c.name for c in DEFAULT_CLASSES if c.name != "interactive")
+"""The default classes that batch work and traces use, for the scenarios tests and benchmarks
+draw: `interactive` (sessions') has `urgent`'s shape (it preempts, it is never preempted), and
+drawing it as well would only thin the scenarios that exercise preemption."""
 
 
 def pool(
