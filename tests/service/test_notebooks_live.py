@@ -49,7 +49,15 @@ NOTEBOOK = {
 
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[Sessions]:
+    """Sessions idle for 6 s are warned, and ended 2 s later."""
     yield from serving(Sessions(tmp_path, idle="6s"))
+
+
+@pytest.fixture
+def patient_lab(tmp_path: Path) -> Iterator[Sessions]:
+    """Sessions idle for an hour before they are warned: JupyterLab's first load in a browser
+    (no kernel activity yet) may take longer than `lab`'s 6 s on a loaded machine."""
+    yield from serving(Sessions(tmp_path, idle="1h"))
 
 
 def notebook(lab: Sessions, workdir: Path, *options: str, token: str | None = None) -> int:
@@ -147,8 +155,9 @@ def chromium() -> Iterator[WebDriver]:
 
 
 def test_in_a_browser_sign_in_open_a_notebook_and_run_a_cell(
-    lab: Sessions, tmp_path: Path, chromium: WebDriver
+    patient_lab: Sessions, tmp_path: Path, chromium: WebDriver
 ) -> None:
+    lab = patient_lab
     (tmp_path / "check.ipynb").write_text(json.dumps(NOTEBOOK))
     ana = token_of(lab, "ana", "vision")
     job = notebook(lab, tmp_path, token=ana)
