@@ -271,10 +271,13 @@ def test_a_cancelled_shell_gives_its_program_notice_then_hangs_up_at_its_prompt(
     shell.expect(PROMPT)
     # A program in the foreground that saves and leaves on notice, as a batch job does; the
     # interactive shell itself ignores SIGTERM, and ends once it is back at its prompt.
-    shell.sendline("""sh -c 'trap "echo program-noticed; exit 0" TERM; sleep 60 & wait'""")
-    time.sleep(0.5)
+    # (What it prints is made by printf, so that the terminal's echo of the line matches not.)
+    shell.sendline(
+        """sh -c 'trap "printf program-%s. noticed; exit 0" TERM; printf program-%s. ready; sleep 60 & wait'"""
+    )
+    shell.expect("program-ready.")
     assert lab.cli("cancel", str(job)).returncode == 0
-    shell.expect("program-noticed")
+    shell.expect("program-noticed.")
     assert lab.ended(shell) == 125
     assert state(lab, job) == "cancelled"
     # Hung up (SIGHUP: 128 + 1), not killed at the end of its grace (SIGKILL: 128 + 9).

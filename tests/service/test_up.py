@@ -23,7 +23,8 @@ def service(tmp_path: Path) -> Iterator[Service]:
 def test_up_says_where_it_listens_and_that_its_gpus_are_virtual(service: Service) -> None:
     assert service.process is not None
     service.process.terminate()
-    out, _ = service.process.communicate(timeout=10)
+    service.process.wait(timeout=10)
+    out = service.output()
     assert f"gpupool listening on http://127.0.0.1:{service.port}" in out
     assert "2 virtual GPUs" in out
 
@@ -37,12 +38,13 @@ def test_the_service_log_is_lines_with_times_that_tell_decisions_and_adoptions(t
     job = service.submit("--", "sleep", "60")
     wait_for(lambda: state(service, job) == "running")
     service.kill()
-    assert service.process is not None and service.process.stdout is not None
-    first = service.process.stdout.read()
+    first = service.output()
     service.up()
     wait_for(lambda: state(service, job) == "running")
+    assert service.process is not None
     service.process.terminate()
-    second, _ = service.process.communicate(timeout=10)
+    service.process.wait(timeout=10)
+    second = service.output().removeprefix(first)
     kill_attempts(service.data)
     stamp = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d (INFO|WARNING|ERROR) ")
     for line in (first + second).splitlines():

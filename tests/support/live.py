@@ -46,20 +46,25 @@ class Service:
             f"  low: {{value: 0, may_preempt: false, preemptible: true, grace_period: {grace}}}\n"
         )
         self.process: subprocess.Popen[str] | None = None
+        self.output_file = tmp / "up.log"
         self.env = {**os.environ, "COLUMNS": "200"}
         self.env.pop("GPUPOOL_TOKEN", None)
 
     def up(self) -> None:
         command = [sys.executable, "-m", "gpupool", "up", "--config", str(self.config)]
-        self.process = subprocess.Popen(
-            command, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
+        # A file, not a pipe: nobody reads a pipe while the service runs, and a full one would
+        # block its logging.
+        with self.output_file.open("a") as output:
+            self.process = subprocess.Popen(command, env=self.env, stdout=output, stderr=subprocess.STDOUT, text=True)
         process = self.process
         # A generous ceiling for a loaded machine; a service that exited says why at once.
         wait_for(lambda: self.ready() or process.poll() is not None, timeout=90)
         if process.poll() is not None:
-            output = process.stdout.read() if process.stdout is not None else ""
-            raise AssertionError(f"gpupool up exited with {process.returncode}: {output[-2000:]}")
+            raise AssertionError(f"gpupool up exited with {process.returncode}: {self.output()[-2000:]}")
+
+    def output(self) -> str:
+        """What `gpupool up` has printed so far (every run of it in this test)."""
+        return self.output_file.read_text(errors="replace") if self.output_file.exists() else ""
 
     def get(self, path: str) -> httpx.Response | None:
         """GET on the API with the admin token; None while the service does not answer."""
@@ -122,7 +127,9 @@ def running(service: Service) -> Iterator[Service]:
     process = service.process
     if process is not None and process.poll() is None:
         process.terminate()
-        output, _ = process.communicate(timeout=10)
+        process.wait(timeout=10)
+        output = service.output()
+        print(f"--- gpupool up's output, last lines ---\n{output[-6000:]}")  # shown when a test fails
         assert "SnapshotDrift" not in output, output[-3000:]
     kill_attempts(service.data)
 

@@ -16,6 +16,7 @@ server, proxied (HTTP and WebSocket) from wherever it runs, behind the dashboard
 
 # No `from __future__ import annotations`: FastAPI reads the parameters from the signatures.
 import contextlib
+import logging
 from typing import Any
 from urllib.parse import quote
 
@@ -66,6 +67,7 @@ browser came from: the proxy checks that itself, and the server sees requests of
 ANSWER_DROPPED = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding"})
 SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+log = logging.getLogger("gpupool.api")
 UPSTREAM_TIMEOUT = httpx.Timeout(30.0, read=300.0)
 BANNER = '<script src="{static}/session.js" data-status="{base}/_gpupool/status"></script>'
 
@@ -157,6 +159,7 @@ async def proxy(request: Request, job_id: int, path: str) -> Response:
         answer = await client.send(sent, stream=True)
     except httpx.HTTPError as exc:
         await client.aclose()
+        log.warning("job %d's notebook server does not answer %s %s: %r", job_id, request.method, path, exc)
         return PlainTextResponse(f"job {job_id}'s notebook server does not answer ({exc})", status_code=502)
     base = BASE.format(job_id=job_id)
     kept = [(k, v) for k, v in answer.headers.multi_items() if k.lower() not in ANSWER_DROPPED and allowed(k, v, base)]
