@@ -83,14 +83,14 @@ async def terminal(websocket: WebSocket, job_id: int) -> None:
         await run_sync(link.close)
         await refuse(websocket, Conflict(f"job {job.label}'s terminal is gone ({exc})"))
         return
-    ctx.service.sessions.attach(job.id, ctx.clock(), 1)
+    ctx.service.sessions.attach(link.key, ctx.clock(), 1)
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(keystrokes, websocket, link, ctx, job.id, group.cancel_scope)
             await screen(websocket, link)
             group.cancel_scope.cancel()
     finally:
-        ctx.service.sessions.attach(job.id, ctx.clock(), -1)
+        ctx.service.sessions.attach(link.key, ctx.clock(), -1)
         await run_sync(link.close)
         if websocket.client_state is WebSocketState.CONNECTED:
             with contextlib.suppress(Exception):

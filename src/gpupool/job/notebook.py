@@ -11,6 +11,7 @@ with it. Needs `gpupool[notebook]` (jupyter_server and JupyterLab) where the job
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
@@ -18,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Mapping
@@ -32,6 +34,10 @@ NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 READY_WITHIN = 120.0
 """Seconds the server may take to answer before the session gives up (a cold start of
 JupyterLab on a small machine takes a few)."""
+STARTS = 3
+"""Starts of the server before the session gives up (see `serve`)."""
+NOTICED = threading.Event()
+"""The session got its notice: a server that exits then is not started again."""
 
 
 def free_port(host: str) -> int:
@@ -70,28 +76,46 @@ def answers(host: str, port: int, base: str, token: str) -> bool:
         return False
 
 
+def pass_on(server: subprocess.Popen[bytes], _signum: int, _frame: FrameType | None) -> None:
+    """A notice: Jupyter saves nothing of its own on SIGTERM, and stops its kernels."""
+    NOTICED.set()
+    server.send_signal(signal.SIGTERM)
+
+
+def serve(host: str, base: str, token: str) -> tuple[subprocess.Popen[bytes], int] | int:
+    """The server, answering, and its port; or the exit code to end with. A free port may be
+    taken by another process before the server binds it: a server that exits before it
+    answers is started again on another, `STARTS` times in all."""
+    for start in range(1, STARTS + 1):
+        port = free_port(host)
+        server = subprocess.Popen(command(host, port, base, os.getcwd()), env={**os.environ, "JUPYTER_TOKEN": token})
+        signal.signal(signal.SIGTERM, functools.partial(pass_on, server))
+        deadline = time.monotonic() + READY_WITHIN
+        while not answers(host, port, base, token):
+            if server.poll() is not None:
+                print(f"gpupool: the notebook server exited with code {server.returncode}", file=sys.stderr)
+                if start == STARTS or NOTICED.is_set():
+                    return server.returncode or 1
+                break
+            if time.monotonic() > deadline:
+                print(f"gpupool: the notebook server did not answer within {READY_WITHIN:g} s", file=sys.stderr)
+                server.kill()
+                return server.wait() or 1
+            time.sleep(0.2)
+        else:
+            return server, port
+    return 1
+
+
 def main(env: Mapping[str, str] = os.environ) -> int:
     link = SchedulerLink(env)
     host = env.get("GPUPOOL_NODE_ADDRESS") or "127.0.0.1"
     base = BASE.format(job=env.get("GPUPOOL_JOB_ID", "0"))
     token = secrets.token_urlsafe(32)
-    port = free_port(host)
-    server = subprocess.Popen(command(host, port, base, os.getcwd()), env={**os.environ, "JUPYTER_TOKEN": token})
-
-    def noticed(signum: int, _frame: FrameType | None) -> None:
-        server.send_signal(signal.SIGTERM)
-
-    signal.signal(signal.SIGTERM, noticed)
-    deadline = time.monotonic() + READY_WITHIN
-    while not answers(host, port, base, token):
-        if server.poll() is not None:
-            print(f"gpupool: the notebook server exited with code {server.returncode}", file=sys.stderr)
-            return server.returncode or 1
-        if time.monotonic() > deadline:
-            print(f"gpupool: the notebook server did not answer within {READY_WITHIN:g} s", file=sys.stderr)
-            server.kill()
-            return server.wait() or 1
-        time.sleep(0.2)
+    served = serve(host, base, token)
+    if isinstance(served, int):
+        return served
+    server, port = served
     link.report("server", {"port": port, "token": token})
     print(f"gpupool: the notebook server answers at http://{host}:{port}{base} (the service proxies it)", flush=True)
     return server.wait()

@@ -18,6 +18,9 @@ from gpupool.store.schema import JobRow
 class Terminal(Protocol):
     """One connection to a shell session's terminal (`sessions.SessionTerminal` is one)."""
 
+    key: tuple[int, int]
+    """The attempt (job, attempt) whose terminal it is."""
+
     def screen(self) -> None:
         """Ask for what the terminal showed last (its last 64 KiB), before what comes next."""
         ...
@@ -56,8 +59,8 @@ class SessionsView(Protocol):
         """The session of `job` was used (a keystroke): not idle."""
         ...
 
-    def attach(self, job: int, now: float, change: int) -> None:
-        """A terminal attached to the session of `job` (1) or left it (-1)."""
+    def attach(self, key: tuple[int, int], now: float, change: int) -> None:
+        """A terminal attached to the session's attempt `key` (1) or left it (-1)."""
         ...
 
 

@@ -114,14 +114,15 @@ class Sessions:
                     found.seen = replace(found.seen, last_activity=now, warned_at=None)
                     found.warning = None
 
-    def attach(self, job: int, now: float, change: int) -> None:
-        """A terminal attached to the session of `job` (`change` 1) or left it (-1)."""
+    def attach(self, key: Key, now: float, change: int) -> None:
+        """A terminal attached to the session's attempt `key` (`change` 1) or left it (-1). Per
+        attempt: a terminal of an attempt that ended leaves nothing of a later one's count."""
         with self.lock:
-            for key, found in self.tracked.items():
-                if key[0] == job:
-                    found.attached = max(0, found.attached + change)
-                    left = now if found.attached == 0 and found.seen.kind is SessionKind.SHELL else None
-                    self.tracked[key].seen = replace(found.seen, detached_since=left)
+            found = self.tracked.get(key)
+            if found is not None:
+                found.attached = max(0, found.attached + change)
+                left = now if found.attached == 0 and found.seen.kind is SessionKind.SHELL else None
+                found.seen = replace(found.seen, detached_since=left)
 
     def warned(self, key: Key, now: float, message: str) -> None:
         with self.lock:
@@ -197,7 +198,8 @@ class Sessions:
         deadline = time.monotonic() + TERMINAL_WAIT
         while True:
             try:
-                return SessionTerminal(self.executor.terminal(job.id, job.attempts - 1))
+                attempt = job.attempts - 1
+                return SessionTerminal(self.executor.terminal(job.id, attempt), (job.id, attempt))
             except OSError as exc:
                 if time.monotonic() >= deadline:
                     raise Conflict(f"job {job.label}'s terminal cannot be reached now ({exc})") from None
@@ -271,8 +273,10 @@ class SessionTerminal:
     """A connection to a session's terminal, in the API's words (`interface.Terminal`), over
     the executor's link and its frames (`executors/terminal.py`)."""
 
-    def __init__(self, link: Terminal) -> None:
+    def __init__(self, link: Terminal, key: Key) -> None:
         self.link = link
+        self.key = key
+        """The attempt whose terminal it is."""
 
     def screen(self) -> None:
         self.link.send(SCREEN)
