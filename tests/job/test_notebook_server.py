@@ -1,6 +1,6 @@
 """The notebook session's command (`gpupool.job.notebook`) starting Jupyter's server: the free
-port it chose may be taken before the server binds it, and then it starts the server again on
-another instead of failing the session."""
+port it chose may be taken before the server binds it; then it starts the server again on
+another instead of failing the session, and never sends the token to the port's taker."""
 
 from __future__ import annotations
 
@@ -21,17 +21,18 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture
-def taken() -> Iterator[int]:
-    """A port of loopback that another process listens on."""
-    with socket.socket() as other:
-        other.bind(("127.0.0.1", 0))
-        other.listen()
-        yield int(other.getsockname()[1])
+def other() -> Iterator[socket.socket]:
+    """Another process's socket, listening on a port of loopback."""
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        yield listening
 
 
 def test_a_port_taken_before_the_server_binds_it_makes_it_start_on_another(
-    taken: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    other: socket.socket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    taken = int(other.getsockname()[1])
     ports = iter([taken])
     real = notebook.free_port
     monkeypatch.setattr(notebook, "free_port", lambda host: next(ports, None) or real(host))
@@ -48,3 +49,6 @@ def test_a_port_taken_before_the_server_binds_it_makes_it_start_on_another(
         server.wait(timeout=30)
     finally:
         signal.signal(signal.SIGTERM, before)
+    other.setblocking(False)
+    with pytest.raises(BlockingIOError):  # never asked with the token: it is not the server
+        other.accept()

@@ -25,6 +25,8 @@ import urllib.request
 from collections.abc import Mapping
 from types import FrameType
 
+import psutil
+
 from gpupool.job.link import SchedulerLink
 
 BASE = "/ui/notebooks/{job}/"
@@ -65,6 +67,16 @@ def command(host: str, port: int, base: str, root: str) -> list[str]:
     ]
 
 
+def listens(server: subprocess.Popen[bytes], port: int) -> bool:
+    """Whether the server itself listens on `port`: only then is it asked with its token, which
+    another process that took the port would otherwise learn."""
+    try:
+        found = psutil.Process(server.pid).net_connections(kind="inet")
+    except psutil.Error:
+        return False
+    return any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in found)
+
+
 def answers(host: str, port: int, base: str, token: str) -> bool:
     request = urllib.request.Request(
         f"http://{host}:{port}{base}api/status", headers={"Authorization": f"token {token}"}
@@ -91,7 +103,7 @@ def serve(host: str, base: str, token: str) -> tuple[subprocess.Popen[bytes], in
         server = subprocess.Popen(command(host, port, base, os.getcwd()), env={**os.environ, "JUPYTER_TOKEN": token})
         signal.signal(signal.SIGTERM, functools.partial(pass_on, server))
         deadline = time.monotonic() + READY_WITHIN
-        while not answers(host, port, base, token):
+        while not (listens(server, port) and answers(host, port, base, token)):
             if server.poll() is not None:
                 print(f"gpupool: the notebook server exited with code {server.returncode}", file=sys.stderr)
                 if start == STARTS or NOTICED.is_set():
