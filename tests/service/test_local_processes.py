@@ -213,3 +213,34 @@ def test_an_attempt_adopted_again_by_its_own_executor_is_watched_once(tmp_path: 
     time.sleep(0.3)
     ended.extend(executor.poll().ended)
     assert len(ended) == 1, "one exit, not one per adoption"
+
+
+def test_a_job_gets_the_default_action_of_signals_its_scheduler_ignored_or_blocked(tmp_path: Path) -> None:
+    """`gpupool up` run under `nohup`, or with `&` from a script, ignores SIGHUP, or SIGINT and
+    SIGQUIT; a library may have blocked some in the thread that starts it; and a process passes
+    what it ignores and blocks on to its children. A job must not inherit either (a shell
+    session would never be hung up, Ctrl-C would not reach its program)."""
+    import signal
+
+    from gpupool.executors import Launch
+
+    ignored, blocked = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT), {signal.SIGHUP, signal.SIGTERM}
+    before = {sig: signal.signal(sig, signal.SIG_IGN) for sig in ignored}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    try:
+        executor = LocalExecutor(NodeState(Node("local", 1)), store_id="s1")
+        folder, out = tmp_path / "attempt-0", tmp_path / "status"
+        command = ["sh", "-c", f"grep -E 'SigIgn|SigBlk' /proc/self/status > {out}"]
+        executor.start(Launch(7, 0, command, tmp_path, {}, folder))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    try:
+        wait_for(lambda: bool(executor.poll().ended), timeout=30)
+    finally:
+        executor.close()
+    found = dict(line.split(":") for line in out.read_text().splitlines())
+    for name, signals in (("SigIgn", ignored), ("SigBlk", tuple(blocked))):
+        bits = int(found[name], 16)
+        assert [sig.name for sig in signals if bits & (1 << (sig - 1))] == [], name

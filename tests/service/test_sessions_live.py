@@ -281,7 +281,8 @@ def test_a_cancelled_shell_gives_its_program_notice_then_hangs_up_at_its_prompt(
     assert lab.ended(shell) == 125
     assert state(lab, job) == "cancelled"
     # Hung up (SIGHUP: 128 + 1), not killed at the end of its grace (SIGKILL: 128 + 9).
-    assert lab.job(job)["history"][-1]["exit_code"] == 129
+    records = {p.name: p.read_text() for p in lab.data.rglob("*") if p.name in ("exit.json", "launcher.log")}
+    assert lab.job(job)["history"][-1]["exit_code"] == 129, (lab.job(job)["history"], records)
 
 
 def test_a_command_that_takes_its_notice_itself_saves_before_it_leaves(lab: Sessions, tmp_path: Path) -> None:

@@ -49,7 +49,8 @@ def test_sigterm_stops_the_service_in_order_and_its_jobs_go_on(service: Service)
     wait_for(lambda: state(service, job) == "running")
     assert service.process is not None
     service.process.send_signal(signal.SIGTERM)
-    out, _ = service.process.communicate(timeout=20)
+    service.process.wait(timeout=20)
+    out = service.output()
     assert service.process.returncode == 0, out
     assert "gpupool stopped (SIGTERM); running jobs go on" in out
     service.up()
@@ -161,7 +162,8 @@ def test_a_data_directory_that_vanishes_stops_the_scheduler_loudly(service: Serv
     assert "no job is accepted now" in refused.json()["message"]
     assert service.process is not None
     service.process.terminate()
-    out, _ = service.process.communicate(timeout=20)
+    service.process.wait(timeout=20)
+    out = service.output()
     assert "gpupool stops deciding: the data directory's identity" in out
 
 

@@ -286,9 +286,14 @@ def fork(
 def become_launcher(log: int, folder: str, keep: int = -1) -> None:
     """What a forked process does first to be a launcher: the notice kept for its command, the
     leader of a session of its own, its output to `log`, no other descriptor of the fork
-    server's but `keep`, in its folder."""
+    server's but `keep`, in its folder. Signals the scheduler was started ignoring (SIGHUP under
+    `nohup`, SIGINT and SIGQUIT with `&` from a script) get their default action back: a process
+    passes what it ignores on to what it starts, and the command must get them (a shell is hung
+    up, Ctrl-C reaches its program). A launcher leads a session without a terminal: no terminal
+    sends it any of them."""
     ignore_notice()
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for inherited in (signal.SIGCHLD, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
+        signal.signal(inherited, signal.SIG_DFL)
     os.setsid()
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
