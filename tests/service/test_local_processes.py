@@ -224,23 +224,27 @@ def test_a_job_gets_the_default_action_of_signals_its_scheduler_ignored_or_block
 
     from gpupool.executors import Launch
 
-    ignored, blocked = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT), {signal.SIGHUP, signal.SIGTERM}
+    ignored, blocked = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT), {signal.SIGHUP, signal.SIGTERM, signal.SIGCHLD}
     before = {sig: signal.signal(sig, signal.SIG_IGN) for sig in ignored}
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
     try:
         executor = LocalExecutor(NodeState(Node("local", 1)), store_id="s1")
         folder, out = tmp_path / "attempt-0", tmp_path / "status"
-        command = ["sh", "-c", f"grep -E 'SigIgn|SigBlk' /proc/self/status > {out}"]
-        executor.start(Launch(7, 0, command, tmp_path, {}, folder))
+        # bash, not sh: Debian's dash clears the mask itself, and would hide an inherited one.
+        command = ["bash", "-c", f"grep -E 'SigIgn|SigBlk' /proc/self/status > {out}; sleep 2"]
+        launcher = int(executor.start(Launch(7, 0, command, tmp_path, {}, folder)).handle["pid"])
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for sig, handler in before.items():
             signal.signal(sig, handler)
     try:
+        wait_for(lambda: out.exists() and out.read_text().count("\n") == 2, timeout=30)
+        seen = {"launcher": Path(f"/proc/{launcher}/status").read_text(), "job": out.read_text()}
         wait_for(lambda: bool(executor.poll().ended), timeout=30)
     finally:
         executor.close()
-    found = dict(line.split(":") for line in out.read_text().splitlines())
-    for name, signals in (("SigIgn", ignored), ("SigBlk", tuple(blocked))):
-        bits = int(found[name], 16)
-        assert [sig.name for sig in signals if bits & (1 << (sig - 1))] == [], name
+    for who, status in seen.items():
+        found = dict(line.split(":", 1) for line in status.splitlines() if line.startswith(("SigIgn", "SigBlk")))
+        for name, signals in (("SigIgn", ignored), ("SigBlk", tuple(blocked))):
+            bits = int(found[name], 16)
+            assert [sig.name for sig in signals if bits & (1 << (sig - 1))] == [], (who, name)

@@ -30,7 +30,7 @@ def test_up_says_where_it_listens_and_that_its_gpus_are_virtual(service: Service
 
 
 def test_the_service_log_is_lines_with_times_that_tell_decisions_and_adoptions(tmp_path: Path) -> None:
-    """Through a pipe at 80 columns: one line a record, each with its time, a URL never cut;
+    """Not on a terminal, at 80 columns: one line a record, each with its time, a URL never cut;
     each start and notice at info, and after a kill -9 the attempts it adopted."""
     service = Service(tmp_path)
     service.env = {k: v for k, v in service.env.items() if k != "COLUMNS"} | {"COLUMNS": "80"}

@@ -159,7 +159,7 @@ async def proxy(request: Request, job_id: int, path: str) -> Response:
         answer = await client.send(sent, stream=True)
     except httpx.HTTPError as exc:
         await client.aclose()
-        log.warning("job %d's notebook server does not answer %s %s: %r", job_id, request.method, path, exc)
+        log.warning("job %d's notebook server does not answer %s %r: %r", job_id, request.method, path, exc)
         return PlainTextResponse(f"job {job_id}'s notebook server does not answer ({exc})", status_code=502)
     base = BASE.format(job_id=job_id)
     kept = [(k, v) for k, v in answer.headers.multi_items() if k.lower() not in ANSWER_DROPPED and allowed(k, v, base)]

@@ -111,7 +111,7 @@ async def keystrokes(websocket: WebSocket, link: Terminal, ctx: Context, job_id:
             if message["type"] == "websocket.disconnect":
                 break
             if message.get("bytes"):
-                ctx.service.sessions.active(job_id, ctx.clock())
+                ctx.service.sessions.active(link.key, ctx.clock())
                 await run_sync(link.keys, message["bytes"], limiter=relaying())
             elif message.get("text"):
                 rows, cols = resize_of(message["text"])

@@ -236,6 +236,7 @@ def serve() -> None:
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the notice is for the commands
     signal.signal(signal.SIGCHLD, reap)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())  # a SIGCHLD blocked where it was started
     for line in sys.stdin.buffer:
         request = json.loads(line)
         try:
@@ -290,10 +291,12 @@ def become_launcher(log: int, folder: str, keep: int = -1) -> None:
     `nohup`, SIGINT and SIGQUIT with `&` from a script) get their default action back: a process
     passes what it ignores on to what it starts, and the command must get them (a shell is hung
     up, Ctrl-C reaches its program). A launcher leads a session without a terminal: no terminal
-    sends it any of them."""
+    sends it any of them. Nor is any signal blocked, which the command would inherit too (the
+    notice itself, where a library had blocked it in the thread that started the scheduler)."""
     ignore_notice()
     for inherited in (signal.SIGCHLD, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
         signal.signal(inherited, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
     os.setsid()
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)

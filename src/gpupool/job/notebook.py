@@ -11,7 +11,7 @@ with it. Needs `gpupool[notebook]` (jupyter_server and JupyterLab) where the job
 
 from __future__ import annotations
 
-import functools
+import errno
 import json
 import os
 import secrets
@@ -19,13 +19,11 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import FrameType
-
-import psutil
 
 from gpupool.job.link import SchedulerLink
 
@@ -38,8 +36,6 @@ READY_WITHIN = 120.0
 JupyterLab on a small machine takes a few)."""
 STARTS = 3
 """Starts of the server before the session gives up (see `serve`)."""
-NOTICED = threading.Event()
-"""The session got its notice: a server that exits then is not started again."""
 
 
 def free_port(host: str) -> int:
@@ -69,7 +65,10 @@ def command(host: str, port: int, base: str, root: str) -> list[str]:
 
 def listens(server: subprocess.Popen[bytes], port: int) -> bool:
     """Whether the server itself listens on `port`: only then is it asked with its token, which
-    another process that took the port would otherwise learn."""
+    another process that took the port would otherwise learn. (psutil comes with the notebook
+    extra: imported here, so that the service, which reads `BASE`, needs it not.)"""
+    import psutil
+
     try:
         found = psutil.Process(server.pid).net_connections(kind="inet")
     except psutil.Error:
@@ -88,35 +87,68 @@ def answers(host: str, port: int, base: str, token: str) -> bool:
         return False
 
 
-def pass_on(server: subprocess.Popen[bytes], _signum: int, _frame: FrameType | None) -> None:
-    """A notice: Jupyter saves nothing of its own on SIGTERM, and stops its kernels."""
-    NOTICED.set()
-    server.send_signal(signal.SIGTERM)
+def taken(host: str, port: int) -> bool:
+    """Whether another process listens on `port` now."""
+    with socket.socket() as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
 
 
-def serve(host: str, base: str, token: str) -> tuple[subprocess.Popen[bytes], int] | int:
+@dataclass
+class Current:
+    """The server a notice goes to (the one started last), and whether a notice came."""
+
+    server: subprocess.Popen[bytes] | None = None
+    noticed: bool = False
+
+    def pass_on(self, _signum: int, _frame: FrameType | None) -> None:
+        """A notice: Jupyter saves nothing of its own on SIGTERM, and stops its kernels."""
+        self.noticed = True
+        if self.server is not None:
+            self.server.send_signal(signal.SIGTERM)
+
+
+def until_ready(server: subprocess.Popen[bytes], host: str, port: int, base: str, token: str) -> int | None:
+    """None once the server answers on `port`; else its exit code, once it exited or was
+    killed for not answering within `READY_WITHIN` seconds."""
+    deadline = time.monotonic() + READY_WITHIN
+    while not (listens(server, port) and answers(host, port, base, token)):
+        if server.poll() is not None:
+            print(f"gpupool: the notebook server exited with code {server.returncode}", file=sys.stderr)
+            return server.returncode
+        if time.monotonic() > deadline:
+            print(f"gpupool: the notebook server did not answer within {READY_WITHIN:g} s", file=sys.stderr)
+            server.kill()
+            return server.wait()
+        time.sleep(0.2)
+    return None
+
+
+def serve(host: str, base: str, token: str, current: Current) -> tuple[subprocess.Popen[bytes], int] | int:
     """The server, answering, and its port; or the exit code to end with. A free port may be
     taken by another process before the server binds it: a server that exits before it
-    answers is started again on another, `STARTS` times in all."""
-    for start in range(1, STARTS + 1):
+    answers while another process has its port is started again on another, `STARTS` times in
+    all; not after a notice (`current` passes it on, installed before any server starts)."""
+    signal.signal(signal.SIGTERM, current.pass_on)
+    for _ in range(STARTS):
+        if current.noticed:
+            break
         port = free_port(host)
-        server = subprocess.Popen(command(host, port, base, os.getcwd()), env={**os.environ, "JUPYTER_TOKEN": token})
-        signal.signal(signal.SIGTERM, functools.partial(pass_on, server))
-        deadline = time.monotonic() + READY_WITHIN
-        while not (listens(server, port) and answers(host, port, base, token)):
-            if server.poll() is not None:
-                print(f"gpupool: the notebook server exited with code {server.returncode}", file=sys.stderr)
-                if start == STARTS or NOTICED.is_set():
-                    return server.returncode or 1
-                break
-            if time.monotonic() > deadline:
-                print(f"gpupool: the notebook server did not answer within {READY_WITHIN:g} s", file=sys.stderr)
-                server.kill()
-                return server.wait() or 1
-            time.sleep(0.2)
-        else:
+        server = current.server = subprocess.Popen(
+            command(host, port, base, os.getcwd()), env={**os.environ, "JUPYTER_TOKEN": token}
+        )
+        if current.noticed:  # it came as the server started: it has it too
+            server.send_signal(signal.SIGTERM)
+        ended = until_ready(server, host, port, base, token)
+        if ended is None:
             return server, port
-    return 1
+        if current.noticed or not taken(host, port):
+            return ended or 1
+        print(f"gpupool: port {port} was taken by another process; the server starts on another", file=sys.stderr)
+    return 128 + signal.SIGTERM if current.noticed else 1
 
 
 def main(env: Mapping[str, str] = os.environ) -> int:
@@ -124,7 +156,7 @@ def main(env: Mapping[str, str] = os.environ) -> int:
     host = env.get("GPUPOOL_NODE_ADDRESS") or "127.0.0.1"
     base = BASE.format(job=env.get("GPUPOOL_JOB_ID", "0"))
     token = secrets.token_urlsafe(32)
-    served = serve(host, base, token)
+    served = serve(host, base, token, Current())
     if isinstance(served, int):
         return served
     server, port = served

@@ -55,8 +55,8 @@ class SessionsView(Protocol):
         """What the session of `job` was warned of (its reclaim, when idle), while it stays idle."""
         ...
 
-    def active(self, job: int, now: float) -> None:
-        """The session of `job` was used (a keystroke): not idle."""
+    def active(self, key: tuple[int, int], now: float) -> None:
+        """The session's attempt `key` was used (a keystroke): not idle."""
         ...
 
     def attach(self, key: tuple[int, int], now: float, change: int) -> None:

@@ -267,8 +267,8 @@ class ControlLoop:
             for job_id, attempt, message in progress.notes:
                 log.warning("job %s attempt %s: %s", job_id, attempt, message)
             self.store.note("leftover_killed", progress.notes, now)
-        for job_id, _attempt in progress.worked:
-            self.sessions.active(job_id, now)
+        for key in progress.worked:
+            self.sessions.active(key, now)
         self.unrecorded.extend(progress.ended)
         self.unmarked.update(progress.running)
         if self.unmarked:

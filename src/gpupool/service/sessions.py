@@ -80,14 +80,15 @@ class Sessions:
             time.sleep(NOTEBOOK_LOOK)
             with self.lock:
                 notebooks = [key for key, found in self.tracked.items() if found.seen.kind is SessionKind.NOTEBOOK]
-            for job_id, _attempt in notebooks:
+            for key in notebooks:
+                job_id = key[0]
                 try:
                     last = kernels_last_active(self.notebook(self.store.job(job_id)), job_id, time.time())
                 except Exception as exc:  # a server that answers nonsense, a busy store: next time
                     log.debug("job %s: its notebook's kernels could not be read (%s)", job_id, exc)
                     continue
                 if last is not None:
-                    self.active(job_id, last)
+                    self.active(key, last)
 
     def idle_at_end(self, keys: Sequence[Key], now: float) -> dict[Key, float]:
         """The idle seconds not yet recorded of these attempts, ending now (those that were
@@ -105,14 +106,14 @@ class Sessions:
             for key in keys:
                 self.tracked.pop(key, None)
 
-    def active(self, job: int, now: float) -> None:
-        """The session of `job` was used (input typed, a kernel ran, its GPUs worked)."""
+    def active(self, key: Key, now: float) -> None:
+        """The session's attempt `key` was used (input typed, a kernel ran, its GPUs worked)."""
         with self.lock:
-            for key, found in self.tracked.items():
-                if key[0] == job and now > found.seen.last_activity:  # news: not a time seen already
-                    found.idle_seconds += idle_stretch(found.seen.last_activity, now, self.config)
-                    found.seen = replace(found.seen, last_activity=now, warned_at=None)
-                    found.warning = None
+            found = self.tracked.get(key)
+            if found is not None and now > found.seen.last_activity:  # news: not a time seen already
+                found.idle_seconds += idle_stretch(found.seen.last_activity, now, self.config)
+                found.seen = replace(found.seen, last_activity=now, warned_at=None)
+                found.warning = None
 
     def attach(self, key: Key, now: float, change: int) -> None:
         """A terminal attached to the session's attempt `key` (`change` 1) or left it (-1). Per
