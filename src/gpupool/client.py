@@ -29,8 +29,6 @@ import httpx
 from gpupool.errors import HTTP_STATUS, GpupoolError, InvalidInput
 from gpupool.model import ENDED
 
-ENDED_STATES = frozenset(state.value for state in ENDED)
-
 
 class Unreachable(GpupoolError):
     pass
@@ -211,7 +209,7 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             job = self.job(job_id)
-            if job["state"] in ENDED_STATES:
+            if job["state"] in ENDED:  # a StrEnum: its states are their names
                 return job
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"job {job['label']} is still {job['state']} after {timeout:g} s")
@@ -232,10 +230,8 @@ class Client:
     def cancel(self, job_id: int, now: bool = False) -> dict[str, Any]:
         """Cancel a job: a running one gets notice and its class's grace, or is killed at once
         (`now`, also during the grace)."""
-        if now:
-            job: dict[str, Any] = self.request("POST", f"/jobs/{job_id}/cancel", params={"now": "true"})
-            return job
-        return self.act(job_id, "cancel")
+        job: dict[str, Any] = self.request("POST", f"/jobs/{job_id}/cancel", params={"now": "true"} if now else None)
+        return job
 
     def act(self, job_id: int, action: str) -> dict[str, Any]:
         """`POST /jobs/{id}/{action}`: cancel, hold, release or requeue; the job after it."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Literal
 
 JobId = str
 
@@ -81,6 +82,10 @@ def transition(job_id: JobId, from_state: JobState, to_state: JobState) -> JobSt
     return to_state
 
 
+OnIdle = Literal["end", "requeue"]
+"""What reclaims an idle session: it ends, or it is requeued."""
+
+
 @dataclass(frozen=True, slots=True)
 class PriorityClass:
     """A named priority level. Higher `value` is more important."""
@@ -98,12 +103,9 @@ class PriorityClass:
     idle_after: float | None = None
     """A session (a shell, a notebook) with no activity for this long is warned, then
     reclaimed `SessionPolicy.idle_notice` later (`on_idle`); None: never."""
-    on_idle: str = "end"
+    on_idle: OnIdle = "end"
     """What reclaims an idle session: `end` (it ends, cancelled) or `requeue` (it is preempted:
     notice, then back in line, as any preempted job)."""
-
-
-ON_IDLE = ("end", "requeue")
 
 
 class SessionKind(StrEnum):
@@ -183,6 +185,12 @@ def session_problem(session: str | None, gpus: int, gpus_per_node: int | None, a
     if array:
         return f"array: a {session} session is one job, not an array"
     return None
+
+
+def members_of(session: str | None, gpus: int, gpus_per_node: int | None) -> int | None:
+    """GPUs per node of a job as submitted: a shell's or a notebook's all on one node (its
+    terminal or server is one process), never split as a gang; else as asked."""
+    return gpus if session in ONE_NODE_SESSIONS else gpus_per_node
 
 
 def gang_split_problem(gpus: int, gpus_per_node: int | None) -> str | None:

@@ -429,3 +429,11 @@ def test_an_update_that_would_make_jobs_wait_for_each_other_is_refused(store: St
     assert store.job(first.id).dependencies is None
     store.update_job(third.id, JobUpdate(dependencies=[("ok", first.id)]), 5.0, by_admin=False)
     assert store.job(third.id).dependencies == [["ok", first.id]]
+
+
+def test_a_shell_or_notebook_session_is_stored_on_one_node_whoever_submits_it(store: Store) -> None:
+    """Its terminal or server is one process: all its GPUs on one node, never a gang's members,
+    though the request named no GPUs per node (the rule is the store's, not only the API's)."""
+    shell = store.submit(JobSpec(["bash"], gpus=2, session="shell"), now=0.0)
+    batch = store.submit(JobSpec(["train"], gpus=2), now=0.0)
+    assert (shell.gpus_per_node, batch.gpus_per_node) == (2, None)

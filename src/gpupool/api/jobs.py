@@ -34,7 +34,7 @@ from gpupool.api.models import (
 from gpupool.api.submission import check_fits, check_key, check_paths, parsed
 from gpupool.config.specs import webhook_url
 from gpupool.errors import Conflict, InvalidInput, StoreUnavailable
-from gpupool.model import ONE_NODE_SESSIONS, JobState, session_problem
+from gpupool.model import JobState, members_of, session_problem
 from gpupool.slurm import parse_after, parse_array
 from gpupool.store import DEFAULT_TEAM, JobSpec
 from gpupool.store.jobs import DuplicateSubmission
@@ -107,8 +107,7 @@ def prepare(ctx: Context, body: JobIn, who: Principal, key: str | None) -> JobSp
     problem = session_problem(body.session, body.gpus, body.gpus_per_node, bool(body.array))
     if problem is not None:
         raise InvalidInput(problem)
-    if body.session in ONE_NODE_SESSIONS:  # all its GPUs on one node: never split as a gang
-        body = body.model_copy(update={"gpus_per_node": body.gpus})
+    body = body.model_copy(update={"gpus_per_node": members_of(body.session, body.gpus, body.gpus_per_node)})
     access.require_may_submit(who, team)
     user = who.user if not who.admin else body.user
     ctx.service.check_runnable(user, team)

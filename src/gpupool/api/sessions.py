@@ -33,7 +33,8 @@ from gpupool.api import access
 from gpupool.api.access import Rule
 from gpupool.api.auth import identify
 from gpupool.api.context import Context
-from gpupool.errors import HTTP_STATUS, Conflict, GpupoolError, InvalidInput
+from gpupool.api.errors import status_of
+from gpupool.errors import Conflict, GpupoolError, InvalidInput
 from gpupool.service.interface import Terminal
 from gpupool.store.schema import JobRow
 
@@ -86,7 +87,7 @@ async def terminal(websocket: WebSocket, job_id: int) -> None:
     ctx.service.sessions.attach(link.key, ctx.clock(), 1)
     try:
         async with anyio.create_task_group() as group:
-            group.start_soon(keystrokes, websocket, link, ctx, job.id, group.cancel_scope)
+            group.start_soon(keystrokes, websocket, link, ctx, group.cancel_scope)
             await screen(websocket, link)
             group.cancel_scope.cancel()
     finally:
@@ -98,12 +99,12 @@ async def terminal(websocket: WebSocket, job_id: int) -> None:
 
 
 async def refuse(websocket: WebSocket, error: GpupoolError) -> None:
-    status = next((code for kind, code in HTTP_STATUS.items() if isinstance(error, kind)), 400)
+    status = status_of(error)
     await websocket.send_text(json.dumps({"error": type(error).__name__, "message": str(error)}))
     await websocket.close(code=4000 + status)
 
 
-async def keystrokes(websocket: WebSocket, link: Terminal, ctx: Context, job_id: int, scope: Any) -> None:
+async def keystrokes(websocket: WebSocket, link: Terminal, ctx: Context, scope: Any) -> None:
     """What the client sends, to the terminal, until it leaves."""
     try:
         while True:

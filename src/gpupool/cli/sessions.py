@@ -1,6 +1,7 @@
 """Sessions from the command line: `gpupool run` (as srun runs a command), `gpupool shell` (as
-`srun --pty bash` and salloc give a shell) and `gpupool attach` (as sattach). `run` and `shell`
-are `submit`'s options with another ending (`submit.py`); what follows the submission is here.
+`srun --pty bash` and salloc give a shell), `gpupool notebook` and `gpupool attach` (as
+sattach). `run`, `shell` and `notebook` are `submit`'s options with another ending
+(`submit.py`); what makes the request a session's and what follows the submission is here.
 
 Exit codes (docs/slurm.md, "Exit codes"): the job's own, as `submit --wait` has them (125 when
 cancelled, 124 at its time limit, 75 when it was preempted and waits in line again); 0 after a
@@ -9,6 +10,7 @@ detach (`~.`); 4 when the service cannot be reached.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -31,6 +33,7 @@ from gpupool.cli.common import (
     ended,
     errors,
     exit_code,
+    fail,
     outcome_code,
     wait_for_outcome,
 )
@@ -46,6 +49,35 @@ POLL = 0.2
 def say(message: str) -> None:
     """A line of gpupool's own, on standard error: standard output is the job's."""
     errors.print(f"[dim]gpupool:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+
+def default_command(session: SessionKind | None) -> list[str]:
+    """What a session runs when no command is given: your login shell, or the notebook server."""
+    if session is SessionKind.SHELL:
+        return [os.environ.get("SHELL") or "/bin/bash", "-l"]
+    if session is SessionKind.NOTEBOOK:
+        return [sys.executable, "-m", "gpupool.job.notebook"]
+    return []
+
+
+def as_session(session: SessionKind, options: dict[str, Any], body: dict[str, Any]) -> None:
+    """`submit`'s request `body` made a session's; options a foreground job cannot take refused."""
+    for option in ("array", "wait", "parsable"):
+        if options[option]:
+            raise fail(f"--{option}: gpupool {session} runs one job in the foreground; use gpupool submit")
+    body["session"] = session.value
+    body["name"] = body["name"] or (session.value if session is not SessionKind.RUN else "")
+
+
+def in_foreground(session: SessionKind, api: Client, job: dict[str, Any]) -> int:
+    """The submitted session followed to its end here (or a detach); its exit code."""
+    say(f"job {job['label']} submitted ({job['name']}, team {job['team']}, {job['priority']})")
+    follow_session = {
+        SessionKind.RUN: run_session,
+        SessionKind.SHELL: shell_session,
+        SessionKind.NOTEBOOK: notebook_session,
+    }
+    return follow_session[session](api, job)
 
 
 def waited(api: Client, job: dict[str, Any]) -> dict[str, Any]:
@@ -174,12 +206,11 @@ def attached(api: Client, job: dict[str, Any]) -> int:
 def ending(api: Client, job_id: int, within: float = 5.0) -> bool:
     """Whether the job ends within `within` seconds (its terminal closed with no exit status:
     the shell was killed at the end of its grace, its attempt with it)."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if ended(call(api.job, job_id)):
-            return True
-        time.sleep(POLL)
-    return False
+    try:
+        call(api.wait, job_id, within, POLL)
+    except TimeoutError:
+        return False
+    return True
 
 
 def follow(api: Client, job: dict[str, Any]) -> int:

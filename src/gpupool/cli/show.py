@@ -33,6 +33,12 @@ ATTEMPT_COLUMNS = (
 )
 
 
+def session_line(job: dict[str, Any]) -> str:
+    """What kind of session the job is, and how long it was idle over its ended attempts."""
+    idle = sum(a.get("idle_seconds") or 0.0 for a in job["history"])
+    return f"a {job['session']} session: idle for {human_seconds(idle)} (counted once it ended)"
+
+
 def show_job(job: dict[str, Any]) -> None:
     """`show` of one job, in full."""
     now = time.time()
@@ -52,12 +58,7 @@ def show_job(job: dict[str, Any]) -> None:
         markup=False,
     )
     if job.get("session"):
-        idle = sum(a.get("idle_seconds") or 0.0 for a in job["history"])
-        console.print(
-            f"  a {job['session']} session: idle for {human_seconds(idle)} (counted once it ended)",
-            highlight=False,
-            markup=False,
-        )
+        console.print(f"  {session_line(job)}", highlight=False, markup=False)
     asked = resources_line(job)
     if asked:
         console.print(f"  {asked}", highlight=False, markup=False)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import getpass
 import os
-import sys
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -220,12 +219,8 @@ def submit(
     executable, is a batch script, as sbatch reads #SBATCH: options on the command line win, and
     the job runs a copy of the script taken now. Any other command runs in place.
     """
-    mode = ctx.info_name or "submit"
-    argv = list(command or [])
-    if mode == SessionKind.SHELL.value and not argv and wrap is None:
-        argv = [os.environ.get("SHELL") or "/bin/bash", "-l"]
-    if mode == SessionKind.NOTEBOOK.value and not argv and wrap is None:
-        argv = [sys.executable, "-m", "gpupool.job.notebook"]
+    session = SessionKind(ctx.info_name) if ctx.info_name in tuple(SessionKind) else None
+    argv = list(command or []) or (sessions.default_command(session) if wrap is None else [])
     script = batch_script(argv) if wrap is None else None
     if script is None and argv and wrap is None:
         argv[0] = runnable(argv[0])
@@ -237,19 +232,13 @@ def submit(
     if not argv:
         raise fail("give the command to run after --, a batch script, or --wrap 'shell line'")
     body = request_body(o, argv, script)
-    if mode != "submit":
-        for option in ("array", "wait", "parsable"):
-            if o[option]:
-                raise fail(f"--{option}: gpupool {mode} runs one job in the foreground; use gpupool submit")
-        body["session"] = mode
-        body["name"] = body["name"] or (mode if mode != SessionKind.RUN.value else "")
+    if session is not None:
+        sessions.as_session(session, o, body)
     api_client = client(config, api)
     # One key for every try of this submission: a retry after a lost answer is the same job.
     job = call(api_client.submit_body, body, str(uuid.uuid4()))
-    if mode != "submit":
-        sessions.say(f"job {job['label']} submitted ({job['name']}, team {job['team']}, {job['priority']})")
-        finish = {"run": sessions.run_session, "shell": sessions.shell_session, "notebook": sessions.notebook_session}
-        raise typer.Exit(finish[mode](api_client, job))
+    if session is not None:
+        raise typer.Exit(sessions.in_foreground(session, api_client, job))
     if o["parsable"]:
         console.print(str(job["id"]), highlight=False)
     else:

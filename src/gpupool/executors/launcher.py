@@ -83,7 +83,7 @@ def kill_all(cgroup: cgroups.Cgroup | None) -> None:
     if cgroup is not None:
         cgroup.kill()
     for session in AT_TERMINAL_SESSIONS:
-        terminal.signal_session(session, signal.SIGKILL)
+        terminal.kill_session(session)  # with its background jobs, which a cgroup would hold
     os.killpg(0, signal.SIGKILL)
 
 
@@ -157,19 +157,7 @@ def main(
             emptied(cgroup)
         write(os.path.join(folder, "exit.json"), {"exit_code": None, "not_started": str(exc), "owner": owner})
         return NOT_STARTED
-    if relay is not None:
-        try:
-            code = relay.run(child, lambda: len(NOTICED))
-        except Exception as exc:  # the relay broke: its command must not outlive it, unrecorded
-            print(f"launcher: the terminal failed ({exc}); its session is killed", flush=True)
-            terminal.signal_session(child.pid, signal.SIGKILL)
-            code = child.wait()
-    else:
-        if NOTICED:  # given before the command ran: it has it now
-            child.send_signal(signal.SIGTERM)
-        code = child.wait()
-    if code < 0:
-        code = 128 - code  # killed by a signal: as a shell reports it
+    code = waited(child, relay)
     if relay is not None:
         relay.finish(code)
     ending: dict[str, object] = {"exit_code": code, "owner": owner}
@@ -179,6 +167,23 @@ def main(
             usage["oom_kills"] = max(1, int(usage.get("oom_kills") or 0))
     write(os.path.join(folder, "exit.json"), ending)
     return code
+
+
+def waited(child: subprocess.Popen[bytes], relay: terminal.Relay | None) -> int:
+    """The command's exit code once it ended (128 + the signal that killed it, as a shell says),
+    its terminal served meanwhile by `relay`, where it has one, and the notices passed on."""
+    if relay is not None:
+        try:
+            code = relay.run(child, lambda: len(NOTICED))
+        except Exception as exc:  # the relay broke: its command must not outlive it, unrecorded
+            print(f"launcher: the terminal failed ({exc}); its session is killed", flush=True)
+            terminal.signal_group(child.pid, signal.SIGKILL)
+            code = child.wait()
+    else:
+        if NOTICED:  # given before the command ran: it has it now
+            child.send_signal(signal.SIGTERM)
+        code = child.wait()
+    return 128 - code if code < 0 else code
 
 
 def memory_limited(cgroup: cgroups.Cgroup, limits: cgroups.Limits) -> bool:

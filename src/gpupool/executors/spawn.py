@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpupool.executors.cgroups import Cgroup, Layout, Request
+from gpupool.executors.terminal import kill_session
 from gpupool.executors.users import JobUser, give
 from gpupool.settle import Usage
 
@@ -99,16 +100,6 @@ def kill(pid: int, contain: Request | None, folder: Path | None = None) -> None:
         # One pass, never a long wait: the caller is the control loop; the member's end, once
         # its cgroup is empty, is its launcher's to record (or `clear`'s, at the next poll).
         Cgroup(Layout.read(), contain.cgroup).kill(within=0.1)
-
-
-def kill_session(session: int) -> None:
-    """SIGKILL every process of a session (a shell's on its terminal: its jobs are process
-    groups of their own), as /proc lists them: what a cgroup would hold, where there is none."""
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                if int((proc / "stat").read_text().rsplit(")", 1)[1].split()[3]) == session:
-                    os.kill(int(proc.name), signal.SIGKILL)
 
 
 def _parent(pid: int) -> int | None:

@@ -138,7 +138,7 @@ class Relay:
                 self._notice(child.pid)
             if hang_up and self._foreground() == child.pid and ignores_notice(child.pid):
                 hang_up = False
-                signal_session(child.pid, signal.SIGHUP)
+                signal_group(child.pid, signal.SIGHUP)
             for key, events in self.selector.select(timeout=0.2):
                 self._ready(key.data, key.fileobj, events)
         self._read_master()  # what it wrote last
@@ -151,8 +151,8 @@ class Relay:
         it runs saves and leaves first; a command that takes the notice itself is left to it."""
         foreground = self._foreground()
         if foreground is not None and foreground != shell:
-            signal_session(foreground, signal.SIGTERM)
-        signal_session(shell, signal.SIGTERM)
+            signal_group(foreground, signal.SIGTERM)
+        signal_group(shell, signal.SIGTERM)
 
     def _foreground(self) -> int | None:
         try:
@@ -327,7 +327,17 @@ def ignores_notice(pid: int) -> bool:
     return False
 
 
-def signal_session(group: int, sig: signal.Signals) -> None:
+def kill_session(session: int) -> None:
+    """SIGKILL every process of a session (a shell's on its terminal: its jobs are process
+    groups of their own), as /proc lists them: what a cgroup would hold, where there is none."""
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                if int((proc / "stat").read_text().rsplit(")", 1)[1].split()[3]) == session:
+                    os.kill(int(proc.name), signal.SIGKILL)
+
+
+def signal_group(group: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(group, sig)
 

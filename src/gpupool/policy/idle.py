@@ -73,7 +73,7 @@ def review(sessions: list[SessionSeen], config: Config, now: float) -> list[Sess
                 actions.append(SessionAction(seen.job, seen.attempt, "warn", message))
         elif now - seen.warned_at >= policy.idle_notice:
             why = f"idle for {human_seconds(idle)} (class {cls.name}: idle_after {human_seconds(cls.idle_after)})"
-            actions.append(SessionAction(seen.job, seen.attempt, "end" if cls.on_idle == "end" else "requeue", why))
+            actions.append(SessionAction(seen.job, seen.attempt, cls.on_idle, why))
     return actions
 
 

@@ -24,11 +24,13 @@ from datetime import datetime
 
 from gpupool.errors import Conflict
 from gpupool.executors import Executor, Key, Terminal
-from gpupool.executors.terminal import ENDED, INPUT, OUTPUT, RESIZE, SAY, SCREEN
+from gpupool.executors.terminal import ENDED, INPUT, OUTPUT, RESIZE, SAY, SCREEN, resize_payload
 from gpupool.job.notebook import BASE as NOTEBOOK_BASE
-from gpupool.model import Config, JobState, SessionKind
+from gpupool.job.notebook import NO_PROXY
+from gpupool.model import Config, SessionKind
 from gpupool.policy.idle import SessionSeen, idle_stretch, review
 from gpupool.store import Store
+from gpupool.store.holds import LIVE
 from gpupool.store.schema import JobRow
 
 log = logging.getLogger("gpupool.service")
@@ -37,7 +39,6 @@ NOTEBOOK_LOOK = 2.0
 """Seconds between two looks at each notebook server's kernels (their last activity)."""
 TERMINAL_WAIT = 5.0
 """Seconds a terminal is tried for: its launcher serves it once it has started the shell."""
-LIVE = (JobState.STARTING.value, JobState.RUNNING.value, JobState.PREEMPTING.value)
 
 
 @dataclass
@@ -261,10 +262,6 @@ def kernels_last_active(server: tuple[str, str], job_id: int, now: float) -> flo
     return max(times, default=None)
 
 
-NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-"""The node's own servers are reached directly, never through an environment's HTTP proxy."""
-
-
 def parse_time(text: str) -> float:
     """Jupyter's times: ISO 8601 in UTC, `Z` at the end."""
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
@@ -286,7 +283,7 @@ class SessionTerminal:
         self.link.send(INPUT, data)
 
     def resize(self, rows: int, cols: int) -> None:
-        self.link.send(RESIZE, f"{rows} {cols}".encode())
+        self.link.send(RESIZE, resize_payload(rows, cols))
 
     def output(self, timeout: float) -> tuple[bytes, int | None] | None:
         frames = self.link.receive(timeout)

@@ -118,10 +118,7 @@ class AttemptsStore(StoreBase):
     def add_idle_seconds(self, idle: Mapping[tuple[int, int], float]) -> None:
         """Add to attempts' idle time (a session's stretches with no activity), in one commit."""
         with self.transaction() as s:
-            for (job_id, attempt), seconds in idle.items():
-                row = s.get(AttemptRow, (job_id, attempt))
-                if row is not None:
-                    row.idle_seconds = (row.idle_seconds or 0.0) + seconds
+            _add_idle(s, idle)
 
     def mark_started(self, started: Sequence[tuple[int, int, dict[str, Any] | None, bool, str]], now: float) -> None:
         """For (job, attempt, handle, running, where) of many attempts, in one transaction:
@@ -296,10 +293,7 @@ class AttemptsStore(StoreBase):
         `idle`: sessions' idle seconds not yet recorded, written with their ends."""
         states: list[JobState | None] = []
         with self.transaction() as s:
-            for (job_id, attempt), seconds in (idle or {}).items():
-                row = s.get(AttemptRow, (job_id, attempt))
-                if row is not None and seconds:
-                    row.idle_seconds = (row.idle_seconds or 0.0) + seconds
+            _add_idle(s, idle or {})
             for job_id, attempt, exit_code, why, lost, usage in ended:
                 try:
                     with s.begin_nested():  # a refused end leaves nothing half-written
@@ -457,3 +451,11 @@ class AttemptsStore(StoreBase):
     def jobs_by_id(self, ids: Sequence[int]) -> dict[int, JobRow]:
         with self.reading() as s:
             return {job.id: job for job in s.scalars(select(JobRow).where(JobRow.id.in_(list(ids))))}
+
+
+def _add_idle(s: Session, idle: Mapping[tuple[int, int], float]) -> None:
+    """Add to attempts' idle time (a session's stretches with no activity), in `s`."""
+    for (job_id, attempt), seconds in idle.items():
+        row = s.get(AttemptRow, (job_id, attempt))
+        if row is not None and seconds:
+            row.idle_seconds = (row.idle_seconds or 0.0) + seconds
