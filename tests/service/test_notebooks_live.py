@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -170,7 +171,8 @@ def test_in_a_browser_sign_in_open_a_notebook_and_run_a_cell(
         wait_for(lambda: "/ui/signin" in chromium.current_url, timeout=30)  # not signed in yet
         chromium.find_element(By.ID, "token").send_keys(token)
         chromium.find_element(By.CSS_SELECTOR, "form.signin button").click()
-        wait_for(lambda: then in chromium.current_url, timeout=30)
+        # The sign-in page's own address names `then` (?next=), so wait for the path itself.
+        wait_for(lambda: urlsplit(chromium.current_url).path == then, timeout=30)
 
     # A browser signed in as the admin opens no user's notebook (its page is the user's code).
     sign_in(admin, "/ui/queue")
@@ -180,6 +182,7 @@ def test_in_a_browser_sign_in_open_a_notebook_and_run_a_cell(
     assert "opens no notebook" in chromium.find_element(By.TAG_NAME, "body").text
     # Its own user: the queue lists the running sessions, with a link to open one's own notebook.
     sign_in(ana, "/ui/queue")
+    wait_for(lambda: bool(chromium.find_elements(By.CSS_SELECTOR, "table.sessions")), timeout=30)
     row = chromium.find_element(By.CSS_SELECTOR, f'table.sessions tr[data-job="{job}"]')
     assert row.get_attribute("data-session") == "notebook"
     row.find_element(By.CSS_SELECTOR, "a.open").click()
