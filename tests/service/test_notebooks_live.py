@@ -55,6 +55,13 @@ def lab(tmp_path: Path) -> Iterator[Sessions]:
 
 
 @pytest.fixture
+def slow_lab(tmp_path: Path) -> Iterator[Sessions]:
+    """Sessions idle for 15 s are warned, and ended 2 s later: time for a kernel to start on a
+    loaded machine (which took longer than `lab`'s 6 s on CI)."""
+    yield from serving(Sessions(tmp_path, idle="15s"))
+
+
+@pytest.fixture
 def patient_lab(tmp_path: Path) -> Iterator[Sessions]:
     """Sessions idle for an hour before they are warned: JupyterLab's first load in a browser
     (no kernel activity yet) may take longer than `lab`'s 6 s on a loaded machine."""
@@ -134,11 +141,12 @@ def test_only_its_own_user_reaches_a_notebook_and_never_from_another_site(lab: S
     assert httpx.post(base + "/api/kernels", headers=elsewhere, json={}).status_code == 403
 
 
-def test_idle_culling_reads_the_kernels_activity(lab: Sessions, tmp_path: Path) -> None:
+def test_idle_culling_reads_the_kernels_activity(slow_lab: Sessions, tmp_path: Path) -> None:
+    lab = slow_lab
     job = notebook(lab, tmp_path)
     admin = (lab.data / "admin.token").read_text().strip()
-    # A cell that computes for longer than idle_after (6 s) and its notice (2 s): busy, not idle.
-    assert run_code(lab, job, admin, "import time; time.sleep(14); print('done')") == "done\n"
+    # A cell that computes for longer than idle_after (15 s) and its notice (2 s): busy, not idle.
+    assert run_code(lab, job, admin, "import time; time.sleep(22); print('done')") == "done\n"
     assert state(lab, job) == "running"
     status = f"http://127.0.0.1:{lab.port}/ui/notebooks/{job}/_gpupool/status"
     headers = {"Authorization": f"Bearer {admin}"}
