@@ -85,6 +85,9 @@ class Sessions:
                 job_id = key[0]
                 try:
                     last = kernels_last_active(self.notebook(self.store.job(job_id)), job_id, time.time())
+                except Starting:  # not idle: it has not been up to be used (JupyterLab may take a while)
+                    self.active(key, time.time())
+                    continue
                 except Exception as exc:  # a server that answers nonsense, a busy store: next time
                     log.debug("job %s: its notebook's kernels could not be read (%s)", job_id, exc)
                     continue
@@ -223,7 +226,7 @@ class Sessions:
         attempt = next((a for a in self.store.attempts(job.id) if a.attempt == key[1]), None)
         nodes = [p.node for p in self.store.held() if p.job_id == job.id]
         if attempt is None or attempt.server is None or not nodes:
-            raise Conflict(f"job {job.label}'s notebook server does not answer yet: it is starting")
+            raise Starting(f"job {job.label}'s notebook server does not answer yet: it is starting")
         try:
             url = f"http://{self.executor.address(nodes[0])}:{int(attempt.server['port'])}"
         except OSError as exc:
@@ -241,6 +244,10 @@ class Sessions:
             for key in taken:
                 self.tracked[key].idle_seconds = 0.0
         return taken
+
+
+class Starting(Conflict):
+    """A notebook session's server has not reported that it answers yet."""
 
 
 def kernels_last_active(server: tuple[str, str], job_id: int, now: float) -> float | None:
