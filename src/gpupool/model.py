@@ -7,7 +7,7 @@ simulator, wall in the service); the core only ever compares and subtracts them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Literal
 
@@ -205,6 +205,50 @@ def gang_split_problem(gpus: int, gpus_per_node: int | None) -> str | None:
     return None
 
 
+POWERS_OF_TWO = "pow2"
+"""The step of an elastic job whose sizes double (4, 8, 16)."""
+
+
+def elastic_sizes(smallest: int, largest: int, step: int | str, gpus_per_node: int | None) -> tuple[int, ...]:
+    """The sizes of an elastic job from `smallest` to `largest` GPUs by `step` (GPUs added at
+    each size, or `POWERS_OF_TWO`), smallest first; () for one size. `elastic_problem` says
+    first why they would not be sizes."""
+    if smallest == largest:
+        return ()
+    if step == POWERS_OF_TWO:
+        sizes = [smallest]
+        while sizes[-1] < largest:
+            sizes.append(sizes[-1] * 2)
+        return tuple(sizes)
+    assert isinstance(step, int)
+    return tuple(range(smallest, largest + 1, step))
+
+
+def elastic_problem(smallest: int, largest: int, step: int | str, gpus_per_node: int | None) -> str | None:
+    """Why `smallest` to `largest` GPUs by `step` are not an elastic job's sizes, said for its
+    submitter; None when they are (or are one size). Each size of a gang splits into its members:
+    the step of one is a multiple of its GPUs per node."""
+    if not 1 <= smallest <= largest:
+        return f"{smallest}-{largest}: the fewest GPUs must be at least 1 and at most the most"
+    if step == POWERS_OF_TWO:
+        doubled = smallest
+        while doubled < largest:
+            doubled *= 2
+        if doubled != largest:
+            return f"{smallest}-{largest}: by powers of two, {largest} is not {smallest} doubled"
+    elif not isinstance(step, int) or step < 1:
+        return f"step {step!r}: a positive number of GPUs, or {POWERS_OF_TWO}"
+    elif (largest - smallest) % step:
+        return f"{smallest}-{largest}: {largest - smallest} GPUs between them are not steps of {step}"
+    for size in (smallest, largest):
+        problem = gang_split_problem(size, gpus_per_node)
+        if problem is not None:
+            return problem
+    if gpus_per_node is not None and step != POWERS_OF_TWO and isinstance(step, int) and step % gpus_per_node:
+        return f"step {step}: a gang grows and shrinks by whole members of {gpus_per_node} GPUs"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """A request for GPUs, as the core sees it."""
@@ -234,6 +278,27 @@ class Job:
     that ran (a requeued job) or when its dependency was met, whichever is later."""
     task: str | None = None
     """`ARRAYID_INDEX` for a task of a job array: the id people read (`label`)."""
+    sizes: tuple[int, ...] = ()
+    """An elastic job's sizes in GPUs, smallest first, its largest last (`elastic_sizes`);
+    () for a rigid job. `gpus` is the size it asks for in line, and the one it runs at."""
+
+    @property
+    def elastic(self) -> bool:
+        return len(self.sizes) > 1
+
+    @property
+    def smallest(self) -> int:
+        """The fewest GPUs it runs on: its minimum if elastic, else its size."""
+        return self.sizes[0] if self.sizes else self.gpus
+
+    @property
+    def largest(self) -> int:
+        """The most GPUs it runs on: its maximum if elastic, else its size."""
+        return self.sizes[-1] if self.sizes else self.gpus
+
+    def at_size(self, gpus: int) -> Job:
+        """The same job at `gpus`, one of its sizes (what it runs at, or asks for)."""
+        return self if gpus == self.gpus else replace(self, gpus=gpus)
 
     @property
     def label(self) -> str:
@@ -253,6 +318,11 @@ class Allocation:
 
 
 Placement = tuple[Allocation, ...]
+
+
+def placed_gpus(placement: Placement) -> int:
+    """GPUs a placement holds."""
+    return sum(len(allocation.gpus) for allocation in placement)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from gpupool.model import (
     DEFAULT_CLASSES,
+    POWERS_OF_TWO,
     Allocation,
     Config,
     FairShare,
@@ -27,6 +28,8 @@ from gpupool.model import (
     RunningJob,
     Snapshot,
     Team,
+    elastic_problem,
+    elastic_sizes,
 )
 from gpupool.policy.budget import budgeted_class
 from gpupool.policy.line import submit_key
@@ -56,7 +59,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Snapshot, Config]:
     pending = [_job(draw, f"p{next(ids)}") for _ in range(draw(st.integers(1, 8)))]
     running: list[RunningJob] = []
     for _ in range(draw(st.integers(0, 12))):
-        job = _job(draw, f"r{next(ids)}")
+        job = _running_size(draw, _job(draw, f"r{next(ids)}"))
         placement = packed(job, nodes, free)
         if placement is None:
             continue
@@ -115,7 +118,22 @@ def _job(draw: st.DrawFn, id: str) -> Job:
         max_preemptions=draw(st.sampled_from([None, None, 0, 2])),
         expected_restart=draw(st.floats(0, 120)),
         queued_at=draw(st.one_of(st.none(), st.floats(0, NOW))),
+        sizes=_sizes(draw, gpus, per_node),
     )
+
+
+def _sizes(draw: st.DrawFn, largest: int, per_node: int | None) -> tuple[int, ...]:
+    """An elastic job's sizes up to `largest` (one job in four, of those that can be); ()."""
+    step = per_node or draw(st.sampled_from([1, 2, POWERS_OF_TWO]))
+    smallest = [m for m in range(1, largest) if elastic_problem(m, largest, step, per_node) is None]
+    if not smallest or draw(st.integers(0, 3)) != 0:
+        return ()
+    return elastic_sizes(draw(st.sampled_from(smallest)), largest, step, per_node)
+
+
+def _running_size(draw: st.DrawFn, job: Job) -> Job:
+    """A running job at one of its sizes (its one, if rigid)."""
+    return job.at_size(draw(st.sampled_from(job.sizes))) if job.elastic else job
 
 
 def held(snapshot: Snapshot) -> dict[tuple[str, int], RunningJob]:
@@ -145,7 +163,7 @@ def test_never_over_allocates_a_gpu(scenario: tuple[Snapshot, Config]) -> None:
     started = {s.job for s in plan.starts}
     for job_id, placement in layouts(plan).items():
         job = jobs[job_id]
-        assert sum(len(a.gpus) for a in placement) == job.gpus
+        assert sum(len(a.gpus) for a in placement) in (job.sizes or (job.gpus,))
         assert len({a.node for a in placement}) == len(placement), "a gang member per node"
         types = {nodes[a.node].gpu_type for a in placement}
         assert len(types) == 1
@@ -345,7 +363,7 @@ def busy_pools(draw: st.DrawFn) -> tuple[Snapshot, Config]:
         gpu = 0
         while gpu < 8:
             gpus = min(draw(st.sampled_from([1, 2, 4])), 8 - gpu)
-            job = replace(_job(draw, f"r{node.name}-{gpu}"), gpus=gpus, gpus_per_node=None, gpu_type=None)
+            job = replace(_job(draw, f"r{node.name}-{gpu}"), gpus=gpus, gpus_per_node=None, gpu_type=None, sizes=())
             started = draw(st.sampled_from([0.0, 1000.0, 2000.0, 4000.0]))
             placement = (Allocation(node.name, tuple(range(gpu, gpu + gpus))),)
             running.append(RunningJob(job, placement, started, draw(st.sampled_from([None, started, NOW]))))
@@ -353,7 +371,7 @@ def busy_pools(draw: st.DrawFn) -> tuple[Snapshot, Config]:
     pending = []
     for i in range(draw(st.integers(1, 4))):
         gpus = draw(st.sampled_from([1, 2, 4, 8, 16]))
-        job = replace(_job(draw, f"p{i}"), gpus=gpus, gpus_per_node=8 if gpus > 8 else None, gpu_type=None)
+        job = replace(_job(draw, f"p{i}"), gpus=gpus, gpus_per_node=8 if gpus > 8 else None, gpu_type=None, sizes=())
         pending.append(job)
     snapshot, config = draw(scenarios())
     return Snapshot(nodes, running, pending, snapshot.usage), config

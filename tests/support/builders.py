@@ -37,8 +37,11 @@ def job(
     preemptions: int = 0,
     max_preemptions: int | None = None,
     restart: float = 0.0,
+    sizes: tuple[int, ...] = (),
 ) -> Job:
-    return Job(id, team, cls, gpus, submit, gpus_per_node, gpu_type, preemptions, max_preemptions, restart)
+    """A job; an elastic one with `sizes` (smallest first), which asks for the largest."""
+    gpus = sizes[-1] if sizes else gpus
+    return Job(id, team, cls, gpus, submit, gpus_per_node, gpu_type, preemptions, max_preemptions, restart, sizes=sizes)
 
 
 def on(node: str, *gpus: int) -> Placement:

@@ -36,11 +36,11 @@ def hold_for_drains(decision: Decision) -> Orphans:
     held: list[tuple[Job, Placement, list[RunningJob]]] = []
     for _, job in waiting.in_order(decision.class_value, decision.config.order, decision.shares.share, set()):
         victims = draining_for[job.id]
-        placement = _place_on_lent(decision, job, victims)
+        sized, placement = _largest_on_lent(decision, job, victims)
         if placement:
-            decision.shares.add(job.team, job.gpus)
+            decision.shares.add(job.team, sized.gpus)
             decision.settled.add(job.id)
-            held.append((job, placement, victims))
+            held.append((sized, placement, victims))
     for job, placement, victims in held:
         if _draining_in(placement, victims):
             decision.hold(job, placement, [r.job.label for r in victims], _last_deadline(victims))
@@ -75,6 +75,17 @@ def _drains(running: Iterable[RunningJob], pending: Container[JobId]) -> tuple[d
             orphans.append(job)
     by_id = {job_id: sorted(victims, key=lambda r: r.job.id) for job_id, victims in draining_for.items()}
     return by_id, Orphans(sorted(orphans, key=lambda r: r.job.id))
+
+
+def _largest_on_lent(decision: Decision, job: Job, draining: Sequence[RunningJob]) -> tuple[Job, Placement]:
+    """`job` at the largest of its sizes that free GPUs plus those `draining` jobs free hold
+    (its one size, if rigid), and that placement; empty if none fits."""
+    for size in reversed(job.sizes or (job.gpus,)):
+        sized = job.at_size(size)
+        placement = _place_on_lent(decision, sized, draining)
+        if placement:
+            return sized, placement
+    return job, ()
 
 
 def _place_on_lent(decision: Decision, job: Job, draining: Sequence[RunningJob]) -> Placement:

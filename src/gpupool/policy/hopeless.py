@@ -19,7 +19,7 @@ from typing import Generic, TypeVar
 from gpupool.model import Job, JobId
 from gpupool.policy.line import Kind, Line, kind_of
 
-Alike = tuple[str, str | None, int, int | None, str, bool, bool]
+Alike = tuple[str, str | None, int, int | None, str, bool, tuple[int, ...], bool]
 """A pending job's kind (`line.Kind`) and whether it is senior: jobs the queue pass treats alike."""
 
 F = TypeVar("F")

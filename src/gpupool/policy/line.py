@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterable, Iterator
 
 from gpupool.model import Job, JobId, QueueOrder
 
-Kind = tuple[str, str | None, int, int | None, str, bool]
-"""(team, gpu_type, gpus, gpus_per_node, class asked, nominated): jobs the queue pass treats
-alike (with whether they are senior, which the clock decides)."""
+Kind = tuple[str, str | None, int, int | None, str, bool, tuple[int, ...]]
+"""(team, gpu_type, gpus, gpus_per_node, class asked, nominated, elastic sizes): jobs the queue
+pass treats alike (with whether they are senior, which the clock decides)."""
 
 Entry = tuple[tuple[float, int, str], Job]
 
@@ -35,7 +35,7 @@ def submit_key(job: Job) -> tuple[float, int, str]:
 
 
 def kind_of(job: Job) -> Kind:
-    return (job.team, job.gpu_type, job.gpus, job.gpus_per_node, job.priority, job.nominated)
+    return (job.team, job.gpu_type, job.gpus, job.gpus_per_node, job.priority, job.nominated, job.sizes)
 
 
 class Line:
@@ -108,7 +108,7 @@ class Line:
             return
         lines: dict[tuple[int, str | None], list[tuple[Kind, list[Entry]]]] = {}
         for kind, entries in self.kinds.items():
-            team, _, _, _, asked, nominated = kind
+            team, _, _, _, asked, nominated, _ = kind
             lines.setdefault((value_of(team, asked), None if nominated else team), []).append((kind, entries))
         for value in sorted({value for value, _ in lines}, reverse=True):
             if (value, None) in lines:

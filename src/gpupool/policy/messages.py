@@ -24,6 +24,8 @@ def who(job: Job, priority: str | None = None) -> str:
 def started(job: Job, placement: Placement, budgeted: BudgetedClass) -> str:
     """Why a job started where it did."""
     text = f"started {who(job, budgeted.cls.name)} on free GPUs {where(placement)}"
+    if job.elastic:
+        text += f", {job.gpus} of its {job.smallest} to {job.largest} GPUs"
     return f"{text}; {budgeted.note}" if budgeted.note else text
 
 

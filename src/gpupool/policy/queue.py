@@ -69,16 +69,17 @@ def _passable(decision: Decision, hopeless: Hopeless[Fit]) -> Callable[[Kind], b
 
 
 def _place(decision: Decision, job: Job, orphans: Orphans) -> Fit:
-    """Start `job` on free GPUs, else hold GPUs orphaned drains free, else preempt for it."""
+    """Start `job` on free GPUs, else hold GPUs orphaned drains free, else preempt for it. An
+    elastic job starts at the largest of its sizes that free GPUs hold; what it holds or takes
+    from others is its smallest: more comes later, from GPUs nobody waits for."""
     memo = decision.memo
     shapes = memo.shapes_of(job)
     if decision.blocked and any(g in decision.blocked for s in shapes for g in s.groups):
         return Fit.QUEUE_BLOCKED
-    slots = memo.fit_slots(job, decision.config.placement)
-    if slots is not None:
-        decision.shares.add(job.team, job.gpus)
-        decision.start(job, decision.free.allocate(slots))
+    if _start_on_free(decision, job):
         return Fit.STARTED
+    job = job.at_size(job.smallest)
+    shapes = memo.shapes_of(job)
     if orphans.draining and hold_orphans(decision, job, orphans):
         return Fit.HELD
     if not memo.fits_ever(shapes):
@@ -87,6 +88,18 @@ def _place(decision: Decision, job: Job, orphans: Orphans) -> Fit:
     if fit.waits and decision.config.queue is QueueMode.STRICT:
         decision.blocked.update(g for s in shapes for g in s.groups)
     return fit
+
+
+def _start_on_free(decision: Decision, job: Job) -> bool:
+    """Start `job` on free GPUs at the largest of its sizes they hold, if one fits."""
+    for size in reversed(job.sizes or (job.gpus,)):
+        sized = job.at_size(size)
+        slots = decision.memo.fit_slots(sized, decision.config.placement)
+        if slots is not None:
+            decision.shares.add(job.team, size)
+            decision.start(sized, decision.free.allocate(slots))
+            return True
+    return False
 
 
 def _wait(decision: Decision, job: Job, fit: Fit) -> None:

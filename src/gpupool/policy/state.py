@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from gpupool.model import Job, JobId, Node, Notice, Plan, RunningJob, Snapshot, Team
+from gpupool.model import Job, JobId, Node, Notice, Plan, RunningJob, Snapshot, Team, placed_gpus
 from gpupool.policy.free import FreeIndex
 from gpupool.policy.line import Line
 from gpupool.policy.running import RunningIndex
@@ -101,14 +101,15 @@ class PoolState:
     # --- events ------------------------------------------------------------------------------
 
     def queue(self, job: Job) -> None:
-        """The job is in line for the core (new, requeued, changed, or no longer held back)."""
+        """The job is in line for the core (new, requeued, changed, or no longer held back): at
+        its largest size, if elastic, whatever size it last ran at."""
         self.held.pop(job.id, None)
-        self.line.add(job)
+        self.line.add(job.at_size(job.largest))
 
     def hold(self, job: Job) -> None:
         """The job is in line, held back from the core by the driver."""
         self.unqueue(job.id)
-        self.held[job.id] = job
+        self.held[job.id] = job.at_size(job.largest)
 
     def unqueue(self, job_id: JobId) -> None:
         """The job is no longer in line (it started, ended or was cancelled), if it was."""
@@ -198,6 +199,8 @@ class PoolState:
             job = self.line.remove(start.job)
             if job.nominated:
                 job = replace(job, nominated=False)
+            # An elastic job runs at the size of its placement, which the decision chose.
+            job = job.at_size(placed_gpus(start.placement))
             self.start(RunningJob(job, start.placement, now, priority=start.priority))
         if not plan.preemptions:
             return

@@ -1,0 +1,118 @@
+"""Elastic jobs in the core (issue 36), first part: an elastic job starts at the largest of its
+sizes that free GPUs hold, or holds and takes from others only its smallest; back in line it
+asks for its largest again; and it counts for its team at the size it runs at. Each decision is
+made both ways (`tests.support.oracle.decide`): the kept state and the reference agree."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpupool.model import (
+    DEFAULT_CLASSES,
+    POWERS_OF_TWO,
+    Config,
+    Notice,
+    RunningJob,
+    Snapshot,
+    elastic_problem,
+    elastic_sizes,
+)
+from gpupool.policy import PoolState
+from tests.support.builders import fill, job, on, pool, running, summary
+from tests.support.oracle import decide
+
+NOW = 10_000.0
+BASE = Config(DEFAULT_CLASSES)
+ONE = pool(1, 8)
+
+
+def test_an_elastic_job_starts_at_the_largest_of_its_sizes_that_free_gpus_hold() -> None:
+    busy = fill(ONE, [job("x", gpus=5)])
+    by_one = Snapshot(ONE, busy, [job("e", sizes=(2, 3, 4, 5, 6, 7, 8))])
+    plan = decide(by_one, BASE, NOW)
+    assert summary(plan) == [("start", "e", (("n0", (5, 6, 7)),), "free_gpus")]
+    assert plan.starts[0].message.endswith("3 of its 2 to 8 GPUs")
+    doubling = Snapshot(ONE, busy, [job("e", sizes=(2, 4, 8))])
+    assert summary(decide(doubling, BASE, NOW)) == [("start", "e", (("n0", (5, 6)),), "free_gpus")]
+
+
+def test_an_elastic_job_that_free_gpus_cannot_hold_at_its_smallest_waits() -> None:
+    snapshot = Snapshot(ONE, fill(ONE, [job("x", cls="high", gpus=6)]), [job("e", sizes=(4, 8))])
+    assert summary(decide(snapshot, BASE, NOW)) == [("wait", "e", "no_fit")]
+
+
+def test_an_elastic_job_takes_from_others_only_what_its_smallest_needs() -> None:
+    lows = fill(ONE, [job(f"l{i}", cls="low", gpus=2, submit=i) for i in range(4)], started=0.0)
+    snapshot = Snapshot(ONE, lows, [job("e", cls="high", sizes=(4, 8))])
+    rows = summary(decide(snapshot, BASE, NOW))
+    victims = [row[1] for row in rows if row[0] == "preempt"]
+    assert len(victims) == 2, rows  # 4 GPUs freed for its smallest, not 8 for its largest
+    assert ("wait", "e", "awaiting_drain") in rows
+
+
+def test_while_its_victims_drain_it_holds_the_largest_size_their_gpus_and_free_ones_make() -> None:
+    """Its two victims free 4 GPUs and 2 more are free: it holds 6 (its sizes are 4, 6, 8)."""
+    e = job("e", cls="high", sizes=(4, 6, 8), submit=1.0)
+    draining = [
+        running(job(f"l{i}", cls="low", gpus=2), on("n0", 2 * i, 2 * i + 1), notice_for="e", deadline=NOW + 30)
+        for i in (0, 1)
+    ]
+    still = running(job("l2", cls="low", gpus=2), on("n0", 4, 5), started=NOW)
+    plan = decide(Snapshot(ONE, [*draining, still], [e]), BASE, NOW)
+    assert summary(plan) == [("wait", "e", "awaiting_drain")]
+    assert [(a.node, a.gpus) for a in plan.waits[0].placement] == [("n0", (0, 1, 2, 3, 6, 7))]
+
+
+def test_a_started_elastic_job_runs_and_counts_at_its_size_and_asks_for_its_largest_in_line() -> None:
+    state = PoolState.of(Snapshot(ONE, fill(ONE, [job("x", gpus=5)]), [job("e", team="t", sizes=(2, 4, 8))]))
+    plan = decide(Snapshot(ONE, fill(ONE, [job("x", gpus=5)]), [job("e", team="t", sizes=(2, 4, 8))]), BASE, NOW)
+    state.apply(plan, NOW)
+    started = state.running["e"]
+    assert (started.job.gpus, started.job.largest, state.team_gpus["t"]) == (2, 8, 2)
+    ended = state.end("e")
+    assert ended is not None
+    state.queue(ended.job)  # requeued: it asks for its largest again
+    assert state.line.jobs["e"].gpus == 8
+
+
+def test_a_noticed_elastic_job_leaves_its_team_at_its_size() -> None:
+    e = RunningJob(job("e", team="t", sizes=(2, 4, 8)).at_size(4), on("n0", 0, 1, 2, 3), NOW - 10)
+    state = PoolState.of(Snapshot(ONE, [e], []))
+    assert state.team_gpus["t"] == 4
+    state.notice("e", Notice("h", NOW + 30))
+    assert state.team_gpus["t"] == 0
+
+
+@pytest.mark.parametrize(
+    ("smallest", "largest", "step", "gpus_per_node", "sizes"),
+    [
+        (4, 16, 4, None, (4, 8, 12, 16)),
+        (2, 16, POWERS_OF_TWO, None, (2, 4, 8, 16)),
+        (8, 32, 8, 8, (8, 16, 24, 32)),
+        (4, 4, 1, None, ()),
+    ],
+)
+def test_the_sizes_of_an_elastic_job(
+    smallest: int, largest: int, step: int | str, gpus_per_node: int | None, sizes: tuple[int, ...]
+) -> None:
+    assert elastic_problem(smallest, largest, step, gpus_per_node) is None
+    assert elastic_sizes(smallest, largest, step, gpus_per_node) == sizes
+
+
+@pytest.mark.parametrize(
+    ("smallest", "largest", "step", "gpus_per_node", "words"),
+    [
+        (0, 8, 1, None, "at least 1"),
+        (8, 4, 1, None, "at most the most"),
+        (3, 16, POWERS_OF_TWO, None, "16 is not 3 doubled"),
+        (4, 16, 5, None, "12 GPUs between them are not steps of 5"),
+        (4, 16, 2, 4, "whole members of 4 GPUs"),
+        (6, 16, 2, 4, "6 GPUs do not split into members of 4"),
+        (4, 16, 0, None, "a positive number of GPUs"),
+    ],
+)
+def test_sizes_that_are_not_an_elastic_jobs_say_why(
+    smallest: int, largest: int, step: int | str, gpus_per_node: int | None, words: str
+) -> None:
+    problem = elastic_problem(smallest, largest, step, gpus_per_node)
+    assert problem is not None and words in problem
