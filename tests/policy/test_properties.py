@@ -124,7 +124,8 @@ def _job(draw: st.DrawFn, id: str) -> Job:
 
 def _sizes(draw: st.DrawFn, largest: int, per_node: int | None) -> tuple[int, ...]:
     """An elastic job's sizes up to `largest` (one job in four, of those that can be); ()."""
-    step = per_node or draw(st.sampled_from([1, 2, POWERS_OF_TWO]))
+    steps: list[int | str] = [1, 2, POWERS_OF_TWO]
+    step = per_node or draw(st.sampled_from(steps))
     smallest = [m for m in range(1, largest) if elastic_problem(m, largest, step, per_node) is None]
     if not smallest or draw(st.integers(0, 3)) != 0:
         return ()
