@@ -327,10 +327,21 @@ def placed_gpus(placement: Placement) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Notice:
-    """An in-flight preemption: the victim is draining for `for_job` until `deadline`."""
+    """An in-flight preemption: the victim is draining for `for_job` until `deadline`. A shrink
+    keeps some of its GPUs (`keep`): once drained, it starts again on them at once, at their size
+    (an elastic job's resize); an eviction keeps none, and goes back in line."""
 
     for_job: JobId
     deadline: float
+    keep: Placement = ()
+
+    def frees(self, placement: Placement) -> Placement:
+        """What of `placement` (the draining attempt's) this notice frees: all of it but `keep`."""
+        if not self.keep:
+            return placement
+        kept = {(a.node, g) for a in self.keep for g in a.gpus}
+        left = (Allocation(a.node, tuple(g for g in a.gpus if (a.node, g) not in kept)) for a in placement)
+        return tuple(a for a in left if a.gpus)
 
 
 @dataclass(frozen=True, slots=True)
@@ -532,6 +543,9 @@ class Preempt:
     deadline: float
     reason: Reason
     message: str
+    keep: Placement = ()
+    """A shrink of an elastic victim: the GPUs it keeps and starts again on once drained (see
+    `Notice.keep`); () for an eviction."""
 
 
 @dataclass(frozen=True, slots=True)

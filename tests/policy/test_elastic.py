@@ -12,6 +12,9 @@ from gpupool.model import (
     POWERS_OF_TWO,
     Config,
     Notice,
+    Plan,
+    Preempt,
+    Reason,
     RunningJob,
     Snapshot,
     elastic_problem,
@@ -116,3 +119,40 @@ def test_sizes_that_are_not_an_elastic_jobs_say_why(
 ) -> None:
     problem = elastic_problem(smallest, largest, step, gpus_per_node)
     assert problem is not None and words in problem
+
+
+def shrinking(keep: int, for_job: str = "h") -> RunningJob:
+    """Elastic job `e` of team t on all 8 GPUs of n0, under a shrink's notice that keeps its
+    first `keep` GPUs."""
+    e = job("e", team="t", sizes=(2, 4, 8))
+    kept = on("n0", *range(keep))
+    return RunningJob(e, on("n0", *range(8)), 0.0, None, Notice(for_job, NOW + 30, kept))
+
+
+def test_a_shrinking_job_keeps_its_team_its_kept_gpus_and_lends_only_those_it_frees() -> None:
+    h = job("h", team="u", cls="high", gpus=4, submit=1.0)
+    state = PoolState.of(Snapshot(ONE, [shrinking(4)], [h]))
+    assert state.team_gpus["t"] == 4
+    plan = decide(Snapshot(ONE, [shrinking(4)], [h]), BASE, NOW)
+    assert summary(plan) == [("wait", "h", "awaiting_drain")]
+    assert [(a.node, a.gpus) for a in plan.waits[0].placement] == [("n0", (4, 5, 6, 7))]
+
+
+def test_once_drained_a_shrunk_job_runs_on_at_once_on_what_it_kept() -> None:
+    state = PoolState.of(Snapshot(ONE, [shrinking(2)], [job("h", team="u", cls="high", gpus=6)]))
+    resumed = state.resized("e", NOW + 5)
+    assert (resumed.job.gpus, resumed.placement, resumed.started_at) == (2, on("n0", 0, 1), NOW + 5)
+    assert (state.team_gpus["t"], sorted(state.free.free[0])) == (2, [2, 3, 4, 5, 6, 7])
+    assert "e" not in state.line.jobs and "e" not in state.draining
+    with pytest.raises(ValueError, match="not being resized"):
+        state.resized("e", NOW + 6)
+
+
+def test_a_shrink_notice_given_by_a_plan_keeps_the_team_its_kept_gpus() -> None:
+    e = RunningJob(job("e", team="t", sizes=(2, 4, 8)), on("n0", *range(8)), 0.0)
+    state = PoolState.of(Snapshot(ONE, [e], [job("h", team="u", cls="high", gpus=4)]))
+    plan = Plan(preemptions=(Preempt("e", "h", NOW + 30, Reason.PRIORITY, "shrank", keep=on("n0", 0, 1, 2, 3)),))
+    state.apply(plan, NOW)
+    assert (state.team_gpus["t"], state.draining["e"].notice) == (4, Notice("h", NOW + 30, on("n0", 0, 1, 2, 3)))
+    state.end("e")
+    assert state.team_gpus["t"] == 0

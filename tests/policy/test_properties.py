@@ -67,7 +67,8 @@ def scenarios(draw: st.DrawFn) -> tuple[Snapshot, Config]:
         ckpt = draw(st.one_of(st.none(), st.floats(started, NOW)))
         notice = None
         if pending and draw(st.integers(0, 4)) == 0:
-            notice = Notice(draw(st.sampled_from(pending)).id, NOW + draw(st.floats(0, 100)))
+            keep = _kept(draw, job, placement)
+            notice = Notice(draw(st.sampled_from(pending)).id, NOW + draw(st.floats(0, 100)), keep)
         running.append(RunningJob(job, placement, started, ckpt, notice))
     if draw(st.sampled_from([True, False])):
         # Full pools come first (what Hypothesis tends to): what waits must preempt, or wait
@@ -130,6 +131,20 @@ def _sizes(draw: st.DrawFn, largest: int, per_node: int | None) -> tuple[int, ..
     if not smallest or draw(st.integers(0, 3)) != 0:
         return ()
     return elastic_sizes(draw(st.sampled_from(smallest)), largest, step, per_node)
+
+
+def _kept(draw: st.DrawFn, job: Job, placement: tuple[Allocation, ...]) -> tuple[Allocation, ...]:
+    """What a notice keeps of a running elastic job above its smallest size, half the time (a
+    shrink: the first GPUs of its placement, whole members of a gang); () for an eviction."""
+    smaller = [size for size in job.sizes if size < job.gpus]
+    if not smaller or draw(st.booleans()):
+        return ()
+    left, kept = draw(st.sampled_from(smaller)), []
+    for alloc in placement:
+        if left:
+            kept.append(Allocation(alloc.node, alloc.gpus[:left]))
+            left -= len(kept[-1].gpus)
+    return tuple(kept)
 
 
 def _running_size(draw: st.DrawFn, job: Job) -> Job:

@@ -55,7 +55,9 @@ def reference_state(snapshot: Snapshot) -> PoolState:
     for r in snapshot.running:
         if r.notice is None:
             teams[r.job.team] += r.job.gpus
-    assert dict(state.team_gpus) == dict(+teams), "the GPUs per team are not those of the jobs not draining"
+        else:  # a shrink's kept GPUs are still its team's
+            teams[r.job.team] += sum(len(a.gpus) for a in r.notice.keep)
+    assert dict(state.team_gpus) == dict(+teams), "the GPUs per team are not those the jobs hold and keep"
     assert state.draining == {r.job.id: r for r in snapshot.running if r.notice is not None}, "other drains"
     return state
 

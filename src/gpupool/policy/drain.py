@@ -99,7 +99,7 @@ def place_on_lent(draining: Sequence[RunningJob], free: FreeGpus, choose: Callab
     """Place a job on free GPUs plus those the `draining` jobs hold, with `choose` giving
     its slots; the GPUs of the placement are taken, the draining jobs' other GPUs stay theirs.
     Empty if it does not fit."""
-    lent = [(free.node_index(a.node), a.gpus) for r in draining for a in r.placement]
+    lent = [(free.node_index(a.node), a.gpus) for r in draining for a in _freed(r)]
     for i, gpus in lent:
         free.give(i, gpus)
     slots = choose() or []
@@ -118,9 +118,15 @@ def place_on_lent(draining: Sequence[RunningJob], free: FreeGpus, choose: Callab
 
 
 def _draining_in(placement: Placement, draining: Iterable[RunningJob]) -> list[RunningJob]:
-    """The draining jobs with a GPU in `placement`: those whose drain it waits for."""
+    """The draining jobs with a GPU they free in `placement`: those whose drain it waits for."""
     used = {(a.node, g) for a in placement for g in a.gpus}
-    return [r for r in draining if any((a.node, g) in used for a in r.placement for g in a.gpus)]
+    return [r for r in draining if any((a.node, g) in used for a in _freed(r) for g in a.gpus)]
+
+
+def _freed(draining: RunningJob) -> Placement:
+    """The GPUs a draining attempt frees (a shrink keeps some)."""
+    assert draining.notice is not None
+    return draining.notice.frees(draining.placement)
 
 
 def _last_deadline(victims: Iterable[RunningJob]) -> float:

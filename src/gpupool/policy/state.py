@@ -131,6 +131,7 @@ class PoolState:
                 self._index.add(running)
         else:
             self.draining[job.id] = running
+            self._count(job.team, _kept(running))
 
     def end(self, job_id: JobId) -> RunningJob | None:
         """The job's attempt, if it has one, ended: its GPUs are free. Returns it."""
@@ -141,8 +142,22 @@ class PoolState:
             self._count(running.job.team, -running.job.gpus)
             if self._index is not None:
                 self._index.remove(job_id)
+        else:
+            self._count(running.job.team, -_kept(running))
         self.free.give(running.placement)
         return running
+
+    def resized(self, job_id: JobId, now: float) -> RunningJob:
+        """The job's attempt under a shrink's notice ended: its next attempt runs from `now`
+        on the GPUs the notice kept, at their size, without going back in line. Returns it."""
+        ended = self.running.get(job_id)
+        if ended is None or ended.notice is None or not ended.notice.keep:
+            raise ValueError(f"job {job_id} is not being resized")
+        self.end(job_id)
+        keep = ended.notice.keep
+        resumed = RunningJob(ended.job.at_size(placed_gpus(keep)), keep, now, priority=ended.priority)
+        self.start(resumed)
+        return resumed
 
     def put(self, job_id: JobId, running: RunningJob | None) -> None:
         """Job `job_id`'s attempt is now `running` (None: it has none), and the job is out of
@@ -166,11 +181,12 @@ class PoolState:
             raise
 
     def notice(self, job_id: JobId, notice: Notice) -> RunningJob:
-        """The job's attempt was given notice: it drains, and its GPUs are no longer its team's."""
+        """The job's attempt was given notice: it drains, and the GPUs it frees are no longer
+        its team's (a shrink's kept ones still are)."""
         running = self.running[job_id]
         noticed = self.running[job_id] = self.draining[job_id] = replace(running, notice=notice)
         if running.notice is None:
-            self._count(running.job.team, -running.job.gpus)
+            self._count(running.job.team, _kept(noticed) - running.job.gpus)
             if self._index is not None:
                 self._index.remove(job_id)
         return noticed
@@ -205,13 +221,15 @@ class PoolState:
         if not plan.preemptions:
             return
         for preempt in plan.preemptions:
-            self.notice(preempt.victim, Notice(preempt.for_job, preempt.deadline))
+            self.notice(preempt.victim, Notice(preempt.for_job, preempt.deadline, preempt.keep))
         for job_id in plan.nominated:
             waiting = self.line.jobs.get(job_id)
             if waiting is not None and not waiting.nominated:
                 self.line.add(replace(waiting, nominated=True))
 
     def _count(self, team: str, gpus: int) -> None:
+        if not gpus:
+            return
         held = self.team_gpus[team] + gpus
         if held:
             self.team_gpus[team] = held
@@ -223,6 +241,11 @@ class PoolState:
             f"PoolState({len(self.nodes)} nodes, {len(self.running)} running, {len(self.draining)} draining, "
             f"{len(self.line)} in line, {len(self.held)} held)"
         )
+
+
+def _kept(running: RunningJob) -> int:
+    """GPUs a draining attempt keeps (a shrink's; none for an eviction)."""
+    return placed_gpus(running.notice.keep) if running.notice is not None else 0
 
 
 __all__ = ["PoolState"]
