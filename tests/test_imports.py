@@ -217,8 +217,8 @@ def test_the_vocabulary_names_nothing_of_the_core() -> None:
 
 def test_the_core_imports_only_the_vocabulary() -> None:
     """`policy` decides on the state its drivers keep: it knows the vocabulary (`model`,
-    `units`), nothing of who drives it."""
-    assert_none(beyond("gpupool.policy", ["gpupool.model", "gpupool.units"]))
+    `shapes`, `units`), nothing of who drives it."""
+    assert_none(beyond("gpupool.policy", ["gpupool.model", "gpupool.shapes", "gpupool.units"]))
 
 
 def test_the_simulator_imports_no_store_service_api_command_line_executor_or_demo() -> None:
@@ -312,7 +312,8 @@ def test_the_core_imports_only_the_vocabulary_the_standard_library_and_numpy() -
     worked out with it (policy/preempt/bounds.py). Nothing else from outside comes in."""
     modules = loaded_by("gpupool.policy")
     ours = {m for m in modules if m.startswith("gpupool")}
-    assert ours <= {"gpupool", "gpupool.model", "gpupool.units"} | {m for m in ours if m.startswith("gpupool.policy")}
+    vocabulary = {"gpupool", "gpupool.model", "gpupool.shapes", "gpupool.units"}
+    assert ours <= vocabulary | {m for m in ours if m.startswith("gpupool.policy")}
     third_party = {"rich", "typer", "yaml", "pydantic", "matplotlib", "sqlalchemy", "fastapi", "ray", "httpx"}
     assert not third_party & {m.split(".")[0] for m in modules}
 

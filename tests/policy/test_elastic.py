@@ -6,22 +6,25 @@ made both ways (`tests.support.oracle.decide`): the kept state and the reference
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpupool.model import (
     DEFAULT_CLASSES,
-    POWERS_OF_TWO,
     Config,
     Notice,
+    PlacementRule,
     Plan,
     Preempt,
     Reason,
     RunningJob,
     Snapshot,
-    elastic_problem,
-    elastic_sizes,
 )
 from gpupool.policy import PoolState
+from gpupool.policy.preempt.candidates import Shortcuts
+from gpupool.shapes import POWERS_OF_TWO, elastic_problem, elastic_sizes
 from tests.support.builders import fill, job, on, pool, running, summary
+from tests.support.exercised import Exercised
 from tests.support.oracle import decide
 
 NOW = 10_000.0
@@ -156,3 +159,90 @@ def test_a_shrink_notice_given_by_a_plan_keeps_the_team_its_kept_gpus() -> None:
     assert (state.team_gpus["t"], state.draining["e"].notice) == (4, Notice("h", NOW + 30, on("n0", 0, 1, 2, 3)))
     state.end("e")
     assert state.team_gpus["t"] == 0
+
+
+def test_a_preemptor_shrinks_an_elastic_job_as_far_as_it_needs_not_to_its_smallest() -> None:
+    e = RunningJob(job("e", team="t", sizes=(2, 4, 8)), on("n0", *range(8)), 0.0, last_checkpoint_at=NOW - 60)
+    plan = decide(Snapshot(ONE, [e], [job("h", team="u", cls="high", gpus=4)]), BASE, NOW)
+    assert summary(plan) == [("preempt", "e", "h", "priority"), ("wait", "h", "awaiting_drain")]
+    [shrink] = plan.preemptions
+    assert shrink.keep == on("n0", 0, 1, 2, 3)
+    assert shrink.message.startswith(
+        "shrank job e from 8 to 4 GPUs (team t, low, last checkpoint 1.0 min ago) for job h"
+    )
+    assert [(a.node, a.gpus) for a in plan.waits[0].placement] == [("n0", (4, 5, 6, 7))]
+
+
+def test_a_shrink_that_costs_less_than_an_eviction_is_chosen_over_it() -> None:
+    """Alike but for elasticity, with equal checkpoints: the shrink loses the same work but
+    restarts 2 GPUs, not 4."""
+    e = RunningJob(job("e", sizes=(2, 4), restart=60.0), on("n0", 0, 1, 2, 3), 0.0, NOW - 60)
+    rigid = RunningJob(job("r", gpus=4, restart=60.0), on("n0", 4, 5, 6, 7), 0.0, NOW - 60)
+    plan = decide(Snapshot(ONE, [e, rigid], [job("h", cls="high", gpus=2)]), BASE, NOW)
+    assert [(p.victim, p.keep) for p in plan.preemptions] == [("e", on("n0", 0, 1))]
+
+
+def test_an_elastic_job_at_its_smallest_is_evicted_not_shrunk() -> None:
+    e = RunningJob(job("e", sizes=(2, 4)).at_size(2), on("n0", 0, 1), 0.0)
+    plan = decide(Snapshot(pool(1, 2), [e], [job("h", cls="high", gpus=2)]), BASE, NOW)
+    assert [(p.victim, p.keep) for p in plan.preemptions] == [("e", ())]
+
+
+@st.composite
+def elastic_pools(draw: st.DrawFn) -> tuple[Snapshot, Config]:
+    """Full nodes of 8 GPUs, of elastic jobs above their smallest size and rigid ones (of the
+    lower classes, some checkpointed, some with a restart), and jobs of higher classes in line:
+    what a shrink is for."""
+    nodes = pool(draw(st.integers(1, 3)), 8)
+    running: list[RunningJob] = []
+    ids = iter(range(1000))
+    for node in nodes:
+        gpu = 0
+        while gpu < 8:
+            gpus = draw(st.sampled_from([g for g in (1, 2, 4, 8) if gpu + g <= 8]))
+            sizes = draw(st.sampled_from([(), tuple(s for s in (1, 2, 4, 8) if s <= gpus)]))
+            elastic = job(
+                f"r{next(ids)}",
+                team=draw(st.sampled_from(["a", "b"])),
+                cls=draw(st.sampled_from(["low", "normal"])),
+                gpus=gpus,
+                restart=draw(st.sampled_from([0.0, 30.0, 300.0])),
+                sizes=sizes if len(sizes) > 1 else (),
+            )
+            started = draw(st.sampled_from([0.0, NOW - 3000, NOW - 100]))
+            ckpt = draw(st.sampled_from([None, started, NOW - 10]))
+            running.append(RunningJob(elastic, on(node.name, *range(gpu, gpu + gpus)), started, ckpt))
+            gpu += gpus
+    pending = [
+        job(f"p{i}", team=draw(st.sampled_from(["a", "b"])), cls="high", gpus=draw(st.sampled_from([1, 2, 4, 8])))
+        for i in range(draw(st.integers(1, 3)))
+    ]
+    config = Config(DEFAULT_CLASSES, placement=draw(st.sampled_from(list(PlacementRule))))
+    return Snapshot(nodes, running, pending), config
+
+
+def test_a_shrink_keeps_one_of_its_jobs_sizes_and_frees_gpus_its_preemptor_holds() -> None:
+    """Never below its smallest size, never to a size it does not take, and only for GPUs the
+    job it is for holds (what it frees is needed); the kept state and the reference agree, with
+    the search's shortcuts and without."""
+    exercised = Exercised()
+
+    @given(elastic_pools())
+    def check(scenario: tuple[Snapshot, Config]) -> None:
+        snapshot, config = scenario
+        plan = decide(snapshot, config, NOW)
+        assert decide(snapshot, config, NOW, Shortcuts(give_up=False, bounds=False, share_bounds=False)) == plan
+        running = {r.job.id: r for r in snapshot.running}
+        held = {w.job: {(a.node, g) for a in w.placement for g in a.gpus} for w in plan.waits}
+        for p in plan.preemptions:
+            if not p.keep:
+                continue
+            victim = running[p.victim]
+            kept = sum(len(a.gpus) for a in p.keep)
+            assert kept in victim.job.sizes and victim.job.smallest <= kept < victim.job.gpus
+            freed = {(a.node, g) for a in Notice(p.for_job, 0.0, p.keep).frees(victim.placement) for g in a.gpus}
+            assert freed & held[p.for_job], f"shrank {p.victim} for nothing {p.for_job} holds"
+        exercised.note(shrinks=any(p.keep for p in plan.preemptions))
+
+    check()
+    exercised.assert_shown("shrinks", share=0.1)

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from gpupool.model import (
     DEFAULT_CLASSES,
-    POWERS_OF_TWO,
     Allocation,
     Config,
     FairShare,
@@ -28,12 +27,11 @@ from gpupool.model import (
     RunningJob,
     Snapshot,
     Team,
-    elastic_problem,
-    elastic_sizes,
 )
 from gpupool.policy.budget import budgeted_class
 from gpupool.policy.line import submit_key
 from gpupool.policy.preempt.candidates import Shortcuts
+from gpupool.shapes import POWERS_OF_TWO, elastic_problem, elastic_sizes
 from tests.support.builders import BATCH_CLASSES, packed
 from tests.support.exercised import Exercised
 from tests.support.oracle import decide, derived_free, reference_state
@@ -449,7 +447,8 @@ def test_the_candidates_supply_is_what_is_left_after_the_choices() -> None:
             place_queue(decision, hold_for_drains(decision))
             candidates = decision.candidates
             left: Counter[tuple[str, int]] = Counter()
-            every = {c.id: c for i in range(len(candidates.on_node)) for c in candidates.at(i)}
+            # Whole jobs: a shrink's GPUs are its job's.
+            every = {c.id: c for i in range(len(candidates.on_node)) for c in candidates.at(i) if not c.keep}
             for c in every.values():
                 if c.protection is None and c.id not in candidates.chosen:
                     left[c.team, c.cls.value] += sum(len(gpus) for _, gpus in c.slots)

@@ -32,6 +32,7 @@ from gpupool.policy.preempt.candidates import (
     Shortcuts,
     lost_work,
     protection,
+    shrink_of,
 )
 from gpupool.policy.running import Key, RunningIndex
 from gpupool.policy.share import TeamShares
@@ -162,15 +163,20 @@ class ScratchIndex(RunningIndex):
                 value = candidate.cls.value
                 expiring[value] = min(expiring.get(value, guard.until), guard.until)
             built.append(candidate)
-        return _listed(free, shares, built, shortcuts), expiring
+        shrinks = [shrink for c in built if (shrink := shrink_of(c, free.index, now)) is not None]
+        return _listed(free, shares, built, shortcuts, shrinks), expiring
 
 
-def _listed(free: FreeGpus, shares: TeamShares, built: list[Candidate], shortcuts: Shortcuts) -> Candidates:
-    """The candidates indexed by the nodes they hold GPUs on, with their groups and supply."""
+def _listed(
+    free: FreeGpus, shares: TeamShares, built: list[Candidate], shortcuts: Shortcuts, shrinks: Sequence[Candidate] = ()
+) -> Candidates:
+    """The candidates indexed by the nodes they hold GPUs on, with their groups and supply; the
+    `shrinks` of elastic ones are on the nodes they free GPUs on, and bound what a search could
+    get there, but add nothing to the supply (their GPUs are their jobs')."""
     on_node: list[list[Candidate]] = [[] for _ in free.free]
     supply: Counter[Group] = Counter()
     held: dict[tuple[int, str, int], tuple[int, float, int]] = {}
-    for candidate in built:
+    for candidate in [*built, *shrinks]:
         layout = [(i, candidate.gpus_on(i)) for i in dict.fromkeys(i for i, _ in candidate.slots)]
         for i, _ in layout:
             on_node[i].append(candidate)
@@ -178,7 +184,8 @@ def _listed(free: FreeGpus, shares: TeamShares, built: list[Candidate], shortcut
             continue
         team, value, cost = candidate.team, candidate.cls.value, candidate.cost
         for i, gpus in layout:
-            supply[team, value] += gpus
+            if not candidate.keep:
+                supply[team, value] += gpus
             found = held.get((i, team, value))
             held[i, team, value] = (
                 (gpus, cost, gpus) if found is None else (found[0] + gpus, min(found[1], cost), max(found[2], gpus))

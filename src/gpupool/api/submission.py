@@ -12,9 +12,10 @@ from typing import TypeVar
 from gpupool.api import limits
 from gpupool.api.models import JobIn
 from gpupool.errors import InvalidInput
-from gpupool.model import Job, Node, gang_split_problem
+from gpupool.model import Job, Node
 from gpupool.policy import can_ever_fit, messages
 from gpupool.service.workspace import expand_log_path, inside
+from gpupool.shapes import gang_split_problem
 from gpupool.store.jobs import job_name
 
 T = TypeVar("T")

@@ -30,15 +30,20 @@ def started(job: Job, placement: Placement, budgeted: BudgetedClass) -> str:
 
 
 def preempted(victim: Candidate, job: Job, budgeted: BudgetedClass, reason: Reason, now: float) -> str:
-    """Why a victim is given notice, for whom, and what it had saved."""
+    """Why a victim is given notice (or, an elastic job, shrunk), for whom, and what it had saved."""
     running = victim.running
     if running.last_checkpoint_at is not None:
         checkpoint = f"last checkpoint {human_seconds(now - running.last_checkpoint_at)} ago"
     else:
         checkpoint = f"no checkpoint in {human_seconds(now - running.started_at)} of running"
     v = running.job
+    if victim.keep:
+        kept = sum(len(a.gpus) for a in victim.keep)
+        done = f"shrank job {v.label} from {v.gpus} to {kept} GPUs"
+    else:
+        done = f"preempted job {v.label}"
     text = (
-        f"preempted job {v.label} (team {v.team}, {victim.cls.name}, {checkpoint}) "
+        f"{done} (team {v.team}, {victim.cls.name}, {checkpoint}) "
         f"for job {job.label} (team {job.team}, {budgeted.cls.name})"
     )
     if reason is Reason.RECLAIM:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpupool.model import Job, Node, PlacementRule, gang_split_problem
+from gpupool.model import Job, Node, PlacementRule
 from gpupool.policy.free import FreeGpus, FreeIndex, Group, Shape, Slot
+from gpupool.shapes import gang_split_problem
 
 
 def eligible_groups(job: Job, types: Sequence[str]) -> list[list[Group]]:
@@ -81,7 +82,9 @@ def can_ever_fit(job: Job, nodes: Sequence[Node]) -> bool:
     """Whether some placement on `nodes`, all of them empty, could hold `job`: one rule for the
     API (a submission no placement could ever hold is refused), the simulator (such a job of a
     trace is left out) and the core (such a job waits, `never_fits`). A job asking for more GPUs
-    than the whole pool is answered without laying out its shapes (a trace may ask for 10^12)."""
+    than the whole pool is answered without laying out its shapes (a trace may ask for 10^12).
+    An elastic job fits if its smallest size does."""
+    job = job.at_size(job.smallest)
     if job.gpus > sum(n.gpus for n in nodes):
         return False
     empty = FreeGpus(FreeIndex(nodes))

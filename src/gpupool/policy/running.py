@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gpupool.model import Config, JobId, Node, PriorityClass, RunningJob
+from gpupool.model import Config, JobId, Node, Notice, PriorityClass, RunningJob
 from gpupool.policy.free import FreeGpus
 from gpupool.policy.free import Group as NodeGroup
 from gpupool.policy.preempt.bounds import Group, GroupsByNode
@@ -33,8 +33,10 @@ from gpupool.policy.preempt.candidates import (
     Crowd,
     ListedCrowd,
     Shortcuts,
+    first_gpus,
     lost_work,
     protection,
+    shrink_of,
 )
 from gpupool.policy.share import TeamShares
 
@@ -78,6 +80,8 @@ class RunningIndex:
         self.job_gpus = array("d")
         self.since = array("d")
         self.restart = array("d")
+        self.shrink_to = array("d")
+        """A shrink's row: the size it restarts at (0 for a whole job's row)."""
 
     # --- kept up to date by the state -----------------------------------------------------
 
@@ -115,6 +119,13 @@ class RunningIndex:
         for i, gpus in held.items():
             self.on_node[i][job.id] = running
             rows.append(self._append_row(job.id, i, key, gpus, job.gpus, since, job.expected_restart))
+        if job.elastic and job.gpus > job.smallest:
+            # Its shrink to its smallest size is a candidate too: rows of the GPUs it frees.
+            freed: Counter[int] = Counter()
+            for alloc in Notice("", 0.0, first_gpus(running.placement, job.smallest)).frees(running.placement):
+                freed[self.index[alloc.node]] += len(alloc.gpus)
+            for i, gpus in freed.items():
+                rows.append(self._append_row(job.id, i, key, gpus, job.gpus, since, job.expected_restart, job.smallest))
         self.rows_of[job.id] = rows
 
     def remove(self, job_id: JobId) -> RunningJob:
@@ -162,7 +173,15 @@ class RunningIndex:
         return found
 
     def _append_row(
-        self, job_id: JobId, node: int, key: int, gpus: int, job_gpus: int, since: float, restart: float
+        self,
+        job_id: JobId,
+        node: int,
+        key: int,
+        gpus: int,
+        job_gpus: int,
+        since: float,
+        restart: float,
+        shrink_to: int = 0,
     ) -> int:
         row = len(self._row_job)
         self.node.append(node)
@@ -171,6 +190,7 @@ class RunningIndex:
         self.job_gpus.append(job_gpus)
         self.since.append(since)
         self.restart.append(restart)
+        self.shrink_to.append(shrink_to)
         self._row_job.append(job_id)
         return row
 
@@ -182,7 +202,7 @@ class RunningIndex:
             value = column.pop()
             if row != last:
                 column[row] = value
-        for floats in (self.gpus, self.job_gpus, self.since, self.restart):
+        for floats in (self.gpus, self.job_gpus, self.since, self.restart, self.shrink_to):
             number = floats.pop()
             if row != last:
                 floats[row] = number
@@ -226,9 +246,15 @@ class RunningIndex:
         row_group = key_group[read(self.key, np.int64)]
         taken = row_group >= 0
         since = read(self.since, np.float64)[taken]
-        cost = read(self.job_gpus, np.float64)[taken] * (
-            np.maximum(0.0, now - since) + read(self.restart, np.float64)[taken]
-        )
+        job_gpus, restart = read(self.job_gpus, np.float64)[taken], read(self.restart, np.float64)[taken]
+        shrink_to = read(self.shrink_to, np.float64)[taken]
+        # As `lost_work` and `shrink_cost` work them out, operation for operation: a bound is
+        # never above the cost it bounds by a rounding.
+        ran = np.maximum(0.0, now - since)
+        cost = job_gpus * (ran + restart)
+        shrinks = shrink_to > 0
+        if shrinks.any():
+            cost[shrinks] = job_gpus[shrinks] * ran[shrinks] + shrink_to[shrinks] * restart[shrinks]
         held = read(self.gpus, np.float64)[taken]
         node = read(self.node, np.int64)[taken].astype(np.intp)
         return GroupsByNode(nodes, list(groups), node, row_group[taken], held, cost, held)  # a row: one job, one node
@@ -294,11 +320,23 @@ class _LazyNodes:
         # The teams' shares when the candidates were first needed: a tie-break of victim_order.
         self.shares = TeamShares(shares.teams, Counter(shares.gpus))
         self.made: dict[JobId, Candidate] = {}
+        self.shrinks: dict[JobId, Candidate | None] = {}
         self.in_min_runtime = in_min_runtime
 
     def on(self, node: int) -> list[Candidate]:
-        """The candidates holding GPUs on `node`."""
-        return [self.made.get(job_id) or self._make(running) for job_id, running in self.index.on_node[node].items()]
+        """The candidates holding GPUs on `node`: each job, and the shrink of an elastic one
+        that frees GPUs there."""
+        found = []
+        for job_id, running in self.index.on_node[node].items():
+            whole = self.made.get(job_id) or self._make(running)
+            found.append(whole)
+            if running.job.elastic:
+                if job_id not in self.shrinks:
+                    self.shrinks[job_id] = shrink_of(whole, self.index.index, self.now)
+                shrink = self.shrinks[job_id]
+                if shrink is not None and shrink.gpus_on(node):
+                    found.append(shrink)
+        return found
 
     def with_min_runtime(self) -> Iterator[Candidate]:
         """The candidates inside their minimum runtime."""

@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
-from gpupool.model import gang_split_problem
+from gpupool.shapes import gang_split_problem
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("job_id", "submit_time", "num_gpus", "duration", "vc")
 DEFAULT_TEAM = "default"

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Protocol
 
-from gpupool.model import Config, JobId, PriorityClass, RunningJob
+from gpupool.model import Allocation, Config, JobId, Notice, Placement, PriorityClass, RunningJob, placed_gpus
 from gpupool.policy.free import FreeGpus
 from gpupool.policy.free import Group as NodeGroup
 from gpupool.policy.preempt.bounds import Bounds, Group, GroupsByNode, Rank, bounds_of, ranked, unbounded
@@ -33,16 +33,20 @@ class Candidate:
     share: float = 0.0
     """Its team's weighted share when the candidates were built (at the decision's first
     victim search): a tie-break of `victim_order`."""
+    keep: Placement = ()
+    """A shrink (an elastic job's GPUs above its smallest size, `shrink_of`): what the job
+    keeps, while `slots` are what it frees; () for the whole job."""
     id: JobId = field(init=False)
     label: str = field(init=False)
     team: str = field(init=False)
     gpus: int = field(init=False)
+    """GPUs its team gives up if it is taken: the job's, or a shrink's freed ones."""
 
     def __post_init__(self) -> None:
         self.id = self.running.job.id
         self.label = self.running.job.label
         self.team = self.running.job.team
-        self.gpus = self.running.job.gpus
+        self.gpus = self.held if self.keep else self.running.job.gpus
 
     @property
     def held(self) -> int:
@@ -98,11 +102,55 @@ def lost_work(running: RunningJob, now: float) -> float:
     return running.job.gpus * (max(0.0, now - since) + running.job.expected_restart)
 
 
-def victim_order(candidate: Candidate) -> tuple[int, float, float, float, str]:
-    """Lower class first, then cheapest lost work, then the team with the higher weighted
-    share (equal victims are spread across teams by share), then most recently started; the
-    id keeps the order total (an arbitrary but deterministic tie-break)."""
-    return (candidate.cls.value, candidate.cost, -candidate.share, -candidate.running.started_at, candidate.id)
+def shrink_cost(running: RunningJob, now: float, to: int) -> float:
+    """GPU-seconds lost if the elastic job were resized now to `to` GPUs: every GPU's work
+    since the last committed checkpoint, and the restart of the next attempt at its new size
+    (no wait in line: its GPUs are held for it)."""
+    since = running.last_checkpoint_at if running.last_checkpoint_at is not None else running.started_at
+    return running.job.gpus * max(0.0, now - since) + to * running.job.expected_restart
+
+
+def first_gpus(placement: Placement, gpus: int) -> Placement:
+    """The first `gpus` GPUs of `placement` (its allocations in order, each's GPUs in order):
+    what an elastic job resized to `gpus` keeps (whole members of a gang, its sizes being
+    whole members)."""
+    kept = []
+    for allocation in placement:
+        if gpus <= 0:
+            break
+        kept.append(Allocation(allocation.node, allocation.gpus[:gpus]))
+        gpus -= len(kept[-1].gpus)
+    return tuple(kept)
+
+
+def shrink_of(whole: Candidate, node_index: Mapping[str, int], now: float) -> Candidate | None:
+    """The shrink of `whole`'s elastic job to its smallest size, as a candidate of its own: the
+    GPUs above that size, at the cost of a resize; None for a job that cannot shrink."""
+    running = whole.running
+    job = running.job
+    if not job.elastic or job.gpus <= job.smallest:
+        return None
+    keep = first_gpus(running.placement, job.smallest)
+    freed = Notice("", 0.0, keep).frees(running.placement)
+    slots = tuple((node_index[a.node], a.gpus) for a in freed)
+    return Candidate(
+        running, whole.cls, slots, whole.protection, shrink_cost(running, now, job.smallest), whole.share, keep
+    )
+
+
+def victim_order(candidate: Candidate) -> tuple[int, float, bool, float, float, str]:
+    """Lower class first, then cheapest lost work (at equal cost a shrink before an eviction,
+    which also waits in line), then the team with the higher weighted share (equal victims are
+    spread across teams by share), then most recently started; the id keeps the order total
+    (an arbitrary but deterministic tie-break)."""
+    return (
+        candidate.cls.value,
+        candidate.cost,
+        not candidate.keep,
+        -candidate.share,
+        -candidate.running.started_at,
+        candidate.id,
+    )
 
 
 class Crowd(Protocol):
@@ -251,12 +299,13 @@ class Candidates:
         return found
 
     def choose(self, candidate: Candidate) -> None:
-        """Take `candidate` out: it has been given notice."""
+        """Take `candidate` out: it has been given notice (a shrink's job too: it drains, and
+        no later search takes what it keeps)."""
         if candidate.id in self.chosen:
             return
         self.chosen.add(candidate.id)
         if candidate.protection is None:
-            self.supply[candidate.team, candidate.cls.value] -= candidate.held
+            self.supply[candidate.team, candidate.cls.value] -= placed_gpus(candidate.running.placement)
 
     def team_gpus_preemptible(self, team: str, below: int) -> int:
         """GPUs held by `team`'s unprotected, not yet chosen jobs of a class below `below`."""

@@ -127,7 +127,7 @@ def _give_notice(decision: Decision, job: Job, slots: list[Slot], victims: list[
         deadline = decision.now + decision.config.priority_class(candidate.running.job.priority).grace_period
         deadlines.append(deadline)
         message = messages.preempted(candidate, job, budgeted, victim.reason, decision.now)
-        decision.preemptions.append(Preempt(candidate.id, job.id, deadline, victim.reason, message))
+        decision.preemptions.append(Preempt(candidate.id, job.id, deadline, victim.reason, message, candidate.keep))
     held = tuple(Allocation(free.nodes[i].name, gpus) for i, gpus in placement)
     decision.shares.add(job.team, job.gpus)
     decision.hold(job, held, [v.candidate.label for v in victims], max(deadlines))

@@ -16,10 +16,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpupool.model import Reason
+from gpupool.model import Notice, Reason
 from gpupool.policy.free import FreeGpus, Shape, Slot
 from gpupool.policy.preempt.bounds import Bounds, Group, Rank
-from gpupool.policy.preempt.candidates import Candidate, Candidates, victim_order
+from gpupool.policy.preempt.candidates import Candidate, Candidates, first_gpus, victim_order
 from gpupool.policy.preempt.rules import Leaving, Preemptor, Taken, admits, eligibility, rank
 
 
@@ -211,13 +211,39 @@ def node_score(
 
 def reprieve(slots: Sequence[Slot], victims: list[Victim], free: FreeGpus) -> list[Victim]:
     """Drop, most expensive first, every victim the whole gang still fits without: a victim
-    needed on one node when it was chosen may be covered later by one spanning several."""
+    needed on one node when it was chosen may be covered later by one spanning several. Then
+    each shrink frees no more than the gang needs (`_trimmed`)."""
     kept = list(victims)
     for victim in sorted(victims, key=lambda v: victim_order(v.candidate), reverse=True):
         trial = [v for v in kept if v is not victim]
-        if all(len(free.free[i]) + sum(v.candidate.gpus_on(i) for v in trial) >= want for i, want in slots):
+        if _fits(slots, trial, free):
             kept = trial
+    for n, victim in enumerate(kept):
+        if victim.candidate.keep:
+            kept[n] = _trimmed(slots, kept, n, free)
     return kept
+
+
+def _fits(slots: Sequence[Slot], victims: Sequence[Victim], free: FreeGpus) -> bool:
+    """Whether every member of the gang fits its node once `victims` have left it."""
+    return all(len(free.free[i]) + sum(v.candidate.gpus_on(i) for v in victims) >= want for i, want in slots)
+
+
+def _trimmed(slots: Sequence[Slot], victims: list[Victim], n: int, free: FreeGpus) -> Victim:
+    """Victim `n`, a shrink, with its job keeping the largest of its sizes below the one it runs
+    at with which the gang still fits (its smallest, which it was chosen at, if no other)."""
+    victim = victims[n]
+    shrink = victim.candidate
+    running = shrink.running
+    job = running.job
+    for size in reversed([size for size in job.sizes if job.smallest < size < job.gpus]):
+        keep = first_gpus(running.placement, size)
+        freed = Notice("", 0.0, keep).frees(running.placement)
+        fewer = replace(shrink, slots=tuple((free.node_index(a.node), a.gpus) for a in freed), keep=keep)
+        trial = replace(victim, candidate=fewer)
+        if _fits(slots, [*victims[:n], trial, *victims[n + 1 :]], free):
+            return trial
+    return victim
 
 
 def _victims_on_node(node: int, need: int, search: _Search, chosen: _Chosen) -> list[Victim] | None:
@@ -272,6 +298,8 @@ def _in_order(
         nonlocal got, leaving
         for candidate in candidates:
             if candidate.protection is not None or candidate.id in chosen.victims or candidate.id in taken_before:
+                continue
+            if any(v.candidate.id == candidate.id for v in taken):  # its shrink, or its whole job
                 continue
             found = eligibility(candidate, rules, shares, leaving or chosen.gone)
             if not isinstance(found, Taken):

@@ -1,0 +1,85 @@
+"""The shapes a request may take, each rule said for its submitter: a session's, a gang's split
+into members, an elastic job's sizes. The API, the store, the simulator and the core check
+these, and nothing else says them."""
+
+from __future__ import annotations
+
+from gpupool.model import SessionKind
+
+ONE_NODE_SESSIONS = (SessionKind.SHELL, SessionKind.NOTEBOOK)
+"""Sessions whose terminal or server is one process, on one node."""
+
+
+def session_problem(session: str | None, gpus: int, gpus_per_node: int | None, array: bool) -> str | None:
+    """What is wrong with a session's shape, said for its submitter; None when it is fine."""
+    if session is None:
+        return None
+    if session not in tuple(SessionKind):
+        return f"session: {session!r} is not one of {', '.join(SessionKind)}"
+    if session in ONE_NODE_SESSIONS and gpus_per_node not in (None, gpus):
+        return f"gpus_per_node: a {session} session runs on one node, with all its GPUs"
+    if array:
+        return f"array: a {session} session is one job, not an array"
+    return None
+
+
+def members_of(session: str | None, gpus: int, gpus_per_node: int | None) -> int | None:
+    """GPUs per node of a job as submitted: a shell's or a notebook's all on one node (its
+    terminal or server is one process), never split as a gang; else as asked."""
+    return gpus if session in ONE_NODE_SESSIONS else gpus_per_node
+
+
+def gang_split_problem(gpus: int, gpus_per_node: int | None) -> str | None:
+    """Why `gpus` cannot be a gang of members of `gpus_per_node` GPUs each, or None if it can
+    (or has no fixed members): the one rule the API, the store and the core check."""
+    if gpus_per_node is None:
+        return None
+    if gpus_per_node < 1:
+        return f"{gpus_per_node} is not a positive number of GPUs per node"
+    if gpus % gpus_per_node:
+        return f"{gpus} GPUs do not split into members of {gpus_per_node}"
+    return None
+
+
+POWERS_OF_TWO = "pow2"
+"""The step of an elastic job whose sizes double (4, 8, 16)."""
+
+
+def elastic_sizes(smallest: int, largest: int, step: int | str, gpus_per_node: int | None) -> tuple[int, ...]:
+    """The sizes of an elastic job from `smallest` to `largest` GPUs by `step` (GPUs added at
+    each size, or `POWERS_OF_TWO`), smallest first; () for one size. `elastic_problem` says
+    first why they would not be sizes."""
+    if smallest == largest:
+        return ()
+    if step == POWERS_OF_TWO:
+        sizes = [smallest]
+        while sizes[-1] < largest:
+            sizes.append(sizes[-1] * 2)
+        return tuple(sizes)
+    assert isinstance(step, int)
+    return tuple(range(smallest, largest + 1, step))
+
+
+def elastic_problem(smallest: int, largest: int, step: int | str, gpus_per_node: int | None) -> str | None:
+    """Why `smallest` to `largest` GPUs by `step` are not an elastic job's sizes, said for its
+    submitter; None when they are (or are one size). Each size of a gang splits into its members:
+    the step of one is a multiple of its GPUs per node."""
+    if not 1 <= smallest <= largest:
+        return f"{smallest}-{largest}: the fewest GPUs must be at least 1 and at most the most"
+    if step == POWERS_OF_TWO:
+        doubled = smallest
+        while doubled < largest:
+            doubled *= 2
+        if doubled != largest:
+            return f"{smallest}-{largest}: by powers of two, {largest} is not {smallest} doubled"
+    elif not isinstance(step, int) or step < 1:
+        return f"step {step!r}: a positive number of GPUs, or {POWERS_OF_TWO}"
+    elif (largest - smallest) % step:
+        return f"{smallest}-{largest}: {largest - smallest} GPUs between them are not steps of {step}"
+    for size in (smallest, largest):
+        problem = gang_split_problem(size, gpus_per_node)
+        if problem is not None:
+            return problem
+    if gpus_per_node is not None and step != POWERS_OF_TWO and isinstance(step, int) and step % gpus_per_node:
+        return f"step {step}: a gang grows and shrinks by whole members of {gpus_per_node} GPUs"
+    return None
