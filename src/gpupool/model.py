@@ -246,6 +246,15 @@ def placed_gpus(placement: Placement) -> int:
     return sum(len(allocation.gpus) for allocation in placement)
 
 
+def placement_without(placement: Placement, kept: Placement) -> Placement:
+    """`placement` but the GPUs of `kept` (what a resize keeps), allocations left empty dropped."""
+    if not kept:
+        return placement
+    held = {(a.node, g) for a in kept for g in a.gpus}
+    left = (Allocation(a.node, tuple(g for g in a.gpus if (a.node, g) not in held)) for a in placement)
+    return tuple(a for a in left if a.gpus)
+
+
 @dataclass(frozen=True, slots=True)
 class Notice:
     """An in-flight preemption: the victim is draining for `for_job` until `deadline`. A shrink
@@ -258,11 +267,7 @@ class Notice:
 
     def frees(self, placement: Placement) -> Placement:
         """What of `placement` (the draining attempt's) this notice frees: all of it but `keep`."""
-        if not self.keep:
-            return placement
-        kept = {(a.node, g) for a in self.keep for g in a.gpus}
-        left = (Allocation(a.node, tuple(g for g in a.gpus if (a.node, g) not in kept)) for a in placement)
-        return tuple(a for a in left if a.gpus)
+        return placement_without(placement, self.keep)
 
 
 @dataclass(frozen=True, slots=True)

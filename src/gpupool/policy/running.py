@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gpupool.model import Config, JobId, Node, Notice, PriorityClass, RunningJob
+from gpupool.model import Config, JobId, Node, PriorityClass, RunningJob, placement_without
 from gpupool.policy.free import FreeGpus
 from gpupool.policy.free import Group as NodeGroup
 from gpupool.policy.preempt.bounds import Group, GroupsByNode
@@ -122,7 +122,7 @@ class RunningIndex:
         if job.elastic and job.gpus > job.smallest:
             # Its shrink to its smallest size is a candidate too: rows of the GPUs it frees.
             freed: Counter[int] = Counter()
-            for alloc in Notice("", 0.0, first_gpus(running.placement, job.smallest)).frees(running.placement):
+            for alloc in placement_without(running.placement, first_gpus(running.placement, job.smallest)):
                 freed[self.index[alloc.node]] += len(alloc.gpus)
             for i, gpus in freed.items():
                 rows.append(self._append_row(job.id, i, key, gpus, job.gpus, since, job.expected_restart, job.smallest))

@@ -11,7 +11,16 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Protocol
 
-from gpupool.model import Allocation, Config, JobId, Notice, Placement, PriorityClass, RunningJob, placed_gpus
+from gpupool.model import (
+    Allocation,
+    Config,
+    JobId,
+    Placement,
+    PriorityClass,
+    RunningJob,
+    placed_gpus,
+    placement_without,
+)
 from gpupool.policy.free import FreeGpus
 from gpupool.policy.free import Group as NodeGroup
 from gpupool.policy.preempt.bounds import Bounds, Group, GroupsByNode, Rank, bounds_of, ranked, unbounded
@@ -131,7 +140,7 @@ def shrink_of(whole: Candidate, node_index: Mapping[str, int], now: float) -> Ca
     if not job.elastic or job.gpus <= job.smallest:
         return None
     keep = first_gpus(running.placement, job.smallest)
-    freed = Notice("", 0.0, keep).frees(running.placement)
+    freed = placement_without(running.placement, keep)
     slots = tuple((node_index[a.node], a.gpus) for a in freed)
     return Candidate(
         running, whole.cls, slots, whole.protection, shrink_cost(running, now, job.smallest), whole.share, keep

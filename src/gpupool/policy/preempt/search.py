@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpupool.model import Notice, Reason
+from gpupool.model import Reason, placement_without
 from gpupool.policy.free import FreeGpus, Shape, Slot
 from gpupool.policy.preempt.bounds import Bounds, Group, Rank
 from gpupool.policy.preempt.candidates import Candidate, Candidates, first_gpus, victim_order
@@ -238,7 +238,7 @@ def _trimmed(slots: Sequence[Slot], victims: list[Victim], n: int, free: FreeGpu
     job = running.job
     for size in reversed([size for size in job.sizes if job.smallest < size < job.gpus]):
         keep = first_gpus(running.placement, size)
-        freed = Notice("", 0.0, keep).frees(running.placement)
+        freed = placement_without(running.placement, keep)
         fewer = replace(shrink, slots=tuple((free.node_index(a.node), a.gpus) for a in freed), keep=keep)
         trial = replace(victim, candidate=fewer)
         if _fits(slots, [*victims[:n], trial, *victims[n + 1 :]], free):
