@@ -5,6 +5,8 @@ made both ways (`tests.support.oracle.decide`): the kept state and the reference
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -12,6 +14,7 @@ from hypothesis import strategies as st
 from gpupool.model import (
     DEFAULT_CLASSES,
     Config,
+    Node,
     Notice,
     PlacementRule,
     Plan,
@@ -246,3 +249,34 @@ def test_a_shrink_keeps_one_of_its_jobs_sizes_and_frees_gpus_its_preemptor_holds
 
     check()
     exercised.assert_shown("shrinks", share=0.1)
+
+
+def test_a_preemptor_that_a_shrink_cannot_make_room_for_evicts_the_elastic_job() -> None:
+    """Its shrink frees 6 of e's 8 GPUs; h needs 7: e is evicted, not left in the way."""
+    e = RunningJob(job("e", sizes=(2, 4, 8)), on("n0", *range(8)), 0.0)
+    plan = decide(Snapshot(ONE, [e], [job("h", cls="high", gpus=7)]), BASE, NOW)
+    assert [(p.victim, p.keep) for p in plan.preemptions] == [("e", ())]
+    assert summary(plan)[-1] == ("wait", "h", "awaiting_drain")
+
+
+def test_a_gang_is_shrunk_by_a_member_rather_than_evicted_at_equal_lost_work() -> None:
+    """No restart, no checkpoint: shrinking g and evicting it lose the same work, but only the
+    eviction sends it back in line."""
+    nodes = pool(4, 4)
+    g = job("g", gpus=16, gpus_per_node=4, sizes=(4, 8, 12, 16))
+    whole = RunningJob(g, tuple(a for i in range(4) for a in on(f"n{i}", 0, 1, 2, 3)), 0.0)
+    plan = decide(Snapshot(nodes, [whole], [job("h", cls="high", gpus=4)]), BASE, NOW)
+    [shrink] = plan.preemptions
+    assert sum(len(a.gpus) for a in shrink.keep) == 12
+
+
+def test_a_gang_shrinks_off_the_node_its_preemptor_needs_keeping_the_others() -> None:
+    """h may only run on n0 (its GPU type): g shrinks from 16 to 8 by leaving n0, keeping n1,
+    though n0 holds its first member."""
+    nodes = [Node("n0", 8, "a100"), Node("n1", 8, "v100")]
+    g = job("g", gpus=16, gpus_per_node=4, sizes=(4, 8, 12, 16))
+    whole = RunningJob(g, on("n0", *range(8)) + on("n1", *range(8)), 0.0)
+    h = replace(job("h", cls="high", gpus=8), gpu_type="a100")
+    plan = decide(Snapshot(nodes, [whole], [h]), BASE, NOW)
+    [shrink] = plan.preemptions
+    assert shrink.keep == on("n1", *range(8))

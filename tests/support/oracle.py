@@ -163,21 +163,32 @@ class ScratchIndex(RunningIndex):
                 value = candidate.cls.value
                 expiring[value] = min(expiring.get(value, guard.until), guard.until)
             built.append(candidate)
-        shrinks = [shrink for c in built if (shrink := shrink_of(c, free.index, now)) is not None]
+        shrinks = [
+            (i, shrink)
+            for c in built
+            for i in dict.fromkeys(i for i, _ in c.slots)
+            if (shrink := shrink_of(c, free.index, now, free.layout.names[i])) is not None
+        ]
         return _listed(free, shares, built, shortcuts, shrinks), expiring
 
 
 def _listed(
-    free: FreeGpus, shares: TeamShares, built: list[Candidate], shortcuts: Shortcuts, shrinks: Sequence[Candidate] = ()
+    free: FreeGpus,
+    shares: TeamShares,
+    built: list[Candidate],
+    shortcuts: Shortcuts,
+    shrinks: Sequence[tuple[int, Candidate]] = (),
 ) -> Candidates:
     """The candidates indexed by the nodes they hold GPUs on, with their groups and supply; the
-    `shrinks` of elastic ones are on the nodes they free GPUs on, and bound what a search could
+    `shrinks` of elastic ones, each for a node, are on that node, and bound what a search could
     get there, but add nothing to the supply (their GPUs are their jobs')."""
     on_node: list[list[Candidate]] = [[] for _ in free.free]
     supply: Counter[Group] = Counter()
     held: dict[tuple[int, str, int], tuple[int, float, int]] = {}
-    for candidate in [*built, *shrinks]:
-        layout = [(i, candidate.gpus_on(i)) for i in dict.fromkeys(i for i, _ in candidate.slots)]
+    listed = [(None, c) for c in built] + list(shrinks)
+    for at, candidate in listed:
+        nodes = dict.fromkeys(i for i, _ in candidate.slots) if at is None else (at,)
+        layout = [(i, candidate.gpus_on(i)) for i in nodes]
         for i, _ in layout:
             on_node[i].append(candidate)
         if candidate.protection is not None:

@@ -33,7 +33,7 @@ from gpupool.policy.preempt.candidates import (
     Crowd,
     ListedCrowd,
     Shortcuts,
-    first_gpus,
+    kept_of,
     lost_work,
     protection,
     shrink_of,
@@ -120,12 +120,16 @@ class RunningIndex:
             self.on_node[i][job.id] = running
             rows.append(self._append_row(job.id, i, key, gpus, job.gpus, since, job.expected_restart))
         if job.elastic and job.gpus > job.smallest:
-            # Its shrink to its smallest size is a candidate too: rows of the GPUs it frees.
-            freed: Counter[int] = Counter()
-            for alloc in placement_without(running.placement, first_gpus(running.placement, job.smallest)):
-                freed[self.index[alloc.node]] += len(alloc.gpus)
-            for i, gpus in freed.items():
-                rows.append(self._append_row(job.id, i, key, gpus, job.gpus, since, job.expected_restart, job.smallest))
+            # On each of its nodes, its shrink to its smallest size that frees most there
+            # (`shrink_of`) is a candidate too.
+            for i in held:
+                name = self.nodes[i].name
+                keep = kept_of(running.placement, job.smallest, (name,))
+                gpus = sum(len(a.gpus) for a in placement_without(running.placement, keep) if a.node == name)
+                if gpus:
+                    rows.append(
+                        self._append_row(job.id, i, key, gpus, job.gpus, since, job.expected_restart, job.smallest)
+                    )
         self.rows_of[job.id] = rows
 
     def remove(self, job_id: JobId) -> RunningJob:
@@ -320,7 +324,7 @@ class _LazyNodes:
         # The teams' shares when the candidates were first needed: a tie-break of victim_order.
         self.shares = TeamShares(shares.teams, Counter(shares.gpus))
         self.made: dict[JobId, Candidate] = {}
-        self.shrinks: dict[JobId, Candidate | None] = {}
+        self.shrinks: dict[tuple[JobId, int], Candidate | None] = {}
         self.in_min_runtime = in_min_runtime
 
     def on(self, node: int) -> list[Candidate]:
@@ -331,10 +335,11 @@ class _LazyNodes:
             whole = self.made.get(job_id) or self._make(running)
             found.append(whole)
             if running.job.elastic:
-                if job_id not in self.shrinks:
-                    self.shrinks[job_id] = shrink_of(whole, self.index.index, self.now)
-                shrink = self.shrinks[job_id]
-                if shrink is not None and shrink.gpus_on(node):
+                if (job_id, node) not in self.shrinks:
+                    name = self.index.nodes[node].name
+                    self.shrinks[job_id, node] = shrink_of(whole, self.index.index, self.now, name)
+                shrink = self.shrinks[job_id, node]
+                if shrink is not None:
                     found.append(shrink)
         return found
 

@@ -108,7 +108,7 @@ class Bounds:
             cost = float(self.alone_all(want)[node])
         else:
             cost = self.alone(node, want - have)
-        return (0, (self.ranks[self.lowest[node]],) * k, cost, k, have, node)
+        return (0, (self.ranks[self.lowest[node]],) * k, cost, 0, k, have, node)  # none evicted, at best
 
     def alone(self, node: int, need: int) -> float:
         """The lowest lost work of a candidate of the node's lowest rank that frees `need` GPUs

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Protocol
@@ -43,8 +43,11 @@ class Candidate:
     """Its team's weighted share when the candidates were built (at the decision's first
     victim search): a tie-break of `victim_order`."""
     keep: Placement = ()
-    """A shrink (an elastic job's GPUs above its smallest size, `shrink_of`): what the job
-    keeps, while `slots` are what it frees; () for the whole job."""
+    """A shrink (an elastic job's GPUs above one of its smaller sizes, `shrink_of`): what the
+    job keeps, while `slots` are what it frees; () for the whole job."""
+    lost: float = 0.0
+    """A shrink's work lost since the job's last checkpoint (`lost_since`): its cost at any
+    size is this and the restart at that size (`resized`)."""
     id: JobId = field(init=False)
     label: str = field(init=False)
     team: str = field(init=False)
@@ -104,6 +107,12 @@ def protection(running: RunningJob, cls: PriorityClass, now: float, config: Conf
     return None
 
 
+def lost_since(running: RunningJob, now: float) -> float:
+    """GPU-seconds of work the job's GPUs did since its last committed checkpoint."""
+    since = running.last_checkpoint_at if running.last_checkpoint_at is not None else running.started_at
+    return running.job.gpus * max(0.0, now - since)
+
+
 def lost_work(running: RunningJob, now: float) -> float:
     """GPU-seconds lost if the job were stopped now without notice: work since the last
     committed checkpoint plus the restart of its next attempt."""
@@ -115,36 +124,58 @@ def shrink_cost(running: RunningJob, now: float, to: int) -> float:
     """GPU-seconds lost if the elastic job were resized now to `to` GPUs: every GPU's work
     since the last committed checkpoint, and the restart of the next attempt at its new size
     (no wait in line: its GPUs are held for it)."""
-    since = running.last_checkpoint_at if running.last_checkpoint_at is not None else running.started_at
-    return running.job.gpus * max(0.0, now - since) + to * running.job.expected_restart
+    return lost_since(running, now) + to * running.job.expected_restart
 
 
-def first_gpus(placement: Placement, gpus: int) -> Placement:
-    """The first `gpus` GPUs of `placement` (its allocations in order, each's GPUs in order):
-    what an elastic job resized to `gpus` keeps (whole members of a gang, its sizes being
-    whole members)."""
-    kept = []
-    for allocation in placement:
+def kept_of(placement: Placement, gpus: int, leave: Collection[str]) -> Placement:
+    """The `gpus` GPUs of `placement` that an elastic job resized to `gpus` keeps: first those
+    on nodes not in `leave`, then those on nodes in it, each in placement order (whole members
+    of a gang: its sizes and allocations are whole members)."""
+    order = sorted(range(len(placement)), key=lambda n: placement[n].node in leave)
+    kept: dict[int, Allocation] = {}
+    for n in order:
         if gpus <= 0:
             break
-        kept.append(Allocation(allocation.node, allocation.gpus[:gpus]))
-        gpus -= len(kept[-1].gpus)
-    return tuple(kept)
+        allocation = placement[n]
+        kept[n] = Allocation(allocation.node, allocation.gpus[:gpus])
+        gpus -= len(kept[n].gpus)
+    return tuple(kept[n] for n in sorted(kept))
 
 
-def shrink_of(whole: Candidate, node_index: Mapping[str, int], now: float) -> Candidate | None:
-    """The shrink of `whole`'s elastic job to its smallest size, as a candidate of its own: the
-    GPUs above that size, at the cost of a resize; None for a job that cannot shrink."""
+def resized(c: Candidate, size: int, leave: Collection[str], node_index: Mapping[str, int]) -> Candidate:
+    """The shrink of `c`'s elastic job to `size` GPUs, keeping those off the nodes in `leave`
+    first (`kept_of`), at the cost of that resize; `c` is the job or one of its shrinks."""
+    running = c.running
+    keep = kept_of(running.placement, size, leave)
+    slots = tuple((node_index[a.node], a.gpus) for a in placement_without(running.placement, keep))
+    cost = c.lost + size * running.job.expected_restart  # `shrink_cost`, operation for operation
+    return Candidate(running, c.cls, slots, c.protection, cost, c.share, keep, c.lost)
+
+
+def shrink_of(whole: Candidate, node_index: Mapping[str, int], now: float, node: str) -> Candidate | None:
+    """The shrink of `whole`'s elastic job to its smallest size that frees most on `node` (it
+    keeps GPUs on its other nodes first), as a candidate of its own; None for a job that cannot
+    shrink or frees nothing there."""
     running = whole.running
     job = running.job
     if not job.elastic or job.gpus <= job.smallest:
         return None
-    keep = first_gpus(running.placement, job.smallest)
-    freed = placement_without(running.placement, keep)
-    slots = tuple((node_index[a.node], a.gpus) for a in freed)
-    return Candidate(
-        running, whole.cls, slots, whole.protection, shrink_cost(running, now, job.smallest), whole.share, keep
-    )
+    lost = replace(whole, lost=lost_since(running, now))
+    shrink = resized(lost, job.smallest, (node,), node_index)
+    return shrink if shrink.gpus_on(node_index[node]) else None
+
+
+def fitted(shrink: Candidate, node: int, need: int, node_index: Mapping[str, int], name: str) -> Candidate:
+    """`shrink` keeping the largest of its job's sizes with which it still frees `need` GPUs on
+    node `node` (named `name`), or as it is when no larger size does."""
+    job = shrink.running.job
+    kept = placed_gpus(shrink.keep)
+    for size in reversed(job.sizes):
+        if kept < size < job.gpus:
+            larger = resized(shrink, size, (name,), node_index)
+            if larger.gpus_on(node) >= need:
+                return larger
+    return shrink
 
 
 def victim_order(candidate: Candidate) -> tuple[int, float, bool, float, float, str]:

@@ -16,10 +16,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpupool.model import Reason, placement_without
+from gpupool.model import Reason
 from gpupool.policy.free import FreeGpus, Shape, Slot
 from gpupool.policy.preempt.bounds import Bounds, Group, Rank
-from gpupool.policy.preempt.candidates import Candidate, Candidates, first_gpus, victim_order
+from gpupool.policy.preempt.candidates import Candidate, Candidates, fitted, resized, victim_order
 from gpupool.policy.preempt.rules import Leaving, Preemptor, Taken, admits, eligibility, rank
 
 
@@ -34,9 +34,10 @@ class Victim:
     counted when it was chosen: what the search scores, not a total to add up."""
 
 
-Score = tuple[int, tuple[Rank, ...], float, int, int, int]
-"""(GPUs taken below guarantees, victims' ranks worst first, their lost work, their number,
-the node's free GPUs, the node): how a search compares nodes for one gang member, lowest best."""
+Score = tuple[int, tuple[Rank, ...], float, int, int, int, int]
+"""(GPUs taken below guarantees, victims' ranks worst first, their lost work, how many are
+evicted (not shrunk), their number, the node's free GPUs, the node): how a search compares
+nodes for one gang member, lowest best."""
 
 
 @dataclass(slots=True)
@@ -126,7 +127,7 @@ def _best_node(
     fits = _fits_free(want, shape, free, chosen)
     if fits is not None:
         have, i = fits
-        return (0, (), 0.0, 0, have, i), i, []
+        return (0, (), 0.0, 0, 0, have, i), i, []
     best: tuple[Score, int, list[Victim]] | None = None
     for lowest, i in _looks(want, shape, free, bounds, chosen):
         if best is not None and lowest >= best[0]:
@@ -196,15 +197,18 @@ def _looks(
 
 def node_score(
     picked: Sequence[Victim], rank_of: Callable[[Candidate], Rank]
-) -> tuple[int, tuple[Rank, ...], float, int]:
+) -> tuple[int, tuple[Rank, ...], float, int, int]:
     """What the victims a node needs cost: GPUs taken below guarantees, their ranks worst
-    first, their lost work, their number. The lost work is summed exactly (`math.fsum`, one
-    rounding): so no set of `k` victims that each cost at least `c` sums below `k * c`, and
-    `Bounds.bound` can be that product with no margin that ties would fall inside."""
+    first, their lost work, how many of them are evicted (at equal lost work a shrink is the
+    better choice: an evicted job also waits in line again), their number. The lost work is
+    summed exactly (`math.fsum`, one rounding): so no set of `k` victims that each cost at
+    least `c` sums below `k * c`, and `Bounds.bound` can be that product with no margin that
+    ties would fall inside."""
     return (
         sum(v.below for v in picked),
         tuple(sorted((rank_of(v.candidate) for v in picked), reverse=True)),
         math.fsum(v.candidate.cost for v in picked),
+        sum(1 for v in picked if not v.candidate.keep),
         len(picked),
     )
 
@@ -230,20 +234,28 @@ def _fits(slots: Sequence[Slot], victims: Sequence[Victim], free: FreeGpus) -> b
 
 
 def _trimmed(slots: Sequence[Slot], victims: list[Victim], n: int, free: FreeGpus) -> Victim:
-    """Victim `n`, a shrink, with its job keeping the largest of its sizes below the one it runs
-    at with which the gang still fits (its smallest, which it was chosen at, if no other)."""
+    """Victim `n`, a shrink, with its job keeping the largest of its sizes with which the gang
+    still fits, its GPUs off the gang's nodes kept first (as it was chosen, if no larger size
+    fits)."""
     victim = victims[n]
     shrink = victim.candidate
-    running = shrink.running
-    job = running.job
-    for size in reversed([size for size in job.sizes if job.smallest < size < job.gpus]):
-        keep = first_gpus(running.placement, size)
-        freed = placement_without(running.placement, keep)
-        fewer = replace(shrink, slots=tuple((free.node_index(a.node), a.gpus) for a in freed), keep=keep)
-        trial = replace(victim, candidate=fewer)
-        if _fits(slots, [*victims[:n], trial, *victims[n + 1 :]], free):
-            return trial
+    job = shrink.running.job
+    kept = sum(len(a.gpus) for a in shrink.keep)
+    leave = {free.layout.names[i] for i, _ in slots}
+    for size in reversed(job.sizes):
+        if kept < size < job.gpus:
+            trial = replace(victim, candidate=resized(shrink, size, leave, free.index))
+            if _fits(slots, [*victims[:n], trial, *victims[n + 1 :]], free):
+                return trial
     return victim
+
+
+def _leaving(gone: Leaving, taken: Iterable[Victim]) -> Leaving:
+    """`gone` with the victims `taken` on a node added (a copy)."""
+    found = gone.copy()
+    for victim in taken:
+        found.add(victim.candidate)
+    return found
 
 
 def _victims_on_node(node: int, need: int, search: _Search, chosen: _Chosen) -> list[Victim] | None:
@@ -267,11 +279,13 @@ def _one_victim(node: int, need: int, search: _Search, order: Sequence[Candidate
     """The best single candidate that frees `need` GPUs on the node alone, if any."""
     best: tuple[tuple[object, ...], Victim] | None = None
     taken_before, shares = search.candidates.chosen, search.candidates.shares
-    for candidate in order:
-        if candidate.gpus_on(node) < need or candidate.protection is not None:
+    free = search.candidates.free
+    for listed in order:
+        if listed.gpus_on(node) < need or listed.protection is not None:
             continue
-        if candidate.id in chosen.victims or candidate.id in taken_before:
+        if listed.id in chosen.victims or listed.id in taken_before:
             continue
+        candidate = fitted(listed, node, need, free.index, free.layout.names[node]) if listed.keep else listed
         found = eligibility(candidate, search.who, shares, chosen.gone)
         if not isinstance(found, Taken):
             continue
@@ -293,18 +307,31 @@ def _in_order(
     leaving: Leaving | None = None  # copied from `chosen.gone` once this node takes a victim
     got = 0
     who, shares, taken_before = search.who, search.candidates.shares, search.candidates.chosen
+    free = search.candidates.free
 
     def take(candidates: Iterable[Candidate], rules: Preemptor) -> None:
         nonlocal got, leaving
-        for candidate in candidates:
-            if candidate.protection is not None or candidate.id in chosen.victims or candidate.id in taken_before:
+        for listed in candidates:
+            if listed.protection is not None or listed.id in chosen.victims or listed.id in taken_before:
                 continue
-            if any(v.candidate.id == candidate.id for v in taken):  # its shrink, or its whole job
-                continue
-            found = eligibility(candidate, rules, shares, leaving or chosen.gone)
+            earlier = next((n for n, v in enumerate(taken) if v.candidate.id == listed.id), None)
+            if earlier is not None and (listed.keep or not taken[earlier].candidate.keep):
+                continue  # a shrink of a job taken already, or the job twice
+            # A shrink as large as this node allows.
+            candidate = fitted(listed, node, need - got, free.index, free.layout.names[node]) if listed.keep else listed
+            if earlier is None:
+                before = leaving or chosen.gone
+            else:
+                others = taken[:earlier] + taken[earlier + 1 :]
+                before = _leaving(chosen.gone, others)
+            found = eligibility(candidate, rules, shares, before)
             if not isinstance(found, Taken):
                 continue
-            if leaving is None:
+            if earlier is not None:  # its job after its shrink, which was not enough: evicted
+                got -= taken[earlier].candidate.gpus_on(node)
+                taken[:] = others
+                leaving = before
+            elif leaving is None:
                 leaving = chosen.gone.copy()
             taken.append(Victim(candidate, found.reason, found.below))
             leaving.add(candidate)
@@ -314,9 +341,9 @@ def _in_order(
 
     take(order, search.strict)
     if got < need and who.cross:
-        ids = {v.candidate.id for v in taken}
+        evicted = {v.candidate.id for v in taken if not v.candidate.keep}
         so_far = leaving or chosen.gone
-        left = [c for c in order if c.id not in ids]
+        left = [c for c in order if c.id not in evicted]
         left.sort(key=lambda c: shares.guarantee(c.team) - (shares.gpus[c.team] - so_far.gpus[c.team] - c.gpus))
         take(left, who)
     if got < need:
