@@ -24,7 +24,7 @@ from gpupool.model import (
     Snapshot,
 )
 from gpupool.policy import PoolState
-from gpupool.policy.preempt.candidates import Shortcuts
+from gpupool.policy.preempt.candidates import Shortcuts, lost_work, shrink_cost
 from gpupool.shapes import POWERS_OF_TWO, elastic_problem, elastic_sizes
 from tests.support.builders import fill, job, on, pool, running, summary
 from tests.support.exercised import Exercised
@@ -59,9 +59,20 @@ def test_an_elastic_job_takes_from_others_only_what_its_smallest_needs() -> None
     assert ("wait", "e", "awaiting_drain") in rows
 
 
-def test_while_its_victims_drain_it_holds_the_largest_size_their_gpus_and_free_ones_make() -> None:
-    """Its two victims free 4 GPUs and 2 more are free: it holds 6 (its sizes are 4, 6, 8)."""
+def test_while_its_victims_drain_it_holds_the_largest_size_their_gpus_make_not_free_ones() -> None:
+    """Its victim frees 6 GPUs (its sizes are 4, 6, 8): it holds them; the 2 free GPUs are
+    left to the queue (w starts on them), not grown into ahead of it."""
     e = job("e", cls="high", sizes=(4, 6, 8), submit=1.0)
+    draining = running(job("l0", cls="low", gpus=6), on("n0", *range(6)), notice_for="e", deadline=NOW + 30)
+    w = job("w", cls="normal", gpus=2, submit=2.0)
+    plan = decide(Snapshot(ONE, [draining], [e, w]), BASE, NOW)
+    assert summary(plan) == [("start", "w", (("n0", (6, 7)),), "free_gpus"), ("wait", "e", "awaiting_drain")]
+    assert [(a.node, a.gpus) for a in plan.waits[0].placement] == [("n0", tuple(range(6)))]
+
+
+def test_while_its_victims_drain_it_takes_free_gpus_only_as_its_smallest_size_needed() -> None:
+    """Its two victims free 4 GPUs and 2 more are free; its sizes are 6 and 8: it holds 6."""
+    e = job("e", cls="high", sizes=(6, 8), submit=1.0)
     draining = [
         running(job(f"l{i}", cls="low", gpus=2), on("n0", 2 * i, 2 * i + 1), notice_for="e", deadline=NOW + 30)
         for i in (0, 1)
@@ -280,3 +291,66 @@ def test_a_gang_shrinks_off_the_node_its_preemptor_needs_keeping_the_others() ->
     plan = decide(Snapshot(nodes, [whole], [h]), BASE, NOW)
     [shrink] = plan.preemptions
     assert shrink.keep == on("n1", *range(8))
+
+
+def test_an_elastic_jobs_wait_is_said_for_its_sizes() -> None:
+    busy = fill(ONE, [job("x", cls="high", gpus=6)])
+    [wait] = decide(Snapshot(ONE, busy, [job("e", sizes=(4, 8))]), BASE, NOW).waits
+    assert wait.message.startswith("waits for 4 to 8 GPUs (2 free in its nodes"), wait.message
+    [never] = decide(Snapshot(ONE, [], [job("big", sizes=(16, 32))]), BASE, NOW).waits
+    assert never.message.startswith("can never fit: 16 GPUs,") and never.message.endswith("(its smallest size)")
+
+
+def lost(plan: Plan, snapshot: Snapshot) -> float:
+    """GPU-seconds the plan's notices lose, as the search counts them: each victim's work since
+    its last checkpoint and the restart of its next attempt (a shrink's at its smallest size)."""
+    running = {r.job.id: r for r in snapshot.running}
+    total = 0.0
+    for p in plan.preemptions:
+        victim = running[p.victim]
+        total += shrink_cost(victim, NOW) if p.keep else lost_work(victim, NOW)
+    return total
+
+
+def rigid(snapshot: Snapshot) -> Snapshot:
+    """The same pool with every running job rigid at its size."""
+    return replace(snapshot, running=[replace(r, job=replace(r.job, sizes=())) for r in snapshot.running])
+
+
+def test_a_plan_with_shrinks_loses_no_more_work_for_one_job_than_the_plan_without_them() -> None:
+    exercised = Exercised()
+
+    @given(elastic_pools(), st.sampled_from([1, 2, 4, 8]))
+    def check(scenario: tuple[Snapshot, Config], gpus: int) -> None:
+        snapshot, config = scenario
+        one = replace(snapshot, pending=[job("h", team="a", cls="high", gpus=gpus)])
+        with_shrinks, without = decide(one, config, NOW), decide(rigid(one), config, NOW)
+        assert lost(with_shrinks, one) <= lost(without, one) + 1e-6
+        exercised.note(shrinks=any(p.keep for p in with_shrinks.preemptions))
+
+    check()
+    exercised.assert_shown("shrinks", share=0.1)
+
+
+def served(plan: Plan) -> set[str]:
+    """The jobs a plan starts, or gives GPUs to drain for."""
+    return {s.job for s in plan.starts} | {w.job for w in plan.waits if w.reason is Reason.AWAITING_DRAIN}
+
+
+def test_a_plan_with_shrinks_for_several_jobs_loses_no_more_work_when_it_serves_the_same_ones() -> None:
+    """With several preemptors the search is greedy, job after job; where shrinks let it serve
+    a job more, it may lose more work for it, so the plans are compared when they serve the
+    same jobs."""
+    exercised = Exercised()
+
+    @given(elastic_pools())
+    def check(scenario: tuple[Snapshot, Config]) -> None:
+        snapshot, config = scenario
+        with_shrinks, without = decide(snapshot, config, NOW), decide(rigid(snapshot), config, NOW)
+        same = served(with_shrinks) == served(without)
+        if same:
+            assert lost(with_shrinks, snapshot) <= lost(without, snapshot) + 1e-6
+        exercised.note(shrinks=same and any(p.keep for p in with_shrinks.preemptions))
+
+    check()
+    exercised.assert_shown("shrinks", share=0.1)

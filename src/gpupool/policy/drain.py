@@ -78,14 +78,37 @@ def _drains(running: Iterable[RunningJob], pending: Container[JobId]) -> tuple[d
 
 
 def _largest_on_lent(decision: Decision, job: Job, draining: Sequence[RunningJob]) -> tuple[Job, Placement]:
-    """`job` at the largest of its sizes that free GPUs plus those `draining` jobs free hold
-    (its one size, if rigid), and that placement; empty if none fits."""
-    for size in reversed(job.sizes or (job.gpus,)):
+    """`job` at the largest of its sizes that the GPUs `draining` jobs free hold, with no more
+    free GPUs than its smallest size needs (growing into free ones is for the growth pass,
+    after the queue's jobs), and that placement; its one size, if rigid; empty if none fits."""
+    if not job.elastic:
+        return job, _place_on_lent(decision, job, draining)
+    lent = {(a.node, g) for r in draining for a in _freed(r) for g in a.gpus}
+    smallest = job.at_size(job.smallest)
+    placement = _place_on_lent(decision, smallest, draining)
+    if not placement:
+        return job, ()
+    allowed = _free_in(placement, lent)
+    _unplace(decision.free, placement, lent)
+    for size in reversed(job.sizes[1:]):
         sized = job.at_size(size)
         placement = _place_on_lent(decision, sized, draining)
-        if placement:
+        if placement and _free_in(placement, lent) <= allowed:
             return sized, placement
-    return job, ()
+        _unplace(decision.free, placement, lent)
+    return smallest, _place_on_lent(decision, smallest, draining)
+
+
+def _unplace(free: FreeGpus, placement: Placement, lent: Container[tuple[str, int]]) -> None:
+    """Undo `place_on_lent`: the free GPUs of `placement` are free again, its `lent` ones
+    still their draining jobs'."""
+    for a in placement:
+        free.give(free.node_index(a.node), [g for g in a.gpus if (a.node, g) not in lent])
+
+
+def _free_in(placement: Placement, lent: Container[tuple[str, int]]) -> int:
+    """GPUs of `placement` that are free ones, not `lent` by draining jobs."""
+    return sum(1 for a in placement for g in a.gpus if (a.node, g) not in lent)
 
 
 def _place_on_lent(decision: Decision, job: Job, draining: Sequence[RunningJob]) -> Placement:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from gpupool.model import Job, Node, Placement, PriorityClass, Reason
 from gpupool.policy.budget import BudgetedClass
@@ -19,6 +20,11 @@ def where(placement: Placement) -> str:
 def who(job: Job, priority: str | None = None) -> str:
     """A job in words: `job 7 (team nlp, high)`."""
     return f"job {job.label} (team {job.team}, {priority or job.priority})"
+
+
+def wanted(job: Job) -> str:
+    """The GPUs a job waits for, in words: `2 GPUs`, or an elastic job's `4 to 16 GPUs`."""
+    return f"{job.smallest} to {job.largest} GPUs" if job.elastic else plural(job.gpus, "GPU")
 
 
 def started(job: Job, placement: Placement, budgeted: BudgetedClass) -> str:
@@ -61,7 +67,9 @@ def awaiting_drain(victims: Sequence[str], deadline: float, now: float) -> str:
 
 def never_fits(job: Job, nodes: Sequence[Node] = ()) -> str:
     """Why no placement of `nodes` (of those the job may use: shared or its team's, of its
-    GPU type) could ever hold the job."""
+    GPU type) could ever hold the job (an elastic one at its smallest size)."""
+    if job.elastic:
+        return f"{never_fits(replace(job, gpus=job.smallest, sizes=()), nodes)} (its smallest size)"
     kind = f" of type {job.gpu_type}" if job.gpu_type else ""
     usable = [n for n in nodes if n.team in (None, job.team) and job.gpu_type in (None, n.gpu_type)]
     if job.gpus_per_node:
@@ -91,7 +99,7 @@ def never_fits(job: Job, nodes: Sequence[Node] = ()) -> str:
 
 def no_fit(job: Job, free: int) -> str:
     """Why a job that may not preempt waits, with the GPUs `free` in the nodes it may use."""
-    return f"waits for {plural(job.gpus, 'GPU')} ({free} free in its nodes, not enough in one placement)"
+    return f"waits for {wanted(job)} ({free} free in its nodes, not enough in one placement)"
 
 
 def queue_blocked() -> str:
@@ -104,7 +112,7 @@ def no_victims(job: Job, cls: PriorityClass, kept: Kept, senior: tuple[float, fl
     and the team rules that keep it from others (`kept`). `senior`: (how long it has waited,
     `seniority_after`) when it may take by seniority."""
     text = (
-        f"waits for {plural(job.gpus, 'GPU')}: no set of preemptible jobs below {cls.name} "
+        f"waits for {wanted(job)}: no set of preemptible jobs below {cls.name} "
         f"(or above their team's guarantee) frees a placement now"
     )
     if senior is not None:

@@ -120,11 +120,13 @@ def lost_work(running: RunningJob, now: float) -> float:
     return running.job.gpus * (max(0.0, now - since) + running.job.expected_restart)
 
 
-def shrink_cost(running: RunningJob, now: float, to: int) -> float:
-    """GPU-seconds lost if the elastic job were resized now to `to` GPUs: every GPU's work
-    since the last committed checkpoint, and the restart of the next attempt at its new size
-    (no wait in line: its GPUs are held for it)."""
-    return lost_since(running, now) + to * running.job.expected_restart
+def shrink_cost(running: RunningJob, now: float) -> float:
+    """GPU-seconds lost if the elastic job were resized now: every GPU's work since the last
+    committed checkpoint, and the restart of the next attempt at its smallest size (no wait in
+    line: its GPUs are held for it). A shrink keeps as many GPUs as its preemptor leaves it
+    (`search._trimmed`); their restart is not charged, as their work after it repays it: so the
+    search never keeps a job smaller to make its shrink look cheaper."""
+    return lost_since(running, now) + running.job.smallest * running.job.expected_restart
 
 
 def kept_of(placement: Placement, gpus: int, leave: Collection[str]) -> Placement:
@@ -144,11 +146,12 @@ def kept_of(placement: Placement, gpus: int, leave: Collection[str]) -> Placemen
 
 def resized(c: Candidate, size: int, leave: Collection[str], node_index: Mapping[str, int]) -> Candidate:
     """The shrink of `c`'s elastic job to `size` GPUs, keeping those off the nodes in `leave`
-    first (`kept_of`), at the cost of that resize; `c` is the job or one of its shrinks."""
+    first (`kept_of`), at the cost of a resize (`shrink_cost`); `c` is the job or one of its
+    shrinks."""
     running = c.running
     keep = kept_of(running.placement, size, leave)
     slots = tuple((node_index[a.node], a.gpus) for a in placement_without(running.placement, keep))
-    cost = c.lost + size * running.job.expected_restart  # `shrink_cost`, operation for operation
+    cost = c.lost + running.job.smallest * running.job.expected_restart  # `shrink_cost`, op for op
     return Candidate(running, c.cls, slots, c.protection, cost, c.share, keep, c.lost)
 
 

@@ -348,9 +348,37 @@ def _in_order(
         take(left, who)
     if got < need:
         return None
-    for victim in reversed(list(taken)):
+    taken = _reprieved(node, need, taken)
+    return _evicting_instead(node, need, search, order, chosen, taken)
+
+
+def _reprieved(node: int, need: int, taken: list[Victim]) -> list[Victim]:
+    """`taken` without those the node does not need to free `need` GPUs, last taken first."""
+    got = sum(v.candidate.gpus_on(node) for v in taken)
+    kept = list(taken)
+    for victim in reversed(taken):
         spare = victim.candidate.gpus_on(node)
         if got - spare >= need:
-            taken.remove(victim)
+            kept.remove(victim)
             got -= spare
+    return kept
+
+
+def _evicting_instead(
+    node: int, need: int, search: _Search, order: Sequence[Candidate], chosen: _Chosen, taken: list[Victim]
+) -> list[Victim]:
+    """`taken`, with a shrink among them replaced by its job's eviction where that scores
+    better: the whole job frees more, and may reprieve others that cost more than it adds."""
+    wholes = {c.id: c for c in order if not c.keep}
+    for n, victim in enumerate(taken):
+        whole = wholes.get(victim.candidate.id)
+        if not victim.candidate.keep or whole is None:
+            continue
+        others = taken[:n] + taken[n + 1 :]
+        found = eligibility(whole, search.who, search.candidates.shares, _leaving(chosen.gone, others))
+        if not isinstance(found, Taken):
+            continue
+        trial = _reprieved(node, need, [*taken[:n], Victim(whole, found.reason, found.below), *taken[n + 1 :]])
+        if node_score(trial, search.rank_of) < node_score(taken, search.rank_of):
+            return _evicting_instead(node, need, search, order, chosen, trial)
     return taken
