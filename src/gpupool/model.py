@@ -134,6 +134,16 @@ class SessionPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class ElasticPolicy:
+    """How elastic jobs are resized (docs/elastic.md)."""
+
+    min_time_at_size: float = 600.0
+    """Seconds an elastic job runs at one size before it may grow: each resize restarts it, so
+    idle GPUs that come and go do not make it thrash. A shrink for a waiting job is not held
+    back by it (a class's `min_runtime` protects a job from preemptors, shrinks included)."""
+
+
+@dataclass(frozen=True, slots=True)
 class PriorityBudget:
     """At most `gpu_hours` at class `priority` per rolling `window` seconds."""
 
@@ -259,7 +269,8 @@ def placement_without(placement: Placement, kept: Placement) -> Placement:
 class Notice:
     """An in-flight preemption: the victim is draining for `for_job` until `deadline`. A shrink
     keeps some of its GPUs (`keep`): once drained, it starts again on them at once, at their size
-    (an elastic job's resize); an eviction keeps none, and goes back in line."""
+    (an elastic job's resize); an eviction keeps none, and goes back in line. A growth is a
+    notice for the job itself whose `keep` holds its GPUs and free ones it grows into."""
 
     for_job: JobId
     deadline: float
@@ -268,6 +279,11 @@ class Notice:
     def frees(self, placement: Placement) -> Placement:
         """What of `placement` (the draining attempt's) this notice frees: all of it but `keep`."""
         return placement_without(placement, self.keep)
+
+    def adds(self, placement: Placement) -> Placement:
+        """What a growth adds to `placement` (the draining attempt's): GPUs it holds already,
+        for its next attempt; () for any other notice."""
+        return placement_without(self.keep, placement)
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,6 +393,7 @@ class Config:
     later ones keep the reason they were last given, as Slurm's `default_queue_depth`): what a
     decision costs then does not grow with the queue. None: every one."""
     sessions: SessionPolicy = SessionPolicy()
+    elastic: ElasticPolicy = ElasticPolicy()
     _by_name: Mapping[str, PriorityClass] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def priority_class(self, name: str) -> PriorityClass:
@@ -475,6 +492,17 @@ class Preempt:
 
 
 @dataclass(frozen=True, slots=True)
+class Grow:
+    """An elastic job given notice to grow: once drained, it starts again at once on
+    `placement`, its GPUs and free ones (`Notice.keep`), at their size."""
+
+    job: JobId
+    deadline: float
+    placement: Placement
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class Wait:
     job: JobId
     reason: Reason
@@ -489,8 +517,10 @@ class Plan:
     preemptions: tuple[Preempt, ...] = ()
     waits: tuple[Wait, ...] = ()
     retry_at: float | None = None
-    """Earliest time a protection that blocked a preemption expires, or a waiting job becomes
-    senior (`Config.seniority_after`): decide again then."""
+    """Earliest time a protection that blocked a preemption expires, a waiting job becomes
+    senior (`Config.seniority_after`), or an elastic job may grow (`ElasticPolicy`): decide
+    again then."""
+    grows: tuple[Grow, ...] = ()
 
     @property
     def nominated(self) -> tuple[JobId, ...]:

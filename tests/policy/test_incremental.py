@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from gpupool.model import (
     Allocation,
     Config,
+    ElasticPolicy,
     FairShare,
     Job,
     Node,
@@ -28,6 +29,7 @@ from gpupool.model import (
 from gpupool.policy import PoolState
 from gpupool.policy import decide as decide_on
 from gpupool.policy.running import RunningIndex
+from gpupool.shapes import elastic_sizes
 from tests.support.exercised import Exercised
 from tests.support.oracle import assert_index_matches, decide, reference_state
 
@@ -59,6 +61,7 @@ class Driver:
     decisions: int = 0
     notices: int = 0
     held: int = 0
+    resizes: int = 0
 
     def __post_init__(self) -> None:
         self.state = PoolState(self.nodes)
@@ -75,6 +78,7 @@ class Driver:
             assert_index_matches(state.index, snapshot.running)
         self.decisions += 1
         self.notices += len(plan.preemptions)
+        self.resizes += sum(1 for p in plan.preemptions if p.keep) + len(plan.grows)
         self.held += sum(1 for wait in plan.waits if wait.placement)
         state.apply(plan, self.now)
 
@@ -94,6 +98,13 @@ class Driver:
     def checkpoint(self, job_id: str) -> None:
         self.state.checkpoint(job_id, self.now)
 
+    def resized(self) -> None:
+        """The first resize under way (a shrink or a growth) is done: the job runs at once on
+        what its notice keeps."""
+        resizing = sorted(j for j, r in self.state.draining.items() if r.notice is not None and r.notice.keep)
+        if resizing:
+            self.state.resized(resizing[0], self.now)
+
 
 pools = st.lists(
     st.tuples(st.sampled_from([2, 4, 8]), st.sampled_from(["A", "A", "B"]), st.sampled_from([None, None, "a"])),
@@ -106,11 +117,13 @@ arrivals = st.tuples(
     st.sampled_from([1, 1, 2, 3, 4, 8, 12, 16]),
     st.sampled_from([None, None, "A"]),
     st.sampled_from([None, None, 0]),
+    st.booleans(),
 )
 events = st.lists(
     st.one_of(
         st.tuples(st.just("arrive"), arrivals),
         st.tuples(st.sampled_from(["exit", "requeue", "checkpoint"]), st.integers(0, 50)),
+        st.tuples(st.just("resized"), st.none()),
         st.tuples(st.just("advance"), st.sampled_from([1.0, 30.0, 130.0, 601.0])),
         st.tuples(st.just("decide"), st.none()),
     ),
@@ -119,7 +132,11 @@ events = st.lists(
     max_size=80,
 )
 _configs = [
-    Config(CLASSES_FAST, {"a": Team("a", guaranteed_gpus=8), "b": Team("b", guaranteed_gpus=4)}),
+    Config(
+        CLASSES_FAST,
+        {"a": Team("a", guaranteed_gpus=8), "b": Team("b", guaranteed_gpus=4)},
+        elastic=ElasticPolicy(min_time_at_size=100.0),
+    ),
     Config(CLASSES_FAST, fair_share=FairShare.PREEMPT, seniority_after=300.0, max_preemptions=2),
     Config(
         CLASSES_FAST,
@@ -159,6 +176,8 @@ def test_the_kept_state_decides_as_the_snapshot_alone() -> None:
                 gpu_type: str | None = arg[3]
                 max_preemptions: int | None = arg[4]
                 per_node = 4 if gpus in (12, 16) else None
+                elastic = arg[5] and gpus > 1
+                sizes = elastic_sizes(4 if per_node else 1, gpus, per_node or 1, per_node) if elastic else ()
                 job = Job(
                     f"j{arrived}",
                     team,
@@ -169,6 +188,7 @@ def test_the_kept_state_decides_as_the_snapshot_alone() -> None:
                     gpus_per_node=per_node,
                     max_preemptions=max_preemptions,
                     expected_restart=float(arrived % 3) * 20.0,
+                    sizes=sizes,
                 )
                 driver.arrive(job)
                 arrived += 1
@@ -178,6 +198,8 @@ def test_the_kept_state_decides_as_the_snapshot_alone() -> None:
                     driver.checkpoint(job_id)
                 else:
                     driver.leave(job_id, requeue=kind == "requeue")
+            elif kind == "resized":
+                driver.resized()
             elif kind == "advance":
                 driver.now += float(arg)  # type: ignore[arg-type]
             elif kind == "decide":
@@ -185,10 +207,10 @@ def test_the_kept_state_decides_as_the_snapshot_alone() -> None:
         assert driver.decisions >= 1
         target(float(driver.notices), label="notices")
         target(float(driver.held), label="held placements")
-        exercised.note(notices=driver.notices > 0, held_placements=driver.held > 0)
+        exercised.note(notices=driver.notices > 0, held_placements=driver.held > 0, resizes=driver.resizes > 0)
 
     check()
-    exercised.assert_shown("notices", "held_placements")
+    exercised.assert_shown("notices", "held_placements", "resizes")
 
 
 def test_a_scripted_storm_gives_notice_holds_and_drains_the_same_both_ways() -> None:

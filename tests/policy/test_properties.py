@@ -198,6 +198,16 @@ def test_never_over_allocates_a_gpu(scenario: tuple[Snapshot, Config]) -> None:
                     mine = holder.job.id in victims_of.get(job_id, set())
                     other = holder.notice.for_job if holder.notice is not None else None
                     assert mine or (other is not None and (other not in jobs or other in started))
+    running = {r.job.id: r for r in snapshot.running}
+    for grow in plan.grows:
+        grower = running[grow.job]
+        assert grower.notice is None and sum(len(a.gpus) for a in grow.placement) in grower.job.sizes
+        mine = {(a.node, g) for a in grower.placement for g in a.gpus}
+        for alloc in grow.placement:
+            for gpu in alloc.gpus:
+                if (alloc.node, gpu) not in mine:
+                    assert (alloc.node, gpu) not in holders, f"{grow.job} grew onto a GPU held by another"
+                    used[(alloc.node, gpu)] += 1
     assert all(count == 1 for count in used.values()), "a GPU was given twice"
 
 

@@ -15,7 +15,18 @@ from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from gpupool.model import Config, Job, JobId, Node, Plan, PriorityClass, QueueOrder, RunningJob, Snapshot
+from gpupool.model import (
+    Config,
+    Job,
+    JobId,
+    Node,
+    Plan,
+    PriorityClass,
+    QueueOrder,
+    RunningJob,
+    Snapshot,
+    placement_without,
+)
 from gpupool.policy import PoolState
 from gpupool.policy import decide as decide_on
 from gpupool.policy.free import FreeGpus
@@ -30,6 +41,7 @@ from gpupool.policy.preempt.candidates import (
     ListedCrowd,
     ProtectionRule,
     Shortcuts,
+    kept_of,
     lost_work,
     protection,
     shrink_of,
@@ -56,7 +68,7 @@ def reference_state(snapshot: Snapshot) -> PoolState:
     for r in snapshot.running:
         if r.notice is None:
             teams[r.job.team] += r.job.gpus
-        else:  # a shrink's kept GPUs are still its team's
+        else:  # a shrink's kept GPUs are still its team's, and those a growth holds
             teams[r.job.team] += sum(len(a.gpus) for a in r.notice.keep)
     assert dict(state.team_gpus) == dict(+teams), "the GPUs per team are not those the jobs hold and keep"
     assert state.draining == {r.job.id: r for r in snapshot.running if r.notice is not None}, "other drains"
@@ -64,8 +76,9 @@ def reference_state(snapshot: Snapshot) -> PoolState:
 
 
 def derived_free(snapshot: Snapshot) -> dict[str, tuple[int, ...]]:
-    """Every GPU of every node that no running job's placement holds."""
+    """Every GPU of every node that no running job's placement holds, nor a growth's notice."""
     held = {(a.node, g) for r in snapshot.running for a in r.placement for g in a.gpus}
+    held |= {(a.node, g) for r in snapshot.running if r.notice is not None for a in r.notice.keep for g in a.gpus}
     return {n.name: tuple(g for g in range(n.gpus) if (n.name, g) not in held) for n in snapshot.nodes}
 
 
@@ -236,12 +249,22 @@ def _crowd_key(c: Candidate, groups: frozenset[NodeGroup]) -> tuple[object, ...]
 
 def assert_index_matches(index: RunningIndex, running: Sequence[RunningJob]) -> None:
     """Raise AssertionError unless `index` holds exactly the jobs of `running` not draining,
-    with one row per (job, node)."""
+    with one row per (job, node), and one per node an elastic job's shrink frees GPUs on."""
     expected = {r.job.id: r for r in running if r.notice is None}
     assert index.jobs == expected, "the running index holds other jobs than the running ones"
     held: Counter[tuple[JobId, int]] = Counter()
+    shrinks: Counter[tuple[JobId, int]] = Counter()
     for r in expected.values():
         for alloc in r.placement:
             held[r.job.id, index.index[alloc.node]] += len(alloc.gpus)
-    rows = Counter({(index._row_job[k], index.node[k]): int(index.gpus[k]) for k in range(len(index._row_job))})
+        if r.job.elastic and r.job.gpus > r.job.smallest:
+            for node in dict.fromkeys(a.node for a in r.placement):
+                keep = kept_of(r.placement, r.job.smallest, (node,))
+                freed = sum(len(a.gpus) for a in placement_without(r.placement, keep) if a.node == node)
+                shrinks[r.job.id, index.index[node]] += freed
+    rows: Counter[tuple[JobId, int]] = Counter()
+    shrink_rows: Counter[tuple[JobId, int]] = Counter()
+    for k in range(len(index._row_job)):
+        (shrink_rows if index.shrink_to[k] else rows)[index._row_job[k], index.node[k]] += int(index.gpus[k])
     assert rows == held, "the running index's rows do not match its jobs"
+    assert shrink_rows == +shrinks, "the running index's shrink rows do not match its elastic jobs"

@@ -1,6 +1,6 @@
 """One decision: the working state a `decide` call builds from the kept state, what it has
 decided so far, and the lookups its stages share. The stages are `drain` and `queue` (and,
-within the queue pass, `preempt.notice`); the kept state itself is never changed."""
+within the queue pass, `preempt.notice`), then `grow`; the kept state itself is never changed."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 
-from gpupool.model import Config, Job, JobId, Placement, Plan, Preempt, PriorityClass, Reason, Start, Wait
+from gpupool.model import Config, Grow, Job, JobId, Placement, Plan, Preempt, PriorityClass, Reason, Start, Wait
 from gpupool.policy import messages
 from gpupool.policy.budget import BudgetedClass, budgeted_class
 from gpupool.policy.free import FreeGpus, Group
@@ -76,6 +76,12 @@ class Decision:
     depth: int | None = field(init=False)
     """How many waits to explain (`Config.explain_depth`; 0 without `explain_waits`, None: all)."""
     explained: int = 0
+    waiting_at: int | None = None
+    """The highest class value of the jobs left waiting for GPUs they could use (not those
+    holding GPUs that drain for them, nor those no placement could ever hold)."""
+    waiting_under: set[str] = field(default_factory=set)
+    """The teams under their guarantee with a job left waiting so."""
+    grows: list[Grow] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         state = self.state
@@ -147,6 +153,15 @@ class Decision:
         message = messages.awaiting_drain(victims, deadline, self.now)
         self.waits.append(Wait(job.id, Reason.AWAITING_DRAIN, message, placement))
 
+    def note_waiting(self, job: Job) -> None:
+        """`job` is left waiting for GPUs it could use: no elastic job of a lower class grows,
+        nor one of another team while `job`'s is under its guarantee (`grow.py`)."""
+        value = self.class_value(job.team, job.priority)
+        if self.waiting_at is None or value > self.waiting_at:
+            self.waiting_at = value
+        if self.shares.gpus[job.team] < self.shares.guarantee(job.team):
+            self.waiting_under.add(job.team)
+
     def note_retry_at(self, at: float) -> None:
         """Decide again at `at`, if no earlier time is noted."""
         if self.retry_at is None or at < self.retry_at:
@@ -154,4 +169,4 @@ class Decision:
 
     def plan(self) -> Plan:
         """The decision made."""
-        return Plan(tuple(self.starts), tuple(self.preemptions), tuple(self.waits), self.retry_at)
+        return Plan(tuple(self.starts), tuple(self.preemptions), tuple(self.waits), self.retry_at, tuple(self.grows))

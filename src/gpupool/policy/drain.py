@@ -69,6 +69,8 @@ def _drains(running: Iterable[RunningJob], pending: Container[JobId]) -> tuple[d
     orphans = []
     for job in running:
         assert job.notice is not None
+        if job.notice.for_job == job.job.id:
+            continue  # a growth, which frees nothing
         if job.notice.for_job in pending:
             draining_for[job.notice.for_job].append(job)
         else:

@@ -35,6 +35,14 @@ def started(job: Job, placement: Placement, budgeted: BudgetedClass) -> str:
     return f"{text}; {budgeted.note}" if budgeted.note else text
 
 
+def grew(job: Job, size: int, added: Placement) -> str:
+    """Why an elastic job is given notice to grow, and onto what."""
+    return (
+        f"grows job {job.label} (team {job.team}) from {job.gpus} to {size} of its {job.smallest} to "
+        f"{job.largest} GPUs, onto free GPUs {where(added)} that no job in line could use"
+    )
+
+
 def preempted(victim: Candidate, job: Job, budgeted: BudgetedClass, reason: Reason, now: float) -> str:
     """Why a victim is given notice (or, an elastic job, shrunk), for whom, and what it had saved."""
     running = victim.running

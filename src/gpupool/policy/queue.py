@@ -106,6 +106,8 @@ def _wait(decision: Decision, job: Job, fit: Fit) -> None:
     """Record why the job waits; the words are only written when waits are explained, for
     the first `Config.explain_depth` jobs in line that wait."""
     decision.settled.add(job.id)
+    if fit is not Fit.NEVER_FITS:
+        decision.note_waiting(job)
     if decision.depth is None or decision.explained < decision.depth:
         decision.explained += 1
         decision.waits.append(Wait(job.id, fit.reason, _words(decision, job, fit.reason)))

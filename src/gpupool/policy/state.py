@@ -15,7 +15,19 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from gpupool.model import Job, JobId, Node, Notice, Plan, RunningJob, Snapshot, Team, placed_gpus
+from gpupool.model import (
+    Job,
+    JobId,
+    Node,
+    Notice,
+    Placement,
+    Plan,
+    RunningJob,
+    Snapshot,
+    Team,
+    placed_gpus,
+    placement_without,
+)
 from gpupool.policy.free import FreeIndex
 from gpupool.policy.line import Line
 from gpupool.policy.running import RunningIndex
@@ -35,6 +47,8 @@ class PoolState:
         """Every attempt that holds GPUs, under notice or not."""
         self.draining: dict[JobId, RunningJob] = {}
         """The attempts under notice."""
+        self.growable: dict[JobId, RunningJob] = {}
+        """The attempts not under notice of elastic jobs below their largest size."""
         self.free = FreeIndex(nodes)
         self.team_gpus: Counter[str] = Counter()
         """GPUs per team held by the attempts not under notice (a team at none is not listed)."""
@@ -123,12 +137,14 @@ class PoolState:
         job = running.job
         if job.id in self.running:
             raise ValueError(f"job {job.id} runs twice")
-        self.free.take(running.placement)
+        self.free.take(running.placement + _added(running))
         self.running[job.id] = running
         if running.notice is None:
             self.team_gpus[job.team] += job.gpus
             if self._index is not None:
                 self._index.add(running)
+            if job.gpus < job.largest:
+                self.growable[job.id] = running
         else:
             self.draining[job.id] = running
             self._count(job.team, _kept(running))
@@ -142,14 +158,16 @@ class PoolState:
             self._count(running.job.team, -running.job.gpus)
             if self._index is not None:
                 self._index.remove(job_id)
+            self.growable.pop(job_id, None)
         else:
             self._count(running.job.team, -_kept(running))
-        self.free.give(running.placement)
+        self.free.give(running.placement + _added(running))
         return running
 
     def resized(self, job_id: JobId, now: float) -> RunningJob:
-        """The job's attempt under a shrink's notice ended: its next attempt runs from `now`
-        on the GPUs the notice kept, at their size, without going back in line. Returns it."""
+        """The job's attempt under a shrink's or a growth's notice ended: its next attempt runs
+        from `now` on the GPUs the notice kept, at their size, without going back in line.
+        Returns it."""
         ended = self.running.get(job_id)
         if ended is None or ended.notice is None or not ended.notice.keep:
             raise ValueError(f"job {job_id} is not being resized")
@@ -182,13 +200,26 @@ class PoolState:
 
     def notice(self, job_id: JobId, notice: Notice) -> RunningJob:
         """The job's attempt was given notice: it drains, and the GPUs it frees are no longer
-        its team's (a shrink's kept ones still are)."""
+        its team's (a shrink's kept ones still are); the free GPUs a growth adds are held for it
+        (a ValueError names one that is not free, and nothing changes then)."""
         running = self.running[job_id]
-        noticed = self.running[job_id] = self.draining[job_id] = replace(running, notice=notice)
+        noticed = replace(running, notice=notice)
+        before, after = _added(running), _added(noticed)
+        if before != after:
+            self.free.give(before)
+            try:
+                self.free.take(after)
+            except ValueError:
+                self.free.take(before)
+                raise
+        self.running[job_id] = self.draining[job_id] = noticed
         if running.notice is None:
             self._count(running.job.team, _kept(noticed) - running.job.gpus)
             if self._index is not None:
                 self._index.remove(job_id)
+            self.growable.pop(job_id, None)
+        else:
+            self._count(running.job.team, _kept(noticed) - _kept(running))
         return noticed
 
     def checkpoint(self, job_id: JobId, at: float | None) -> RunningJob:
@@ -196,7 +227,10 @@ class PoolState:
         running = self.running[job_id] = self.running[job_id].checkpointed(at)
         if running.notice is not None:
             self.draining[job_id] = running
-        elif self._index is not None:
+            return running
+        if job_id in self.growable:
+            self.growable[job_id] = running
+        if self._index is not None:
             self._index.checkpointed(running)
         return running
 
@@ -208,9 +242,11 @@ class PoolState:
         are not free) changes nothing."""
         unknown = [s.job for s in plan.starts if s.job not in self.line.jobs]
         unknown += [p.victim for p in plan.preemptions if p.victim not in self.running]
+        unknown += [g.job for g in plan.grows if g.job not in self.running]
         if unknown:
             raise ValueError(f"the plan names job(s) {', '.join(unknown)}, not in line or not running")
-        self.free.check(start.placement for start in plan.starts)
+        adds = [placement_without(g.placement, self.running[g.job].placement) for g in plan.grows]
+        self.free.check([*(start.placement for start in plan.starts), *adds])
         for start in plan.starts:
             job = self.line.remove(start.job)
             if job.nominated:
@@ -218,6 +254,8 @@ class PoolState:
             # An elastic job runs at the size of its placement, which the decision chose.
             job = job.at_size(placed_gpus(start.placement))
             self.start(RunningJob(job, start.placement, now, priority=start.priority))
+        for grow in plan.grows:
+            self.notice(grow.job, Notice(grow.job, grow.deadline, grow.placement))
         if not plan.preemptions:
             return
         for preempt in plan.preemptions:
@@ -241,6 +279,11 @@ class PoolState:
             f"PoolState({len(self.nodes)} nodes, {len(self.running)} running, {len(self.draining)} draining, "
             f"{len(self.line)} in line, {len(self.held)} held)"
         )
+
+
+def _added(running: RunningJob) -> Placement:
+    """The free GPUs a growing attempt holds for its next one (none for any other)."""
+    return running.notice.adds(running.placement) if running.notice is not None else ()
 
 
 def _kept(running: RunningJob) -> int:
