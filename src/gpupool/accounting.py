@@ -47,6 +47,7 @@ INTERRUPTED = (
     AttemptOutcome.OUT_OF_MEMORY,
     AttemptOutcome.LOST,
     AttemptOutcome.NODE_LOST,
+    AttemptOutcome.RESIZED,
 )
 
 

@@ -26,6 +26,9 @@ class AttemptOutcome(StrEnum):
     OUT_OF_MEMORY = "out_of_memory"
     """It failed after the kernel killed a process of it at its memory limit (Slurm's
     OUT_OF_MEMORY): a failure, with a cause of its own."""
+    RESIZED = "resized"
+    """It left after a resize's notice (an elastic job shrunk or grown): its next attempt runs
+    at once at the new size, on GPUs held for it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,8 @@ class AttemptEnd:
     """What went wrong, for people."""
     out_of_memory: bool = False
     """The kernel killed a process of it because it reached its memory limit."""
+    resized_to: int | None = None
+    """The notice was a resize to this many GPUs (`model.Notice.keep`): the job runs on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +132,8 @@ def settle(end: AttemptEnd, counts: JobCounts) -> Settlement:
     notice. One that lost a node goes back in line, charged to neither its failures nor its
     preemptions, while it has lost at most `max_node_losses` nodes; then it fails. After a
     notice the job goes back in line whatever its exit code (a preemption, not a success or a
-    failure). One whose process vanished with no status goes back in line without using its
+    failure), unless the notice was a resize: then it runs on at once at its new size, its
+    preemptions not counted (RUNNING). One whose process vanished with no status goes back in line without using its
     failure budget. Otherwise it failed (out of memory, when the kernel killed a process of it
     at its memory limit and it did not succeed): retried while its failure budget lasts. A job
     that would go back in line with no run time left under its time limit ends as TIMEOUT.
@@ -161,6 +167,10 @@ def settle(end: AttemptEnd, counts: JobCounts) -> Settlement:
             return requeue(AttemptOutcome.NODE_LOST, f"requeued: {end.node_lost} (node loss {node_losses} of {limit})")
         lost = f"failed: {end.node_lost}, its node loss {node_losses} (at most {limit} are requeued)"
         return done(AttemptOutcome.NODE_LOST, JobState.FAILED, lost[:2000])
+    if end.noticed and end.resized_to is not None:
+        if counts.time_limit is not None and counts.run_seconds >= counts.time_limit:
+            return requeue(AttemptOutcome.RESIZED, f"resized to {end.resized_to} GPUs ({code})")
+        return done(AttemptOutcome.RESIZED, JobState.RUNNING, f"resized to {end.resized_to} GPUs ({code})")
     if end.noticed and end.requeued:
         # Not counted as a preemption: a job its owner requeues must not grow toward the cap
         # that protects it from being preempted.

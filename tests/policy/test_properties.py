@@ -202,10 +202,10 @@ def test_never_over_allocates_a_gpu(scenario: tuple[Snapshot, Config]) -> None:
     for grow in plan.grows:
         grower = running[grow.job]
         assert grower.notice is None and sum(len(a.gpus) for a in grow.placement) in grower.job.sizes
-        mine = {(a.node, g) for a in grower.placement for g in a.gpus}
+        own = {(a.node, g) for a in grower.placement for g in a.gpus}
         for alloc in grow.placement:
             for gpu in alloc.gpus:
-                if (alloc.node, gpu) not in mine:
+                if (alloc.node, gpu) not in own:
                     assert (alloc.node, gpu) not in holders, f"{grow.job} grew onto a GPU held by another"
                     used[(alloc.node, gpu)] += 1
     assert all(count == 1 for count in used.values()), "a GPU was given twice"

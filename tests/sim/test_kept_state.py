@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
-from gpupool.model import DEFAULT_CLASSES, Config, FairShare, Job, Node, Plan, QueueMode, Snapshot, Team
+from gpupool.model import DEFAULT_CLASSES, Config, ElasticPolicy, FairShare, Job, Node, Plan, QueueMode, Snapshot, Team
 from gpupool.policy import PoolState, can_ever_fit, decide
+from gpupool.sim.elastic import sizes_of
 from gpupool.sim.engine import Simulation
 from gpupool.sim.failures import Distribution, NodeFailures
 from gpupool.sim.jobmodel import JobModel
@@ -26,6 +28,7 @@ CONFIGS = (
     ),
     Config(DEFAULT_CLASSES, fair_share=FairShare.PREEMPT, seniority_after=900.0, queue=QueueMode.STRICT),
     Config(DEFAULT_CLASSES, preemption=False, reclaim=False, explain_waits=False),
+    Config(DEFAULT_CLASSES, explain_waits=False, elastic=ElasticPolicy(min_time_at_size=300.0)),
 )
 
 
@@ -36,18 +39,20 @@ def workload(seed: int) -> tuple[list[SimJob], list[Node]]:
         for i in range(rng.randint(2, 6))
     ]
     classes = list(BATCH_CLASSES)
-    jobs = [
-        SimJob(
+    jobs = []
+    for i in range(rng.randint(20, 60)):
+        gpus = rng.choice([1, 1, 2, 4, 8, 12])
+        job = SimJob(
             f"j{i}",
             rng.choice("ab"),
             rng.choice(classes),
-            rng.choice([1, 1, 2, 4, 8, 12]),
+            gpus,
             float(rng.randrange(0, 20_000, 50)),
             float(rng.randrange(100, 6_000, 50)),
             rng.choice([None, None, "A", "B"]),
         )
-        for i in range(rng.randint(20, 60))
-    ]
+        # A third of the seeds have elastic jobs, which shrink, grow and resize.
+        jobs.append(replace(job, sizes=sizes_of(gpus, None)) if seed % 3 == 0 and rng.random() < 0.5 else job)
     return jobs, nodes
 
 
@@ -70,6 +75,8 @@ def checking(checked: Counter[str]):  # type: ignore[no-untyped-def]
         for r in running:
             if r.notice is None:
                 teams[r.job.team] += r.job.gpus
+            else:  # what a resize keeps, or grows into
+                teams[r.job.team] += sum(len(a.gpus) for a in r.notice.keep)
         assert dict(state.team_gpus) == dict(+teams)
         assert sorted(state.draining) == sorted(r.job.id for r in running if r.notice)
         up = {node.name for node in state.nodes}
@@ -77,6 +84,7 @@ def checking(checked: Counter[str]):  # type: ignore[no-untyped-def]
         assert plan == decide(reference_state(snapshot), config, now)
         checked["decisions"] += 1
         checked["notices"] += len(plan.preemptions)
+        checked["resizes"] += sum(1 for p in plan.preemptions if p.keep) + len(plan.grows)
         return plan
 
     return check
@@ -107,3 +115,4 @@ def test_the_kept_state_is_what_the_running_jobs_give(seed: int) -> None:
             assert r.finish is not None or r.failed or not fits, f"{r.job} neither ended nor can ever fit"
         checked["lost"] += sum(r.node_losses for r in outcome.records)
     assert checked["decisions"] > 50 and checked["lost"] > 0 and checked["indexed"] > 0
+    assert checked["resizes"] > 0 or seed % 3

@@ -16,6 +16,7 @@ from gpupool import config as configuration
 from gpupool.cli.common import EXIT_USAGE, errors, fail
 from gpupool.model import Config, PlacementRule
 from gpupool.sim.cluster import MAX_POOL_GPUS, load_machines, load_vc_sizes, scale_sizes
+from gpupool.sim.elastic import DEFAULT_PARALLEL
 from gpupool.sim.failures import Distribution, NodeFailures
 from gpupool.sim.jobmodel import JobModel
 from gpupool.sim.replay import DEFAULT_MIX, ClusterSpec, Policy, Settings
@@ -171,6 +172,18 @@ def duration_option(text: str, option: str) -> float:
         return parse_duration(text)
     except ValueError as exc:
         raise UsageError(f"{option}: {exc}") from None
+
+
+def elastic_options(share: float | None, parallel: float | None) -> tuple[float, float]:
+    """`--elastic-share F` (a share of the trace's multi-GPU jobs, 0 to 1) and `--parallel-fraction
+    P` (of their work, above 0 and at most 1; only with a share)."""
+    if share is not None and not 0.0 <= share <= 1.0:
+        raise UsageError(f"--elastic-share {share:g}: a share of the jobs, from 0 to 1")
+    if parallel is not None and not 0.0 < parallel <= 1.0:
+        raise UsageError(f"--parallel-fraction {parallel:g}: a fraction above 0 and at most 1")
+    if parallel is not None and not share:
+        raise UsageError("--parallel-fraction shapes elastic jobs: give --elastic-share too")
+    return share or 0.0, DEFAULT_PARALLEL if parallel is None else parallel
 
 
 def failures_option(mtbf: str | None, repair: str | None, times: str | None, seed: int | None) -> NodeFailures | None:

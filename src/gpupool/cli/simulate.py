@@ -32,6 +32,7 @@ from gpupool.cli.replay import (
     UsageError,
     VcSizesOption,
     choice,
+    elastic_options,
     failures_option,
     parse_policies,
     placement_option,
@@ -91,6 +92,14 @@ def simulate(
     placement: Annotated[
         str | None, typer.Option(help="best-fit, first-fit or count (no nodes); default: the config's, best-fit.")
     ] = None,
+    elastic_share: Annotated[
+        float | None,
+        typer.Option(help="Make this share (0 to 1) of the multi-GPU jobs elastic, down to a quarter of their GPUs."),
+    ] = None,
+    parallel_fraction: Annotated[
+        float | None,
+        typer.Option(help="With --elastic-share: the parallel fraction of their work (Amdahl; default 0.95)."),
+    ] = None,
     trace_failures: Annotated[
         bool,
         typer.Option(
@@ -132,6 +141,7 @@ def simulate(
         except ValueError:
             raise UsageError(f"--queue {queue!r}: use backfill or strict") from None
         rule, topology = placement_option(placement, config.placement)
+        share, parallel = elastic_options(elastic_share, parallel_fraction)
         settings = replace(
             settings,
             queue=mode,
@@ -144,6 +154,9 @@ def simulate(
             trace_failures=trace_failures,
             placement=rule,
             topology=topology,
+            elastic_share=share,
+            parallel=parallel,
+            elastic=config.elastic,
         )
         chosen = parse_policies(policy, compared)
         options = (

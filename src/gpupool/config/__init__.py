@@ -47,6 +47,8 @@
       detach_grace: 10m            # a shell with no terminal attached ends after this
       idle_notice: 5m              # an idle session is warned this long before its reclaim
       idle_counts_after: 5m        # no activity for this long counts as idle GPU-time
+    elastic:                       # jobs of several sizes (docs/elastic.md)
+      min_time_at_size: 10m        # a job runs this long at one size before it may grow
 
 What each key may hold is `specs.py`'s (pydantic models); reading the file, and building the
 core's `Config` from it, is this module's.
@@ -73,7 +75,7 @@ from pydantic import ValidationError
 
 from gpupool.config.specs import ConfigSpec
 from gpupool.errors import InvalidInput
-from gpupool.model import DEFAULT_CLASSES, Config, PriorityBudget, PriorityClass, SessionPolicy, Team
+from gpupool.model import DEFAULT_CLASSES, Config, ElasticPolicy, PriorityBudget, PriorityClass, SessionPolicy, Team
 
 
 class ConfigError(InvalidInput, ValueError):
@@ -128,6 +130,7 @@ def build(spec: ConfigSpec) -> Config:
             spec.sessions.idle_notice,
             spec.sessions.idle_counts_after,
         ),
+        elastic=ElasticPolicy(spec.elastic.min_time_at_size),
     )
 
 

@@ -67,6 +67,10 @@ class SessionsSpec(_Strict):
     idle_counts_after: Duration = 300.0
 
 
+class ElasticSpec(_Strict):
+    min_time_at_size: Duration = Field(default=600.0, ge=0)
+
+
 class BudgetSpec(_Strict):
     gpu_hours: float = Field(ge=0, le=MAX_GPU_HOURS, allow_inf_nan=False)
     window: Duration
@@ -226,6 +230,7 @@ class ConfigSpec(_Strict):
     policy: PolicySpec = Field(default_factory=PolicySpec)
     service: ServiceSpec = Field(default_factory=ServiceSpec)
     sessions: SessionsSpec = Field(default_factory=SessionsSpec)
+    elastic: ElasticSpec = Field(default_factory=ElasticSpec)
 
     @model_validator(mode="after")
     def _budgets_name_known_classes(self) -> ConfigSpec:

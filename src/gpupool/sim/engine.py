@@ -18,10 +18,11 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from functools import partial
 
-from gpupool.model import Config, Job, JobState, Node, Plan, Preempt, Start
+from gpupool.model import Config, Job, JobState, Node, Plan, RunningJob
 from gpupool.policy import PoolState, decide
 from gpupool.settle import AttemptEnd, JobCounts, Settlement, settle
 from gpupool.sim.budgets import BudgetMeter
+from gpupool.sim.elastic import DEFAULT_PARALLEL, pace
 from gpupool.sim.failures import NodeFailures
 from gpupool.sim.jobmodel import Attempt, JobModel, interrupt
 from gpupool.sim.lives import Live, charge
@@ -55,6 +56,9 @@ class Simulation:
     """The scheduling core; the simulator carries out exactly what it decides. The state it is
     given is the simulator's own, read only and valid during the call."""
     failures: NodeFailures | None = None
+    parallel: float = DEFAULT_PARALLEL
+    """The parallel fraction of elastic jobs' work: how fast one runs at another size
+    (`sim.elastic.pace`)."""
     state: PoolState = field(init=False)
     heap: list[tuple[float, int, int, str, int]] = field(default_factory=list)
     commits: list[tuple[float, str, int]] = field(default_factory=list)
@@ -130,7 +134,7 @@ class Simulation:
             while heap and heap[0][0] == now:
                 _, rank, _, job_id, attempt_no = heapq.heappop(heap)
                 dirty |= self.handle(now, rank, job_id, attempt_no)
-            if dirty and self.state.line:
+            if dirty and (self.state.line or self.state.growable):
                 self.decide_at(now)
 
     def push(self, time: float, rank: int, job_id: str = "", attempt_no: int = -1) -> None:
@@ -148,6 +152,7 @@ class Simulation:
             gpu_type=job.gpu_type,
             expected_restart=self.restart_cost(job),
             order=order,
+            sizes=job.sizes,
         )
         self.live[job.id] = Live(JobRecord(job), waiting_since=now)
         self.state.queue(core)
@@ -239,10 +244,25 @@ class Simulation:
     def release(self, job_id: str, live: Live, now: float) -> None:
         assert live.notice_at is not None and live.cut is not None
         live.committed = live.cut.committed
+        notice = self.state.running[job_id].notice
+        if notice is not None and notice.keep:
+            self.resize(job_id, live, now)
+            return
         job, settled = self.end_attempt(job_id, live, now, AttemptEnd(0, noticed=True))
         assert settled.state is JobState.PENDING
         live.record.preemptions += settled.preemptions - job.preemptions
         self.requeue(live, replace(job, preemptions=settled.preemptions), now)
+
+    def resize(self, job_id: str, live: Live, now: float) -> None:
+        """The elastic job saved and left after its resize's notice: it starts again at once on
+        the GPUs the notice kept (`PoolState.resized`), at their size."""
+        running = self.state.running[job_id]
+        assert running.notice is not None
+        size = sum(len(a.gpus) for a in running.notice.keep)
+        _, settled = self.end_attempt(job_id, live, now, AttemptEnd(0, noticed=True, resized_to=size))
+        assert settled.state is JobState.RUNNING
+        live.record.resizes += 1
+        self.begin(self.state.resized(job_id, now), now, resumed=True)
 
     def requeue(self, live: Live, job: Job, now: float) -> None:
         self.state.queue(replace(job, queued_at=now))
@@ -255,7 +275,7 @@ class Simulation:
         trace says it failed, it exits 1 when its work is done. Returns the job as it ran."""
         attempt = live.attempt
         assert attempt is not None
-        running = self.state.end(job_id)
+        running = self.state.running[job_id] if ending.resized_to is not None else self.state.end(job_id)
         assert running is not None
         job = running.job
         counts = JobCounts(
@@ -265,6 +285,9 @@ class Simulation:
         )
         settled = settle(ending, counts)
         live.record.allocated += job.gpus * (now - attempt.start)
+        # What it keeps of this attempt's work, at the GPU-seconds the attempt took for it.
+        kept = attempt.work if ending.completed or ending.exit_code == 1 else live.committed
+        live.record.useful += job.gpus * max(0.0, kept - attempt.committed) / attempt.pace
         live.end(now, settled.outcome)
         self.budgets.end(job_id, now)
         self.usage.append(Usage(now, job.priority, -job.gpus))
@@ -308,34 +331,41 @@ class Simulation:
             self.on_plan(now, plan)
         self.state.apply(plan, now)
         for start in plan.starts:
-            self.begin(start, now)
+            self.begin(self.state.running[start.job], now)
         for preempt in plan.preemptions:
-            self.give_notice(preempt, now)
+            self.give_notice(preempt.victim, preempt.deadline, now)
+        for grow in plan.grows:
+            self.give_notice(grow.job, grow.deadline, now)
         if plan.retry_at is not None and plan.retry_at > now:
             self.push(plan.retry_at, Rank.DECIDE)
 
-    def begin(self, start: Start, now: float) -> None:
-        """An attempt of `start.job` begins: from its last commit, after a restore if it ran
-        before."""
-        live = self.live[start.job]
+    def begin(self, running: RunningJob, now: float, *, resumed: bool = False) -> None:
+        """An attempt of `running.job` begins at its size: from its last commit, after a restore
+        if it ran before; a resized job's at once (`resumed`), without a wait in line."""
+        live = self.live[running.job.id]
         job = live.record.job
-        live.record.wait += now - live.waiting_since
+        if not resumed:
+            live.record.wait += now - live.waiting_since
         if live.record.first_start is None:
             live.record.first_start = now
         live.attempt_no += 1
         restore = self.restart_cost(job) if live.attempt_no > 0 else 0.0
         save_cost = self.model.save_cost if job.save_cost is None else job.save_cost
-        live.attempt = Attempt(now, restore, live.committed, job.work, self.model.interval_of(job.priority), save_cost)
-        self.budgets.start(job.id, job.team, start.priority, job.gpus, now)
-        self.usage.append(Usage(now, job.priority, job.gpus))
+        gpus = running.job.gpus
+        live.gpus = gpus
+        interval, speed = self.model.interval_of(job.priority), pace(gpus, job.gpus, self.parallel)
+        live.attempt = Attempt(now, restore, live.committed, job.work, interval, save_cost, speed)
+        self.budgets.start(job.id, job.team, running.priority or job.priority, gpus, now)
+        self.usage.append(Usage(now, job.priority, gpus))
         self.push(live.attempt.finish_time(), Rank.RELEASE, job.id, live.attempt_no)
         self.watch_commits(job.id, live, now)
 
-    def give_notice(self, preempt: Preempt, now: float) -> None:
-        """The victim drains: it saves if the save fits its grace, and leaves."""
-        live = self.live[preempt.victim]
+    def give_notice(self, job_id: str, deadline: float, now: float) -> None:
+        """The job drains (a victim, or an elastic job to be resized): it saves if the save
+        fits its grace, and leaves."""
+        live = self.live[job_id]
         assert live.attempt is not None
         live.notice_at = now
-        live.cut = interrupt(live.attempt, now, preempt.deadline)
+        live.cut = interrupt(live.attempt, now, deadline)
         if live.cut.release_at < live.attempt.finish_time():
-            self.push(live.cut.release_at, Rank.RELEASE, preempt.victim, live.attempt_no)
+            self.push(live.cut.release_at, Rank.RELEASE, job_id, live.attempt_no)

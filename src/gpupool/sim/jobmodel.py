@@ -1,9 +1,11 @@
 """How a simulated job makes progress, checkpoints, and loses work when interrupted.
 
 An attempt restores for `restart_cost` seconds (attempts after the first), then computes;
-after every `interval` seconds of progress it blocks for `save_cost` seconds to write a
+after every `interval` seconds of computing it blocks for `save_cost` seconds to write a
 checkpoint, which counts once the save ends (a checkpoint commit). Progress is a closed form
-of time, so the simulator needs no event per checkpoint.
+of time, so the simulator needs no event per checkpoint. An elastic job's attempt at another
+size than its trace's computes at its own `pace` (`sim.elastic`): a second of computing is
+`pace` seconds of the trace's work.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ class Attempt:
     work: float
     interval: float
     save_cost: float
+    pace: float = 1.0
+    """Seconds of the job's work done per second of computing (1.0 at its trace's size)."""
 
     @property
     def productive_start(self) -> float:
@@ -65,6 +69,8 @@ class Attempt:
 
     def finish_time(self) -> float:
         remaining = max(0.0, self.work - self.committed)
+        if self.pace != 1.0:
+            remaining /= self.pace
         saves = 0 if not math.isfinite(self.interval) or remaining == 0 else math.ceil(remaining / self.interval) - 1
         return self.productive_start + remaining + saves * self.save_cost
 
@@ -105,17 +111,18 @@ class Attempt:
         if t < self.productive_start:
             return Progress(Phase.RESTORE, self.committed, self.committed, None)
         elapsed = t - self.productive_start
+        pace = self.pace
         if not math.isfinite(self.interval):
-            return Progress(Phase.TRAIN, min(self.work, self.committed + elapsed), self.committed, None)
+            return Progress(Phase.TRAIN, min(self.work, self.committed + elapsed * pace), self.committed, None)
         cycle = self.interval + self.save_cost
         k = self.cycles_by(t)
         within = max(0.0, elapsed - k * cycle)
-        committed = self.committed + k * self.interval
+        committed = self.committed + k * self.interval * pace
         last = self.productive_start + k * cycle if k > 0 else None
         if within < self.interval:
-            return Progress(Phase.TRAIN, min(self.work, committed + within), committed, last)
+            return Progress(Phase.TRAIN, min(self.work, committed + within * pace), committed, last)
         save_ends = self.productive_start + k * cycle + cycle
-        return Progress(Phase.SAVE, min(self.work, committed + self.interval), committed, last, save_ends)
+        return Progress(Phase.SAVE, min(self.work, committed + self.interval * pace), committed, last, save_ends)
 
 
 @dataclass(frozen=True, slots=True)

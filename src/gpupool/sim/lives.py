@@ -10,9 +10,10 @@ from gpupool.settle import AttemptOutcome
 from gpupool.sim.jobmodel import Attempt, Interruption
 from gpupool.sim.records import JobRecord
 
-Ended = tuple[int, Attempt, float, AttemptOutcome, float | None, "Interruption | None"]
+Ended = tuple[int, Attempt, float, AttemptOutcome, float | None, "Interruption | None", int]
 """An attempt that ended: (its number, its progress, when it ended, its outcome, when it was
-given notice, what its notice let it keep): what its `AttemptRecord` is made of, when needed."""
+given notice, what its notice let it keep, its GPUs): what its `AttemptRecord` is made of,
+when needed."""
 
 
 @dataclass(slots=True)
@@ -26,6 +27,8 @@ class Live:
     """Work covered by its last committed checkpoint."""
     attempt_no: int = -1
     attempt: Attempt | None = None
+    gpus: int = 0
+    """The GPUs its attempt runs on (an elastic job's size)."""
     notice_at: float | None = None
     cut: Interruption | None = None
     """Set with the notice: when the attempt will release its GPUs and what it keeps."""
@@ -35,17 +38,17 @@ class Live:
     def end(self, now: float, outcome: AttemptOutcome) -> None:
         """Its attempt ended at `now` with `outcome`."""
         assert self.attempt is not None
-        self.ended.append((self.attempt_no, self.attempt, now, outcome, self.notice_at, self.cut))
+        self.ended.append((self.attempt_no, self.attempt, now, outcome, self.notice_at, self.cut, self.gpus))
         self.attempt = None
         self.notice_at = None
         self.cut = None
 
 
-def record_of(gpus: int, ended: Ended) -> AttemptRecord:
+def record_of(ended: Ended) -> AttemptRecord:
     """An attempt as the live service would have recorded it: its checkpoint commits are
     the one a notice found last and the one a notice's save made (steps count milliseconds
     of the job's work, so that the next attempt's restored step names one of them)."""
-    number, attempt, now, outcome, notice_at, cut = ended
+    number, attempt, now, outcome, notice_at, cut, gpus = ended
     commits = []
     if outcome in (AttemptOutcome.NODE_LOST, AttemptOutcome.FAILED):
         at_loss = attempt.at(notice_at if notice_at is not None else now)
@@ -76,7 +79,7 @@ def charge(live: Live, now: float) -> None:
     that was never interrupted lost nothing, and its attempts need no record)."""
     job = live.record.job
     if any(ended[3] in INTERRUPTED for ended in live.ended):
-        records = [record_of(job.gpus, ended) for ended in live.ended]
+        records = [record_of(ended) for ended in live.ended]
         for cut in account(0, job.team, job.priority, records, now).interruptions:
             lost = cut.wasted + cut.drain + (cut.restart or 0.0)
             live.record.wasted += cut.wasted
@@ -86,6 +89,8 @@ def charge(live: Live, now: float) -> None:
                 live.record.lost_to_nodes += lost
             elif cut.cause == AttemptOutcome.FAILED:
                 live.record.lost_to_failure += lost
+            elif cut.cause == AttemptOutcome.RESIZED:
+                live.record.lost_to_resizes += lost
     live.ended = []
 
 

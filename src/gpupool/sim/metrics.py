@@ -37,6 +37,13 @@ def slowdown(record: JobRecord) -> float:
     return jct(record) / max(record.job.work, 1.0)
 
 
+def useful_of(record: JobRecord) -> float:
+    """GPU-seconds of a finished job's work: its trace's size times its run time, or, for an
+    elastic job, what its attempts took at their sizes (at another size, the same work costs
+    other GPU-seconds: `sim.elastic.pace`)."""
+    return record.useful if record.job.sizes else record.job.gpus * record.job.work
+
+
 def jain(values: Iterable[float]) -> float:
     """Jain's index: 1 when all equal, 1/n when one takes everything."""
     xs = list(values)
@@ -69,19 +76,26 @@ def group(
     what it had committed when it failed."""
     allocated = sum(r.allocated for r in records)
     done = [r for r in records if r.finish is not None]
-    useful = sum(r.job.gpus * r.job.work - r.lost_to_failure for r in done)
+    useful = sum(useful_of(r) - r.lost_to_failure for r in done)
     wasted, drain, restart = (sum(getattr(r, f) for r in records) / 3600 for f in ("wasted", "drain", "restart"))
     split: dict[str, Any] = {}
+    elastic = any(r.job.sizes for r in records)
+    to_resizes = sum(r.lost_to_resizes for r in records) / 3600
     if failures or trace_failures:
         to_nodes = sum(r.lost_to_nodes for r in records) / 3600
         to_failures = sum(r.lost_to_failure for r in records) / 3600
-        by_cause = {"preemption": _r(wasted + drain + restart - to_nodes - to_failures)}
+        by_cause = {"preemption": _r(wasted + drain + restart - to_nodes - to_failures - to_resizes)}
+        if elastic:
+            by_cause["resize"] = _r(to_resizes)
         if failures:
             split["node_losses"] = sum(r.node_losses for r in records)
             by_cause["node_lost"] = _r(to_nodes)
         if trace_failures:
             by_cause["failure"] = _r(to_failures)
         split["lost_gpu_hours_by_cause"] = by_cause
+    if elastic:
+        split["resizes"] = sum(r.resizes for r in records)
+        split["lost_gpu_hours_to_resizes"] = _r(to_resizes)
     return {
         "jobs": len(done),
         "utilization": _r(allocated / (capacity * span)) if span > 0 else 0.0,

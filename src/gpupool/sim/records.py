@@ -25,6 +25,8 @@ class SimJob:
     save_cost: float | None = None
     restart_cost: float | None = None
     """Its own costs, where the trace gives them; None: the `JobModel`'s."""
+    sizes: tuple[int, ...] = ()
+    """An elastic job's sizes, smallest first, up to `gpus` (`sim.elastic`); () for a rigid one."""
 
 
 @dataclass(slots=True)
@@ -49,6 +51,12 @@ class JobRecord:
     """The part of them (wasted, drain, restart) charged to the nodes it lost."""
     lost_to_failure: float = 0.0
     """The part charged to its own failure (`SimJob.fails`): its work since its last commit."""
+    useful: float = 0.0
+    """GPU-seconds its attempts computed work it kept (at each attempt's size and pace)."""
+    resizes: int = 0
+    """Times it was shrunk or grown (an elastic job)."""
+    lost_to_resizes: float = 0.0
+    """The part of the lost GPU-seconds charged to its resizes (their drains and restarts)."""
 
 
 @dataclass(frozen=True, slots=True)

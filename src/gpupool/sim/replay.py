@@ -12,6 +12,7 @@ from typing import Any
 from gpupool.model import (
     DEFAULT_CLASSES,
     Config,
+    ElasticPolicy,
     FairShare,
     Job,
     PlacementRule,
@@ -32,6 +33,7 @@ from gpupool.sim.cluster import (
     scale_sizes,
     without_topology,
 )
+from gpupool.sim.elastic import DEFAULT_PARALLEL, is_drawn, sizes_of
 from gpupool.sim.engine import Simulation
 from gpupool.sim.failures import NodeFailures
 from gpupool.sim.jobmodel import JobModel
@@ -119,6 +121,12 @@ class Settings:
     """False: GPUs are counted with no node boundaries (`cluster.without_topology`)."""
     trace_costs: bool = True
     """Jobs' own `save_cost` and `restart_cost` from the trace, where it has them, over `model`'s."""
+    elastic_share: float = 0.0
+    """The share of the trace's multi-GPU jobs made elastic (`sim.elastic`), under every policy."""
+    parallel: float = DEFAULT_PARALLEL
+    """The parallel fraction of elastic jobs' work (`sim.elastic.pace`)."""
+    elastic: ElasticPolicy = field(default_factory=ElasticPolicy)
+    """How often an elastic job may grow, under every policy."""
 
 
 def policy_config(policy: Policy, cluster: Cluster, settings: Settings) -> Config:
@@ -140,6 +148,7 @@ def policy_config(policy: Policy, cluster: Cluster, settings: Settings) -> Confi
             explain_waits=False,
             max_node_losses=settings.max_node_losses,
             placement=settings.placement,
+            elastic=settings.elastic,
         )
     return Config(
         settings.classes,
@@ -151,6 +160,7 @@ def policy_config(policy: Policy, cluster: Cluster, settings: Settings) -> Confi
         explain_waits=False,
         max_node_losses=settings.max_node_losses,
         placement=settings.placement,
+        elastic=settings.elastic,
     )
 
 
@@ -183,7 +193,9 @@ def replay(
         raise ValueError(f"budgets of team(s) {', '.join(unknown)}, which the cluster does not have (teams: {known})")
     jobs, left_out, never_fit = admissible(trace, cluster, settings)
     config = policy_config(policy, cluster, settings)
-    simulation = Simulation(jobs, cluster.nodes, config, settings.model, on_progress, failures=settings.failures)
+    simulation = Simulation(
+        jobs, cluster.nodes, config, settings.model, on_progress, failures=settings.failures, parallel=settings.parallel
+    )
     outcome = simulation.run()
     # Young/Daly's save cost: the jobs' own where the trace gives them, else the model's.
     own = [job.save_cost for job in jobs if job.save_cost is not None]
@@ -243,6 +255,8 @@ def admissible(trace: Trace, cluster: Cluster, settings: Settings) -> tuple[list
         )
         fails = t.failed and settings.trace_failures
         costs = (t.save_cost, t.restart_cost) if settings.trace_costs else (None, None)
+        elastic = settings.elastic_share > 0 and is_drawn(t.job_id, settings.elastic_share)
+        sizes = sizes_of(t.gpus, members) if elastic else ()
         jobs.append(
             SimJob(
                 t.job_id,
@@ -255,6 +269,7 @@ def admissible(trace: Trace, cluster: Cluster, settings: Settings) -> tuple[list
                 fails,
                 members,
                 *costs,
+                sizes,
             )
         )
     return jobs, left_out, never_fit
