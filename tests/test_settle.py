@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpupool.model import JobState
-from gpupool.settle import AttemptEnd, AttemptOutcome, JobCounts, settle
+from gpupool.settle import AttemptEnd, AttemptOutcome, JobCounts, JobState, settle
 
 CASES = [
     (AttemptEnd(0), JobCounts(), AttemptOutcome.SUCCEEDED, JobState.SUCCEEDED),

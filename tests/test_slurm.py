@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpupool.model import JobState
+from gpupool.settle import JobState
 from gpupool.slurm import directives, parse_after, parse_array, parse_states
 from gpupool.store.holds import Verdict, judge
 

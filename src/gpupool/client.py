@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 
 from gpupool.errors import HTTP_STATUS, GpupoolError, InvalidInput
-from gpupool.model import ENDED
+from gpupool.settle import ENDED
 
 
 class Unreachable(GpupoolError):

@@ -19,69 +19,6 @@ def job_label(job_id: int | str, array_id: int | None, array_index: int | None) 
     return f"{array_id}_{array_index}" if array_id is not None else str(job_id)
 
 
-class JobState(StrEnum):
-    PENDING = "pending"
-    STARTING = "starting"
-    RUNNING = "running"
-    PREEMPTING = "preempting"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    TIMEOUT = "timeout"
-    """It reached its time limit (run time over all its attempts): ended, not requeued."""
-
-
-ENDED: frozenset[JobState] = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT})
-
-TRANSITIONS: Mapping[JobState, frozenset[JobState]] = {
-    JobState.PENDING: frozenset({JobState.STARTING, JobState.CANCELLED}),
-    # A short job may end before the scheduler has noted that its process runs.
-    JobState.STARTING: frozenset(
-        {
-            JobState.RUNNING,
-            JobState.PREEMPTING,
-            JobState.PENDING,
-            JobState.SUCCEEDED,
-            JobState.FAILED,
-            JobState.CANCELLED,
-            JobState.TIMEOUT,
-        }
-    ),
-    JobState.RUNNING: frozenset(
-        {
-            JobState.SUCCEEDED,
-            JobState.FAILED,
-            JobState.CANCELLED,
-            JobState.PREEMPTING,
-            JobState.PENDING,
-            JobState.TIMEOUT,
-        }
-    ),
-    # A job given notice goes back in line whatever its exit code, unless it reported that it
-    # finished (success), is cancelled, or reached its time limit meanwhile.
-    JobState.PREEMPTING: frozenset({JobState.PENDING, JobState.SUCCEEDED, JobState.CANCELLED, JobState.TIMEOUT}),
-    JobState.SUCCEEDED: frozenset(),
-    JobState.FAILED: frozenset(),
-    JobState.CANCELLED: frozenset(),
-    JobState.TIMEOUT: frozenset(),
-}
-
-
-class InvalidTransition(ValueError):
-    def __init__(self, job_id: JobId, from_state: JobState, to_state: JobState) -> None:
-        super().__init__(f"job {job_id}: cannot go from {from_state} to {to_state}")
-        self.job_id = job_id
-        self.from_state = from_state
-        self.to_state = to_state
-
-
-def transition(job_id: JobId, from_state: JobState, to_state: JobState) -> JobState:
-    """Return `to_state` if the state machine allows the move, else raise `InvalidTransition`."""
-    if to_state not in TRANSITIONS[from_state]:
-        raise InvalidTransition(job_id, from_state, to_state)
-    return to_state
-
-
 OnIdle = Literal["end", "requeue"]
 """What reclaims an idle session: it ends, or it is requeued."""
 

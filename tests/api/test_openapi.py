@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpupool.model import JobState
+from gpupool.settle import JobState
 from tests.support.apiworld import opened
 
 

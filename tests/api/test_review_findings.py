@@ -11,9 +11,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpupool.api import Context, create_app
-from gpupool.model import DEFAULT_CLASSES, Config, JobState, Node
+from gpupool.model import DEFAULT_CLASSES, Config, Node
 from gpupool.service.loop import ControlLoop
 from gpupool.service.workspace import token_hash
+from gpupool.settle import JobState
 from gpupool.store import JobSpec, Store
 from tests.support.fakes import FakeExecutor
 

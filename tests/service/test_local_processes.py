@@ -14,8 +14,9 @@ import pytest
 
 from gpupool.executors import NodeState
 from gpupool.executors.local import LocalExecutor
-from gpupool.model import DEFAULT_CLASSES, Config, JobState, Node, Team
+from gpupool.model import DEFAULT_CLASSES, Config, Node, Team
 from gpupool.service.loop import ControlLoop
+from gpupool.settle import JobState
 from gpupool.store import JobSpec, Store
 from tests.support.live import wait_for
 

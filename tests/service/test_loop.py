@@ -12,8 +12,9 @@ import pytest
 
 from gpupool.executors import Launch, NodeState, Started
 from gpupool.executors.local import LocalExecutor
-from gpupool.model import DEFAULT_CLASSES, Allocation, Config, JobState, Node, Team
+from gpupool.model import DEFAULT_CLASSES, Allocation, Config, Node, Team
 from gpupool.service.loop import ControlLoop
+from gpupool.settle import JobState
 from gpupool.store import JobSpec, Store
 from tests.support.fakes import FakeExecutor
 

@@ -8,7 +8,8 @@ import pytest
 from sqlalchemy import inspect
 
 from gpupool.errors import Conflict, InvalidInput, NotFound
-from gpupool.model import DEFAULT_CLASSES, Allocation, Config, JobState, Plan, PriorityBudget, Reason, Start, Team
+from gpupool.model import DEFAULT_CLASSES, Allocation, Config, Plan, PriorityBudget, Reason, Start, Team
+from gpupool.settle import JobState
 from gpupool.store import JobSpec, JobUpdate, Store
 from gpupool.store.engine import head, migrate, revision
 from tests.support.fakes import two_node_store

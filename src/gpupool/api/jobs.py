@@ -34,7 +34,7 @@ from gpupool.api.models import (
 from gpupool.api.submission import check_fits, check_key, check_paths, parsed
 from gpupool.config.specs import webhook_url
 from gpupool.errors import Conflict, InvalidInput, StoreUnavailable
-from gpupool.model import JobState
+from gpupool.settle import JobState
 from gpupool.shapes import members_of, session_problem
 from gpupool.slurm import parse_after, parse_array
 from gpupool.store import DEFAULT_TEAM, JobSpec

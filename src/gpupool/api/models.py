@@ -11,7 +11,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from gpupool.accounting import AttemptCost, Interruption, JobAccount, Totals
 from gpupool.api import limits
-from gpupool.model import JobState
+from gpupool.settle import JobState
 from gpupool.store.jobs import job_name
 from gpupool.store.schema import AttemptRow, EventRow, JobRow
 from gpupool.units import MAX_MEMORY, MIN_MEMORY, parse_memory

@@ -31,7 +31,7 @@ from rich.markup import escape
 from gpupool.client import Client, Unavailable, Unreachable, connect
 from gpupool.config import client_config, load_spec
 from gpupool.errors import Conflict, Forbidden, GpupoolError, NotFound, Unauthorized
-from gpupool.model import ENDED, JobState
+from gpupool.settle import ENDED, JobState
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2

@@ -39,7 +39,8 @@ from gpupool.cli.common import (
 )
 from gpupool.cli.jobs import Tail, one_job
 from gpupool.client import Client
-from gpupool.model import JobState, SessionKind
+from gpupool.model import SessionKind
+from gpupool.settle import JobState
 
 RUNS = (JobState.RUNNING.value, JobState.PREEMPTING.value)
 POLL = 0.2

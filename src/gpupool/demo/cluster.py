@@ -33,7 +33,7 @@ from gpupool.config import parse_spec
 from gpupool.demo.live import Narrator, costs, wait
 from gpupool.demo.loopback import LoopbackCluster, unused_k
 from gpupool.executors.proc import kill_attempts
-from gpupool.model import ENDED, JobState
+from gpupool.settle import ENDED, JobState
 from gpupool.store import JobSpec
 from gpupool.up import Running, free_port, shut_down, start
 

@@ -22,8 +22,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from gpupool.config import parse_spec
-from gpupool.model import ENDED, JobState
 from gpupool.service.loop import ControlLoop
+from gpupool.settle import ENDED, JobState
 from gpupool.store import JobSpec, Store
 from gpupool.store.schema import AttemptRow, JobRow
 from gpupool.units import gpu_time

@@ -24,13 +24,14 @@ from gpupool.errors import Conflict, InvalidInput
 from gpupool.executors import Executor, Exit, Key, NodeState, Recorded, Resources, Started
 from gpupool.executors.containment import unfit
 from gpupool.executors.users import JobUser, job_user
-from gpupool.model import Config, JobState, Node, Placement, Plan, Reason, SessionKind, Wait
+from gpupool.model import Config, Node, Placement, Plan, Reason, SessionKind, Wait
 from gpupool.policy import PoolState, decide
 from gpupool.service.launches import prepare_launch, protocol_env
 from gpupool.service.observer import Observer
 from gpupool.service.sessions import Sessions
 from gpupool.service.snapshots import UNEXPLAINED, KeptSnapshots
 from gpupool.service.workspace import Workspace, token_hash
+from gpupool.settle import JobState
 from gpupool.store import Store
 from gpupool.store.attempts import run_time
 from gpupool.store.schema import AttemptRow, JobRow

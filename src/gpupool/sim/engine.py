@@ -18,9 +18,9 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from functools import partial
 
-from gpupool.model import Config, Job, JobState, Node, Plan, RunningJob
+from gpupool.model import Config, Job, Node, Plan, RunningJob
 from gpupool.policy import PoolState, decide
-from gpupool.settle import AttemptEnd, JobCounts, Settlement, settle
+from gpupool.settle import AttemptEnd, JobCounts, JobState, Settlement, settle
 from gpupool.sim.budgets import BudgetMeter
 from gpupool.sim.elastic import DEFAULT_PARALLEL, pace
 from gpupool.sim.failures import NodeFailures

@@ -11,8 +11,7 @@ from sqlalchemy import select
 
 from gpupool.accounting import AttemptRecord, Commit, JobAccount, account
 from gpupool.history import EndedJob
-from gpupool.model import ENDED, JobState
-from gpupool.settle import Usage
+from gpupool.settle import ENDED, JobState, Usage
 from gpupool.store.base import StoreBase
 from gpupool.store.schema import AttemptRow, CheckpointRow, EventRow, JobRow
 

@@ -11,8 +11,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpupool.errors import Conflict, Forbidden
-from gpupool.model import ENDED, Allocation, JobState
-from gpupool.settle import AttemptEnd, AttemptOutcome, JobCounts, Usage, settle
+from gpupool.model import Allocation
+from gpupool.settle import ENDED, AttemptEnd, AttemptOutcome, JobCounts, JobState, Usage, settle
 from gpupool.store.base import StoreBase, chunks, indexed
 from gpupool.store.schema import NOTICED_LIVE, WATCHED_LIVE, AttemptRow, CheckpointRow, EventRow, JobRow, PlacementRow
 from gpupool.units import human_seconds

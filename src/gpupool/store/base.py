@@ -11,7 +11,8 @@ from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpupool.errors import Conflict, NotFound
-from gpupool.model import InvalidTransition, JobState, job_label, transition
+from gpupool.model import job_label
+from gpupool.settle import InvalidTransition, JobState, transition
 from gpupool.store.engine import read_options
 from gpupool.store.schema import EventRow, JobRow, StoreIdentityRow
 

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpupool.errors import Conflict, Forbidden, InvalidInput, NotFound
-from gpupool.model import ENDED, JobState
+from gpupool.settle import ENDED, JobState
 from gpupool.store.attempts import AttemptsStore
 from gpupool.store.holds import KINDS as DEPENDENCY_KINDS
 from gpupool.store.reads import REQUEUE

@@ -12,7 +12,8 @@ from enum import Enum
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from gpupool.model import ENDED, JobState, Reason, Wait
+from gpupool.model import Reason, Wait
+from gpupool.settle import ENDED, JobState
 from gpupool.store.base import StoreBase, chunks, indexed
 from gpupool.store.schema import DEPENDENCIES_UNMET, EventRow, JobRow
 

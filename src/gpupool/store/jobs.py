@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpupool.errors import Conflict, Forbidden, GpupoolError, InvalidInput, NotFound
-from gpupool.model import ENDED, JobState
+from gpupool.settle import ENDED, JobState
 from gpupool.shapes import gang_split_problem, members_of, session_problem
 from gpupool.store.base import StoreBase
 from gpupool.store.holds import KINDS as DEPENDENCY_KINDS

@@ -11,7 +11,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpupool.errors import Conflict, InvalidInput, NotFound
-from gpupool.model import ENDED, Config, Node, Team
+from gpupool.model import Config, Node, Team
+from gpupool.settle import ENDED
 from gpupool.store.base import StoreBase
 from gpupool.store.schema import BudgetRow, EventRow, JobRow, NodeRow, PriorityClassRow, TeamRow, UserRow
 from gpupool.units import plural

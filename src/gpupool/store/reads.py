@@ -22,7 +22,6 @@ from sqlalchemy.orm import Session
 from gpupool.model import (
     Allocation,
     Job,
-    JobState,
     Node,
     Notice,
     PriorityBudget,
@@ -33,7 +32,7 @@ from gpupool.model import (
     budget_use,
     job_label,
 )
-from gpupool.settle import AttemptOutcome
+from gpupool.settle import AttemptOutcome, JobState
 from gpupool.store.base import chunks
 from gpupool.store.holds import HoldsStore
 from gpupool.store.schema import AttemptRow, BudgetRow, ChangeRow, JobRow, NodeRow, PlacementRow, TeamRow

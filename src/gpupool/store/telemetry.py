@@ -13,8 +13,7 @@ import numpy as np
 from sqlalchemy import case, func, select
 
 from gpupool.accounting import INTERRUPTED
-from gpupool.model import ENDED, JobState
-from gpupool.settle import AttemptOutcome
+from gpupool.settle import ENDED, AttemptOutcome, JobState
 from gpupool.store.base import StoreBase
 from gpupool.store.schema import AttemptRow, CheckpointRow, EventRow, JobRow, NodeRow, PlacementRow, TeamRow
 

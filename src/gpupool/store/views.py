@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from sqlalchemy import select, true
 from sqlalchemy.orm import Session
 
-from gpupool.model import JobState, job_label
+from gpupool.model import job_label
+from gpupool.settle import JobState
 from gpupool.store.base import StoreBase
 from gpupool.store.schema import AttemptRow, JobRow, NodeRow, PlacementRow
 

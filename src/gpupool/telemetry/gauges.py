@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from gpupool.model import ENDED, JobState
+from gpupool.settle import ENDED, JobState
 from gpupool.store import Store
 from gpupool.store.schema import TeamRow
 

@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Histogram
 
 from gpupool.accounting import INTERRUPTED, AttemptRecord, account
-from gpupool.model import ENDED, JobState
-from gpupool.settle import Usage
+from gpupool.settle import ENDED, JobState, Usage
 from gpupool.store.attempts import LAUNCH_RETRY
 from gpupool.store.tail import Tail
 from gpupool.store.telemetry import Committed, Happened

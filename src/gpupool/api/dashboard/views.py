@@ -17,7 +17,8 @@ from gpupool.api.context import Context
 from gpupool.api.dashboard import svg
 from gpupool.api.logs import read_part
 from gpupool.errors import Forbidden, GpupoolError
-from gpupool.model import JobState, SessionKind, job_label
+from gpupool.model import SessionKind, job_label
+from gpupool.settle import JobState
 from gpupool.units import gpu_time, gpu_unit, human_seconds
 
 GPU_STATES = ("idle", "allocated", "draining", "held", "down")
