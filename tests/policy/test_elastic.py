@@ -23,6 +23,7 @@ from gpupool.model import (
     Reason,
     RunningJob,
     Snapshot,
+    Team,
 )
 from gpupool.policy import PoolState
 from gpupool.policy.preempt.candidates import Shortcuts, lost_work, shrink_cost
@@ -484,3 +485,35 @@ def test_growth_takes_only_gpus_left_free_and_never_while_a_job_that_could_use_t
 
     check()
     exercised.assert_shown("grows", "grows_beside_waits", share=0.05)
+
+
+def test_a_gang_that_a_shrink_of_a_two_node_job_cannot_make_room_for_evicts_it() -> None:
+    """The review found the first member take e's shrink, and the second then refused e
+    altogether: h waited, though evicting e frees both nodes."""
+    e = RunningJob(job("e", gpus_per_node=4, sizes=(4, 8)), on("n0", 0, 1, 2, 3) + on("n1", 0, 1, 2, 3), 0.0)
+    for h in (job("h", cls="high", gpus=8, gpus_per_node=4), job("h", cls="high", gpus=8)):
+        plan = decide(Snapshot(pool(2, 4), [e], [h]), BASE, NOW)
+        assert [(p.victim, p.keep) for p in plan.preemptions] == [("e", ())], h
+        assert summary(plan)[-1] == ("wait", "h", "awaiting_drain")
+
+
+def test_a_job_given_notice_in_a_decision_does_not_also_grow_in_it() -> None:
+    """The review found one plan shrink e for h and grow e onto free GPUs."""
+    nodes = pool(3, 4)
+    e = RunningJob(job("e", gpus_per_node=2, sizes=(2, 4, 6)).at_size(4), on("n0", 0, 1) + on("n1", 0, 1), 0.0)
+    r1 = RunningJob(job("r1", gpus=2), on("n1", 2, 3), 0.0)
+    r2 = RunningJob(job("r2", cls="high", gpus=2), on("n2", 2, 3), 0.0)
+    plan = decide(Snapshot(nodes, [e, r1, r2], [job("h", cls="high", gpus=4, gpus_per_node=4)]), BASE, LATER)
+    assert "e" in {p.victim for p in plan.preemptions}
+    assert plan.grows == ()
+
+
+def test_while_teams_under_their_guarantee_wait_only_their_own_jobs_grow_and_only_alone() -> None:
+    teams = {t: Team(t, guaranteed_gpus=8) for t in ("t", "u", "v")}
+    config = replace(BASE, teams=teams)
+    e = RunningJob(job("e", team="t", cls="normal", sizes=(2, 4, 8)).at_size(2), on("n0", 0, 1), 0.0)
+    wants = [job("wu", team="u", cls="low", gpus=8), job("wv", team="v", cls="low", gpus=8)]
+    assert decide(Snapshot(ONE, [e], wants[:1]), config, LATER).grows == ()  # u waits, under
+    own = [job("wt", team="t", cls="low", gpus=8)]
+    assert len(decide(Snapshot(ONE, [e], own), config, LATER).grows) == 1
+    assert decide(Snapshot(ONE, [e], own + wants[1:]), config, LATER).grows == ()

@@ -9,6 +9,7 @@ import pytest
 from gpupool.model import DEFAULT_CLASSES, Config, ElasticPolicy, Plan
 from gpupool.sim.elastic import is_drawn, pace, sizes_of
 from gpupool.sim.engine import Simulation
+from gpupool.sim.failures import NodeFailures
 from gpupool.sim.jobmodel import Attempt, JobModel
 from gpupool.sim.records import SimJob
 from tests.support.builders import pool
@@ -91,3 +92,38 @@ def test_a_replay_with_no_elastic_job_never_resizes() -> None:
     log, sim = replay([SimJob("r", "a", "low", 4, 0.0, 1000.0), SimJob("h", "b", "high", 2, 300.0, 50.0)])
     assert [entry[1] for entry in log] == ["start", "preempt", "start", "start"]
     assert sim.live["r"].record.resizes == 0
+
+
+class _Clock:
+    """A node's clock that fails it once, `at` seconds after the first arrival, and never again."""
+
+    def __init__(self, at: float | None) -> None:
+        self.at = at
+
+    def up_for(self) -> float:
+        at, self.at = self.at, None
+        return at if at is not None else 1e12
+
+    def down_for(self) -> float:
+        return 50.0
+
+
+class _FailsN1(NodeFailures):
+    def stream(self, node: str) -> _Clock:  # type: ignore[override]
+        return _Clock(602.0 if node == "n1" else None)
+
+
+def test_a_job_growing_onto_a_node_that_fails_is_lost_with_it() -> None:
+    """The review found the simulator crash: e, a gang growing from n0 onto n1 (notice at 600),
+    was not lost with n1 (its added GPUs were only its notice's), and its state was started
+    again on a node that was out."""
+    jobs = [
+        SimJob("c", "a", "low", 2, 0.0, 5000.0),
+        SimJob("b", "a", "low", 4, 0.0, 100.0, gpus_per_node=4),
+        SimJob("e", "a", "low", 4, 0.0, 3000.0, gpus_per_node=2, sizes=(2, 4)),
+    ]
+    sim = Simulation(jobs, pool(2, 4), CONFIG, MODEL, failures=_FailsN1(1e9, 50.0))
+    outcome = sim.run()
+    e = sim.live["e"].record
+    assert e.node_losses == 1 and e.finish is not None
+    assert all(r.finish is not None for r in outcome.records)

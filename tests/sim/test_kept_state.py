@@ -52,7 +52,10 @@ def workload(seed: int) -> tuple[list[SimJob], list[Node]]:
             rng.choice([None, None, "A", "B"]),
         )
         # A third of the seeds have elastic jobs, which shrink, grow and resize.
-        jobs.append(replace(job, sizes=sizes_of(gpus, None)) if seed % 3 == 0 and rng.random() < 0.5 else job)
+        if seed % 3 == 0 and rng.random() < 0.5:
+            members = 4 if gpus == 12 and rng.random() < 0.5 else None  # a gang, by whole members
+            job = replace(job, gpus_per_node=members, sizes=sizes_of(gpus, members))
+        jobs.append(job)
     return jobs, nodes
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpupool.model import (
     Config,
@@ -214,7 +214,7 @@ def _listed(
             held[i, team, value] = (
                 (gpus, cost, gpus) if found is None else (found[0] + gpus, min(found[1], cost), max(found[2], gpus))
             )
-    groups = GroupsByNode.of(len(on_node), held)
+    groups = replace(GroupsByNode.of(len(on_node), held), shrinks=bool(shrinks))
     return Candidates(free, shares, _ListSource(on_node, built, free.group), groups, supply, shortcuts)
 
 

@@ -8,7 +8,8 @@ so: it saves, leaves, and starts again at once on them all.
 
 No job grows while a job of its class or higher waits for GPUs (the free ones could be part of
 that job's placement once more free up, and growing would only be undone), nor while a team
-under its guarantee waits, unless it is of that team. The higher classes grow first, then the
+under its guarantee waits, unless that team is its own and the only one; nor if it was given
+notice in the same decision. The higher classes grow first, then the
 teams of the lowest weighted share, then the jobs submitted first.
 """
 
@@ -27,8 +28,10 @@ def grow_elastic(decision: Decision) -> None:
     state = decision.state
     if not state.growable or not any(decision.free.free):
         return
+    noticed = {p.victim for p in decision.preemptions}  # shrunk or evicted by this decision
     for running in sorted(state.growable.values(), key=lambda r: _order(decision, r)):
-        _grow(decision, running)
+        if running.job.id not in noticed:
+            _grow(decision, running)
 
 
 def _order(decision: Decision, running: RunningJob) -> tuple[int, float, float, str]:
@@ -44,8 +47,8 @@ def _grow(decision: Decision, running: RunningJob) -> None:
     cls = decision.config.priority_class(running.priority or job.priority)
     if decision.waiting_at is not None and decision.waiting_at >= cls.value:
         return
-    if decision.waiting_under and job.team not in decision.waiting_under:
-        return
+    if decision.waiting_under - {job.team}:
+        return  # another team under its guarantee waits
     if decision.budgeted_as(job.team, cls.name).demoted_from is not None:
         return  # its team is over its budget for the class it runs at
     may_grow_at = running.started_at + decision.config.elastic.min_time_at_size
@@ -64,7 +67,7 @@ def _grow(decision: Decision, running: RunningJob) -> None:
     for allocation in added:
         decision.free.take(decision.free.node_index(allocation.node), allocation.gpus)
     decision.shares.add(job.team, size - job.gpus)
-    deadline = decision.now + cls.grace_period
+    deadline = decision.now + decision.config.priority_class(job.priority).grace_period  # as a notice's
     decision.grows.append(Grow(job.id, deadline, placement, messages.grew(job, size, added)))
 
 

@@ -261,7 +261,8 @@ class RunningIndex:
             cost[shrinks] = job_gpus[shrinks] * ran[shrinks] + shrink_to[shrinks] * restart[shrinks]
         held = read(self.gpus, np.float64)[taken]
         node = read(self.node, np.int64)[taken].astype(np.intp)
-        return GroupsByNode(nodes, list(groups), node, row_group[taken], held, cost, held)  # a row: one job, one node
+        # A row: one job (or one of its shrinks), one node.
+        return GroupsByNode(nodes, list(groups), node, row_group[taken], held, cost, held, bool(shrinks.any()))
 
 
 @dataclass(slots=True)

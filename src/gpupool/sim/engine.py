@@ -198,7 +198,12 @@ class Simulation:
             self.push(now + outages.clocks[name].up_for(), Rank.NODE, name, 0)
             return False
         else:
-            lost = [j for j, r in self.state.running.items() if any(a.node == name for a in r.placement)]
+            # A growing job's next attempt holds GPUs there too: it is lost with the node.
+            lost = [
+                j
+                for j, r in self.state.running.items()
+                if any(a.node == name for a in r.placement + (r.notice.adds(r.placement) if r.notice else ()))
+            ]
             for job_id in lost:
                 self.lose(job_id, name, now)
             self.push(outages.fail(name, now), Rank.NODE, name, 1)

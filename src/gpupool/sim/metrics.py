@@ -56,8 +56,8 @@ def jain(values: Iterable[float]) -> float:
 
 def young_daly(save_cost: float, records: Sequence[JobRecord]) -> float | None:
     """The checkpoint interval √(2·δ·M) for the observed mean time M between interruptions
-    (preemptions and lost nodes) of a running job, or None when nothing was interrupted."""
-    interruptions = sum(r.preemptions + r.node_losses for r in records)
+    (preemptions, lost nodes and resizes) of a running job, or None when nothing was interrupted."""
+    interruptions = sum(r.preemptions + r.node_losses + r.resizes for r in records)
     if not interruptions:
         return None
     running_seconds = sum(r.allocated / r.job.gpus for r in records)

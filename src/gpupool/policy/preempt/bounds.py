@@ -37,6 +37,8 @@ class GroupsByNode:
     cost: npt.NDArray[np.float64]
     single: npt.NDArray[np.float64]
     """The most GPUs one candidate of the row holds on its node."""
+    shrinks: bool = False
+    """Some rows are elastic jobs' shrinks: a set of victims may evict none of them."""
 
     @classmethod
     def of(cls, nodes: int, held: Mapping[tuple[int, str, int], tuple[int, float, int]]) -> GroupsByNode:
@@ -92,6 +94,8 @@ class Bounds:
     _alone: dict[int, npt.NDArray[np.float64]] = field(default_factory=dict)
     """Per member size, `alone` of every node with the free GPUs the bounds were made with."""
     _by_node: tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]] | None = None
+    evicts_all: bool = False
+    """No candidate is a shrink: every victim is evicted (`search.node_score` counts them)."""
 
     def fewest(self, node: int, need: int) -> int:
         """The fewest victims that could free `need` GPUs on `node`."""
@@ -108,7 +112,7 @@ class Bounds:
             cost = float(self.alone_all(want)[node])
         else:
             cost = self.alone(node, want - have)
-        return (0, (self.ranks[self.lowest[node]],) * k, cost, 0, k, have, node)  # none evicted, at best
+        return (0, (self.ranks[self.lowest[node]],) * k, cost, k if self.evicts_all else 0, k, have, node)
 
     def alone(self, node: int, need: int) -> float:
         """The lowest lost work of a candidate of the node's lowest rank that frees `need` GPUs
@@ -194,6 +198,7 @@ def bounds_of(groups: GroupsByNode, admitted: list[Rank], places: Sequence[int],
         free,
         (lowest, cost, largest, gpus),
         (nodes[at_lowest], single, lowest_cost),
+        evicts_all=not groups.shrinks,
     )
 
 

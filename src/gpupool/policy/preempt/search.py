@@ -78,10 +78,23 @@ class _Chosen:
         self.used.add(node)
         self.slots.append((node, want))
         for victim in picked:
+            prior = self.victims.get(victim.candidate.id)
+            if prior is not None:  # an eviction in place of an earlier member's shrink
+                for i, gpus in prior.candidate.slots:
+                    self.freed[i] -= len(gpus)
+                self.gone = self.without(victim.candidate.id)
             self.victims[victim.candidate.id] = victim
             self.gone.add(victim.candidate)
             for i, gpus in victim.candidate.slots:
                 self.freed[i] += len(gpus)
+
+    def without(self, job_id: str) -> Leaving:
+        """The victims so far, but job `job_id`'s (a copy)."""
+        found = Leaving()
+        for victim in self.victims.values():
+            if victim.candidate.id != job_id:
+                found.add(victim.candidate)
+        return found
 
 
 def find_victims(who: Preemptor, shape: Shape, candidates: Candidates) -> tuple[list[Slot], list[Victim]] | None:
@@ -312,30 +325,33 @@ def _in_order(
     def take(candidates: Iterable[Candidate], rules: Preemptor) -> None:
         nonlocal got, leaving
         for listed in candidates:
-            if listed.protection is not None or listed.id in chosen.victims or listed.id in taken_before:
+            if listed.protection is not None or listed.id in taken_before:
                 continue
+            prior = chosen.victims.get(listed.id)  # an earlier member's victim
             earlier = next((n for n, v in enumerate(taken) if v.candidate.id == listed.id), None)
-            if earlier is not None and (listed.keep or not taken[earlier].candidate.keep):
+            replaced = prior if prior is not None else taken[earlier] if earlier is not None else None
+            if replaced is not None and (listed.keep or not replaced.candidate.keep):
                 continue  # a shrink of a job taken already, or the job twice
             # A shrink as large as this node allows.
             candidate = fitted(listed, node, need - got, free.index, free.layout.names[node]) if listed.keep else listed
-            if earlier is None:
+            if replaced is None:
                 before = leaving or chosen.gone
-            else:
-                others = taken[:earlier] + taken[earlier + 1 :]
-                before = _leaving(chosen.gone, others)
+            else:  # its job after its shrink, which was not enough: evicted instead
+                others = [v for v in taken if v is not replaced]
+                before = _leaving(chosen.gone if prior is None else chosen.without(listed.id), others)
             found = eligibility(candidate, rules, shares, before)
             if not isinstance(found, Taken):
                 continue
-            if earlier is not None:  # its job after its shrink, which was not enough: evicted
+            if earlier is not None:
                 got -= taken[earlier].candidate.gpus_on(node)
-                taken[:] = others
+                del taken[earlier]
+            if replaced is not None:
                 leaving = before
             elif leaving is None:
                 leaving = chosen.gone.copy()
             taken.append(Victim(candidate, found.reason, found.below))
             leaving.add(candidate)
-            got += candidate.gpus_on(node)
+            got += _gain(taken[-1], node, chosen)
             if got >= need:
                 return
 
@@ -348,16 +364,23 @@ def _in_order(
         take(left, who)
     if got < need:
         return None
-    taken = _reprieved(node, need, taken)
+    taken = _reprieved(node, need, taken, chosen)
     return _evicting_instead(node, need, search, order, chosen, taken)
 
 
-def _reprieved(node: int, need: int, taken: list[Victim]) -> list[Victim]:
+def _gain(victim: Victim, node: int, chosen: _Chosen) -> int:
+    """GPUs `victim` frees on `node` beyond what the search's victims so far free there (an
+    eviction that replaces an earlier member's shrink of the same job frees the rest)."""
+    prior = chosen.victims.get(victim.candidate.id)
+    return victim.candidate.gpus_on(node) - (prior.candidate.gpus_on(node) if prior is not None else 0)
+
+
+def _reprieved(node: int, need: int, taken: list[Victim], chosen: _Chosen) -> list[Victim]:
     """`taken` without those the node does not need to free `need` GPUs, last taken first."""
-    got = sum(v.candidate.gpus_on(node) for v in taken)
+    got = sum(_gain(v, node, chosen) for v in taken)
     kept = list(taken)
     for victim in reversed(taken):
-        spare = victim.candidate.gpus_on(node)
+        spare = _gain(victim, node, chosen)
         if got - spare >= need:
             kept.remove(victim)
             got -= spare
@@ -378,7 +401,8 @@ def _evicting_instead(
         found = eligibility(whole, search.who, search.candidates.shares, _leaving(chosen.gone, others))
         if not isinstance(found, Taken):
             continue
-        trial = _reprieved(node, need, [*taken[:n], Victim(whole, found.reason, found.below), *taken[n + 1 :]])
+        trial = [*taken[:n], Victim(whole, found.reason, found.below), *taken[n + 1 :]]
+        trial = _reprieved(node, need, trial, chosen)
         if node_score(trial, search.rank_of) < node_score(taken, search.rank_of):
             return _evicting_instead(node, need, search, order, chosen, trial)
     return taken
