@@ -138,6 +138,15 @@ def test_the_comparison_table_has_one_column_per_report_and_a_p95_wait_row_per_c
     assert row("left out")[1] == "3"  # 2 never fit + 1 of a team without a size
 
 
+def test_the_comparison_counts_resizes_where_jobs_are_elastic() -> None:
+    elastic = {**PRIORITY, "resizes": 1234}
+    plain = render(comparison_table([FIFO, PRIORITY])).splitlines()
+    assert "resizes" not in [line.split("│")[1].strip() for line in plain if line.startswith("│")]
+    lines = render(comparison_table([FIFO, elastic])).splitlines()
+    row = next(line for line in lines if line.startswith("│") and line.split("│")[1].strip() == "resizes")
+    assert [cell.strip() for cell in row.split("│")[2:-1]] == ["0", "1,234"]
+
+
 def test_the_comparison_reads_at_80_columns() -> None:
     console = Console(record=True, width=80)
     console.print(comparison_table([FIFO, PRIORITY, FIFO]))

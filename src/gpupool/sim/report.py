@@ -64,6 +64,8 @@ def comparison_table(reports: Sequence[Mapping[str, Any]]) -> Table:
         ("p95 wait", lambda r: human_seconds(r["wait"]["p95"])),
         *((f"p95 wait {name}", class_wait(name)) for name in classes),
         ("preemptions", lambda r: f"{r['preemptions']:,}"),
+        # Elastic jobs' (`--elastic-share`): shrinks and growths, and what they lost.
+        *([("resizes", lambda r: f"{r.get('resizes', 0):,}")] if any("resizes" in r for r in reports) else []),
         ("lost GPU-h", lost),
         ("goodput", lambda r: _percent(r["goodput"])),
         ("fairness (Jain)", lambda r: f"{r['fairness']:.3f}"),
