@@ -10,7 +10,8 @@ at a parallel fraction of 0.95 (`sim.elastic`) and, as the most a resize could g
 
 Checkpoints every 30 min (30 s blocking), restart 60 s, elastic.min_time_at_size 10 min.
 Prints a Markdown table per trace and writes out/elastic/<trace>.json and a plot of mean JCT
-and the p95 wait per class against the elastic share.
+and the p95 wait per class against the elastic share; then, for each trace with every
+multi-GPU job elastic (p = 0.95), how its elastic jobs started and how often they grew.
 Run: .venv/bin/python -m benchmarks.elastic_study [--traces DIR] [--out out/elastic] [--workers 2]
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -29,9 +31,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from gpupool.model import Plan
 from gpupool.sim.cluster import load_vc_sizes
+from gpupool.sim.engine import Simulation
 from gpupool.sim.jobmodel import JobModel
-from gpupool.sim.replay import ClusterSpec, Policy, Settings, replay
+from gpupool.sim.replay import ClusterSpec, Policy, Settings, admissible, build_cluster, policy_config, replay
 from gpupool.sim.trace import Trace, load_trace
 from gpupool.sim.workload import parse_priority_map
 from gpupool.units import human_seconds
@@ -66,6 +70,30 @@ def one(study: Study, share: float, parallel: float) -> dict[str, Any]:
     settings = replace(study.settings, elastic_share=share, parallel=parallel)
     report = replay(study.trace, study.spec, Policy.POOL_PRIORITY, settings).report
     return {"elastic_share": share, "parallel_fraction": parallel, **report}
+
+
+def starts(study: Study) -> Counter[str]:
+    """How the elastic jobs of `study`, all of its multi-GPU jobs (p = 0.95), started (at their
+    largest size, below it, at their smallest), and how many growths and shrinks there were."""
+    settings = replace(study.settings, elastic_share=1.0)
+    cluster = build_cluster(study.trace, study.spec, Policy.POOL_PRIORITY)
+    jobs, _, _ = admissible(study.trace, cluster, settings)
+    bounds = {job.id: (job.sizes[0], job.gpus) for job in jobs if job.sizes}
+    seen: Counter[str] = Counter()
+
+    def count(now: float, plan: Plan) -> None:
+        for start in plan.starts:
+            if start.job in bounds:
+                (smallest, largest), size = bounds[start.job], sum(len(a.gpus) for a in start.placement)
+                seen["starts"] += 1
+                seen["below largest"] += size < largest
+                seen["at smallest"] += size == smallest
+        seen["growths"] += len(plan.grows)
+        seen["shrinks"] += sum(1 for p in plan.preemptions if p.keep)
+
+    config = policy_config(Policy.POOL_PRIORITY, cluster, settings)
+    Simulation(jobs, cluster.nodes, config, settings.model, on_plan=count, parallel=settings.parallel).run()
+    return seen
 
 
 def row(report: dict[str, Any]) -> str:
@@ -121,6 +149,14 @@ def main() -> None:
         plot(study.name, reports, args.out / f"{study.name}.png")
         print(f"\n{study.name}: {reports[0]['gpus']:,} GPUs, {reports[0]['jobs']:,} jobs", flush=True)
         print("\n".join(header + [row(r) for r in reports]), flush=True)
+    for study in studies(args.traces):
+        seen = starts(study)
+        print(
+            f"{study.name}, all elastic: {seen['starts']:,} starts of elastic jobs, {seen['below largest']:,} "
+            f"below their largest size, {seen['at smallest']:,} at their smallest; {seen['growths']:,} growths, "
+            f"{seen['shrinks']:,} shrinks",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
