@@ -241,6 +241,11 @@ class RunningJob:
         at half its cost: the simulator makes one for every commit it follows)."""
         return RunningJob(self.job, self.placement, self.started_at, at, self.notice, self.priority)
 
+    @property
+    def holds(self) -> Placement:
+        """The GPUs it holds: its placement, and while it grows the free ones its notice added."""
+        return self.placement + self.notice.adds(self.placement) if self.notice is not None else self.placement
+
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:

@@ -196,9 +196,9 @@ def settle(end: AttemptEnd, counts: JobCounts) -> Settlement:
     notice. One that lost a node goes back in line, charged to neither its failures nor its
     preemptions, while it has lost at most `max_node_losses` nodes; then it fails. After a
     notice the job goes back in line whatever its exit code (a preemption, not a success or a
-    failure), unless the notice was a resize: then it runs on at once at its new size, its
-    preemptions not counted (RUNNING). One whose process vanished with no status goes back in line without using its
-    failure budget. Otherwise it failed (out of memory, when the kernel killed a process of it
+    failure), unless the notice was a resize: it runs on at once at its new size (RUNNING), not
+    counted as a preemption. One whose process vanished with no status goes back in line
+    without using its failure budget. Otherwise it failed (out of memory, when the kernel killed a process of it
     at its memory limit and it did not succeed): retried while its failure budget lasts. A job
     that would go back in line with no run time left under its time limit ends as TIMEOUT.
     """
@@ -210,11 +210,12 @@ def settle(end: AttemptEnd, counts: JobCounts) -> Settlement:
     def done(outcome: AttemptOutcome, state: JobState, message: str) -> Settlement:
         return Settlement(outcome, state, message, failures, preemptions, node_losses)
 
-    def requeue(outcome: AttemptOutcome, message: str) -> Settlement:
+    def requeue(outcome: AttemptOutcome, message: str, then: JobState = JobState.PENDING) -> Settlement:
+        """It runs again (`then`: back in line, or at once), if run time is left."""
         if counts.time_limit is not None and counts.run_seconds >= counts.time_limit:
             left = f"{message}, but no run time is left of its {human_seconds(counts.time_limit)} limit"
             return done(outcome, JobState.TIMEOUT, left)
-        return done(outcome, JobState.PENDING, message)
+        return done(outcome, then, message)
 
     if end.cancel_requested and not end.completed:
         # Stopped because it was cancelled: a clean exit on SIGTERM is no success.
@@ -232,9 +233,7 @@ def settle(end: AttemptEnd, counts: JobCounts) -> Settlement:
         lost = f"failed: {end.node_lost}, its node loss {node_losses} (at most {limit} are requeued)"
         return done(AttemptOutcome.NODE_LOST, JobState.FAILED, lost[:2000])
     if end.noticed and end.resized_to is not None:
-        if counts.time_limit is not None and counts.run_seconds >= counts.time_limit:
-            return requeue(AttemptOutcome.RESIZED, f"resized to {end.resized_to} GPUs ({code})")
-        return done(AttemptOutcome.RESIZED, JobState.RUNNING, f"resized to {end.resized_to} GPUs ({code})")
+        return requeue(AttemptOutcome.RESIZED, f"resized to {end.resized_to} GPUs ({code})", JobState.RUNNING)
     if end.noticed and end.requeued:
         # Not counted as a preemption: a job its owner requeues must not grow toward the cap
         # that protects it from being preempted.

@@ -23,7 +23,7 @@ def session_problem(session: str | None, gpus: int, gpus_per_node: int | None, a
     return None
 
 
-def members_of(session: str | None, gpus: int, gpus_per_node: int | None) -> int | None:
+def gpus_per_node_of(session: str | None, gpus: int, gpus_per_node: int | None) -> int | None:
     """GPUs per node of a job as submitted: a shell's or a notebook's all on one node (its
     terminal or server is one process), never split as a gang; else as asked."""
     return gpus if session in ONE_NODE_SESSIONS else gpus_per_node

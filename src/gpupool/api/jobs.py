@@ -35,7 +35,7 @@ from gpupool.api.submission import check_fits, check_key, check_paths, parsed
 from gpupool.config.specs import webhook_url
 from gpupool.errors import Conflict, InvalidInput, StoreUnavailable
 from gpupool.settle import JobState
-from gpupool.shapes import members_of, session_problem
+from gpupool.shapes import gpus_per_node_of, session_problem
 from gpupool.slurm import parse_after, parse_array
 from gpupool.store import DEFAULT_TEAM, JobSpec
 from gpupool.store.jobs import DuplicateSubmission
@@ -108,7 +108,7 @@ def prepare(ctx: Context, body: JobIn, who: Principal, key: str | None) -> JobSp
     problem = session_problem(body.session, body.gpus, body.gpus_per_node, bool(body.array))
     if problem is not None:
         raise InvalidInput(problem)
-    body = body.model_copy(update={"gpus_per_node": members_of(body.session, body.gpus, body.gpus_per_node)})
+    body = body.model_copy(update={"gpus_per_node": gpus_per_node_of(body.session, body.gpus, body.gpus_per_node)})
     access.require_may_submit(who, team)
     user = who.user if not who.admin else body.user
     ctx.service.check_runnable(user, team)

@@ -137,7 +137,7 @@ class PoolState:
         job = running.job
         if job.id in self.running:
             raise ValueError(f"job {job.id} runs twice")
-        self.free.take(running.placement + _added(running))
+        self.free.take(running.holds)
         self.running[job.id] = running
         if running.notice is None:
             self.team_gpus[job.team] += job.gpus
@@ -161,7 +161,7 @@ class PoolState:
             self.growable.pop(job_id, None)
         else:
             self._count(running.job.team, -_kept(running))
-        self.free.give(running.placement + _added(running))
+        self.free.give(running.holds)
         return running
 
     def resized(self, job_id: JobId, now: float) -> RunningJob:

@@ -199,11 +199,7 @@ class Simulation:
             return False
         else:
             # A growing job's next attempt holds GPUs there too: it is lost with the node.
-            lost = [
-                j
-                for j, r in self.state.running.items()
-                if any(a.node == name for a in r.placement + (r.notice.adds(r.placement) if r.notice else ()))
-            ]
+            lost = [j for j, r in self.state.running.items() if any(a.node == name for a in r.holds)]
             for job_id in lost:
                 self.lose(job_id, name, now)
             self.push(outages.fail(name, now), Rank.NODE, name, 1)

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from gpupool.errors import Conflict, Forbidden, GpupoolError, InvalidInput, NotFound
 from gpupool.settle import ENDED, JobState
-from gpupool.shapes import gang_split_problem, members_of, session_problem
+from gpupool.shapes import gang_split_problem, gpus_per_node_of, session_problem
 from gpupool.store.base import StoreBase
 from gpupool.store.holds import KINDS as DEPENDENCY_KINDS
 from gpupool.store.pool import DEFAULT_TEAM
@@ -287,7 +287,7 @@ class JobsStore(StoreBase):
             team=spec.team,
             priority=spec.priority,
             gpus=spec.gpus,
-            gpus_per_node=members_of(spec.session, spec.gpus, spec.gpus_per_node),
+            gpus_per_node=gpus_per_node_of(spec.session, spec.gpus, spec.gpus_per_node),
             gpu_type=spec.gpu_type,
             command=list(spec.command),
             workdir=spec.workdir,
