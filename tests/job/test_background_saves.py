@@ -245,7 +245,7 @@ def test_batches_resharded_keep_the_epoch_and_the_items_used_at_another_world_an
     from gpupool.job import Batches
 
     before = Batches(512, batch_size=8, seed=3, rank=1, world=2)
-    before.epoch, before.position = 2, 10  # 10 batches of 8 on each of 2 ranks: 160 items
+    before.epoch, before.used = 2, 160  # 10 steps of 8 on each of 2 ranks
     after = Batches(512, batch_size=4, seed=3, rank=3, world=4)
     after.load_state_dict(after.resharded(before.state_dict()))
-    assert (after.epoch, after.position) == (2, 10), "160 items: 10 batches of 4 on each of 4 ranks"
+    assert (after.epoch, after.used, after.position) == (2, 160, 10), "160 items: 10 steps of 4 on each of 4 ranks"

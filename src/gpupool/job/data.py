@@ -20,6 +20,13 @@ import numpy
 
 
 class Batches:
+    """An endless batch sampler of a dataset of `size` items for rank `rank` of `world`. Each
+    completed step uses the next `world × batch_size` items of the epoch's order, rank r the
+    r-th `batch_size` of them; an epoch ends when fewer than a step's are left (drop last).
+    The position is the items the epoch's completed steps used (`used`): a run resumed at
+    another world size or batch size goes on from the very next item, none seen twice and
+    none skipped (`resharded`)."""
+
     def __init__(
         self, size: int, batch_size: int, *, seed: int = 0, shuffle: bool = True, rank: int = 0, world: int = 1
     ) -> None:
@@ -29,53 +36,75 @@ class Batches:
             raise ValueError(f"rank {rank} is not in a world of {world}")
         self.size, self.batch_size, self.seed, self.shuffle = size, batch_size, seed, shuffle
         self.rank, self.world = rank, world
-        self.per_epoch = size // world // batch_size
-        if self.per_epoch < 1:
+        self.step_items = world * batch_size
+        """Items one step uses, over every rank."""
+        if size < self.step_items:
             raise ValueError(f"{size} items make no whole batch of {batch_size} for each of {world} ranks")
         self.epoch = 0
-        self.position = 0
-        """Batches of this epoch used by completed steps."""
+        self.used = 0
+        """Items of this epoch's order that completed steps used, over every rank."""
+
+    @property
+    def position(self) -> int:
+        """Steps of this epoch completed, at this world and batch size."""
+        return self.used // self.step_items
 
     def order(self, epoch: int) -> numpy.ndarray:
-        """This rank's indices for `epoch` (the drop-last part of an uneven split is left out)."""
-        indices = numpy.arange(self.size)
+        """The epoch's order of every item (every rank's)."""
         if self.shuffle:
-            indices = numpy.random.default_rng([self.seed, epoch]).permutation(self.size)
-        used = self.per_epoch * self.batch_size * self.world
-        return indices[:used][self.rank :: self.world]
+            return numpy.random.default_rng([self.seed, epoch]).permutation(self.size)
+        return numpy.arange(self.size)
 
     def __iter__(self) -> Iterator[list[int]]:
-        epoch, position = self.epoch, self.position
+        epoch, used = self.epoch, self.used
         while True:
             order = self.order(epoch)
-            for start in range(position * self.batch_size, len(order), self.batch_size):
+            while used + self.step_items <= self.size:
+                start = used + self.rank * self.batch_size
                 yield order[start : start + self.batch_size].tolist()
-            epoch, position = epoch + 1, 0
+                used += self.step_items
+            epoch, used = epoch + 1, 0
 
     def advance(self) -> None:
-        """One step completed: it used one batch."""
-        self.position += 1
-        if self.position == self.per_epoch:
-            self.epoch, self.position = self.epoch + 1, 0
+        """One step completed: it used one batch on every rank."""
+        self.used += self.step_items
+        if self.used + self.step_items > self.size:
+            self.epoch, self.used = self.epoch + 1, 0
 
     def resharded(self, state: dict[str, Any]) -> dict[str, Any]:
-        """The saved position of a rank of another world size, for this rank: the same epoch,
-        and as many of its items used in all, rounded down to whole batches of this world
-        (a few items may be seen twice; which rank sees which item differs from an
-        uninterrupted run, so the run is not bit-identical)."""
-        used = state["position"] * state["batch_size"] * state["world"]
-        position = min(used // (self.batch_size * self.world), self.per_epoch - 1)
-        return {**state, "rank": self.rank, "world": self.world, "batch_size": self.batch_size, "position": position}
+        """The saved position of a rank of another world size (or batch size), for this rank:
+        the same epoch and items used, so that this run goes on from the very next item (which
+        rank sees which item differs from an uninterrupted run: not bit-identical)."""
+        used = _used(state)
+        epoch = state["epoch"]
+        if used + self.step_items > self.size:  # not a whole step left at this size: the next epoch
+            epoch, used = epoch + 1, 0
+        return {
+            **state,
+            "rank": self.rank,
+            "world": self.world,
+            "batch_size": self.batch_size,
+            "used": used,
+            "epoch": epoch,
+        }
 
     def _setup(self) -> dict[str, Any]:
         keys = ("seed", "size", "batch_size", "shuffle", "rank", "world")
         return {k: getattr(self, k) for k in keys}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "position": self.position, **self._setup()}
+        return {"epoch": self.epoch, "used": self.used, **self._setup()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         saved = {k: state.get(k) for k in self._setup()}
         if saved != self._setup():
             raise ValueError(f"the checkpoint's data was {saved}; this run's is {self._setup()}")
-        self.epoch, self.position = state["epoch"], state["position"]
+        self.epoch, self.used = state["epoch"], _used(state)
+
+
+def _used(state: dict[str, Any]) -> int:
+    """The items used of a saved position; from an older checkpoint, which kept each rank's
+    batches (`position`), as many items (they were laid out across the ranks another way)."""
+    if "used" in state:
+        return int(state["used"])
+    return int(state["position"]) * int(state["batch_size"]) * int(state["world"])
