@@ -83,3 +83,28 @@ def elastic_problem(smallest: int, largest: int, step: int | str, gpus_per_node:
     if gpus_per_node is not None and step != POWERS_OF_TWO and isinstance(step, int) and step % gpus_per_node:
         return f"step {step}: a gang grows and shrinks by whole members of {gpus_per_node} GPUs"
     return None
+
+
+def parse_sizes(text: str, step: str | None, gpus_per_node: int | None) -> tuple[int, tuple[int, ...]]:
+    """`--gpus N` or `--gpus MIN-MAX` with `--resize-step N|pow2` (a gang's step defaults to its
+    GPUs per node, any other job's to 1): (the GPUs it asks for in line, its sizes; () for one
+    size). A ValueError says what is wrong, for the submitter."""
+    low, dash, high = text.strip().partition("-")
+    try:
+        smallest, largest = int(low), int(high) if dash else int(low)
+    except ValueError:
+        raise ValueError(f"--gpus {text!r}: a number of GPUs, or the fewest and the most, as 4-16") from None
+    if not dash:
+        if step is not None:
+            raise ValueError(f"--resize-step {step!r} goes with --gpus MIN-MAX (an elastic job)")
+        return smallest, ()
+    resize: int | str = gpus_per_node or 1
+    if step is not None:
+        try:
+            resize = POWERS_OF_TWO if step == POWERS_OF_TWO else int(step)
+        except ValueError:
+            raise ValueError(f"--resize-step {step!r}: a number of GPUs, or {POWERS_OF_TWO}") from None
+    problem = elastic_problem(smallest, largest, resize, gpus_per_node)
+    if problem is not None:
+        raise ValueError(f"--gpus {text}: {problem}")
+    return largest, elastic_sizes(smallest, largest, resize, gpus_per_node)

@@ -27,7 +27,7 @@ from gpupool.model import (
 )
 from gpupool.policy import PoolState
 from gpupool.policy.preempt.candidates import Shortcuts, lost_work, shrink_cost
-from gpupool.shapes import POWERS_OF_TWO, elastic_problem, elastic_sizes
+from gpupool.shapes import POWERS_OF_TWO, elastic_problem, elastic_sizes, parse_sizes
 from tests.support.builders import fill, job, on, pool, running, summary
 from tests.support.exercised import Exercised
 from tests.support.oracle import decide
@@ -517,3 +517,36 @@ def test_while_teams_under_their_guarantee_wait_only_their_own_jobs_grow_and_onl
     own = [job("wt", team="t", cls="low", gpus=8)]
     assert len(decide(Snapshot(ONE, [e], own), config, LATER).grows) == 1
     assert decide(Snapshot(ONE, [e], own + wants[1:]), config, LATER).grows == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "step", "per_node", "parsed"),
+    [
+        ("4", None, None, (4, ())),
+        ("4-16", None, None, (16, tuple(range(4, 17)))),
+        ("4-16", "4", None, (16, (4, 8, 12, 16))),
+        ("4-16", "pow2", None, (16, (4, 8, 16))),
+        ("8-32", None, 8, (32, (8, 16, 24, 32))),
+        ("8-8", None, None, (8, ())),
+    ],
+)
+def test_gpus_given_as_the_fewest_and_the_most_are_an_elastic_jobs_sizes(
+    text: str, step: str | None, per_node: int | None, parsed: tuple[int, tuple[int, ...]]
+) -> None:
+    assert parse_sizes(text, step, per_node) == parsed
+
+
+@pytest.mark.parametrize(
+    ("text", "step", "per_node", "words"),
+    [
+        ("four", None, None, "a number of GPUs, or the fewest and the most"),
+        ("4", "2", None, "goes with --gpus MIN-MAX"),
+        ("4-16", "x", None, "--resize-step 'x'"),
+        ("4-16", "5", None, "not steps of 5"),
+        ("16-4", None, None, "at most the most"),
+        ("8-32", "4", 8, "whole members of 8"),
+    ],
+)
+def test_gpus_that_are_no_sizes_say_why(text: str, step: str | None, per_node: int | None, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        parse_sizes(text, step, per_node)
