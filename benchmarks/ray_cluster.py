@@ -1,6 +1,7 @@
 """gpupool on a Ray cluster, beside the local executor in the same run: how long a 2-node gang
 takes from the decision to every rank running, preemption latency with cooperating victims,
-attempts started per second, the time from a node's death to its job pending again, and the
+an elastic job's resize latency (a shrink's and a growth's notice to running at the new size)
+beside it, attempts started per second, the time from a node's death to its job pending again, and the
 core's decision time with 100 Ray nodes' worth of nodes in its snapshot.
 
 A three-node Ray cluster on loopback (127.0.3.2-4, four virtual GPUs each) is started and
@@ -28,6 +29,8 @@ from tests.support.live import wait_for
 
 ROUNDS = 10
 SHORT_JOBS = 200
+ELASTIC: dict[str, object] = {"elastic": {"min_time_at_size": "1s"}}
+"""Elastic jobs grow back a second after a resize (the default waits 10 minutes)."""
 
 
 def event_time(service: Service, job_id: int, kind: str, after: float = 0.0) -> float:
@@ -73,6 +76,50 @@ def preemption(service: Service, nodes: int, per_node: int) -> list[float]:
         for victim in victims:
             client.post(f"/jobs/{victim}/cancel")
     return took
+
+
+def resizes(service: Service, nodes: int, per_node: int) -> tuple[list[float], list[float], list[float]]:
+    """An elastic low job of cooperating members holding the whole pool (`nodes` x `per_node`
+    GPUs, down to one node's); a high job that needs `per_node` GPUs. Each round: seconds from the
+    shrink's notice to the job running again at its smaller size, from the high job's arrival
+    to it running, and, once it is done, from the growth's notice to the job running again at
+    its largest size."""
+    shrunk, preemptor, grown = [], [], []
+    sizes = [per_node * k for k in range(1, nodes + 1)] if nodes > 1 else [per_node // 2, per_node]
+    body = {"command": VICTIM, "priority": "low", "gpus": sizes[-1], "sizes": sizes}
+    if nodes > 1:
+        body["gpus_per_node"] = per_node
+    with service.client() as client:
+        victim = client.post("/jobs", json=body).json()["id"]
+        for _ in range(ROUNDS):
+            wait_for(lambda: in_state(service, victim, ("running",)) and says_ready(client, victim), timeout=60)
+            began = time.time()
+            body = {"command": ["sleep", "0.2"], "priority": "high", "gpus": per_node // (1 if nodes > 1 else 2)}
+            urgent = client.post("/jobs", json=body).json()["id"]
+            wait_for(partial(in_state, service, urgent, ("succeeded",)), timeout=60)
+            preemptor.append(event_time(service, urgent, "running") - began)
+            shrunk.append(_resized(service, victim, -2))
+            wait_for(lambda: service.store.attempts(victim)[-1].gpus == sizes[-1], timeout=60)
+            wait_for(partial(in_state, service, victim, ("running",)), timeout=60)
+            grown.append(_resized(service, victim, -1))
+        client.post(f"/jobs/{victim}/cancel")
+    return shrunk, preemptor, grown
+
+
+def _resized(service: Service, job_id: int, index: int) -> float:
+    """Seconds from the notice of the attempt before the `index`th one (from the last) to that
+    attempt running."""
+    wait_for(lambda: len(service.store.attempts(job_id)) >= -index + 1, timeout=60)
+    attempts = service.store.attempts(job_id)
+    before, after = attempts[index - 1], attempts[index]
+    wait_for(
+        lambda: any(e.kind == "running" and e.attempt == after.attempt for e in service.store.events(job_id=job_id))
+    )
+    running = next(
+        e.time for e in service.store.events(job_id=job_id) if e.kind == "running" and e.attempt == after.attempt
+    )
+    assert before.notice_at is not None and before.outcome == "resized", before.outcome
+    return running - before.notice_at
 
 
 def starts_per_second(service: Service, gpus: int) -> float:
@@ -143,6 +190,12 @@ def show(label: str, seconds: list[float]) -> None:
     print(f"{label:64} median {median:6.0f} ms, max {most:6.0f} ms", flush=True)
 
 
+def resize_latency(where: str, shrunk: list[float], preemptor: list[float], grown: list[float]) -> None:
+    show(f"shrink, {where}: notice -> running smaller:", shrunk)
+    show(f"shrink, {where}: preemptor's arrival -> running:", preemptor)
+    show(f"growth, {where}: notice -> running larger:", grown)
+
+
 def rate(label: str, value: float) -> None:
     print(f"{label:64} {value:6.1f}", flush=True)
 
@@ -156,13 +209,15 @@ def main() -> None:
         ray.init(address=cluster.address, namespace="gpupool-bench", log_to_driver=False)
         try:
             ray_settings = {"executor": "ray", "ray_address": cluster.address, "interval": 0.2}
-            with served(None, gpus=4, interval=0.2) as local:
+            with served(None, 4, ELASTIC, interval=0.2) as local:
                 show("gang start, local executor (1 node x 2 GPUs), decision -> running:", gang_start(local, 2, None))
                 show("preemption latency, local executor (4 GPUs, one victim):", preemption(local, 1, 4))
+                resize_latency("local executor (4 GPUs, 2 or 4)", *resizes(local, 1, 4))
                 rate("attempts reaching running/s, local executor, 4 GPUs:", starts_per_second(local, 4))
-            with served(None, gpus=0, **ray_settings) as remote:
+            with served(None, 0, ELASTIC, **ray_settings) as remote:
                 show("gang start, Ray (2 nodes x 2 GPUs), decision -> every rank running:", gang_start(remote, 4, 2))
                 show("preemption latency, Ray (3 nodes full, 4-GPU preemptor):", preemption(remote, 3, 4))
+                resize_latency("Ray (a gang of 1 to 3 nodes x 4 GPUs)", *resizes(remote, 3, 4))
                 rate("attempts reaching running/s, Ray, 3 nodes x 4 GPUs:", starts_per_second(remote, 12))
                 detected, pending = node_loss(remote, cluster)
                 print(f"{'node lost: Ray marks it dead after':64} {detected * 1000:6.0f} ms", flush=True)

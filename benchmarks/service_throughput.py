@@ -66,9 +66,11 @@ class Service:
 
 
 @contextmanager
-def served(store: str | None, gpus: int, **settings: object) -> Iterator[Service]:
+def served(
+    store: str | None, gpus: int, more: dict[str, object] | None = None, **settings: object
+) -> Iterator[Service]:
     """`gpupool up` in its own process, on a fresh data directory, with these service
-    `settings` too; stopped at the end."""
+    `settings` too (and `more` top-level configuration); stopped at the end."""
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         data, port = Path(tmp), free_port()
         service = {"data_dir": str(data), "port": port, "virtual_gpus": gpus, "interval": 0.5, "run_as": "service"}
@@ -76,7 +78,7 @@ def served(store: str | None, gpus: int, **settings: object) -> Iterator[Service
         if store is not None:
             service["store"] = store
         config = data / "gpupool.yaml"
-        config.write_text(yaml.safe_dump({"classes": CLASSES, "service": service}))
+        config.write_text(yaml.safe_dump({"classes": CLASSES, "service": service, **(more or {})}))
         process = subprocess.Popen(
             [sys.executable, "-m", "gpupool", "up", "--config", str(config)],
             stdout=subprocess.DEVNULL,

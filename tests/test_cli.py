@@ -364,3 +364,29 @@ def test_the_admin_token_is_found_in_the_first_data_directory_that_has_one(tmp_p
     service.mkdir()
     (service / "admin.token").write_text("the-admins\n")
     assert Client.from_env("http://x", [users, service]).http.headers["Authorization"] == "Bearer the-admins"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--gpus", "2-7", "--resize-step", "2"], "--gpus 2-7: 2-7: 5 GPUs between them are not steps of 2"),
+        (["--gpus", "4", "--resize-step", "2"], "--resize-step '2' goes with --gpus MIN-MAX (an elastic job)"),
+        (["--gpus", "two"], "--gpus 'two': a number of GPUs, or the fewest and the most, as 4-16"),
+        (["--nodes", "1-2"], "--nodes goes with --gpus-per-node"),
+        (["--nodes", "1-2", "--gpus", "4", "--gpus-per-node", "2"], "give --gpus or --nodes, not both"),
+        (["--nodes", "a-b", "--gpus-per-node", "2"], "--nodes 'a-b': a number of nodes, or the fewest and the most"),
+    ],
+)
+def test_an_elastic_submission_that_makes_no_sizes_is_refused_before_it_is_sent(args: list[str], message: str) -> None:
+    result = runner.invoke(app, ["submit", *args, "--api", "http://127.0.0.1:9", "--", "true"])
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.split())
+
+
+def test_elastic_sizes_come_from_gpus_or_whole_nodes_and_a_step() -> None:
+    from gpupool.cli.submit import requested_gpus
+
+    assert requested_gpus("4-16", None, "pow2", None) == (16, (4, 8, 16))
+    assert requested_gpus(None, "1-3", None, 8) == (24, (8, 16, 24))
+    assert requested_gpus(None, "2", None, 8) == (16, ())
+    assert requested_gpus(None, None, None, None) == (1, ())

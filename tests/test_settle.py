@@ -75,7 +75,7 @@ def test_a_kill_for_memory_is_no_failure_of_a_job_that_succeeded_or_was_preempte
 def test_an_attempt_that_left_for_a_resize_runs_on_uncounted_unless_its_time_is_up() -> None:
     end = AttemptEnd(0, noticed=True, resized_to=4)
     settled = settle(end, JobCounts(preemptions=2))
-    assert (settled.outcome, settled.state, settled.preemptions) == (AttemptOutcome.RESIZED, JobState.RUNNING, 2)
+    assert (settled.outcome, settled.state, settled.preemptions) == (AttemptOutcome.RESIZED, JobState.STARTING, 2)
     assert settled.message == "resized to 4 GPUs (exit code 0)"
     late = settle(end, JobCounts(run_seconds=3600.0, time_limit=3600.0))
     assert (late.outcome, late.state) == (AttemptOutcome.RESIZED, JobState.TIMEOUT)

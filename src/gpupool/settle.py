@@ -51,7 +51,10 @@ TRANSITIONS: Mapping[JobState, frozenset[JobState]] = {
     ),
     # A job given notice goes back in line whatever its exit code, unless it reported that it
     # finished (success), is cancelled, or reached its time limit meanwhile.
-    JobState.PREEMPTING: frozenset({JobState.PENDING, JobState.SUCCEEDED, JobState.CANCELLED, JobState.TIMEOUT}),
+    # A resized job (an elastic one shrunk or grown) starts its next attempt at once.
+    JobState.PREEMPTING: frozenset(
+        {JobState.PENDING, JobState.STARTING, JobState.SUCCEEDED, JobState.CANCELLED, JobState.TIMEOUT}
+    ),
     JobState.SUCCEEDED: frozenset(),
     JobState.FAILED: frozenset(),
     JobState.CANCELLED: frozenset(),
@@ -181,7 +184,8 @@ class JobCounts:
 class Settlement:
     outcome: AttemptOutcome
     state: JobState
-    """PENDING (back in line) or the state it ended in."""
+    """PENDING (back in line), STARTING (resized: its next attempt starts at once) or the
+    state it ended in."""
     message: str
     failures: int
     preemptions: int
@@ -196,7 +200,7 @@ def settle(end: AttemptEnd, counts: JobCounts) -> Settlement:
     notice. One that lost a node goes back in line, charged to neither its failures nor its
     preemptions, while it has lost at most `max_node_losses` nodes; then it fails. After a
     notice the job goes back in line whatever its exit code (a preemption, not a success or a
-    failure), unless the notice was a resize: it runs on at once at its new size (RUNNING), not
+    failure), unless the notice was a resize: it starts again at once at its new size (STARTING), not
     counted as a preemption. One whose process vanished with no status goes back in line
     without using its failure budget. Otherwise it failed (out of memory, when the kernel killed a process of it
     at its memory limit and it did not succeed): retried while its failure budget lasts. A job
@@ -233,7 +237,7 @@ def settle(end: AttemptEnd, counts: JobCounts) -> Settlement:
         lost = f"failed: {end.node_lost}, its node loss {node_losses} (at most {limit} are requeued)"
         return done(AttemptOutcome.NODE_LOST, JobState.FAILED, lost[:2000])
     if end.noticed and end.resized_to is not None:
-        return requeue(AttemptOutcome.RESIZED, f"resized to {end.resized_to} GPUs ({code})", JobState.RUNNING)
+        return requeue(AttemptOutcome.RESIZED, f"resized to {end.resized_to} GPUs ({code})", JobState.STARTING)
     if end.noticed and end.requeued:
         # Not counted as a preemption: a job its owner requeues must not grow toward the cap
         # that protects it from being preempted.

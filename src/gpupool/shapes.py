@@ -4,6 +4,9 @@ these, and nothing else says them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from itertools import pairwise
+
 from gpupool.model import SessionKind
 
 ONE_NODE_SESSIONS = (SessionKind.SHELL, SessionKind.NOTEBOOK)
@@ -82,6 +85,25 @@ def elastic_problem(smallest: int, largest: int, step: int | str, gpus_per_node:
             return problem
     if gpus_per_node is not None and step != POWERS_OF_TWO and isinstance(step, int) and step % gpus_per_node:
         return f"step {step}: a gang grows and shrinks by whole members of {gpus_per_node} GPUs"
+    return None
+
+
+def sizes_problem(gpus: int, sizes: Sequence[int], gpus_per_node: int | None, session: str | None) -> str | None:
+    """Why `sizes` are not the sizes of a job that asks for `gpus`, said for its submitter; None
+    when they are (or are none: a job of one size). They come smallest first, `gpus` the
+    largest, each a gang's whole members; a session runs at one size."""
+    if not sizes:
+        return None
+    if session is not None:
+        return f"sizes: a {session} session runs at one size; give --gpus N"
+    if len(sizes) < 2 or any(a >= b for a, b in pairwise(sizes)) or sizes[0] < 1:
+        return f"sizes: {list(sizes)} are not two or more numbers of GPUs, smallest first"
+    if sizes[-1] != gpus:
+        return f"sizes: the largest, {sizes[-1]}, is not the job's gpus ({gpus})"
+    for size in sizes:
+        problem = gang_split_problem(size, gpus_per_node)
+        if problem is not None:
+            return f"sizes: {problem}"
     return None
 
 

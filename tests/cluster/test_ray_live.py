@@ -3,6 +3,7 @@ what a lost node does to its job, and a scheduler killed while gangs run."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
@@ -227,6 +228,39 @@ def test_a_two_node_job_preempted_through_ray_resumes_bit_identical(cluster: Loo
         account = shown["account"]
         assert isinstance(account, dict) and [i["cause"] for i in account["interruptions"]] == ["preempted"]
         assert all(i["wasted"] == 0 for i in account["interruptions"]), "every rank left on notice, saved together"
+    finally:
+        if service.process is not None and service.process.poll() is None:
+            service.process.terminate()
+            service.process.wait(timeout=20)
+        kill_attempts(service.data)
+
+
+def test_an_elastic_gang_shrinks_to_one_node_for_a_high_job_and_grows_back_through_ray(
+    cluster: LoopbackCluster, tmp_path: Path
+) -> None:
+    (tmp_path / "pool").mkdir()
+    elastic = "elastic: {min_time_at_size: 10s}\n"
+    service = RayService(tmp_path / "pool", cluster.address, grace="20s", more=elastic)
+    service.up()
+    try:
+        command = [*DDP[:-1], "300", "--step-seconds", "0.1"]
+        job_id = service.submit("--nodes", "1-2", "--gpus-per-node", "2", "--", *command)
+        wait_for(lambda: "step 12 " in service.cli("logs", str(job_id), "--rank", "1").stdout, timeout=120)
+        urgent = service.run_cli(service.env, "submit", "--parsable", "-p", "high", "--gpus", "10", "--", "sleep", "1")
+        assert urgent.returncode == 0, urgent.stderr
+        wait_for(lambda: state(service, job_id) == "succeeded", timeout=300)
+        shown: Any = job(service, job_id)
+        history = shown["history"]
+        assert [(a["gpus"], a["outcome"]) for a in history] == [(4, "resized"), (2, "resized"), (4, "succeeded")]
+        assert shown["preemptions"] == 0 and state(service, int(urgent.stdout)) == "succeeded"
+        logs = [service.cli("logs", str(job_id), "--rank", "0", "--attempt", str(a)).stdout for a in range(3)]
+        trained = [log for log in logs if losses(log)]
+        for earlier, later in itertools.pairwise(trained):
+            assert f"from step {max(losses(earlier)) + 1}" in later, "resumed right after its last step"
+        assert "rank 0 of 1" in logs[1] and "rank 0 of 2" in logs[2], "each attempt at its own world size"
+        steps: set[int] = set().union(*(losses(log) for log in trained))
+        assert steps == set(range(300)), "every step once, none skipped"
+        assert [i["cause"] for i in shown["account"]["interruptions"]] == ["resized", "resized"]
     finally:
         if service.process is not None and service.process.poll() is None:
             service.process.terminate()

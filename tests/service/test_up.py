@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpupool.executors.proc import kill_attempts
-from tests.support.live import Service, assert_no_gpu_held_twice, running, state, wait_for
+from tests.support.live import Service, assert_no_gpu_held_twice, given_notice, running, state, wait_for
 
 
 @pytest.fixture
@@ -141,12 +141,6 @@ def test_a_malformed_configuration_is_refused_with_its_line(tmp_path: Path) -> N
     )
     assert result.returncode == 2
     assert "bad.yaml: line 2, column 1: not valid YAML" in result.stderr
-
-
-def given_notice(service: Service, job: int) -> bool:
-    """Whether the store has recorded a notice to `job` (it went to preempting)."""
-    response = service.get(f"/events?job={job}")
-    return response is not None and response.is_success and any(e["kind"] == "preempting" for e in response.json())
 
 
 def test_a_kill_9_during_preemptions_in_flight_loses_no_job_and_runs_none_twice(service: Service) -> None:

@@ -35,7 +35,8 @@ def wait_for(condition: Callable[[], bool], timeout: float = 30.0, every: float 
 
 
 class Service:
-    def __init__(self, tmp: Path, grace: str = "2s") -> None:
+    def __init__(self, tmp: Path, grace: str = "2s", more: str = "") -> None:
+        """`more`: configuration appended (YAML, top-level keys other than these)."""
         self.config = tmp / "gpupool.yaml"
         self.data = tmp / "data"
         self.port = free_port()
@@ -44,6 +45,7 @@ class Service:
             "classes:\n"
             f"  high: {{value: 100, may_preempt: true, preemptible: false, grace_period: {grace}}}\n"
             f"  low: {{value: 0, may_preempt: false, preemptible: true, grace_period: {grace}}}\n"
+            f"{more}"
         )
         self.process: subprocess.Popen[str] | None = None
         self.output_file = tmp / "up.log"
@@ -106,6 +108,12 @@ class Service:
 def state(service: Service, job: int) -> str:
     response = service.get(f"/jobs/{job}")
     return str(response.json()["state"]) if response is not None and response.is_success else ""
+
+
+def given_notice(service: Service, job: int) -> bool:
+    """Whether the store has recorded a notice to `job` (it went to preempting)."""
+    response = service.get(f"/events?job={job}")
+    return response is not None and response.is_success and any(e["kind"] == "preempting" for e in response.json())
 
 
 def assert_no_gpu_held_twice(service: Service) -> None:

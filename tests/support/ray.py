@@ -26,8 +26,8 @@ RANK = textwrap.dedent(
 
 
 class RayService(Service):
-    def __init__(self, tmp: Path, address: str, grace: str = "2s") -> None:
-        super().__init__(tmp, grace)
+    def __init__(self, tmp: Path, address: str, grace: str = "2s", more: str = "") -> None:
+        super().__init__(tmp, grace, more)
         self.config.write_text(
             self.config.read_text().replace(
                 "run_as: service}",

@@ -35,7 +35,7 @@ from gpupool.api.submission import check_fits, check_key, check_paths, parsed
 from gpupool.config.specs import webhook_url
 from gpupool.errors import Conflict, InvalidInput, StoreUnavailable
 from gpupool.settle import JobState
-from gpupool.shapes import gpus_per_node_of, session_problem
+from gpupool.shapes import gpus_per_node_of, session_problem, sizes_problem
 from gpupool.slurm import parse_after, parse_array
 from gpupool.store import DEFAULT_TEAM, JobSpec
 from gpupool.store.jobs import DuplicateSubmission
@@ -109,6 +109,9 @@ def prepare(ctx: Context, body: JobIn, who: Principal, key: str | None) -> JobSp
     if problem is not None:
         raise InvalidInput(problem)
     body = body.model_copy(update={"gpus_per_node": gpus_per_node_of(body.session, body.gpus, body.gpus_per_node)})
+    problem = sizes_problem(body.gpus, body.sizes or (), body.gpus_per_node, body.session)
+    if problem is not None:
+        raise InvalidInput(problem)
     access.require_may_submit(who, team)
     user = who.user if not who.admin else body.user
     ctx.service.check_runnable(user, team)
@@ -143,6 +146,7 @@ def prepare(ctx: Context, body: JobIn, who: Principal, key: str | None) -> JobSp
         mem_per_gpu=body.mem_per_gpu,
         cpus_per_gpu=body.cpus_per_gpu,
         session=body.session,
+        sizes=tuple(body.sizes or ()),
     )
 
 

@@ -71,6 +71,11 @@ class JobIn(_In):
     priority: str | None = Field(default=None, max_length=100)
     """Its class; by default `normal`, or the sessions' class (`sessions.priority`) for a session."""
     gpus: int = Field(default=1, ge=1, le=MANY)
+    """GPUs, all or nothing; an elastic job's largest size."""
+    sizes: list[Annotated[int, Field(ge=1, le=MANY)]] | None = Field(default=None, max_length=1024)
+    """An elastic job's sizes in GPUs, smallest first, `gpus` the largest (`--gpus 4-16`): it
+    starts at the largest that is free, or waits for its smallest; it may be shrunk down to its
+    smallest instead of evicted, and grows back into GPUs nobody waits for (docs/elastic.md)."""
     gpus_per_node: int | None = Field(default=None, ge=1, le=MANY)
     gpu_type: str | None = Field(default=None, max_length=100)
     name: str = Field(default="", max_length=200)
@@ -183,6 +188,8 @@ class JobIn(_In):
 class AttemptOut(BaseModel):
     attempt: int
     started_at: float
+    gpus: int | None = None
+    """The GPUs it ran on (an elastic job's size at this attempt)."""
     ended_at: float | None
     outcome: str | None
     exit_code: int | None
@@ -335,6 +342,10 @@ class JobOut(_Out):
     priority: str
     state: str
     gpus: int
+    """What it asks for: an elastic job's largest size (its live attempt's size is that
+    attempt's `gpus`)."""
+    sizes: list[int] | None = None
+    """An elastic job's sizes, smallest first; null for a job of one size."""
     gpus_per_node: int | None
     gpu_type: str | None
     command: list[str]

@@ -44,7 +44,7 @@ def check_fits(nodes: list[Node], body: JobIn, team: str, priority: str) -> None
     problem = gang_split_problem(body.gpus, body.gpus_per_node)
     if problem is not None:
         raise InvalidInput(f"gpus_per_node: {problem}")
-    probe = Job("new", team, priority, body.gpus, 0.0, body.gpus_per_node, body.gpu_type)
+    probe = Job("new", team, priority, body.gpus, 0.0, body.gpus_per_node, body.gpu_type, sizes=tuple(body.sizes or ()))
     if not can_ever_fit(probe, nodes):
         raise InvalidInput(f"gpus: {messages.never_fits(probe, nodes)}")
 

@@ -21,6 +21,7 @@ def label(job: dict[str, Any]) -> str:
 
 ATTEMPT_COLUMNS = (
     Column("#", justify="right"),
+    Column("GPUS", justify="right"),
     Column("STARTED"),
     Column("ENDED"),
     Column("OUTCOME"),
@@ -52,7 +53,7 @@ def show_job(job: dict[str, Any]) -> None:
     console.print(f"  in: {job['workdir']}", highlight=False, soft_wrap=True, markup=False)
     layout = f" ({job['gpus_per_node']} per node)" if job["gpus_per_node"] else ""
     console.print(
-        f"  {plural(job['gpus'], 'GPU')}{layout}; {plural(job['attempts'], 'attempt')}, "
+        f"  {gpus_line(job)}{layout}; {plural(job['attempts'], 'attempt')}, "
         f"{plural(job['preemptions'], 'preemption')}; submitted {when(job['submit_time'], now)}",
         highlight=False,
         markup=False,
@@ -79,6 +80,7 @@ def show_job(job: dict[str, Any]) -> None:
         rows = [
             [
                 str(a["attempt"]),
+                str(a.get("gpus") or job["gpus"]),
                 when(a["started_at"], now),
                 when(a["ended_at"], now),
                 a["outcome"] or "live",
@@ -95,6 +97,19 @@ def show_job(job: dict[str, Any]) -> None:
     account = job.get("account")
     if account is not None:
         show_account(job, account)
+
+
+def gpus_line(job: dict[str, Any]) -> str:
+    """The GPUs it asks for; an elastic job's sizes, and those it ran at, in order."""
+    sizes = job.get("sizes")
+    if not sizes:
+        return plural(job["gpus"], "GPU")
+    ran: list[int] = []
+    for attempt in job["history"]:
+        if attempt.get("gpus") and attempt.get("outcome") != "not_launched" and ran[-1:] != [attempt["gpus"]]:
+            ran.append(attempt["gpus"])
+    at = f", ran at {' → '.join(map(str, ran))}" if ran else ""
+    return f"{sizes[0]} to {plural(job['gpus'], 'GPU')} (elastic: {', '.join(map(str, sizes))}{at})"
 
 
 def resources_line(job: dict[str, Any]) -> str:
@@ -136,7 +151,8 @@ def show_account(job: dict[str, Any], account: dict[str, Any]) -> None:
 
 def restart_line(cost: dict[str, Any], job: dict[str, Any]) -> str:
     """Where an attempt's start-up went, in seconds (the account's GPU-seconds over its GPUs)."""
-    gpus = max(1, job["gpus"])
+    ran = next((a.get("gpus") for a in job["history"] if a["attempt"] == cost["attempt"]), None)
+    gpus = max(1, ran or job["gpus"])
     parts = ", ".join(f"{name} {brief_seconds(gpu_seconds / gpus)}" for name, gpu_seconds in cost["phases"].items())
     line = f"attempt {cost['attempt']} started up in {brief_seconds(cost['startup'] / gpus)}: {parts}"
     said = next((a.get("restart") or {} for a in job["history"] if a["attempt"] == cost["attempt"]), {})

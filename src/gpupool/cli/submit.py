@@ -16,6 +16,7 @@ from rich.markup import escape
 from gpupool.cli import sessions
 from gpupool.cli.common import ApiOption, ConfigOption, call, client, console, fail, wait_for_outcome
 from gpupool.model import SessionKind
+from gpupool.shapes import parse_sizes
 from gpupool.slurm import DIRECTIVE, directives
 from gpupool.units import parse_time_limit
 
@@ -131,6 +132,28 @@ RIVALS = {"mem": "mem_per_gpu", "mem_per_gpu": "mem"}
 """Options of which a job gives one: the command line's wins over the script's other."""
 
 
+def requested_gpus(
+    gpus: str | None, nodes: str | None, step: str | None, gpus_per_node: int | None
+) -> tuple[int, tuple[int, ...]]:
+    """The GPUs of `--gpus N|MIN-MAX` or of `--nodes N|MIN-MAX` (whole nodes of
+    `--gpus-per-node`), with `--resize-step`: (what it asks for, an elastic job's sizes or ())."""
+    if nodes is not None:
+        if gpus is not None:
+            raise fail("give --gpus or --nodes, not both")
+        if gpus_per_node is None:
+            raise fail("--nodes goes with --gpus-per-node (the GPUs each node gives the job)")
+        low, dash, high = nodes.strip().partition("-")
+        try:
+            counts = [int(low), *([int(high)] if dash else [])]
+        except ValueError:
+            raise fail(f"--nodes {nodes!r}: a number of nodes, or the fewest and the most, as 1-4") from None
+        gpus = "-".join(str(count * gpus_per_node) for count in counts)
+    try:
+        return parse_sizes(gpus or "1", step, gpus_per_node)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+
+
 def request_body(o: dict[str, Any], argv: list[str], script: str | None) -> dict[str, Any]:
     """The API's submission from `submit`'s options (`o`, the script's directives merged in),
     the command and the batch script's text."""
@@ -139,9 +162,12 @@ def request_body(o: dict[str, Any], argv: list[str], script: str | None) -> dict
         time_limit = parse_time_limit(o["time"]) if o["time"] is not None else None
     except ValueError as exc:
         raise fail(f"--time: {exc}") from None
-    passed = ("team", "priority", "gpus", "gpus_per_node", "gpu_type", "max_failures", "after", "array")
+    passed = ("team", "priority", "gpus_per_node", "gpu_type", "max_failures", "after", "array")
+    gpus, sizes = requested_gpus(o["gpus"], o["nodes"], o["resize_step"], o["gpus_per_node"])
     return {
         **{name: o[name] for name in passed},
+        "gpus": gpus,
+        **({"sizes": list(sizes)} if sizes else {}),
         "command": argv,
         "name": o["name"] or (Path(argv[0]).name if script is not None else ""),
         "workdir": str(workdir),
@@ -165,7 +191,21 @@ def submit(
             "--priority", "-p", help="Priority class (default: normal; a session's: the pool's, interactive)."
         ),
     ] = None,
-    gpus: Annotated[int, typer.Option(help="GPUs, all or nothing.")] = 1,
+    gpus: Annotated[
+        str | None,
+        typer.Option(metavar="N|MIN-MAX", help="GPUs, all or nothing (default 1); MIN-MAX: an elastic job."),
+    ] = None,
+    resize_step: Annotated[
+        str | None,
+        typer.Option(
+            metavar="N|pow2",
+            help="An elastic job's sizes: MIN, MIN+N, ... or doubled (default: 1, a gang's GPUs per node).",
+        ),
+    ] = None,
+    nodes: Annotated[
+        str | None,
+        typer.Option(metavar="N|MIN-MAX", help="Whole nodes of --gpus-per-node GPUs, instead of --gpus."),
+    ] = None,
     gpus_per_node: Annotated[int | None, typer.Option(help="GPUs on each node of a multi-node job.")] = None,
     gpu_type: Annotated[str | None, typer.Option(help="Only nodes with this GPU type.")] = None,
     name: Annotated[str, typer.Option("--name", "-J", help="A name to find the job by.")] = "",

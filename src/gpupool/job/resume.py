@@ -74,11 +74,10 @@ class Loader:
 
     def __call__(self, checkpoint: Checkpoint) -> dict[str, Any]:
         world = checkpoint.manifest.get("world", 1)
+        # At another world size (an elastic job resized): every rank loads rank 0's objects, as
+        # at the same size (replicated state, as DDP's), DCP reshards sharded state, and each
+        # rank takes the random state and data position of a rank that was.
         resharded = world != self.ranks.world
-        if resharded and not (self.trained and checkpoint.manifest.get("sharded")):
-            raise CheckpointError(
-                f"{checkpoint.path.name} was written by {world} ranks; this run has {self.ranks.world}"
-            )
         if resharded and self.data is not None and not hasattr(self.data, "resharded"):
             raise CheckpointError(
                 f"{checkpoint.path.name} was written by {world} ranks: `data` must say how its position "

@@ -15,7 +15,7 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
@@ -143,11 +143,11 @@ class ControlLoop:
         changed |= self.sessions.review(now)
         changed |= self.store.settle_dependencies(now)
         state, holds = self.snapshots.read(now, {node: frozenset(gpus) for node, gpus in self.dirty.items()})
-        if not state.line and not holds:
+        if not state.line and not state.growable and not holds:
             self.retry_at = None
             return self.ticked(now, changed)
         plan = Plan()
-        if state.line:
+        if state.line or state.growable:
             began = time.perf_counter()
             plan = decide(state, self.config, now)
             if self.observer is not None:
@@ -156,7 +156,7 @@ class ControlLoop:
         # A job's reason to wait is written when it changes, not at every decision.
         shown = (*plan.waits, *holds, *self.past_depth(state, plan))
         waits = tuple(w for w in shown if self.told.get(w.job) != (w.reason, w.message))
-        if not (waits or plan.starts or plan.preemptions):
+        if not (waits or plan.starts or plan.preemptions or plan.grows):
             return self.ticked(now, changed)
         tokens = {start.job: secrets.token_urlsafe(24) for start in plan.starts}
         try:
@@ -174,10 +174,12 @@ class ControlLoop:
         for start in plan.starts:
             self.told.pop(start.job, None)
             self.holding.discard(start.job)
-        for message in [p.message for p in plan.preemptions] + [s.message for s in plan.starts]:
+        for message in [*(p.message for p in plan.preemptions), *(g.message for g in plan.grows)] + [
+            s.message for s in plan.starts
+        ]:
             log.info("%s", message)
         self.carry_out(plan, tokens, now)
-        return self.ticked(now, changed or bool(plan.starts or plan.preemptions), recorded=True)
+        return self.ticked(now, changed or bool(plan.starts or plan.preemptions or plan.grows), recorded=True)
 
     def past_depth(self, state: PoolState, plan: Plan) -> list[Wait]:
         """The jobs the decision did not explain, as they are past `policy.explain_depth` in
@@ -293,6 +295,8 @@ class ControlLoop:
         except Exception:
             self.unrecorded = ended
             raise
+        resized = [exit.job_id for exit, state in zip(ended, states, strict=True) if state is JobState.STARTING]
+        self.resume_resized(resized, now)
         for exit, state in zip(ended, states, strict=True):
             self.killed.discard((exit.job_id, exit.attempt))
             self.stopping.pop((exit.job_id, exit.attempt), None)
@@ -300,6 +304,15 @@ class ControlLoop:
             if state is None:
                 log.warning("job %s attempt %s ended but is not live in the store", exit.job_id, exit.attempt)
         return bool(ended or progress.running)
+
+    def resume_resized(self, job_ids: Sequence[int], now: float) -> None:
+        """Launch at once the next attempts of resized jobs (the store started them when their
+        last attempts ended, on the GPUs the resize kept), each with a token of its own."""
+        if not job_ids:
+            return
+        tokens = {str(job_id): secrets.token_urlsafe(24) for job_id in job_ids}
+        placements = self.store.give_tokens({int(job): token_hash(token) for job, token in tokens.items()})
+        self.launch_all([(str(job_id), placement) for job_id, placement in placements.items()], tokens, now)
 
     def enforce_deadlines(self, now: float) -> None:
         """Kill attempts past their notice deadline; stop those of cancelled jobs (SIGTERM,
@@ -351,19 +364,25 @@ class ControlLoop:
         that fails for the scheduler's reasons (an OSError: a full disk, no process to fork) is
         tried again after a back-off, not charged to the job; one that fails for the job's (no
         such OS user, a log path into the data) ends its attempt as a failure, exit code 127."""
-        jobs = self.store.jobs_by_id([int(p.victim) for p in plan.preemptions] + [int(s.job) for s in plan.starts])
-        for preempt in plan.preemptions:
-            victim = jobs[int(preempt.victim)]
+        noticed = [(p.victim, p.deadline) for p in plan.preemptions] + [(g.job, g.deadline) for g in plan.grows]
+        jobs = self.store.jobs_by_id([int(job) for job, _ in noticed])
+        for job_id, deadline in noticed:
+            job = jobs[int(job_id)]
             try:
-                self.executor.notify(victim.id, victim.attempts - 1, preempt.deadline)
+                self.executor.notify(job.id, job.attempts - 1, deadline)
             except Exception:
-                log.exception("could not give notice to job %s; it is killed at its deadline", victim.id)
+                log.exception("could not give notice to job %s; it is killed at its deadline", job.id)
+        self.launch_all([(start.job, start.placement) for start in plan.starts], tokens, now)
+
+    def launch_all(self, starts: Sequence[tuple[str, Placement]], tokens: Mapping[str, str], now: float) -> None:
+        """Launch the newest attempt of each job of `starts`, on its placement, with its token."""
+        jobs = self.store.jobs_by_id([int(job_id) for job_id, _ in starts])
         launched = []
-        intervals = self.interruption_intervals(now) if plan.starts else {}
-        for start in plan.starts:
-            job = jobs[int(start.job)]
+        intervals = self.interruption_intervals(now) if starts else {}
+        for job_id, placement in starts:
+            job = jobs[int(job_id)]
             try:
-                launched.append(self.launch(job, start.placement, tokens[start.job], intervals.get(job.priority)))
+                launched.append(self.launch(job, placement, tokens[job_id], intervals.get(job.priority)))
                 if job.session is not None:
                     self.sessions.started((job.id, job.attempts - 1), SessionKind(job.session), job.priority, now)
             except OSError as exc:
@@ -444,7 +463,7 @@ class ControlLoop:
             # It ended while nobody watched: its time limit is charged up to when it ended, as
             # far as the executor can tell.
             ended = found.ended_at if found.ended_at is not None else recorded.since
-            self.store.end_attempt(
+            settled = self.store.end_attempt(
                 *key,
                 found.exit_code,
                 now,
@@ -454,6 +473,8 @@ class ControlLoop:
                 max_node_losses=self.config.max_node_losses,
                 usage=found.usage,
             )
+            if settled is JobState.STARTING:  # it left for a resize: its next attempt starts now
+                self.resume_resized([attempt.job_id], now)
         return False
 
     def next_wakeup(self, now: float) -> float:

@@ -261,7 +261,7 @@ class Simulation:
         assert running.notice is not None
         size = sum(len(a.gpus) for a in running.notice.keep)
         _, settled = self.end_attempt(job_id, live, now, AttemptEnd(0, noticed=True, resized_to=size))
-        assert settled.state is JobState.RUNNING
+        assert settled.state is JobState.STARTING
         live.record.resizes += 1
         self.begin(self.state.resized(job_id, now), now, resumed=True)
 

@@ -129,7 +129,7 @@ class AccountsStore(StoreBase):
         by_job: dict[int, list[AttemptRecord]] = defaultdict(list)
         for row in rows:
             job_id, number, started, ended, productive, notice, restored, restore, outcome, heartbeat, said = row[:11]
-            peak, cpu, oom, gpu_peak, idle = row[11:]
+            peak, cpu, oom, gpu_peak, idle, ran_on = row[11:]
             key = (job_id, number)
             restart = said or {}
             counted = (
@@ -138,7 +138,7 @@ class AccountsStore(StoreBase):
             by_job[job_id].append(
                 AttemptRecord(
                     number,
-                    jobs[job_id].gpus,
+                    ran_on or jobs[job_id].gpus,
                     started,
                     ended,
                     productive,
@@ -175,6 +175,7 @@ ATTEMPT_COLUMNS = (
     AttemptRow.oom_kills,
     AttemptRow.peak_gpu_memory,
     AttemptRow.idle_seconds,
+    AttemptRow.gpus,
 )
 
 

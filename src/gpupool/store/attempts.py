@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -11,14 +12,26 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpupool.errors import Conflict, Forbidden
-from gpupool.model import Allocation
+from gpupool.model import Allocation, Placement, placed_gpus
 from gpupool.settle import ENDED, AttemptEnd, AttemptOutcome, JobCounts, JobState, Usage, settle
 from gpupool.store.base import StoreBase, chunks, indexed
-from gpupool.store.schema import NOTICED_LIVE, WATCHED_LIVE, AttemptRow, CheckpointRow, EventRow, JobRow, PlacementRow
+from gpupool.store.schema import (
+    NOTICED_LIVE,
+    WATCHED_LIVE,
+    AttemptRow,
+    CheckpointRow,
+    EventRow,
+    JobRow,
+    PlacementRow,
+    placement_of,
+    stored,
+)
 from gpupool.units import human_seconds
 
 LAUNCH_RETRY = "launch_retry"
 """The `reason` of the event of an attempt the scheduler could not launch (it never ran)."""
+RESIZED = "resized"
+"""The `reason` of the start of a resized job's next attempt (it did not wait in line)."""
 
 
 def run_time(attempt: AttemptRow, now: float) -> float:
@@ -58,26 +71,60 @@ class AttemptsStore(StoreBase):
         job = self.locked_job(s, job_id)
         if job.held_by is not None or (job.dependencies is not None and job.dependency_met_at is None):
             raise Conflict(f"job {job.label} was held, or its dependencies changed, since the decision")
+        return self._begin(s, job, placement, now, message, token_hash, priority or job.priority)
+
+    def _begin(
+        self,
+        s: Session,
+        job: JobRow,
+        placement: Sequence[Allocation],
+        now: float,
+        message: str,
+        token_hash: str | None,
+        priority: str,
+        **data: Any,
+    ) -> AttemptRow:
+        """The job's next attempt, STARTING, holding the GPUs of `placement` (`data`: more for
+        its event)."""
         attempt = AttemptRow(
-            job_id=job_id,
+            job_id=job.id,
             attempt=job.attempts,
             started_at=now,
+            gpus=placed_gpus(tuple(placement)),
             token_hash=token_hash,
-            priority=priority or job.priority,
+            priority=priority,
         )
         s.add(attempt)
         job.attempts += 1
         job.nominated_at = None
         job.held_gpus = None
-        self.move(s, job, JobState.STARTING, now, message, attempt=attempt.attempt)
+        self.move(s, job, JobState.STARTING, now, message, attempt=attempt.attempt, **data)
         s.flush()
         s.add_all(
-            PlacementRow(job_id=job_id, attempt=attempt.attempt, node=a.node, gpu=gpu, held_from=now)
+            PlacementRow(job_id=job.id, attempt=attempt.attempt, node=a.node, gpu=gpu, held_from=now)
             for a in placement
             for gpu in a.gpus
         )
         s.flush()
         return attempt
+
+    def give_tokens(self, token_hashes: Mapping[int, str]) -> dict[int, Placement]:
+        """Give the live attempts of these jobs that have no token yet (a resized job's next
+        attempt, started as the last one ended) the hash of theirs; returns where each runs.
+        A job whose attempt has a token, or has none live, is left out."""
+        placements: dict[int, Placement] = {}
+        with self.transaction() as s:
+            for job_id, hashed in token_hashes.items():
+                job = self.locked_job(s, job_id)
+                row = s.get(AttemptRow, (job_id, job.attempts - 1))
+                if row is None or row.ended_at is not None or row.token_hash is not None:
+                    continue
+                row.token_hash = hashed
+                held: dict[str, list[int]] = defaultdict(list)
+                for p in s.scalars(_live_rows(job_id, row.attempt)):
+                    held[p.node].append(p.gpu)
+                placements[job_id] = placement_of(held)
+        return placements
 
     def release(self, job_id: int, attempt: int, now: float) -> int:
         """End the attempt's hold on its GPUs; returns how many GPUs were released."""
@@ -86,8 +133,7 @@ class AttemptsStore(StoreBase):
 
     @staticmethod
     def _release(s: Session, job_id: int, attempt: int, now: float) -> int:
-        live = (PlacementRow.job_id == job_id, PlacementRow.attempt == attempt, PlacementRow.held_until.is_(None))
-        result = s.execute(update(PlacementRow).where(*live).values(held_until=now))
+        result = s.execute(update(PlacementRow).where(*_live(job_id, attempt)).values(held_until=now))
         return int(getattr(result, "rowcount", 0))
 
     def held(self) -> list[PlacementRow]:
@@ -149,13 +195,25 @@ class AttemptsStore(StoreBase):
         now: float,
         reason: str,
         message: str,
+        keep: Placement = (),
     ) -> None:
         """Give the live attempt notice until `deadline`, for `for_job` (None: for no job, a
-        requeue by a person)."""
+        requeue by a person). `keep`: a resize's, the GPUs its next attempt starts on at once
+        (`model.Notice.keep`); the free ones among them (a growth's) are held from now on."""
         row = self.live_attempt(s, job_id, attempt)
         # A job already in the grace of its time limit keeps the earlier deadline.
         deadline = min(deadline, row.notice_deadline) if row.notice_deadline is not None else deadline
         row.notice_at, row.notice_deadline, row.notice_for = now, deadline, for_job
+        if keep:
+            row.notice_keep = stored(keep)
+            held = {(p.node, p.gpu) for p in s.scalars(_live_rows(job_id, attempt))}
+            s.add_all(
+                PlacementRow(job_id=job_id, attempt=attempt, node=a.node, gpu=gpu, held_from=now, added=True)
+                for a in keep
+                for gpu in a.gpus
+                if (a.node, gpu) not in held
+            )
+            s.flush()
         job = self.locked_job(s, job_id)
         self.move(s, job, JobState.PREEMPTING, now, message, attempt=attempt, reason=reason, deadline=deadline)
 
@@ -344,6 +402,7 @@ class AttemptsStore(StoreBase):
             completed=row.completed_at is not None,
             noticed=row.notice_at is not None,
             requeued=row.notice_at is not None and row.notice_for is None,
+            resized_to=placed_gpus(placement_of(row.notice_keep)) if row.notice_keep else None,
             cancel_requested=job.cancel_requested_at is not None,
             timed_out=row.timeout_at is not None,
             node_lost=node_lost,
@@ -364,6 +423,13 @@ class AttemptsStore(StoreBase):
         job.failures, job.preemptions = settled.failures, settled.preemptions
         if settled.node_losses != (job.node_losses or 0):
             job.node_losses = settled.node_losses
+        if settled.state is JobState.STARTING:
+            # A resize: its next attempt starts at once on the GPUs its notice kept, at the class
+            # this one ran at; the loop gives it its token and launches it (`ControlLoop.reap`).
+            kept = placement_of(row.notice_keep)
+            priority = row.priority or job.priority
+            self._begin(s, job, kept, now, settled.message, None, priority, reason=RESIZED)
+            return JobState.STARTING
         self.move(s, job, settled.state, now, settled.message, attempt=attempt)
         if JobState(job.state) in ENDED:
             job.ended_at, job.exit_code = now, exit_code
@@ -459,3 +525,12 @@ def _add_idle(s: Session, idle: Mapping[tuple[int, int], float]) -> None:
         row = s.get(AttemptRow, (job_id, attempt))
         if row is not None and seconds:
             row.idle_seconds = (row.idle_seconds or 0.0) + seconds
+
+
+def _live(job_id: int, attempt: int) -> tuple[Any, ...]:
+    """The conditions of the GPUs an attempt holds now (a growth's added ones too)."""
+    return (PlacementRow.job_id == job_id, PlacementRow.attempt == attempt, PlacementRow.held_until.is_(None))
+
+
+def _live_rows(job_id: int, attempt: int) -> Any:
+    return select(PlacementRow).where(*_live(job_id, attempt))

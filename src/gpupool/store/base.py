@@ -102,6 +102,7 @@ class StoreBase:
                 kind=to.value,
                 job_id=job.id,
                 attempt=attempt,
+                reason=data.get("reason"),
                 message=message,
                 data={"from": job.state, **data},
             )

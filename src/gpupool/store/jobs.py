@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from gpupool.errors import Conflict, Forbidden, GpupoolError, InvalidInput, NotFound
 from gpupool.settle import ENDED, JobState
-from gpupool.shapes import gang_split_problem, gpus_per_node_of, session_problem
+from gpupool.shapes import gang_split_problem, gpus_per_node_of, session_problem, sizes_problem
 from gpupool.store.base import StoreBase
 from gpupool.store.holds import KINDS as DEPENDENCY_KINDS
 from gpupool.store.pool import DEFAULT_TEAM
@@ -57,6 +57,9 @@ class JobSpec:
     cpus_per_gpu: float | None = None
     session: str | None = None
     """`run`, `shell` or `notebook` (`model.SessionKind`) for a session; None for a batch job."""
+    sizes: Sequence[int] = ()
+    """An elastic job's sizes in GPUs, smallest first, `gpus` the largest (`shapes.parse_sizes`);
+    () for a job of one size."""
 
 
 class DuplicateSubmission(Conflict):
@@ -274,6 +277,9 @@ class JobsStore(StoreBase):
         problem = gang_split_problem(spec.gpus, spec.gpus_per_node)
         if problem is not None:
             raise InvalidInput(f"gpus_per_node: {problem}")
+        problem = sizes_problem(spec.gpus, spec.sizes, spec.gpus_per_node, spec.session)
+        if problem is not None:
+            raise InvalidInput(problem)
         team = teams.get(spec.team)
         if team is None:
             raise NotFound(f"team: unknown team {spec.team!r}")
@@ -287,6 +293,7 @@ class JobsStore(StoreBase):
             team=spec.team,
             priority=spec.priority,
             gpus=spec.gpus,
+            sizes=list(spec.sizes) or None,
             gpus_per_node=gpus_per_node_of(spec.session, spec.gpus, spec.gpus_per_node),
             gpu_type=spec.gpu_type,
             command=list(spec.command),

@@ -35,7 +35,17 @@ from gpupool.model import (
 from gpupool.settle import AttemptOutcome, JobState
 from gpupool.store.base import chunks
 from gpupool.store.holds import HoldsStore
-from gpupool.store.schema import AttemptRow, BudgetRow, ChangeRow, JobRow, NodeRow, PlacementRow, TeamRow
+from gpupool.store.schema import (
+    ATTEMPT_GPUS,
+    AttemptRow,
+    BudgetRow,
+    ChangeRow,
+    JobRow,
+    NodeRow,
+    PlacementRow,
+    TeamRow,
+    placement_of,
+)
 
 # What the core needs of a job, read as plain columns: the pending queue can be long, and the
 # snapshot is read at every decision, so no ORM objects are built for it.
@@ -52,6 +62,7 @@ JOB_COLUMNS = (
     JobRow.nominated_at,
     JobRow.array_id,
     JobRow.array_index,
+    JobRow.sizes,
 )
 HOLD_COLUMNS = (
     JobRow.dependencies.is_not(None) & JobRow.dependency_met_at.is_(None),
@@ -77,9 +88,21 @@ CHANGES_AT_MOST = 5000
 
 def core_job(columns: Sequence[Any], expected_restart: float, queued_at: float | None = None) -> Job:
     """A `Job` for the core from the values of `JOB_COLUMNS`; ids give the arrival order."""
-    job_id, team, priority, gpus, submit_time, gpus_per_node, gpu_type, preemptions, cap, nominated_at, array, index = (
-        columns
-    )
+    (
+        job_id,
+        team,
+        priority,
+        gpus,
+        submit_time,
+        gpus_per_node,
+        gpu_type,
+        preemptions,
+        cap,
+        nominated_at,
+        array,
+        index,
+    ) = columns[:12]
+    sizes = columns[12]
     return Job(
         str(job_id),
         team,
@@ -95,6 +118,7 @@ def core_job(columns: Sequence[Any], expected_restart: float, queued_at: float |
         nominated=nominated_at is not None,
         queued_at=queued_at,
         task=job_label(job_id, array, index) if array is not None else None,
+        sizes=tuple(sizes or ()),
     )
 
 
@@ -234,6 +258,8 @@ class ReadsStore(HoldsStore):
             select(PlacementRow.job_id, PlacementRow.attempt, PlacementRow.node, PlacementRow.gpu)
             .join(NodeRow, NodeRow.name == PlacementRow.node)
             .where(PlacementRow.held_until.is_(None), NodeRow.up, PlacementRow.gpu < NodeRow.gpus)
+            # A growth's added GPUs are its notice's (`Notice.keep`), not the attempt's.
+            .where(PlacementRow.added.is_not(True))
         )
         for job_id, attempt_no, node, gpu in s.execute(placements.where(only(PlacementRow.job_id))):
             held[(job_id, attempt_no)][node].append(gpu)
@@ -249,13 +275,14 @@ class ReadsStore(HoldsStore):
             notice = None
             if attempt.notice_at is not None and attempt.notice_deadline is not None:
                 for_job = REQUEUE if attempt.notice_for is None else str(attempt.notice_for)
-                notice = Notice(for_job, attempt.notice_deadline)
+                notice = Notice(for_job, attempt.notice_deadline, placement_of(attempt.notice_keep))
             elif attempt.timeout_at is not None and attempt.notice_deadline is not None:
                 # At its time limit: it leaves by the deadline, for no one in particular (the
                 # core lets a waiting job hold its GPUs instead of preempting others).
                 notice = Notice(TIME_LIMIT, attempt.notice_deadline)
+            core = core_job(job, startup.get(job_id, 0.0))
             running = RunningJob(
-                core_job(job, startup.get(job_id, 0.0)),
+                core.at_size(attempt.gpus or core.gpus),
                 placement,
                 attempt.started_at,
                 attempt.last_checkpoint_at,
@@ -322,7 +349,7 @@ class ReadsStore(HoldsStore):
         for budget in budgets:
             since = now - budget.window
             rows = s.execute(
-                select(AttemptRow.started_at, AttemptRow.ended_at, JobRow.gpus)
+                select(AttemptRow.started_at, AttemptRow.ended_at, ATTEMPT_GPUS)
                 .join(JobRow)
                 .where(JobRow.team == budget.team)
                 .where(func.coalesce(AttemptRow.priority, JobRow.priority) == budget.priority)

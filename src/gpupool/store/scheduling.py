@@ -15,6 +15,9 @@ from gpupool.store.schema import BudgetRow, JobRow
 
 __all__ = ["JOB_COLUMNS", "TIME_LIMIT", "SchedulingStore", "core_job"]
 
+GROW = "grow"
+"""The `reason` of a growth's notice (an elastic job given free GPUs nobody waits for)."""
+
 
 class SchedulingStore(AttemptsStore, ReadsStore):
     def snapshot(self, now: float) -> Snapshot:
@@ -52,12 +55,18 @@ class SchedulingStore(AttemptsStore, ReadsStore):
                 for p in plan.preemptions:
                     victim = int(p.victim)
                     attempt = self.locked_job(s, victim).attempts - 1
-                    self.notice_in(s, victim, attempt, int(p.for_job), p.deadline, now, p.reason.value, p.message)
+                    self.notice_in(
+                        s, victim, attempt, int(p.for_job), p.deadline, now, p.reason.value, p.message, p.keep
+                    )
                     if p.for_job in nominated:  # each job its notices are for, at its first
                         nominated.discard(p.for_job)
                         preemptor = s.get(JobRow, int(p.for_job), with_for_update=True)
                         if preemptor is not None and preemptor.nominated_at is None:
                             preemptor.nominated_at = now
+                for grow in plan.grows:
+                    job_id = int(grow.job)
+                    attempt = self.locked_job(s, job_id).attempts - 1
+                    self.notice_in(s, job_id, attempt, job_id, grow.deadline, now, GROW, grow.message, grow.placement)
                 for start in plan.starts:
                     token = (tokens or {}).get(start.job)
                     self.start_in(s, int(start.job), start.placement, now, start.message, token, start.priority)

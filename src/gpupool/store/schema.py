@@ -7,6 +7,7 @@ time it held it. A GPU held by two live attempts at once is refused by the datab
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -20,11 +21,12 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    func,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from gpupool.model import job_label
+from gpupool.model import Allocation, Placement, job_label
 
 
 class Base(DeclarativeBase):
@@ -137,6 +139,8 @@ class JobRow(Base):
     priority: Mapped[str] = mapped_column(ForeignKey("priority_classes.name"))
     gpus: Mapped[int] = mapped_column(Integer)
     gpus_per_node: Mapped[int | None] = mapped_column(Integer, default=None)
+    sizes: Mapped[list[int] | None] = mapped_column(JSON(none_as_null=True), default=None)
+    """An elastic job's sizes in GPUs, smallest first, `gpus` its largest; None for one size."""
     gpu_type: Mapped[str | None] = mapped_column(String(100), default=None)
     command: Mapped[list[str]] = mapped_column(JSON)
     workdir: Mapped[str] = mapped_column(String(4096))
@@ -224,6 +228,9 @@ class AttemptRow(Base):
     attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
     started_at: Mapped[float] = mapped_column(Float)
     """When the GPUs were allocated."""
+    gpus: Mapped[int | None] = mapped_column(Integer, default=None)
+    """The GPUs it ran on: its job's size, or an elastic job's size at this attempt (None only
+    in a store older than migration 0015, read as its job's `gpus`)."""
     priority: Mapped[str | None] = mapped_column(String(100), default=None)
     """The class the attempt ran at (lower than the job's when its team was over budget)."""
     handle: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
@@ -247,6 +254,10 @@ class AttemptRow(Base):
     notice_at: Mapped[float | None] = mapped_column(Float, default=None)
     notice_deadline: Mapped[float | None] = mapped_column(Float, default=None)
     notice_for: Mapped[int | None] = mapped_column(Integer, default=None)
+    notice_keep: Mapped[dict[str, list[int]] | None] = mapped_column(JSON(none_as_null=True), default=None)
+    """A resize's notice (`model.Notice.keep`): the GPUs, {node: [gpu]}, its next attempt starts
+    on at once; None for any other notice. A growth's (`notice_for` the job itself) holds more
+    than its placement: the added ones are held already (`PlacementRow.added`)."""
     timeout_at: Mapped[float | None] = mapped_column(Float, default=None)
     """When the job reached its time limit (its notice deadline is then the end of its grace)."""
     acked_at: Mapped[float | None] = mapped_column(Float, default=None)
@@ -292,6 +303,9 @@ class PlacementRow(Base):
     gpu: Mapped[int] = mapped_column(Integer)
     held_from: Mapped[float] = mapped_column(Float)
     held_until: Mapped[float | None] = mapped_column(Float, default=None)
+    added: Mapped[bool | None] = mapped_column(Boolean, default=None)
+    """A free GPU a growth's notice holds for the attempt that follows: not the attempt's own
+    (it runs without it), released with it and held again by the next."""
 
 
 class EventRow(Base):
@@ -340,3 +354,18 @@ class ChangeRow(Base):
     seq: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
     job_id: Mapped[int | None] = mapped_column(Integer, default=None)
     xid: Mapped[int | None] = mapped_column(BigInteger, default=None)
+
+
+ATTEMPT_GPUS = func.coalesce(AttemptRow.gpus, JobRow.gpus)
+"""The GPUs an attempt ran on, in a query that joins its job (a store older than migration
+0015 has not recorded them: its job's one size)."""
+
+
+def placement_of(held: Mapping[str, Sequence[int]] | None) -> Placement:
+    """A placement from its stored form, {node: [gpu]} (`AttemptRow.notice_keep`)."""
+    return tuple(Allocation(node, tuple(sorted(gpus))) for node, gpus in sorted((held or {}).items()) if gpus)
+
+
+def stored(placement: Placement) -> dict[str, list[int]]:
+    """A placement in its stored form (`placement_of` reads it)."""
+    return {a.node: list(a.gpus) for a in placement}

@@ -15,7 +15,16 @@ from sqlalchemy import case, func, select
 from gpupool.accounting import INTERRUPTED
 from gpupool.settle import ENDED, AttemptOutcome, JobState
 from gpupool.store.base import StoreBase
-from gpupool.store.schema import AttemptRow, CheckpointRow, EventRow, JobRow, NodeRow, PlacementRow, TeamRow
+from gpupool.store.schema import (
+    ATTEMPT_GPUS,
+    AttemptRow,
+    CheckpointRow,
+    EventRow,
+    JobRow,
+    NodeRow,
+    PlacementRow,
+    TeamRow,
+)
 
 LIVE = tuple(s.value for s in JobState if s not in ENDED)
 
@@ -219,7 +228,7 @@ class TelemetryStore(StoreBase):
     def team_gpus_over_time(self, since: float, until: float, points: int) -> dict[str, list[tuple[float, float]]]:
         """Per team, the GPUs its attempts held at `points` evenly spaced times in [since, until]."""
         query = (
-            select(JobRow.team, AttemptRow.started_at, AttemptRow.ended_at, JobRow.gpus)
+            select(JobRow.team, AttemptRow.started_at, AttemptRow.ended_at, ATTEMPT_GPUS)
             .join(JobRow, JobRow.id == AttemptRow.job_id)
             .where(AttemptRow.started_at <= until, (AttemptRow.ended_at.is_(None)) | (AttemptRow.ended_at >= since))
         )

@@ -57,7 +57,7 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "gpupool_preemptions": (
         "Notices given to running jobs, by the victim's class and team and the rule that chose it "
-        "(priority, reclaim, fair_share, seniority).",
+        "(priority, reclaim, fair_share, seniority); an elastic job's shrink is one, its growth is not.",
         ("class", "team", "reason"),
     ),
     "gpupool_interruptions": (
@@ -86,6 +86,16 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "gpupool_oom_kills": (
         "Processes the kernel killed because an attempt reached its memory limit (--mem).",
+        ("class", "team"),
+    ),
+    "gpupool_resizes": (
+        "Elastic jobs resized (shrink: for a waiting job, instead of an eviction; grow: into GPUs nobody "
+        "waited for); counted once the next attempt's restart is known.",
+        ("class", "team", "direction"),
+    ),
+    "gpupool_shrink_kept_gpu_seconds": (
+        "Productive GPU-seconds elastic jobs did on the GPUs a shrink let them keep: work an eviction would "
+        "have left waiting in line (the GPU time shrinks saved against evictions).",
         ("class", "team"),
     ),
 }

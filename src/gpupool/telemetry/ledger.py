@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Histogram
 
 from gpupool.accounting import INTERRUPTED, AttemptRecord, account
-from gpupool.settle import ENDED, JobState, Usage
-from gpupool.store.attempts import LAUNCH_RETRY
+from gpupool.settle import ENDED, AttemptOutcome, JobState, Usage
+from gpupool.store.attempts import LAUNCH_RETRY, RESIZED
+from gpupool.store.scheduling import GROW
 from gpupool.store.tail import Tail
 from gpupool.store.telemetry import Committed, Happened
 
@@ -35,6 +36,7 @@ INTERRUPTION_KINDS = {
     "failed": "failure",
     "out_of_memory": "out_of_memory",
     "lost": "lost",
+    "resized": "resize",
 }
 """An attempt's outcome → the `kind` label of an interruption (`lost`: its process was lost
 while the scheduler was down)."""
@@ -134,10 +136,12 @@ class Ledger:
         elif h.kind == "dependency_met" and job in self.queued_since:
             since, kind = self.queued_since[job]
             self.queued_since[job] = (max(h.time, since), kind)
+        elif h.kind == JobState.STARTING.value and h.reason == RESIZED:
+            self.ran[job] = self.ran.get(job, 0) + 1  # a resize: it started at once, not from the line
         elif h.kind == JobState.STARTING.value:
             since, kind = self.queued_since.pop(job, (h.time, "first"))
             self.starting[job] = (h.time, since, kind)
-        elif h.kind == JobState.PREEMPTING.value:
+        elif h.kind == JobState.PREEMPTING.value and h.reason != GROW:
             self.counts["gpupool_preemptions"][(*labels, h.reason or "unknown")] += 1
         elif h.kind == JobState.PENDING.value and h.attempt is not None:
             if not launch_failed:
@@ -150,6 +154,18 @@ class Ledger:
             self.unsettled.add(job)
         elif h.kind in (JobState.RUNNING.value, "restored"):
             self.unsettled.add(job)
+
+    def _count_resize(self, labels: Labels, ordered: list[AttemptRecord], index: int, productive: float) -> None:
+        """The resize attempt `index` ended with (shrink or grow), and, for an attempt that
+        followed a shrink, its productive GPU-seconds: the work on the GPUs it kept that an
+        eviction would have left to wait in line."""
+        record = ordered[index]
+        before = ordered[index - 1] if index else None
+        if before is not None and before.outcome == AttemptOutcome.RESIZED and before.gpus > record.gpus:
+            self.counts["gpupool_shrink_kept_gpu_seconds"][labels] += productive
+        if record.outcome == AttemptOutcome.RESIZED and index + 1 < len(ordered):
+            grown = ordered[index + 1].gpus > record.gpus
+            self.counts["gpupool_resizes"][(*labels, "grow" if grown else "shrink")] += 1
 
     def _count_usage(self, labels: tuple[str, str], usage: Usage) -> None:
         if usage.cpu_seconds is not None:
@@ -223,7 +239,9 @@ class Ledger:
             }
             for use, value in uses.items():
                 allocated[(*labels, use)] += value
-        for record in ordered[first:final]:
+        for index in range(first, final):
+            record = ordered[index]
+            self._count_resize(labels, ordered, index, whole.attempts[index].productive)
             if record.usage is not None:
                 self._count_usage(labels, record.usage)
             if record.idle_seconds:
