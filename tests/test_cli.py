@@ -369,7 +369,7 @@ def test_the_admin_token_is_found_in_the_first_data_directory_that_has_one(tmp_p
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--gpus", "2-7", "--resize-step", "2"], "--gpus 2-7: 2-7: 5 GPUs between them are not steps of 2"),
+        (["--gpus", "2-7", "--resize-step", "2"], "--gpus 2-7: 5 GPUs between them are not steps of 2"),
         (["--gpus", "4", "--resize-step", "2"], "--resize-step '2' goes with --gpus MIN-MAX (an elastic job)"),
         (["--gpus", "two"], "--gpus 'two': a number of GPUs, or the fewest and the most, as 4-16"),
         (["--nodes", "1-2"], "--nodes goes with --gpus-per-node"),

@@ -68,17 +68,17 @@ def elastic_problem(smallest: int, largest: int, step: int | str, gpus_per_node:
     submitter; None when they are (or are one size). Each size of a gang splits into its members:
     the step of one is a multiple of its GPUs per node."""
     if not 1 <= smallest <= largest:
-        return f"{smallest}-{largest}: the fewest GPUs must be at least 1 and at most the most"
+        return "the fewest GPUs must be at least 1 and at most the most"
     if step == POWERS_OF_TWO:
         doubled = smallest
         while doubled < largest:
             doubled *= 2
         if doubled != largest:
-            return f"{smallest}-{largest}: by powers of two, {largest} is not {smallest} doubled"
+            return f"by powers of two, {largest} is not {smallest} doubled"
     elif not isinstance(step, int) or step < 1:
         return f"step {step!r}: a positive number of GPUs, or {POWERS_OF_TWO}"
     elif (largest - smallest) % step:
-        return f"{smallest}-{largest}: {largest - smallest} GPUs between them are not steps of {step}"
+        return f"{largest - smallest} GPUs between them are not steps of {step}"
     for size in (smallest, largest):
         problem = gang_split_problem(size, gpus_per_node)
         if problem is not None:

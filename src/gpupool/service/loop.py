@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 from gpupool.errors import Conflict, InvalidInput
-from gpupool.executors import Executor, Exit, Key, NodeState, Recorded, Resources, Started
+from gpupool.executors import Executor, Exit, Key, NodeState, Resources
 from gpupool.executors.containment import unfit
 from gpupool.executors.users import JobUser, job_user
 from gpupool.model import Config, Node, Placement, Plan, Reason, SessionKind, Wait
 from gpupool.policy import PoolState, decide
+from gpupool.service.adoption import Adoption
 from gpupool.service.launches import prepare_launch, protocol_env
 from gpupool.service.observer import Observer
 from gpupool.service.sessions import Sessions
@@ -34,14 +35,13 @@ from gpupool.service.workspace import Workspace, token_hash
 from gpupool.settle import JobState
 from gpupool.store import Store
 from gpupool.store.attempts import run_time
-from gpupool.store.schema import AttemptRow, JobRow
-from gpupool.units import plural
+from gpupool.store.schema import JobRow
 
 log = logging.getLogger("gpupool.service")
 
 
 @dataclass
-class ControlLoop:
+class ControlLoop(Adoption):
     store: Store
     config: Config
     executor: Executor
@@ -413,69 +413,6 @@ class ControlLoop:
     def user_of(self, job: JobRow) -> JobUser | None:
         """The OS user the job runs as (None: the scheduler's); raises `NoSuchUser`."""
         return job_user(self.job_user, job.user, job.team)
-
-    # --- after a restart -----------------------------------------------------------------------
-
-    def reconcile(self, now: float) -> None:
-        """Adopt every live attempt whose process is still the one it started; requeue the rest
-        (their recorded exit status, if any, decides how they ended)."""
-        live = self.store.live_attempts()
-        adopted = 0
-        for attempt in live:
-            try:
-                adopted += self.reconcile_one(attempt, now)
-            except Exception:
-                log.exception("could not reconcile job %s attempt %s", attempt.job_id, attempt.attempt)
-        if live:
-            log.info(
-                "after the start: %s of %s adopted, the others ended or never started while gpupool was away",
-                adopted,
-                plural(len(live), "live attempt"),
-            )
-
-    def reconcile_one(self, attempt: AttemptRow, now: float) -> bool:
-        """Adopt one live attempt, or end it as it ended; whether it was adopted."""
-        key = (attempt.job_id, attempt.attempt)
-        job = self.store.job(attempt.job_id)
-        recorded = Recorded(
-            *key,
-            attempt.handle,
-            self.workspace.attempt_dir(*key),
-            tuple(self.workspace.log_file(job, attempt.attempt, stream) for stream in ("stdout", "stderr")),
-            attempt.last_heartbeat_at or attempt.started_at,
-            attempt.notice_deadline,
-        )
-        found = self.executor.adopt(recorded)
-        if isinstance(found, Started):
-            if attempt.handle is None or (found.running and job.state == JobState.STARTING.value):
-                self.store.mark_started([(*key, found.handle, found.running, found.where)], now)
-            if attempt.notice_at is not None:
-                self.requeued.add(key)  # adopting gave it its notice again
-            if job.session is not None:
-                self.sessions.started(key, SessionKind(job.session), job.priority, now)
-            log.info("adopted job %s attempt %s %s", job.label, attempt.attempt, found.where or "(starting)")
-            return True
-        if not found.started:
-            log.info("job %s attempt %s never started: launched again (%s)", job.label, attempt.attempt, found.why)
-            self.store.retry_launch(*key, now, found.why or "not started")
-        else:
-            log.info("job %s attempt %s ended while gpupool was away (%s)", job.label, attempt.attempt, found.why)
-            # It ended while nobody watched: its time limit is charged up to when it ended, as
-            # far as the executor can tell.
-            ended = found.ended_at if found.ended_at is not None else recorded.since
-            settled = self.store.end_attempt(
-                *key,
-                found.exit_code,
-                now,
-                why=found.why,
-                ran_until=ended,
-                node_lost=found.node_lost,
-                max_node_losses=self.config.max_node_losses,
-                usage=found.usage,
-            )
-            if settled is JobState.STARTING:  # it left for a resize: its next attempt starts now
-                self.resume_resized([attempt.job_id], now)
-        return False
 
     def next_wakeup(self, now: float) -> float:
         times = [now + self.interval, *self.deadlines]

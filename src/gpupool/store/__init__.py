@@ -11,6 +11,7 @@ from gpupool.store.changes import ChangesStore, JobUpdate
 from gpupool.store.engine import migrate, open_engine
 from gpupool.store.jobs import JobSpec, JobsStore
 from gpupool.store.pool import DEFAULT_TEAM, UNCHANGED, PoolStore
+from gpupool.store.reports import ReportsStore
 from gpupool.store.scheduling import SchedulingStore
 from gpupool.store.telemetry import TelemetryStore
 from gpupool.store.views import ViewsStore
@@ -18,7 +19,9 @@ from gpupool.store.views import ViewsStore
 __all__ = ["DEFAULT_TEAM", "UNCHANGED", "JobSpec", "JobUpdate", "Store"]
 
 
-class Store(PoolStore, JobsStore, SchedulingStore, ChangesStore, AccountsStore, ViewsStore, TelemetryStore):
+class Store(
+    PoolStore, JobsStore, SchedulingStore, ReportsStore, ChangesStore, AccountsStore, ViewsStore, TelemetryStore
+):
     @classmethod
     def open(cls, url: str) -> Store:
         """Connect to `url` and bring its schema to the newest revision. A store that cannot be

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -11,7 +10,7 @@ from sqlalchemy import select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from gpupool.errors import Conflict, Forbidden
+from gpupool.errors import Conflict
 from gpupool.model import Allocation, Placement, placed_gpus
 from gpupool.settle import ENDED, AttemptEnd, AttemptOutcome, JobCounts, JobState, Usage, settle
 from gpupool.store.base import StoreBase, chunks, indexed
@@ -19,7 +18,6 @@ from gpupool.store.schema import (
     NOTICED_LIVE,
     WATCHED_LIVE,
     AttemptRow,
-    CheckpointRow,
     EventRow,
     JobRow,
     PlacementRow,
@@ -154,13 +152,6 @@ class AttemptsStore(StoreBase):
         """The attempt's processes run: STARTING → RUNNING."""
         self.mark_started([(job_id, attempt, handle, True, where)], now)
 
-    def serve(self, job_id: int, attempt: int, port: int, token: str) -> None:
-        """A notebook session's server answers on `port` of its node (the job protocol's
-        `server` report); `Conflict` for an attempt that is not live."""
-        with self.transaction() as s:
-            row = self.live_attempt(s, job_id, attempt)
-            row.server = {"port": port, "token": token}
-
     def add_idle_seconds(self, idle: Mapping[tuple[int, int], float]) -> None:
         """Add to attempts' idle time (a session's stretches with no activity), in one commit."""
         with self.transaction() as s:
@@ -216,84 +207,6 @@ class AttemptsStore(StoreBase):
             s.flush()
         job = self.locked_job(s, job_id)
         self.move(s, job, JobState.PREEMPTING, now, message, attempt=attempt, reason=reason, deadline=deadline)
-
-    def heartbeat(
-        self,
-        job_id: int,
-        attempt: int,
-        now: float,
-        step: int | None,
-        phase: str | None,
-        *,
-        restored_step: int | None = None,
-        restore_seconds: float | None = None,
-        restore_skipped: Sequence[str] = (),
-        since_commit: float | None = None,
-        restart: Mapping[str, Any] | None = None,
-    ) -> AttemptRow:
-        """Note that the attempt is alive (and productive from its first `train` phase, which
-        may say which checkpoint it restored); returns the attempt, whose notice fields tell the
-        job whether to stop."""
-        with self.transaction() as s:
-            row = self.live_attempt(s, job_id, attempt)
-            row.last_heartbeat_at, row.step, row.phase, row.since_commit = now, step, phase, since_commit
-            if phase == "train" and row.productive_at is None:
-                row.productive_at = now
-            if restart:
-                # Merged, each key once: the phases come with the first step, the step times later.
-                row.restart = {**restart, **(row.restart or {})}
-            if restored_step is not None and row.restored_step is None:
-                row.restored_step, row.restore_seconds = restored_step, restore_seconds
-                skipped = f"; skipped {'; '.join(restore_skipped)}" if restore_skipped else ""
-                message = f"resumed from the checkpoint of step {restored_step}{skipped}"
-                s.add(EventRow(time=now, kind="restored", job_id=job_id, attempt=attempt, message=message[:2000]))
-            return row
-
-    def commit_checkpoint(
-        self,
-        job_id: int,
-        attempt: int,
-        now: float,
-        step: int | None,
-        path: str | None,
-        seconds: float | None = None,
-        background_seconds: float | None = None,
-    ) -> None:
-        """A commit the job reported. A background save's state is of the step boundary its
-        write began after: the work since then is what a crash now would lose."""
-        background = background_seconds or 0.0
-        with self.transaction() as s:
-            row = self.live_attempt(s, job_id, attempt)
-            row.last_checkpoint_at = max(row.started_at, now - background)
-            s.add(
-                CheckpointRow(
-                    job_id=job_id,
-                    attempt=attempt,
-                    time=now,
-                    step=step,
-                    path=path,
-                    seconds=seconds,
-                    background_seconds=background_seconds,
-                )
-            )
-            message = f"checkpoint at step {step}"
-            if seconds is not None:
-                message += f", blocked training {seconds:.3g} s"
-            if background_seconds:
-                message += f", then written in the background in {background_seconds:.3g} s"
-            s.add(EventRow(time=now, kind="checkpoint", job_id=job_id, attempt=attempt, message=message))
-
-    def acknowledge(self, job_id: int, attempt: int, now: float) -> None:
-        with self.transaction() as s:
-            row = self.live_attempt(s, job_id, attempt)
-            if row.notice_at is None:
-                raise Conflict(f"attempt {attempt} of job {job_id} has no notice to acknowledge")
-            row.acked_at = now
-
-    def report_completed(self, job_id: int, attempt: int, now: float) -> None:
-        """The job says it finished: the attempt succeeds whatever its exit code."""
-        with self.transaction() as s:
-            self.live_attempt(s, job_id, attempt).completed_at = now
 
     def end_attempt(
         self,
@@ -506,13 +419,6 @@ class AttemptsStore(StoreBase):
         with self.reading() as s:
             query = select(AttemptRow).where(AttemptRow.job_id == job_id).order_by(AttemptRow.attempt)
             return list(s.scalars(query))
-
-    def check_attempt_token(self, job_id: int, attempt: int, token_hash: str) -> None:
-        """Raise unless `token_hash` is that of the job's live attempt `attempt`."""
-        with self.transaction() as s:
-            row = self.live_attempt(s, job_id, attempt)
-            if not row.token_hash or not hmac.compare_digest(row.token_hash, token_hash):
-                raise Forbidden(f"this token is not the one of attempt {attempt} of job {job_id}")
 
     def jobs_by_id(self, ids: Sequence[int]) -> dict[int, JobRow]:
         with self.reading() as s:
