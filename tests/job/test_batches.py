@@ -56,3 +56,58 @@ def test_a_checkpoint_of_the_old_position_in_batches_reads_as_as_many_items() ->
     del state["used"]
     batches.load_state_dict({**state, "epoch": 2, "position": 10})
     assert (batches.epoch, batches.used) == (2, 160)
+
+
+def step_sets(
+    size: int, batch: int, world: int, global_batch: int, epoch: int, used: int, count: int
+) -> list[set[int]]:
+    """The items each of `count` steps takes over every rank and every accumulated batch."""
+    ranks = [Batches(size, batch, seed=7, rank=r, world=world, global_batch=global_batch) for r in range(world)]
+    for each in ranks:
+        each.epoch, each.used = epoch, used
+    iterators = [iter(each) for each in ranks]
+    taken = []
+    for _ in range(count):
+        step = [
+            item
+            for it, each in zip(iterators, ranks, strict=True)
+            for _ in range(each.accumulation)
+            for item in next(it)
+        ]
+        assert len(step) == len(set(step)) == global_batch, "a step's batches overlap, or miss items"
+        taken.append(set(step))
+        for each in ranks:
+            each.advance()
+    return taken
+
+
+def test_with_a_global_batch_each_step_uses_the_same_items_at_any_world_size() -> None:
+    exercised = Exercised()
+
+    @given(st.integers(1, 4), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 4]), st.integers(0, 6), st.data())
+    def check(batch: int, world: int, world_after: int, before: int, data: st.DataObject) -> None:
+        global_batch = 4 * batch * data.draw(st.integers(1, 2))
+        size = data.draw(st.integers(global_batch * 2, 120))
+        whole = size // global_batch
+        before = min(before, whole - 1)
+        uninterrupted = step_sets(size, batch, world, global_batch, 0, 0, whole)
+        saved = Batches(size, batch, seed=7, world=world, global_batch=global_batch).state_dict()
+        saved["used"] = before * global_batch
+        resumed = Batches(size, batch, seed=7, world=world_after, global_batch=global_batch)
+        state = resumed.resharded(saved)
+        after = step_sets(size, batch, world_after, global_batch, state["epoch"], state["used"], whole - before)
+        assert uninterrupted[:before] + after == uninterrupted, "a resumed step took other items"
+        exercised.note(resized=before > 0 and world != world_after, accumulates=resumed.accumulation > 1)
+
+    check()
+    exercised.assert_shown("resized", "accumulates", share=0.2)
+
+
+def test_a_global_batch_that_the_ranks_cannot_share_or_that_changed_is_refused() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="global_batch 12 is not a multiple of 2 ranks x batch_size 8"):
+        Batches(100, 8, world=2, global_batch=12)
+    saved = Batches(100, 8, world=2, global_batch=32).state_dict()
+    with pytest.raises(ValueError, match="global_batch was 32; this run's is 64"):
+        Batches(100, 8, world=1, global_batch=64).resharded(saved)

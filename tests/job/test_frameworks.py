@@ -306,3 +306,20 @@ def test_the_trainer_is_refused_settings_that_would_lose_a_save_on_notice(tmp_pa
                 callback.on_train_begin(args, TrainerState(), TrainerControl())
     finally:
         callback.gpupool.link.restore_signals()
+
+
+def test_a_lightning_ddp_job_resumed_on_fewer_ranks_goes_on_from_its_next_step_and_item(
+    tmp_path: Path, scheduler: str
+) -> None:
+    """An elastic job shrunk from 2 ranks to 1: Lightning's state loads (replicated by DDP), the
+    rank takes rank 0's random state, and the data goes on from the next item (`Batches`)."""
+    command = [*LIGHTNING, "--steps", "12"]
+    code, first = run([*command, "--devices", "2"], tmp_path, notice_at="rank 0 step 4 batch 4", api=scheduler)
+    assert code == 75, first[-3000:]
+    trained = max(step_of(key) for key in losses(first))
+    code, second = run(command, tmp_path, api=scheduler, attempt=1)
+    assert code == 0, second[-3000:]
+    assert f"step-{trained + 1:09d}" in resumed_from(second)
+    steps = sorted(step_of(key) for key in losses(second))
+    assert steps == list(range(trained + 1, 12)), "every step after the checkpoint, once"
+    assert "resharded from 2 ranks to 1" in second

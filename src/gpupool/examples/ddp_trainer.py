@@ -14,6 +14,7 @@ on other nodes prints the same as one that was not.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -35,18 +36,19 @@ def say(line: str) -> None:
 
 
 def build(
-    rank: int, world: int, samples: int = 512
+    rank: int, world: int, samples: int = 512, global_batch: int | None = None, dropout: float = 0.2
 ) -> tuple[nn.Module, torch.optim.Optimizer, Batches, DataLoader[Any]]:
     """The model (DDP over the process group), its optimizer, and this rank's batches: the same
-    on every rank and in every attempt (seeded)."""
+    on every rank and in every attempt (seeded). `global_batch`: items a step takes whatever
+    the world size (`Batches`; `train` accumulates each rank's batches of a step)."""
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(True)
     data = torch.Generator().manual_seed(1234)
     inputs = torch.randn(samples, 8, generator=data)
     targets = inputs.sum(dim=1, keepdim=True)
-    batches = Batches(len(inputs), batch_size=8, seed=3, rank=rank, world=world)
+    batches = Batches(len(inputs), batch_size=8, seed=3, rank=rank, world=world, global_batch=global_batch)
     loader = DataLoader(TensorDataset(inputs, targets), batch_sampler=batches)
-    model = DistributedDataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 1)))
+    model = DistributedDataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(dropout), nn.Linear(16, 1)))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
     return model, optimizer, batches, loader
 
@@ -60,14 +62,24 @@ def train(
     rank: int,
     step_seconds: float = 0.0,
     after_step: Callable[[int], None] = lambda _step: None,
+    accumulation: int = 1,
 ) -> None:
-    """The job's steps from where it resumed, each rank's loss printed as exact bits."""
+    """The job's steps from where it resumed, each rank's loss printed as exact bits. Each step
+    accumulates the gradients of `accumulation` batches (`Batches.accumulation`), averaged
+    over the ranks once, at the last."""
     stream = iter(loader)
     for step in job.steps(steps):
-        x, y = next(stream)
-        loss = nn.functional.mse_loss(model(x), y)
         optimizer.zero_grad()
-        loss.backward()  # type: ignore[no-untyped-call]
+        loss = torch.zeros(())
+        for k in range(accumulation):
+            x, y = next(stream)
+            last = k == accumulation - 1
+            with (
+                contextlib.nullcontext() if last or not isinstance(model, DistributedDataParallel) else model.no_sync()
+            ):
+                part = nn.functional.mse_loss(model(x), y)
+                (part / accumulation if accumulation > 1 else part).backward()  # type: ignore[no-untyped-call]
+            loss = part.detach() if accumulation == 1 else loss + part.detach() / accumulation
         optimizer.step()
         say(f"rank {rank} step {step} loss {float(loss.item()).hex()}")
         time.sleep(step_seconds)

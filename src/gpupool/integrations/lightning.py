@@ -115,17 +115,28 @@ class GpupoolCallback(Callback):
             return
         if Path(trainer.ckpt_path) != restored.checkpoint.path / CHECKPOINT:
             return  # not resuming from what `ckpt_path` found: that start keeps its own state
-        # Before the DataLoader's first iterator: the data's position.
-        mine = restored.checkpoint.path / state.rank_file(trainer.global_rank)
+        # Before the DataLoader's first iterator: the data's position. At another world size (an
+        # elastic job resized) a rank takes the random state and position of rank r % old world,
+        # the position resharded, as `gpupool.job` does; Lightning's state is DDP's, replicated.
+        world = int(restored.checkpoint.manifest.get("world", 1))
+        resharded = world != trainer.world_size
+        name = restored.checkpoint.path.name
+        mine = restored.checkpoint.path / state.rank_file(trainer.global_rank % world)
         if not mine.exists():
-            world = restored.checkpoint.manifest.get("world")
-            raise CheckpointError(
-                f"{restored.checkpoint.path.name} has no state for rank {trainer.global_rank} (saved by {world} ranks)"
-            )
+            raise CheckpointError(f"{name} has no state for rank {trainer.global_rank} (saved by {world} ranks)")
         saved = state.read(mine, mmap=False)
         self._rng = saved["rng"]
         if self.data is not None and saved["data"] is not None:
-            self.data.load_state_dict(saved["data"])
+            position = saved["data"]
+            if resharded:
+                if not hasattr(self.data, "resharded"):
+                    raise CheckpointError(
+                        f"{name} was written by {world} ranks: `data` must say how its position moves to another "
+                        "world size (a `resharded` method, as `Batches` has)"
+                    )
+                position = self.data.resharded(position)
+                log.warning("%s resharded from %s ranks to %s: not bit-identical", name, world, trainer.world_size)
+            self.data.load_state_dict(position)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.gpupool.training_started()
