@@ -375,6 +375,11 @@ def test_the_admin_token_is_found_in_the_first_data_directory_that_has_one(tmp_p
         (["--nodes", "1-2"], "--nodes goes with --gpus-per-node"),
         (["--nodes", "1-2", "--gpus", "4", "--gpus-per-node", "2"], "give --gpus or --nodes, not both"),
         (["--nodes", "a-b", "--gpus-per-node", "2"], "--nodes 'a-b': a number of nodes, or the fewest and the most"),
+        (["--nodes", "0-2", "--gpus-per-node", "2"], "--nodes 0-2: at least 1 node"),
+        (
+            ["--nodes", "1-3", "--gpus-per-node", "2", "--resize-step", "pow2"],
+            "--nodes 1-3 (2-6 GPUs): by powers of two",
+        ),
     ],
 )
 def test_an_elastic_submission_that_makes_no_sizes_is_refused_before_it_is_sent(args: list[str], message: str) -> None:

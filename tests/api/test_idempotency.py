@@ -68,6 +68,7 @@ def test_without_a_key_every_submission_is_a_job(api: Api) -> None:
         ({"error": "err-%j.log"}, "error"),
         ({"gpu_type": "virtual"}, "gpu_type"),
         ({"user": "someone"}, "user"),
+        ({"sizes": [1, 2]}, "sizes"),
     ],
 )
 def test_the_same_key_for_another_request_is_a_conflict(api: Api, change: dict[str, Any], field: str) -> None:

@@ -261,6 +261,8 @@ def test_an_elastic_gang_shrinks_to_one_node_for_a_high_job_and_grows_back_throu
         steps: set[int] = set().union(*(losses(log) for log in trained))
         assert steps == set(range(300)), "every step once, none skipped"
         assert [i["cause"] for i in shown["account"]["interruptions"]] == ["resized", "resized"]
+        output = service.output()
+        assert "SnapshotDrift" not in output and "tick failed" not in output, output[-3000:]
     finally:
         if service.process is not None and service.process.poll() is None:
             service.process.terminate()

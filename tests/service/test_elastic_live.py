@@ -108,9 +108,16 @@ def test_a_kill_9_during_a_resize_loses_no_job_and_runs_none_twice(service: Serv
     wait_for(lambda: state(service, job_id) == "succeeded" and state(service, job_id + 1) == "succeeded", timeout=120)
     shown = job(service, job_id)
     history = shown["history"]
-    assert [(a["gpus"], a["outcome"]) for a in history[:2]] == [(2, "resized"), (1, history[1]["outcome"])]
+    assert [(a["gpus"], a["outcome"]) for a in history[:1]] == [(2, "resized")]
+    assert history[1]["gpus"] == 1, "its next attempt ran at the size the shrink kept"
     assert history[-1]["outcome"] == "succeeded" and shown["preemptions"] == 0
     for earlier, later in itertools.pairwise(history):
         assert later["started_at"] >= earlier["ended_at"], "never two attempts at once"
-    assert "done: 20 steps" in service.cli("logs", str(job_id)).stdout
+    logs = [service.cli("logs", str(job_id), "--attempt", str(a["attempt"])).stdout for a in history]
+    steps: dict[str, str] = {}
+    for log in logs:
+        for step, bits in re.findall(r"^step (\d+) loss (\S+)$", log, re.MULTILINE):
+            assert steps.setdefault(step, bits) == bits, f"step {step} came out otherwise when done again"
+    assert sorted(map(int, steps)) == list(range(20)), "every step, none lost"
+    assert "done: 20 steps" in logs[-1]
     assert_no_gpu_held_twice(service)

@@ -12,7 +12,7 @@ import pytest
 
 from gpupool.executors import Launch, NodeState, Started
 from gpupool.executors.local import LocalExecutor
-from gpupool.model import DEFAULT_CLASSES, Allocation, Config, Node, Team
+from gpupool.model import DEFAULT_CLASSES, Allocation, Config, ElasticPolicy, Node, Team
 from gpupool.service.loop import ControlLoop
 from gpupool.settle import JobState
 from gpupool.store import JobSpec, Store
@@ -546,3 +546,39 @@ def test_a_job_released_past_the_depth_no_longer_says_it_is_held(store: Store, t
     store.release_hold(waiting[-1], 3.0, by_admin=False)
     loop.tick(3.0)
     assert store.job(waiting[-1]).wait_reason == "in_line", "past the depth: it waits in line"
+
+
+def test_an_elastic_job_shrinks_and_grows_back_and_each_next_attempt_is_launched_at_once(
+    store: Store, tmp_path: Path
+) -> None:
+    config = replace(CONFIG, elastic=ElasticPolicy(60.0))
+    loop = ControlLoop(store, config, FakeExecutor(store), tmp_path / "data", api_url="http://127.0.0.1:1")
+    job = store.submit(JobSpec(["train"], team="vision", priority="low", gpus=4, sizes=(2, 4)), now=0.0)
+    loop.tick(0.0)
+    high = store.submit(JobSpec(["eval"], team="nlp", priority="high", gpus=2), now=200.0)
+    loop.tick(200.0)
+    assert [n[:2] for n in fake(loop).notified] == [(job.id, 0)]
+    fake(loop).finish(job.id, 0, 0)
+    # The store is out of reach as the loop would give the next attempt its token: it tries again.
+    give_tokens = store.give_tokens
+
+    def unreachable(_: object) -> None:
+        raise OSError("the store is out of reach")
+
+    store.give_tokens = unreachable  # type: ignore[method-assign,assignment]
+    with pytest.raises(OSError, match="out of reach"):
+        loop.tick(201.0)
+    store.give_tokens = give_tokens  # type: ignore[method-assign]
+    loop.tick(202.0)
+    launches = [(launch.job_id, launch.attempt, len(launch.members[0].gpus)) for launch in fake(loop).started]
+    assert launches == [(job.id, 0, 4), (job.id, 1, 2), (high.id, 0, 2)]
+    assert store.job(job.id).state == JobState.RUNNING.value
+    fake(loop).finish(high.id, 0, 0)
+    loop.tick(230.0)
+    assert len(fake(loop).notified) == 1, "no growth before 60 s at its size"
+    loop.tick(270.0)
+    assert [n[:2] for n in fake(loop).notified][1:] == [(job.id, 1)], "grown, once it had run 60 s at 2 GPUs"
+    fake(loop).finish(job.id, 1, 0)
+    loop.tick(271.0)
+    assert [(s.job_id, s.attempt, len(s.members[0].gpus)) for s in fake(loop).started][-1] == (job.id, 2, 4)
+    assert [a.outcome for a in store.attempts(job.id)] == ["resized", "resized", None]

@@ -96,6 +96,24 @@ def test_a_batch_script_is_read_for_directives_and_runs_as_it_was_submitted(serv
     assert service.cli("logs", str(job_id)).stdout == f"job {job_id} says hello\n"
 
 
+def test_a_batch_scripts_elastic_sizes_are_read_and_the_command_lines_gpus_override_them(
+    service: Service, tmp_path: Path
+) -> None:
+    script = tmp_path / "elastic.sh"
+    script.write_text("#!/bin/sh\n#GPUPOOL -p low --gpus 1-2 --resize-step pow2\ntrue\n")
+    elastic = service.cli("submit", "--parsable", "--chdir", str(tmp_path), str(script))
+    assert elastic.returncode == 0, elastic.stderr
+    assert (job(service, int(elastic.stdout))["gpus"], job(service, int(elastic.stdout))["sizes"]) == (2, [1, 2])
+    # --gpus on the command line: the script's sizes and step give way, whole.
+    rigid = service.cli("submit", "--parsable", "--chdir", str(tmp_path), "--gpus", "1", str(script))
+    assert rigid.returncode == 0, rigid.stderr
+    assert (job(service, int(rigid.stdout))["gpus"], job(service, int(rigid.stdout))["sizes"]) == (1, None)
+    script.write_text("#!/bin/sh\n#GPUPOOL -p low --nodes 1-2 --gpus-per-node 2\ntrue\n")
+    again = service.cli("submit", "--parsable", "--chdir", str(tmp_path), "--gpus", "2", str(script))
+    assert again.returncode == 0, again.stderr
+    assert job(service, int(again.stdout))["sizes"] is None
+
+
 def test_submit_wait_ends_with_the_jobs_outcome(service: Service) -> None:
     assert service.cli("submit", "--wait", "--priority", "low", "--", "sh", "-c", "exit 3").returncode == 3
     assert service.cli("submit", "--wait", "--priority", "low", "--wrap", "true").returncode == 0

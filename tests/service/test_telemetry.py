@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpupool.accounting import Totals, totals
-from gpupool.model import DEFAULT_CLASSES, Config, Node
+from gpupool.model import DEFAULT_CLASSES, Config, ElasticPolicy, Node
 from gpupool.service.loop import ControlLoop
 from gpupool.store import JobSpec, Store
 from gpupool.store.tail import Tail
@@ -248,3 +249,40 @@ def test_a_node_that_came_back_smaller_has_no_negative_idle_gpus(day: Day) -> No
     assert day.value("gpupool_node_gpus", node="n0", gpu_type="a100", state="allocated") == 1
     assert day.total("gpupool_node_gpus", node="n0", state="idle") == 0
     assert day.value("gpupool_gpus", gpu_type="a100", state="idle") == 0
+
+
+def test_an_elastic_jobs_resizes_are_counted_and_neither_is_a_wait_or_a_growth_a_preemption(
+    store_url: str, tmp_path: Path
+) -> None:
+    day = Day(store_url, tmp_path)
+    day.loop.config = replace(CONFIG, elastic=ElasticPolicy(60.0))
+    spec = JobSpec(["train"], "vision", "low", 2, workdir=day.workdir, sizes=(1, 2))
+    job = day.store.submit(spec, 0.0).id
+    day.loop.tick(0.0)
+    day.store.heartbeat(job, 0, 10.0, 1, "train")
+    high = day.store.submit(JobSpec(["eval"], "nlp", "high", 1, workdir=day.workdir), 200.0).id
+    day.loop.tick(200.0)  # shrunk to 1 GPU for the high job
+    day.store.commit_checkpoint(job, 0, 202.0, 1, None, 1.0)
+    day.executor.finish(job, 0, 0)
+    day.loop.tick(210.0)
+    day.store.heartbeat(job, 1, 220.0, 2, "train")
+    day.executor.finish(high, 0, 0)
+    day.loop.tick(230.0)
+    day.loop.tick(280.0)  # grown back, once it ran 60 s at 1 GPU
+    day.store.commit_checkpoint(job, 1, 282.0, 2, None, 1.0)  # it saves on notice
+    day.executor.finish(job, 1, 0)
+    day.loop.tick(290.0)
+    day.store.heartbeat(job, 2, 300.0, 3, "train")
+    day.telemetry.refresh(301.0)
+    low = {"class": "low", "team": "vision"}
+    assert [a.gpus for a in day.store.attempts(job)] == [2, 1, 2]
+    assert day.value("gpupool_resizes_total", direction="shrink", **low) == 1
+    assert day.value("gpupool_resizes_total", direction="grow", **low) == 1
+    assert day.value("gpupool_preemptions_total", reason="priority", **low) == 1, "the shrink, not the growth"
+    assert day.total("gpupool_preemptions_total", reason="grow") == 0
+    assert day.value("gpupool_attempts_started_total", kind="resize", **low) == 2
+    assert day.total("gpupool_queue_wait_seconds_count", kind="requeued") == 0, "a resize is no wait in line"
+    account = next(a for a in day.store.accounts(301.0) if a.job_id == job)
+    assert day.value("gpupool_shrink_kept_gpu_seconds_total", **low) == pytest.approx(account.attempts[1].productive)
+    assert account.attempts[1].productive == pytest.approx(60.0), "1 GPU from its first step at 220 to 280"
+    assert day.value("gpupool_interruptions_total", kind="resize", **low) == 2

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import func, select
 
-from gpupool.model import DEFAULT_CLASSES, Allocation, Config, Node, Reason, Team
+from gpupool.model import DEFAULT_CLASSES, Allocation, Config, Grow, Node, Plan, Preempt, Reason, Team
 from gpupool.service.snapshots import KeptSnapshots, SnapshotDrift
 from gpupool.store import JobSpec, Store
 from gpupool.store.schema import ChangeRow, JobRow
@@ -143,3 +143,32 @@ def test_lists_of_jobs_too_long_for_one_query_are_read_in_parts(store: Store, mo
     store.submit(JobSpec(["other"]), now=4.0)
     snapshots.read(4.0)  # the watched ones are read again with the change, in parts
     assert not store.settle_dependencies(5.0), "nothing met yet"
+
+
+def test_after_every_write_of_a_resize_the_kept_snapshot_is_a_whole_read(store: Store) -> None:
+    snapshots = KeptSnapshots(store, check=True)
+    snapshots.read(0.0)
+
+    def read(now: float) -> None:
+        snapshots.read(now)  # raises SnapshotDrift if a write left no change behind
+        assert snapshots.read_whole_at == 0.0, "a read of changes, not of everything"
+
+    spec = JobSpec(["train"], team="vision", priority="low", gpus=8, gpus_per_node=4, sizes=(4, 8))
+    job = store.submit(spec, now=1.0)
+    n0, n1 = Allocation("n0", (0, 1, 2, 3)), Allocation("n1", (0, 1, 2, 3))
+    store.start_attempt(job.id, [n0], now=1.0, message="started")
+    read(1.0)
+    store.record_plan(Plan(grows=(Grow(str(job.id), 90.0, (n0, n1), "grows"),)), now=30.0)
+    read(30.0)
+    (growing,) = snapshots.read(31.0)[0].running.values()
+    assert growing.holds == (n0, n1)
+    store.end_attempt(job.id, 0, 0, now=40.0)  # its next attempt, at 8, at once
+    read(40.0)
+    high = store.submit(JobSpec(["eval"], team="nlp", priority="high", gpus=4), now=50.0)
+    store.record_plan(
+        Plan(preemptions=(Preempt(str(job.id), str(high.id), 99.0, Reason.PRIORITY, "shrank", (n0,)),)), 50.0
+    )
+    read(50.0)
+    store.end_attempt(job.id, 1, 0, now=60.0)  # its next attempt, at 4, at once
+    read(60.0)
+    assert [a.gpus for a in store.attempts(job.id)] == [4, 8, 4]

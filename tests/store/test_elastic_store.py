@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from gpupool.errors import Conflict, InvalidInput
-from gpupool.model import DEFAULT_CLASSES, Allocation, Config, ElasticPolicy, Grow, Plan, Preempt, Reason, Team
+from gpupool.model import DEFAULT_CLASSES, Allocation, Config, ElasticPolicy, Grow, Node, Plan, Preempt, Reason, Team
 from gpupool.policy import PoolState, decide
 from gpupool.settle import JobState
 from gpupool.store import JobSpec, Store
@@ -91,7 +91,8 @@ def test_a_shrink_keeps_its_gpus_while_it_drains_and_its_next_attempt_starts_on_
     assert store.attempts(job_id)[0].outcome == "resized"
     assert store.job(job_id).preemptions == 0, "a resize is no preemption"
     # The loop gives it a token, once, and learns where it runs.
-    assert store.give_tokens({job_id: "h1"}) == {job_id: shrink.keep}
+    ((row, placement),) = store.give_tokens({job_id: "h1"}).values()
+    assert (row.id, placement) == (job_id, shrink.keep)
     assert store.give_tokens({job_id: "h2"}) == {}
     # The high job starts on what the shrink freed.
     plan = decide(PoolState.of(store.snapshot(211.0)), CONFIG, 211.0)
@@ -138,9 +139,9 @@ def test_a_resized_job_with_no_run_time_left_ends_at_its_time_limit(store: Store
         JobSpec(["train"], team="vision", priority="low", gpus=8, sizes=(4, 8), time_limit=50.0), now=1.0
     )
     store.start_attempt(job.id, [N0, N1], 1.0, "started")
-    shrink = Preempt(str(job.id), "999", 200.0, Reason.PRIORITY, "shrank", keep=(N0,))
-    with store.transaction() as s:
-        store.notice_in(s, job.id, 0, None, shrink.deadline, 60.0, "priority", "shrank", shrink.keep)
+    high = store.submit(JobSpec(["eval"], team="nlp", priority="high", gpus=4), now=60.0)
+    shrink = Preempt(str(job.id), str(high.id), 200.0, Reason.PRIORITY, "shrank", keep=(N0,))
+    store.record_plan(Plan(preemptions=(shrink,)), 60.0)
     assert store.end_attempt(job.id, 0, 0, 70.0) is JobState.TIMEOUT
     assert live_rows(store, job.id) == []
 
@@ -153,3 +154,40 @@ def test_an_elastic_jobs_account_charges_each_attempt_at_its_size_and_the_resize
     (account,) = store.accounts(230.0, job_ids=[job_id])
     assert [a.allocated for a in account.attempts] == [8 * 209.0, 6 * 20.0]
     assert [i.cause for i in account.interruptions] == ["resized"]
+
+
+def test_a_node_that_leaves_while_a_job_grows_onto_it_stops_nothing_and_the_job_goes_back_in_line(
+    store: Store,
+) -> None:
+    spec = JobSpec(["train"], team="vision", priority="low", gpus=8, gpus_per_node=4, sizes=(4, 8))
+    job = store.submit(spec, now=1.0)
+    store.start_attempt(job.id, [N0], 1.0, "started")
+    store.record_plan(decide(PoolState.of(store.snapshot(100.0)), CONFIG, 100.0), 100.0)
+    store.sync_nodes([(Node("n0", 4, "virtual"), True)])  # n1 leaves
+    (growing,) = store.snapshot(101.0).running
+    assert growing.notice is not None and growing.notice.keep == (N0,), "nobody's GPUs are kept"
+    PoolState.of(store.snapshot(101.0))  # the core's state takes it
+    assert store.end_attempt(job.id, 0, 0, 110.0) is JobState.PENDING
+    assert live_rows(store, job.id) == []
+    assert "a GPU it kept is gone with its node" in store.events(job_id=job.id)[-1].message
+
+
+def test_the_pool_shows_what_a_shrink_keeps_as_the_jobs_and_what_it_frees_as_draining(store: Store) -> None:
+    job_id = elastic(store)
+    high = store.submit(JobSpec(["eval"], team="nlp", priority="high", gpus=2), now=200.0)
+    store.record_plan(decide(PoolState.of(store.snapshot(200.0)), CONFIG, 200.0), 200.0)
+    _, views = store.pool_view()
+    assert {(v.state, v.job, v.for_job) for v in views} == {("allocated", job_id, None), ("draining", job_id, high.id)}
+    assert sum(v.state == "draining" for v in views) == 2
+
+
+def test_the_pool_shows_the_gpus_a_growth_adds_as_held_for_the_job(store: Store) -> None:
+    spec = JobSpec(["train"], team="vision", priority="low", gpus=8, gpus_per_node=4, sizes=(4, 8))
+    job = store.submit(spec, now=1.0)
+    store.start_attempt(job.id, [N0], 1.0, "started")
+    store.record_plan(decide(PoolState.of(store.snapshot(100.0)), CONFIG, 100.0), 100.0)
+    _, views = store.pool_view()
+    assert {(v.node, v.state, v.job, v.for_job) for v in views} == {
+        ("n0", "allocated", job.id, None),
+        ("n1", "held", None, job.id),
+    }

@@ -123,13 +123,21 @@ def with_directives(ctx: typer.Context, script: str, source: str) -> dict[str, A
         raise fail(f"{source}: {DIRECTIVE} line: {problem}") from None
     given = {name for name in ctx.params if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"}
     for name, value in parsed.params.items():
-        if name != "command" and name not in given and RIVALS.get(name) not in given:
+        if name != "command" and name not in given and not given & set(RIVALS.get(name, ())):
             options[name] = value
     return options
 
 
-RIVALS = {"mem": "mem_per_gpu", "mem_per_gpu": "mem"}
-"""Options of which a job gives one: the command line's wins over the script's other."""
+RIVALS = {
+    "mem": ("mem_per_gpu",),
+    "mem_per_gpu": ("mem",),
+    "gpus": ("nodes",),
+    "nodes": ("gpus",),
+    "resize_step": ("gpus", "nodes"),
+}
+"""Options a script's line gives that the command line's overrides: one of two a job gives
+(memory per node or per GPU; GPUs or nodes), or what goes with them (an elastic job's step
+goes with the sizes the script gave)."""
 
 
 def requested_gpus(
@@ -147,11 +155,16 @@ def requested_gpus(
             counts = [int(low), *([int(high)] if dash else [])]
         except ValueError:
             raise fail(f"--nodes {nodes!r}: a number of nodes, or the fewest and the most, as 1-4") from None
+        if min(counts) < 1:
+            raise fail(f"--nodes {nodes}: at least 1 node")
         gpus = "-".join(str(count * gpus_per_node) for count in counts)
     try:
         return parse_sizes(gpus or "1", step, gpus_per_node)
     except ValueError as exc:
-        raise fail(str(exc)) from None
+        said = str(exc)
+        if nodes is not None:  # in the words the submitter used
+            said = said.replace(f"--gpus {gpus}:", f"--nodes {nodes} ({gpus} GPUs):", 1)
+        raise fail(said) from None
 
 
 def request_body(o: dict[str, Any], argv: list[str], script: str | None) -> dict[str, Any]:

@@ -72,6 +72,8 @@ class ControlLoop(Adoption):
     """Attempts of cancelled jobs that got SIGTERM, with when they get SIGKILL."""
     requeued: set[Key] = field(default_factory=set)
     """Attempts a person requeued (a notice recorded by the API) that were given it."""
+    resizing: set[int] = field(default_factory=set)
+    """Resized jobs whose next attempt the store started and the loop has yet to launch."""
     job_user: str | None = None
     """The name of the OS user jobs run as, `{user}` and `{team}` replaced (from `service.run_as`
     and `service.job_user`, see executors/users.py); None: the scheduler's own user."""
@@ -296,7 +298,7 @@ class ControlLoop(Adoption):
             self.unrecorded = ended
             raise
         resized = [exit.job_id for exit, state in zip(ended, states, strict=True) if state is JobState.STARTING]
-        self.resume_resized(resized, now)
+        self.resume_resized(resized, now)  # and those a tick before could not
         for exit, state in zip(ended, states, strict=True):
             self.killed.discard((exit.job_id, exit.attempt))
             self.stopping.pop((exit.job_id, exit.attempt), None)
@@ -308,11 +310,15 @@ class ControlLoop(Adoption):
     def resume_resized(self, job_ids: Sequence[int], now: float) -> None:
         """Launch at once the next attempts of resized jobs (the store started them when their
         last attempts ended, on the GPUs the resize kept), each with a token of its own."""
-        if not job_ids:
+        self.resizing.update(job_ids)
+        if not self.resizing:
             return
-        tokens = {str(job_id): secrets.token_urlsafe(24) for job_id in job_ids}
-        placements = self.store.give_tokens({int(job): token_hash(token) for job, token in tokens.items()})
-        self.launch_all([(str(job_id), placement) for job_id, placement in placements.items()], tokens, now)
+        waiting = sorted(self.resizing)
+        tokens = {str(job_id): secrets.token_urlsafe(24) for job_id in waiting}
+        # Should this fail (the store out of reach), they are tried again at the next tick.
+        started = self.store.give_tokens({int(job): token_hash(token) for job, token in tokens.items()})
+        self.resizing.difference_update(waiting)
+        self.launch_all(list(started.values()), tokens, now)
 
     def enforce_deadlines(self, now: float) -> None:
         """Kill attempts past their notice deadline; stop those of cancelled jobs (SIGTERM,
@@ -365,24 +371,27 @@ class ControlLoop(Adoption):
         tried again after a back-off, not charged to the job; one that fails for the job's (no
         such OS user, a log path into the data) ends its attempt as a failure, exit code 127."""
         noticed = [(p.victim, p.deadline) for p in plan.preemptions] + [(g.job, g.deadline) for g in plan.grows]
-        jobs = self.store.jobs_by_id([int(job) for job, _ in noticed])
+        jobs = self.store.jobs_by_id([int(job) for job, _ in noticed] + [int(s.job) for s in plan.starts])
         for job_id, deadline in noticed:
             job = jobs[int(job_id)]
             try:
                 self.executor.notify(job.id, job.attempts - 1, deadline)
             except Exception:
                 log.exception("could not give notice to job %s; it is killed at its deadline", job.id)
-        self.launch_all([(start.job, start.placement) for start in plan.starts], tokens, now)
+        self.launch_all([(jobs[int(start.job)], start.placement) for start in plan.starts], tokens, now)
 
-    def launch_all(self, starts: Sequence[tuple[str, Placement]], tokens: Mapping[str, str], now: float) -> None:
-        """Launch the newest attempt of each job of `starts`, on its placement, with its token."""
-        jobs = self.store.jobs_by_id([int(job_id) for job_id, _ in starts])
+    def launch_all(self, starts: Sequence[tuple[JobRow, Placement]], tokens: Mapping[str, str], now: float) -> None:
+        """Launch the newest attempt of each job of `starts`, on its placement, with its token
+        (`tokens`, by job id)."""
         launched = []
-        intervals = self.interruption_intervals(now) if starts else {}
-        for job_id, placement in starts:
-            job = jobs[int(job_id)]
+        try:
+            intervals = self.interruption_intervals(now) if starts else {}
+        except Exception:
+            log.exception("could not read the interruption intervals; jobs start without them")
+            intervals = {}
+        for job, placement in starts:
             try:
-                launched.append(self.launch(job, placement, tokens[job_id], intervals.get(job.priority)))
+                launched.append(self.launch(job, placement, tokens[str(job.id)], intervals.get(job.priority)))
                 if job.session is not None:
                     self.sessions.started((job.id, job.attempts - 1), SessionKind(job.session), job.priority, now)
             except OSError as exc:

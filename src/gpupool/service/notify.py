@@ -47,6 +47,7 @@ def payload(event: EventRow, job: JobRow) -> dict[str, Any]:
         "text": f"gpupool: {about} {event.kind}: {event.message}",
         "gpupool": {
             "event": event.kind,
+            "reason": event.reason,
             "job": job.id,
             "job_label": job.label,
             "name": job.name,

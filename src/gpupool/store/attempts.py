@@ -20,6 +20,7 @@ from gpupool.store.schema import (
     AttemptRow,
     EventRow,
     JobRow,
+    NodeRow,
     PlacementRow,
     placement_of,
     stored,
@@ -106,11 +107,11 @@ class AttemptsStore(StoreBase):
         s.flush()
         return attempt
 
-    def give_tokens(self, token_hashes: Mapping[int, str]) -> dict[int, Placement]:
+    def give_tokens(self, token_hashes: Mapping[int, str]) -> dict[int, tuple[JobRow, Placement]]:
         """Give the live attempts of these jobs that have no token yet (a resized job's next
-        attempt, started as the last one ended) the hash of theirs; returns where each runs.
-        A job whose attempt has a token, or has none live, is left out."""
-        placements: dict[int, Placement] = {}
+        attempt, started as the last one ended) the hash of theirs; returns each job and where
+        it runs. A job whose attempt has a token, or has none live, is left out."""
+        placements: dict[int, tuple[JobRow, Placement]] = {}
         with self.transaction() as s:
             for job_id, hashed in token_hashes.items():
                 job = self.locked_job(s, job_id)
@@ -121,7 +122,7 @@ class AttemptsStore(StoreBase):
                 held: dict[str, list[int]] = defaultdict(list)
                 for p in s.scalars(_live_rows(job_id, row.attempt)):
                     held[p.node].append(p.gpu)
-                placements[job_id] = placement_of(held)
+                placements[job_id] = (job, placement_of(held))
         return placements
 
     def release(self, job_id: int, attempt: int, now: float) -> int:
@@ -339,14 +340,24 @@ class AttemptsStore(StoreBase):
         if settled.state is JobState.STARTING:
             # A resize: its next attempt starts at once on the GPUs its notice kept, at the class
             # this one ran at; the loop gives it its token and launches it (`ControlLoop.reap`).
+            # Should a node of them have left meanwhile, it goes back in line instead.
             kept = placement_of(row.notice_keep)
-            priority = row.priority or job.priority
-            self._begin(s, job, kept, now, settled.message, None, priority, reason=RESIZED)
-            return JobState.STARTING
+            if kept == placement_of(row.notice_keep, self._nodes_up(s)):
+                priority = row.priority or job.priority
+                self._begin(s, job, kept, now, settled.message, None, priority, reason=RESIZED)
+                return JobState.STARTING
+            message = f"requeued: {settled.message}, but a GPU it kept is gone with its node"
+            self.move(s, job, JobState.PENDING, now, message, attempt=attempt)
+            return JobState.PENDING
         self.move(s, job, settled.state, now, settled.message, attempt=attempt)
         if JobState(job.state) in ENDED:
             job.ended_at, job.exit_code = now, exit_code
         return JobState(job.state)
+
+    @staticmethod
+    def _nodes_up(s: Session) -> dict[str, int]:
+        """Each node that is up, with its GPUs."""
+        return dict(s.execute(select(NodeRow.name, NodeRow.gpus).where(NodeRow.up)).all())
 
     def retry_launch(self, job_id: int, attempt: int, now: float, why: str) -> float:
         """The attempt could not be launched for the scheduler's reasons (a full disk, no

@@ -93,6 +93,7 @@ REQUEST_FIELDS = (
     "mem_per_gpu",
     "cpus_per_gpu",
     "session",
+    "sizes",
 )
 """What makes two submissions the same request (the team is the key's own)."""
 FIELD_NAMES = {"dependencies": "after", "array_limit": "array"}
@@ -238,6 +239,7 @@ class JobsStore(StoreBase):
             "dependencies": [[kind, target] for kind, target in spec.dependencies] or None,
             "array": list(spec.array),
             "array_limit": spec.array_limit if spec.array else None,
+            "sizes": list(spec.sizes) or None,
         }
         made = {**{name: getattr(job, name, None) for name in REQUEST_FIELDS}, "array": indexes}
         differ = list(dict.fromkeys(FIELD_NAMES.get(n, n) for n in REQUEST_FIELDS if asked[n] != made[n]))

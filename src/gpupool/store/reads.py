@@ -263,6 +263,7 @@ class ReadsStore(HoldsStore):
         )
         for job_id, attempt_no, node, gpu in s.execute(placements.where(only(PlacementRow.job_id))):
             held[(job_id, attempt_no)][node].append(gpu)
+        up = dict(s.execute(select(NodeRow.name, NodeRow.gpus).where(NodeRow.up)).all())
         live = s.execute(
             select(AttemptRow, *JOB_COLUMNS).join(JobRow).where(AttemptRow.ended_at.is_(None), only(JobRow.id))
         )
@@ -275,7 +276,7 @@ class ReadsStore(HoldsStore):
             notice = None
             if attempt.notice_at is not None and attempt.notice_deadline is not None:
                 for_job = REQUEUE if attempt.notice_for is None else str(attempt.notice_for)
-                notice = Notice(for_job, attempt.notice_deadline, placement_of(attempt.notice_keep))
+                notice = Notice(for_job, attempt.notice_deadline, placement_of(attempt.notice_keep, up))
             elif attempt.timeout_at is not None and attempt.notice_deadline is not None:
                 # At its time limit: it leaves by the deadline, for no one in particular (the
                 # core lets a waiting job hold its GPUs instead of preempting others).

@@ -361,9 +361,15 @@ ATTEMPT_GPUS = func.coalesce(AttemptRow.gpus, JobRow.gpus)
 0015 has not recorded them: its job's one size)."""
 
 
-def placement_of(held: Mapping[str, Sequence[int]] | None) -> Placement:
-    """A placement from its stored form, {node: [gpu]} (`AttemptRow.notice_keep`)."""
-    return tuple(Allocation(node, tuple(sorted(gpus))) for node, gpus in sorted((held or {}).items()) if gpus)
+def placement_of(held: Mapping[str, Sequence[int]] | None, up: Mapping[str, int] | None = None) -> Placement:
+    """A placement from its stored form, {node: [gpu]} (`AttemptRow.notice_keep`); with `up`
+    (each node that is up, with its GPUs), only the GPUs that are there: those of a node that
+    left, or came back smaller, are nobody's to give."""
+    kept = (
+        (node, sorted(g for g in gpus if up is None or g < up.get(node, 0)))
+        for node, gpus in sorted((held or {}).items())
+    )
+    return tuple(Allocation(node, tuple(gpus)) for node, gpus in kept if gpus)
 
 
 def stored(placement: Placement) -> dict[str, list[int]]:

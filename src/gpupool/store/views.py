@@ -54,6 +54,8 @@ class ViewsStore(StoreBase):
                     AttemptRow.timeout_at,
                     JobRow.array_id,
                     JobRow.array_index,
+                    PlacementRow.added,
+                    AttemptRow.notice_keep,
                 )
                 .join(JobRow, JobRow.id == PlacementRow.job_id)
                 .join(
@@ -63,11 +65,16 @@ class ViewsStore(StoreBase):
                 .where(PlacementRow.held_until.is_(None))
                 .where(PlacementRow.node.in_([n.name for n in nodes]) if names is not None else true())
             )
-            held = {
-                (node, gpu): (job, team, user, notice_for, notice_at, timeout_at, array, index)
-                for node, gpu, job, team, user, notice_for, notice_at, timeout_at, array, index in holders
-            }
-            kept = self._kept(s)
+            held = {}
+            growing: dict[tuple[str, int], int] = {}
+            for node, gpu, job, team, user, notice_for, notice_at, timeout_at, array, index, added, keep in holders:
+                if added:  # a free GPU a growth holds for the job's next attempt
+                    growing[(node, gpu)] = job
+                    continue
+                stays = gpu in (keep or {}).get(node, ())  # what a resize keeps stays the job's
+                notice = (None, None) if stays else (notice_for, notice_at)
+                held[(node, gpu)] = (job, team, user, *notice, timeout_at, array, index)
+            kept = {**self._kept(s), **growing}
             wanted = set(kept.values())
             wanted |= {notice_for for _, _, _, notice_for, *_ in held.values() if notice_for is not None}
             labels = self.labels_in(s, wanted)

@@ -52,7 +52,8 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("class", "team", "state"),
     ),
     "gpupool_attempts_started": (
-        "Attempts started: a job's first, or one that resumes after an interruption.",
+        "Attempts started: a job's first, one that resumes after an interruption, or an elastic job's next "
+        "at its new size (resize).",
         ("class", "team", "kind"),
     ),
     "gpupool_preemptions": (

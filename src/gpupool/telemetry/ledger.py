@@ -122,7 +122,13 @@ class Ledger:
         launch_failed = h.kind == JobState.PENDING.value and h.reason == LAUNCH_RETRY
         if h.kind != JobState.STARTING.value and job in self.starting:
             began, since, kind = self.starting.pop(job)
-            if launch_failed:
+            if kind == RESIZED:  # it did not wait in line: no wait to count
+                if launch_failed:
+                    self.queued_since[job] = (h.time, "requeued")  # its launch failed: in line from now
+                else:
+                    self.counts["gpupool_attempts_started"][(*labels, "resize")] += 1
+                    self.ran[job] = self.ran.get(job, 0) + 1
+            elif launch_failed:
                 self.queued_since[job] = (since, kind)  # it never ran: it waits on from where it stood
             else:
                 # The attempt started (its next event is not a launch the scheduler retries).
@@ -137,7 +143,7 @@ class Ledger:
             since, kind = self.queued_since[job]
             self.queued_since[job] = (max(h.time, since), kind)
         elif h.kind == JobState.STARTING.value and h.reason == RESIZED:
-            self.ran[job] = self.ran.get(job, 0) + 1  # a resize: it started at once, not from the line
+            self.starting[job] = (h.time, h.time, RESIZED)  # a resize: it starts at once, not from the line
         elif h.kind == JobState.STARTING.value:
             since, kind = self.queued_since.pop(job, (h.time, "first"))
             self.starting[job] = (h.time, since, kind)
