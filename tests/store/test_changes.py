@@ -5,7 +5,7 @@ earlier read began."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from sqlalchemy import func, select
@@ -25,13 +25,21 @@ def store(store_url: str) -> Iterator[Store]:
     yield from two_node_store(store_url, CONFIG)
 
 
-def test_after_every_kind_of_write_the_kept_snapshot_is_a_whole_read(store: Store) -> None:
+def reads_of_changes(store: Store) -> tuple[KeptSnapshots, Callable[[float], None]]:
+    """Kept snapshots read whole at 0, and a read of what changed since that checks itself
+    against a whole read (SnapshotDrift if a write left no change behind)."""
     snapshots = KeptSnapshots(store, check=True)
     snapshots.read(0.0)
 
     def read(now: float) -> None:
-        snapshots.read(now)  # raises SnapshotDrift if a write left no change behind
+        snapshots.read(now)
         assert snapshots.read_whole_at == 0.0, "a read of changes, not of everything"
+
+    return snapshots, read
+
+
+def test_after_every_kind_of_write_the_kept_snapshot_is_a_whole_read(store: Store) -> None:
+    snapshots, read = reads_of_changes(store)
 
     low = store.submit(JobSpec(["sweep"], team="vision", priority="low", gpus=4), now=1.0)
     first = store.submit(JobSpec(["a"], team="nlp", priority="low"), now=1.0)
@@ -146,12 +154,7 @@ def test_lists_of_jobs_too_long_for_one_query_are_read_in_parts(store: Store, mo
 
 
 def test_after_every_write_of_a_resize_the_kept_snapshot_is_a_whole_read(store: Store) -> None:
-    snapshots = KeptSnapshots(store, check=True)
-    snapshots.read(0.0)
-
-    def read(now: float) -> None:
-        snapshots.read(now)  # raises SnapshotDrift if a write left no change behind
-        assert snapshots.read_whole_at == 0.0, "a read of changes, not of everything"
+    snapshots, read = reads_of_changes(store)
 
     spec = JobSpec(["train"], team="vision", priority="low", gpus=8, gpus_per_node=4, sizes=(4, 8))
     job = store.submit(spec, now=1.0)

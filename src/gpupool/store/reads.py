@@ -88,28 +88,15 @@ CHANGES_AT_MOST = 5000
 
 def core_job(columns: Sequence[Any], expected_restart: float, queued_at: float | None = None) -> Job:
     """A `Job` for the core from the values of `JOB_COLUMNS`; ids give the arrival order."""
-    (
-        job_id,
-        team,
-        priority,
-        gpus,
-        submit_time,
-        gpus_per_node,
-        gpu_type,
-        preemptions,
-        cap,
-        nominated_at,
-        array,
-        index,
-    ) = columns[:12]
-    sizes = columns[12]
+    *head, sizes = columns
+    job_id, team, priority, gpus, submit_time, per_node, gpu_type, preemptions, cap, nominated_at, array, index = head
     return Job(
         str(job_id),
         team,
         priority,
         gpus,
         submit_time,
-        gpus_per_node,
+        per_node,
         gpu_type,
         preemptions,
         cap,
