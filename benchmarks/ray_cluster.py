@@ -6,11 +6,12 @@ core's decision time with 100 Ray nodes' worth of nodes in its snapshot.
 
 A three-node Ray cluster on loopback (127.0.3.2-4, four virtual GPUs each) is started and
 stopped by this script; `gpupool up --executor ray` runs in its own process, as in production.
-Run: .venv/bin/python -m benchmarks.ray_cluster
+Run: .venv/bin/python -m benchmarks.ray_cluster [--only-resizes]
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import tempfile
@@ -201,6 +202,9 @@ def rate(label: str, value: float) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only-resizes", action="store_true", help="the resize latencies beside preemption's alone")
+    only_resizes = parser.parse_args().only_resizes
     print(f"on {os.cpu_count()} CPUs, Ray {ray.__version__}, {ROUNDS} rounds each", flush=True)
     os.environ["RAY_AUTH_MODE"] = "disabled"
     with tempfile.TemporaryDirectory(prefix="gpupool-bench-ray-") as tmp:
@@ -210,14 +214,23 @@ def main() -> None:
         try:
             ray_settings = {"executor": "ray", "ray_address": cluster.address, "interval": 0.2}
             with served(None, 4, ELASTIC, interval=0.2) as local:
-                show("gang start, local executor (1 node x 2 GPUs), decision -> running:", gang_start(local, 2, None))
+                if not only_resizes:
+                    show(
+                        "gang start, local executor (1 node x 2 GPUs), decision -> running:", gang_start(local, 2, None)
+                    )
                 show("preemption latency, local executor (4 GPUs, one victim):", preemption(local, 1, 4))
                 resize_latency("local executor (4 GPUs, 2 or 4)", *resizes(local, 1, 4))
-                rate("attempts reaching running/s, local executor, 4 GPUs:", starts_per_second(local, 4))
+                if not only_resizes:
+                    rate("attempts reaching running/s, local executor, 4 GPUs:", starts_per_second(local, 4))
             with served(None, 0, ELASTIC, **ray_settings) as remote:
-                show("gang start, Ray (2 nodes x 2 GPUs), decision -> every rank running:", gang_start(remote, 4, 2))
+                if not only_resizes:
+                    show(
+                        "gang start, Ray (2 nodes x 2 GPUs), decision -> every rank running:", gang_start(remote, 4, 2)
+                    )
                 show("preemption latency, Ray (3 nodes full, 4-GPU preemptor):", preemption(remote, 3, 4))
                 resize_latency("Ray (a gang of 1 to 3 nodes x 4 GPUs)", *resizes(remote, 3, 4))
+                if only_resizes:
+                    return
                 rate("attempts reaching running/s, Ray, 3 nodes x 4 GPUs:", starts_per_second(remote, 12))
                 detected, pending = node_loss(remote, cluster)
                 print(f"{'node lost: Ray marks it dead after':64} {detected * 1000:6.0f} ms", flush=True)
