@@ -395,3 +395,11 @@ def test_elastic_sizes_come_from_gpus_or_whole_nodes_and_a_step() -> None:
     assert requested_gpus(None, "1-3", None, 8) == (24, (8, 16, 24))
     assert requested_gpus(None, "2", None, 8) == (16, ())
     assert requested_gpus(None, None, None, None) == (1, ())
+
+
+def test_the_queue_shows_an_elastic_jobs_gpus_held_of_its_largest() -> None:
+    from gpupool.cli.jobs import gpus_now
+
+    assert gpus_now({"gpus": 4, "sizes": [2, 4], "placement": {"vm": [0, 1]}}) == "2/4"
+    assert gpus_now({"gpus": 4, "sizes": [2, 4], "placement": {}}) == "4", "in line: what it asks for"
+    assert gpus_now({"gpus": 4, "sizes": None, "placement": {"vm": [0, 1, 2, 3]}}) == "4"

@@ -165,13 +165,20 @@ def queue(
                 job["user"] or "",
                 job["priority"],
                 job["state"],
-                str(job["gpus"]),
+                gpus_now(job),
                 clock_time(age),
                 clock_time(job["time_limit"]) if job["time_limit"] else "",
                 where or why,
             ]
         )
     console.print(table(QUEUE_COLUMNS, rows, console.width))
+
+
+def gpus_now(job: dict[str, Any]) -> str:
+    """The GPUs a job asks for; an elastic one's that holds GPUs, those it holds of its largest
+    (`2/4`: shrunk to 2 of 4)."""
+    held = sum(len(ids) for ids in job["placement"].values())
+    return f"{held}/{job['gpus']}" if job.get("sizes") and held else str(job["gpus"])
 
 
 def show(
