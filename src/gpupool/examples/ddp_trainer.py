@@ -27,7 +27,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 
-from gpupool.examples.torch_trainer import state_hash
+from gpupool.examples.torch_trainer import deterministic, state_hash
 from gpupool.job import Batches, Job
 
 
@@ -42,7 +42,7 @@ def build(
     on every rank and in every attempt (seeded). `global_batch`: items a step takes whatever
     the world size (`Batches`; `train` accumulates each rank's batches of a step)."""
     torch.manual_seed(0)
-    torch.use_deterministic_algorithms(True)
+    deterministic()
     data = torch.Generator().manual_seed(1234)
     inputs = torch.randn(samples, 8, generator=data)
     targets = inputs.sum(dim=1, keepdim=True)

@@ -28,13 +28,14 @@ from torch.distributed.fsdp import fully_shard
 from torch.utils.data import DataLoader, TensorDataset
 
 from gpupool.examples.ddp_trainer import say, train_and_finish
+from gpupool.examples.torch_trainer import deterministic
 from gpupool.job import Batches, Job
 
 
 def build(rank: int, world: int) -> tuple[nn.Module, torch.optim.Optimizer, Batches, DataLoader[Any]]:
     """The model, sharded over the ranks layer by layer, its Adam, and this rank's batches."""
     torch.manual_seed(0)
-    torch.use_deterministic_algorithms(True)
+    deterministic()
     data = torch.Generator().manual_seed(1234)
     inputs = torch.randn(512, 8, generator=data)
     targets = inputs.sum(dim=1, keepdim=True)

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from gpupool.examples.torch_trainer import arguments, state_hash
+from gpupool.examples.torch_trainer import arguments, deterministic, state_hash
 from gpupool.integrations.lightning import GpupoolCallback
 from gpupool.job import Batches, mark
 
@@ -71,7 +71,7 @@ def main() -> int:
     rank = int(os.environ.get("LOCAL_RANK", "0"))  # Lightning's DDP sets it in the processes it starts
     said = f"rank {rank} " if args.devices > 1 else ""
     torch.manual_seed(args.seed + rank)  # each rank its own dropout; DDP makes the weights rank 0's
-    torch.use_deterministic_algorithms(True)
+    deterministic()
     data = torch.Generator().manual_seed(1234)
     inputs = torch.randn(512, 16, generator=data)
     targets = inputs @ torch.randn(16, 1, generator=data) + 0.1 * torch.randn(512, 1, generator=data)

@@ -46,6 +46,14 @@ def state_hash(*objects: Any) -> str:
     return sha.hexdigest()
 
 
+def deterministic() -> None:
+    """The same results from the same inputs, run after run, on a CPU or a GPU: PyTorch's
+    deterministic algorithms, and cuBLAS's workspace set as CUDA needs for them (else a matrix
+    product on a GPU raises; PyTorch's reproducibility notes). Before the first CUDA work."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+
+
 def arguments(description: str | None) -> argparse.ArgumentParser:
     """The options every example trainer takes."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -68,8 +76,11 @@ def main() -> int:
     args = parser.parse_args()
     mark("imports")
     torch.manual_seed(args.seed)
-    torch.use_deterministic_algorithms(True)
+    deterministic()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda":
+        torch.empty(1, device=device)  # CUDA's context, made now, so that its time has its own name
+        mark("CUDA context")
     data = torch.Generator().manual_seed(1234)
     inputs = torch.randn(512, 16, generator=data)
     targets = inputs @ torch.randn(16, 1, generator=data) + 0.1 * torch.randn(512, 1, generator=data)
